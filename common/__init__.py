@@ -1,0 +1,1 @@
+"""Pieces shared by the tokenization, pretraining and fine-tuning packages."""

@@ -1,0 +1,1 @@
+"""BLURB fine-tuning (issue 5 onwards)."""

@@ -1,0 +1,1 @@
+"""BERT MLM + NSP pretraining (issue 3 onwards)."""

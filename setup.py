@@ -1,0 +1,36 @@
+"""biomed-lm: pretrain BERT-style encoders from scratch on biomedical text (PubMedBERT style)
+and compare them with continual pretraining of general-domain models on BLURB."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="biomed-lm",
+    version="0.1.0",
+    description="Domain-specific BERT pretraining toolkit: PubMed ingestion, WordPiece vocabularies, "
+    "MLM+NSP pretraining with DeepSpeed, BLURB fine-tuning and ablation analysis.",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["common", "common.*", "tokenization", "tokenization.*",
+                                    "pretrain", "pretrain.*", "finetune", "finetune.*"]),
+    install_requires=[
+        # torch is deliberately pinned by the installer (Makefile / docker), not here: an unpinned
+        # torch requirement would pull a CUDA build on a CPU machine.
+        "torch>=2.1",
+        "transformers>=4.40",
+        "tokenizers>=0.19",
+        "datasets>=2.19",
+        "sentencepiece>=0.2",
+        "blingfire>=0.1.8",
+        "numpy",
+        "pyarrow",
+        "pyyaml",
+        "tqdm",
+        "matplotlib",
+        "psutil",
+    ],
+    extras_require={
+        "dev": ["pytest>=8", "hypothesis>=6", "pytest-timeout"],
+        "tracking": ["wandb"],
+    },
+)

@@ -1,0 +1,1 @@
+"""Corpus ingestion, WordPiece vocabularies and vocabulary coverage reports."""

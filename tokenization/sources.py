@@ -1,0 +1,208 @@
+"""Input discovery and line-oriented readers shared by ingestion, vocabulary building and reports.
+
+Three kinds of input are understood, each optionally gzip-compressed:
+
+* PubMed/MEDLINE XML (``.xml``, ``.xml.gz``), parsed by :mod:`tokenization.pubmed_xml`;
+* JSON Lines (``.jsonl``, ``.json``, ``.ndjson``) with a text field;
+* plain text with one document per line (anything else).
+
+A *prepared corpus* (the output directory of ``launch/prepare_corpus.py``, a ``datasets`` dataset
+saved to disk) is also accepted wherever text is read.
+
+Readers never raise on damaged content: they yield :class:`Problem` records that say where the
+damage is, and carry on with the next line, so nothing that was good is lost.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import os
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Iterable, Iterator
+
+XML = "pubmed-xml"
+JSONL = "jsonl"
+TEXT = "text"
+
+# Errors a damaged gzip stream raises while it is being read.
+GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile, OSError)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something in an input that could not be used. ``reason`` is a short machine-readable key."""
+
+    path: str
+    reason: str
+    message: str
+    line: int | None = None
+    byte_offset: int | None = None
+
+    def describe(self) -> str:
+        where = self.path
+        if self.line is not None:
+            where += f", line {self.line}"
+        if self.byte_offset is not None:
+            where += f" (byte {self.byte_offset})"
+        return f"{where}: {self.reason}: {self.message}"
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "reason": self.reason, "message": self.message,
+                "line": self.line, "byte_offset": self.byte_offset}
+
+
+def detect_format(path: str | os.PathLike) -> str:
+    name = Path(path).name.lower()
+    if name.endswith(".gz"):
+        name = name[:-3]
+    if name.endswith(".xml"):
+        return XML
+    if name.endswith((".jsonl", ".json", ".ndjson")):
+        return JSONL
+    return TEXT
+
+
+def is_prepared_corpus(path: str | os.PathLike) -> bool:
+    """True for a directory written by ``Dataset.save_to_disk`` (what prepare_corpus produces)."""
+    p = Path(path)
+    return p.is_dir() and (p / "dataset_info.json").is_file() and (p / "state.json").is_file()
+
+
+def open_binary(path: str | os.PathLike) -> BinaryIO:
+    """Open a file for reading bytes, transparently decompressing ``.gz``."""
+    if str(path).endswith(".gz"):
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb")
+
+
+def expand_inputs(specs: Iterable[str]) -> tuple[list[Path], list[Problem]]:
+    """Turn files, directories and glob patterns into an ordered, de-duplicated list of files.
+
+    Order matters for PubMed updates (a later file's version of a citation wins), so each spec keeps
+    its position and the files it expands to are sorted by name: PubMed's zero-padded file names
+    (baseline ``pubmed26n0001`` ... then the updates) sort into release order. Specs that match nothing are
+    reported as problems rather than silently dropped.
+    """
+    files: list[Path] = []
+    problems: list[Problem] = []
+    seen: set[Path] = set()
+    for spec in specs:
+        if any(ch in spec for ch in "*?["):
+            matches = sorted((m for m in glob.glob(spec, recursive=True) if os.path.isfile(m)))
+            if not matches:
+                problems.append(Problem(spec, "missing", "the pattern matched no file"))
+        elif os.path.isdir(spec):
+            if is_prepared_corpus(spec):
+                problems.append(Problem(spec, "unsupported", "this is a prepared corpus, not raw input; "
+                                        "pass the raw PubMed/text files it was built from"))
+                continue
+            matches = sorted((str(p) for p in Path(spec).rglob("*") if p.is_file() and not p.name.startswith(".")))
+            if not matches:
+                problems.append(Problem(spec, "missing", "the directory contains no file"))
+        elif os.path.isfile(spec):
+            matches = [spec]
+        else:
+            problems.append(Problem(spec, "missing", "no such file or directory"))
+            matches = []
+        for m in matches:
+            p = Path(m).resolve()
+            if p not in seen:
+                seen.add(p)
+                files.append(Path(m))
+    return files, problems
+
+
+def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str] | Problem]:
+    """Yield ``(line_number, text)`` for each line of a (possibly gzipped) UTF-8 file.
+
+    A line that is not valid UTF-8 becomes a :class:`Problem` and reading continues with the next
+    line; a truncated or corrupt gzip stream ends the file with a :class:`Problem` after every
+    complete line before the damage has been yielded.
+    """
+    spath = str(path)
+    offset = 0
+    line_no = 0
+    try:
+        with open_binary(path) as handle:
+            for raw in handle:
+                line_no += 1
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    yield Problem(spath, "invalid_utf8", f"{err.reason} at column {err.start + 1}",
+                                  line=line_no, byte_offset=offset + err.start)
+                else:
+                    yield line_no, text.rstrip("\r\n")
+                offset += len(raw)
+    except FileNotFoundError:
+        yield Problem(spath, "missing", "no such file")
+    except GZIP_ERRORS as err:
+        yield Problem(spath, "truncated_or_corrupt_gzip", f"{type(err).__name__}: {err}; "
+                      f"the {line_no} complete lines before it were kept", line=line_no + 1, byte_offset=offset)
+
+
+def iter_jsonl(path: str | os.PathLike, text_field: str) -> Iterator[tuple[int, dict] | Problem]:
+    """Yield ``(line_number, record)`` for JSON Lines; bad lines and missing fields are problems."""
+    spath = str(path)
+    for item in iter_lines(path):
+        if isinstance(item, Problem):
+            yield item
+            continue
+        line_no, line = item
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            yield Problem(spath, "invalid_json", f"{err.msg} at column {err.colno}", line=line_no)
+            continue
+        if not isinstance(record, dict):
+            yield Problem(spath, "invalid_json", "a JSON object was expected", line=line_no)
+        elif not isinstance(record.get(text_field), str):
+            yield Problem(spath, "missing_field", f"no string field {text_field!r} "
+                          f"(fields present: {', '.join(sorted(record)) or 'none'})", line=line_no)
+        else:
+            yield line_no, record
+
+
+def iter_texts(specs: str | os.PathLike | Iterable[str | os.PathLike], text_field: str = "text",
+               batch_size: int = 1000) -> Iterator[str]:
+    """Yield document texts from prepared corpora, text, JSONL or PubMed XML inputs (for training
+    vocabularies and for reports). Damaged lines are skipped here; ingestion is where they are reported."""
+    if isinstance(specs, (str, os.PathLike)):
+        specs = [specs]
+    for spec in specs:
+        spec = str(spec)
+        if is_prepared_corpus(spec):
+            from datasets import load_from_disk
+
+            dataset = load_from_disk(spec)
+            if text_field not in dataset.column_names:
+                raise ValueError(f"{spec}: prepared corpus has no column {text_field!r} "
+                                 f"(columns: {', '.join(dataset.column_names)})")
+            for batch in dataset.select_columns([text_field]).iter(batch_size=batch_size):
+                yield from batch[text_field]
+            continue
+        files, problems = expand_inputs([spec])
+        if problems:
+            raise FileNotFoundError("; ".join(p.describe() for p in problems))
+        for path in files:
+            fmt = detect_format(path)
+            if fmt == XML:
+                from tokenization.pubmed_xml import iter_pubmed_records, Citation
+
+                for item in iter_pubmed_records(path):
+                    if isinstance(item, Citation) and (item.title or item.abstract):
+                        yield item.document_text()
+            elif fmt == JSONL:
+                for item in iter_jsonl(path, text_field):
+                    if not isinstance(item, Problem):
+                        yield item[1][text_field]
+            else:
+                for item in iter_lines(path):
+                    if not isinstance(item, Problem) and item[1].strip():
+                        yield item[1]
