@@ -16,20 +16,16 @@ damage is, and carry on with the next line, so nothing that was good is lost.
 from __future__ import annotations
 
 import glob
-import gzip
 import json
 import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterable, Iterator
+from typing import Iterable, Iterator
 
 XML = "pubmed-xml"
 JSONL = "jsonl"
 TEXT = "text"
-
-# Errors a damaged gzip stream raises while it is being read.
-GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile, OSError)
 
 
 @dataclass(frozen=True)
@@ -72,11 +68,42 @@ def is_prepared_corpus(path: str | os.PathLike) -> bool:
     return p.is_dir() and (p / "dataset_info.json").is_file() and (p / "state.json").is_file()
 
 
-def open_binary(path: str | os.PathLike) -> BinaryIO:
-    """Open a file for reading bytes, transparently decompressing ``.gz``."""
-    if str(path).endswith(".gz"):
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    return open(path, "rb")
+class StreamDamage(Exception):
+    """The byte stream of a file ends early or is corrupt; everything before the damage was read."""
+
+
+def iter_blocks(path: str | os.PathLike, block_size: int = 1 << 20) -> Iterator[bytes]:
+    """Yield the (decompressed) bytes of a file in blocks.
+
+    For ``.gz`` files this drives :mod:`zlib` directly rather than :mod:`gzip`, because
+    ``GzipFile.read`` discards what it decompressed in a call that hits a truncated stream; here
+    every byte that can be decompressed is yielded before :class:`StreamDamage` is raised.
+    Concatenated gzip members (as ``cat a.gz b.gz`` makes) are read in sequence.
+    """
+    with open(path, "rb") as raw:
+        if not str(path).endswith(".gz"):
+            while block := raw.read(block_size):
+                yield block
+            return
+        decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        member_open = False  # the current gzip member has started but not reached its end marker
+        while compressed := raw.read(block_size // 4):
+            while compressed:
+                try:
+                    out = decompressor.decompress(compressed)
+                except zlib.error as err:
+                    raise StreamDamage(f"corrupt gzip data ({err}) near compressed byte {raw.tell()}") from err
+                member_open = True
+                if out:
+                    yield out
+                if decompressor.eof:  # end of one gzip member; another may follow
+                    compressed = decompressor.unused_data.lstrip(b"\0")  # NUL padding is allowed
+                    decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    member_open = False
+                else:
+                    compressed = b""
+        if member_open:
+            raise StreamDamage("the gzip stream is truncated (it ends before its end-of-stream marker)")
 
 
 def expand_inputs(specs: Iterable[str]) -> tuple[list[Path], list[Problem]]:
@@ -124,25 +151,33 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str] | Problem]:
     complete line before the damage has been yielded.
     """
     spath = str(path)
-    offset = 0
+    offset = 0      # byte offset of the start of the pending (incomplete) line
     line_no = 0
+    pending = b""
+
+    def decoded(raw: bytes) -> tuple[int, str] | Problem:
+        try:
+            return line_no, raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as err:
+            return Problem(spath, "invalid_utf8", f"{err.reason} at column {err.start + 1}",
+                           line=line_no, byte_offset=offset + err.start)
+
     try:
-        with open_binary(path) as handle:
-            for raw in handle:
+        for block in iter_blocks(path):
+            lines = (pending + block).split(b"\n")
+            pending = lines.pop()
+            for raw in lines:
                 line_no += 1
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as err:
-                    yield Problem(spath, "invalid_utf8", f"{err.reason} at column {err.start + 1}",
-                                  line=line_no, byte_offset=offset + err.start)
-                else:
-                    yield line_no, text.rstrip("\r\n")
-                offset += len(raw)
+                yield decoded(raw)
+                offset += len(raw) + 1
+        if pending:
+            line_no += 1
+            yield decoded(pending)
     except FileNotFoundError:
         yield Problem(spath, "missing", "no such file")
-    except GZIP_ERRORS as err:
-        yield Problem(spath, "truncated_or_corrupt_gzip", f"{type(err).__name__}: {err}; "
-                      f"the {line_no} complete lines before it were kept", line=line_no + 1, byte_offset=offset)
+    except StreamDamage as err:
+        yield Problem(spath, "truncated_or_corrupt_gzip", f"{err}; the {line_no} complete lines before "
+                      f"it were kept, the partial line after them was dropped", line=line_no + 1, byte_offset=offset)
 
 
 def iter_jsonl(path: str | os.PathLike, text_field: str) -> Iterator[tuple[int, dict] | Problem]:

@@ -1,0 +1,357 @@
+"""Corpus ingestion: PubMed XML, plain text and JSONL in; a clean, deduplicated, sentence-split
+``datasets`` dataset out (one row per document: id, source, text, sentences, title, year, language).
+
+The work runs in three stages, each resumable:
+
+1. **Parse** every input file, in parallel, into its own Arrow shard under ``<output>/_work/parsed``
+   (named by a fingerprint of the file and the parse options, so a re-run, or a later run that adds
+   PubMed update files, parses only what is new). Damage becomes problems in the file's summary.
+2. **Resolve** which record of each document survives, in input order, vectorized over the keys
+   only: a later version of a PMID replaces the earlier one, ``<DeleteCitation>`` removes the
+   PMIDs it names, identical plain-text documents are kept once (first occurrence). Then the
+   filters: empty abstract, language, fewer than ``min_words`` whitespace-separated abstract words.
+3. **Build** the documents of the survivors with ``datasets.map(num_proc=...)`` (sentence
+   splitting, cached) and save them to disk in shards.
+
+``summary.json`` counts every record read and every record dropped, by reason, and lists each
+problem with file, line and byte offset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from tokenization.pubmed_xml import Citation, Deletion, iter_pubmed_records
+from tokenization.sources import JSONL, XML, Problem, detect_format, expand_inputs, iter_jsonl, iter_lines
+
+PARSED_SCHEMA = pa.schema([
+    ("key", pa.int64()),          # PMID, or a negative 63-bit text hash for documents without one
+    ("is_delete", pa.bool_()),
+    ("id", pa.string()),
+    ("source", pa.string()),
+    ("line", pa.int64()),
+    ("title", pa.string()),
+    ("abstract", pa.string()),
+    ("n_words", pa.int32()),      # whitespace-separated words of the abstract (the length filter)
+    ("year", pa.int32()),
+    ("language", pa.string()),
+])
+PARSER_VERSION = 1  # bump when parsing changes, so cached shards are rebuilt
+FLUSH_ROWS = 20_000
+
+
+@dataclass
+class CorpusConfig:
+    """Options of ``launch/prepare_corpus.py`` (YAML keys and ``--flags`` alike)."""
+
+    inputs: list[str] = field(default_factory=list, metadata={
+        "help": "PubMed XML (.xml/.xml.gz), text (one document per line) or JSONL files, directories "
+                "or glob patterns, in release order (a later file's version of a PMID wins)"})
+    output_dir: str = field(default="", metadata={"help": "where the dataset and summary.json are written"})
+    min_words: int = field(default=128, metadata={
+        "help": "drop documents whose abstract has fewer whitespace-separated words (the paper: 128)"})
+    include_title: bool = field(default=True, metadata={"help": "start each PubMed document with its title"})
+    section_labels: bool = field(default=False, metadata={
+        "help": "keep structured-abstract labels (\"METHODS: ...\") in the text"})
+    languages: list[str] = field(default_factory=list, metadata={
+        "help": "keep only citations in these PubMed language codes (e.g. eng); empty keeps all"})
+    text_field: str = field(default="text", metadata={"help": "JSONL field holding the document text"})
+    id_field: str = field(default="", metadata={
+        "help": "JSONL field holding a document id; numeric ids are PMIDs (latest version wins)"})
+    num_proc: int = field(default=0, metadata={"help": "worker processes (0: all CPU cores)"})
+    max_shard_size: str = field(default="500MB", metadata={"help": "size of each saved Arrow shard"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "replace an existing dataset in output_dir (parsed files are still reused)"})
+
+    def workers(self) -> int:
+        return self.num_proc if self.num_proc > 0 else (os.cpu_count() or 1)
+
+
+# ----------------------------------------------------------------------------- stage 1: parse
+
+def text_key(text: str) -> int:
+    """A negative 63-bit hash of a document's text (PMIDs are positive, so the two never collide)."""
+    digest = int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
+    return -(digest & 0x7FFF_FFFF_FFFF_FFFF) - 1
+
+
+def _fingerprint(path: Path, config: CorpusConfig) -> str:
+    stat = path.stat()
+    parts = [str(path.resolve()), str(stat.st_size), str(stat.st_mtime_ns), str(PARSER_VERSION),
+             detect_format(path), str(config.section_labels), config.text_field, config.id_field]
+    return hashlib.sha1("\0".join(parts).encode()).hexdigest()[:20]
+
+
+def _rows_from_file(path: Path, config: CorpusConfig, counts: dict, problems: list) -> Iterator[dict]:
+    """Parsed rows of one file; problems and counts are collected on the side."""
+    source = path.name
+    fmt = detect_format(path)
+    if fmt == XML:
+        for item in iter_pubmed_records(path):
+            if isinstance(item, Problem):
+                problems.append(item.to_dict())
+            elif isinstance(item, Deletion):
+                counts["deletions"] += len(item.pmids)
+                for pmid in item.pmids:
+                    key = int(pmid) if pmid.isdigit() else text_key(pmid)
+                    yield {"key": key, "is_delete": True, "id": pmid, "source": source, "line": item.line}
+            else:
+                counts["citations"] += 1
+                key = int(item.pmid) if item.pmid.isdigit() else text_key("pmid:" + item.pmid)
+                yield {"key": key, "is_delete": False, "id": item.pmid, "source": source, "line": item.line,
+                       "title": item.title, "abstract": item.abstract_text(config.section_labels),
+                       "n_words": len(item.abstract.split()), "year": item.year, "language": item.language}
+        return
+    if fmt == JSONL:
+        items = ((it if isinstance(it, Problem) else (it[0], it[1][config.text_field], it[1]))
+                 for it in iter_jsonl(path, config.text_field))
+    else:
+        items = ((it if isinstance(it, Problem) else (it[0], it[1], None)) for it in iter_lines(path))
+    for item in items:
+        if isinstance(item, Problem):
+            problems.append(item.to_dict())
+            continue
+        line, text, record = item
+        text = " ".join(text.split())
+        if not text:
+            counts["empty_lines"] += 1
+            continue
+        counts["documents"] += 1
+        doc_id = f"{source}:{line}"
+        key = text_key(text)
+        if record is not None and config.id_field and record.get(config.id_field) is not None:
+            doc_id = str(record[config.id_field])
+            if doc_id.isdigit():
+                key = int(doc_id)
+        yield {"key": key, "is_delete": False, "id": doc_id, "source": source, "line": line, "title": "",
+               "abstract": text, "n_words": len(text.split()), "year": None, "language": ""}
+
+
+def parse_file(path: Path, shard_path: Path, config: CorpusConfig) -> dict:
+    """Parse one input file into an Arrow stream shard; returns (and stores beside it) its summary."""
+    counts = {"citations": 0, "deletions": 0, "documents": 0, "empty_lines": 0}
+    problems: list[dict] = []
+    tmp = shard_path.with_suffix(".arrow.tmp")
+    columns: dict[str, list] = {name: [] for name in PARSED_SCHEMA.names}
+    rows = 0
+    started = time.perf_counter()
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, PARSED_SCHEMA) as writer:
+        def flush() -> None:
+            if columns["key"]:
+                writer.write_batch(pa.record_batch([pa.array(columns[n], type=PARSED_SCHEMA.field(n).type)
+                                                    for n in PARSED_SCHEMA.names], schema=PARSED_SCHEMA))
+                for values in columns.values():
+                    values.clear()
+
+        for row in _rows_from_file(path, config, counts, problems):
+            for name in PARSED_SCHEMA.names:
+                columns[name].append(row.get(name))
+            rows += 1
+            if len(columns["key"]) >= FLUSH_ROWS:
+                flush()
+        flush()
+    os.replace(tmp, shard_path)
+    summary = {"path": str(path), "format": detect_format(path), "rows": rows,
+               "bytes": path.stat().st_size, "seconds": round(time.perf_counter() - started, 3),
+               **counts, "problems": problems}
+    shard_path.with_suffix(".json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    return summary
+
+
+def _parse_job(args: tuple[str, str, CorpusConfig]) -> dict:
+    path, shard, config = args
+    return parse_file(Path(path), Path(shard), config)
+
+
+def parse_inputs(files: list[Path], work_dir: Path, config: CorpusConfig) -> list[tuple[Path, dict]]:
+    """Stage 1: (shard path, summary) per input file, in input order; finished files are reused."""
+    from tqdm.auto import tqdm
+
+    parsed_dir = work_dir / "parsed"
+    parsed_dir.mkdir(parents=True, exist_ok=True)
+    shards = [parsed_dir / f"{_fingerprint(p, config)}.arrow" for p in files]
+    summaries: dict[Path, dict] = {}
+    todo = []
+    for path, shard in zip(files, shards):
+        marker = shard.with_suffix(".json")
+        if shard.is_file() and marker.is_file():
+            summaries[shard] = json.loads(marker.read_text(encoding="utf-8"))
+        else:
+            todo.append((str(path), str(shard), config))
+    if todo:
+        bar = tqdm(total=len(todo), desc="parse", unit="file")
+        workers = min(config.workers(), len(todo))
+        docs = 0
+        if workers <= 1:
+            results = map(_parse_job, todo)
+        else:
+            pool = ProcessPoolExecutor(max_workers=workers)
+            results = pool.map(_parse_job, todo)
+        try:
+            for (_, shard, _), summary in zip(todo, results):
+                summaries[Path(shard)] = summary
+                docs += summary["citations"] + summary["documents"]
+                bar.set_postfix(docs=docs, problems=sum(len(s["problems"]) for s in summaries.values()))
+                bar.update()
+        finally:
+            bar.close()
+            if workers > 1:
+                pool.shutdown()
+    return [(shard, summaries[shard]) for shard in shards]
+
+
+# --------------------------------------------------------------------------- stage 2: resolve
+
+DROP_REASONS = ("deleted", "superseded", "duplicate_text", "empty_abstract", "language", "too_short")
+
+
+def resolve(keys: np.ndarray, is_delete: np.ndarray, n_words: np.ndarray, language_ok: np.ndarray,
+            min_words: int) -> tuple[np.ndarray, dict[str, int], dict[str, int]]:
+    """Which parsed rows become documents, why each other document row was dropped, and the funnel
+    (document rows -> unique documents -> with an abstract -> kept).
+
+    Rows are in input order. For a PMID (key >= 0) the last occurrence wins and a later delete row
+    removes it; for a text hash (key < 0) the first occurrence is kept. Pure and vectorized:
+    arrays in, a boolean keep-mask and counts out.
+    """
+    n = len(keys)
+    position = np.arange(n, dtype=np.int64)
+    # Sort by key, then by "age": for PMIDs the newest row sorts last, for text the oldest does.
+    age = np.where(keys >= 0, position, -position)
+    order = np.lexsort((age, keys))
+    sorted_keys = keys[order]
+    is_final = np.ones(n, dtype=bool)
+    is_final[:-1] = sorted_keys[:-1] != sorted_keys[1:]
+    next_is_delete = np.zeros(n, dtype=bool)
+    next_is_delete[:-1] = is_delete[order][1:] & ~is_final[:-1]
+
+    final = np.zeros(n, dtype=bool)
+    final[order] = is_final
+    followed_by_delete = np.zeros(n, dtype=bool)
+    followed_by_delete[order] = next_is_delete
+
+    document = ~is_delete
+    counts: dict[str, int] = {}
+    counts["deleted"] = int(np.sum(document & ~final & followed_by_delete))
+    replaced = document & ~final & ~followed_by_delete
+    counts["superseded"] = int(np.sum(replaced & (keys >= 0)))
+    counts["duplicate_text"] = int(np.sum(replaced & (keys < 0)))
+    candidate = document & final
+    empty = candidate & (n_words == 0)
+    counts["empty_abstract"] = int(np.sum(empty))
+    wrong_language = candidate & ~empty & ~language_ok
+    counts["language"] = int(np.sum(wrong_language))
+    short = candidate & ~empty & language_ok & (n_words < min_words)
+    counts["too_short"] = int(np.sum(short))
+    keep = candidate & ~empty & language_ok & ~short
+    funnel = {"document_rows": int(document.sum()), "unique_documents": int(candidate.sum()),
+              "with_abstract": int(np.sum(candidate & ~empty)), "kept": int(keep.sum())}
+    return keep, counts, funnel
+
+
+def _read_columns(shards: list[Path], names: list[str]) -> pa.Table:
+    tables = []
+    for shard in shards:
+        with pa.memory_map(str(shard)) as source:
+            tables.append(pa.ipc.open_stream(source).read_all().select(names))
+    return pa.concat_tables(tables) if tables else PARSED_SCHEMA.empty_table().select(names)
+
+
+# ----------------------------------------------------------------------------- stage 3: build
+
+def build_documents(batch: dict, include_title: bool) -> dict:
+    """Batched ``datasets.map`` function: parsed rows -> documents with sentences."""
+    from tokenization.sentences import split_sentences
+
+    texts, sentences = [], []
+    for title, abstract in zip(batch["title"], batch["abstract"]):
+        body = split_sentences(abstract)
+        if include_title and title:
+            texts.append(f"{title} {abstract}")
+            sentences.append([title] + body)
+        else:
+            texts.append(abstract)
+            sentences.append(body)
+    return {"text": texts, "sentences": sentences}
+
+
+def prepare_corpus(config: CorpusConfig) -> dict:
+    """Run the three stages; returns the summary (also written to ``<output_dir>/summary.json``)."""
+    import datasets
+
+    if not config.inputs:
+        raise ValueError("no inputs given")
+    if not config.output_dir:
+        raise ValueError("no output_dir given")
+    out = Path(config.output_dir)
+    if (out / "state.json").exists() and not config.overwrite:
+        raise FileExistsError(f"{out} already holds a prepared corpus; pass --overwrite to rebuild it")
+    work = out / "_work"
+    started = time.perf_counter()
+
+    files, input_problems = expand_inputs(config.inputs)
+    parsed = parse_inputs(files, work, config)
+    shards = [shard for shard, _ in parsed]
+
+    table = _read_columns(shards, ["key", "is_delete", "n_words", "language"])
+    keys = table.column("key").to_numpy()
+    is_delete = table.column("is_delete").to_numpy(zero_copy_only=False)
+    n_words = table.column("n_words").fill_null(0).to_numpy()
+    if config.languages:
+        language_ok = np.isin(table.column("language").fill_null("").to_numpy(zero_copy_only=False),
+                              config.languages)
+    else:
+        language_ok = np.ones(len(keys), dtype=bool)
+    keep, dropped, funnel = resolve(keys, is_delete, n_words, language_ok, config.min_words)
+    del table
+
+    n_kept = funnel["kept"]
+    if n_kept:
+        # Arrow stream shards load memory-mapped; select keeps only the surviving rows.
+        parsed_ds = datasets.concatenate_datasets([datasets.Dataset.from_file(str(s)) for s in shards])
+        survivors = parsed_ds.select(np.flatnonzero(keep))
+        documents = survivors.map(
+            build_documents, batched=True, batch_size=500, num_proc=min(config.workers(), max(1, n_kept // 500)),
+            fn_kwargs={"include_title": config.include_title},
+            remove_columns=["key", "is_delete", "line", "abstract", "n_words"],
+            cache_file_name=str(work / "documents.arrow"), desc="split sentences")
+        documents = documents.select_columns(["id", "source", "text", "sentences", "title", "year", "language"])
+        documents.save_to_disk(str(out), max_shard_size=config.max_shard_size)
+    problems = [p.to_dict() for p in input_problems] + [p for _, s in parsed for p in s["problems"]]
+    totals = {k: sum(s[k] for _, s in parsed) for k in ("citations", "deletions", "documents", "empty_lines")}
+    summary = {
+        "output_dir": str(out),
+        "documents_kept": n_kept,
+        "read": {"files": len(files), **totals},
+        "funnel": funnel,
+        "dropped": dropped,
+        "filters": {"min_words": config.min_words, "languages": config.languages},
+        "problems": problems,
+        "problem_counts": _count_by(problems, "reason"),
+        "files": [{k: v for k, v in s.items() if k != "problems"} | {"problems": len(s["problems"])}
+                  for _, s in parsed],
+        "config": asdict(config),
+        "seconds": round(time.perf_counter() - started, 2),
+    }
+    if not n_kept:
+        summary["warning"] = "no document survived; nothing was saved"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return summary
+
+
+def _count_by(items: list[dict], key: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item[key]] = counts.get(item[key], 0) + 1
+    return counts
