@@ -64,7 +64,8 @@ class CorpusConfig:
     section_labels: bool = field(default=False, metadata={
         "help": "keep structured-abstract labels (\"METHODS: ...\") in the text"})
     languages: list[str] = field(default_factory=list, metadata={
-        "help": "keep only citations in these PubMed language codes (e.g. eng); empty keeps all"})
+        "help": "keep only citations in these PubMed language codes (e.g. eng); empty keeps all; "
+                "documents without a language (text, JSONL) are not filtered"})
     text_field: str = field(default="text", metadata={"help": "JSONL field holding the document text"})
     id_field: str = field(default="", metadata={
         "help": "JSONL field holding a document id; numeric ids are PMIDs (latest version wins)"})
@@ -308,8 +309,9 @@ def prepare_corpus(config: CorpusConfig) -> dict:
     is_delete = table.column("is_delete").to_numpy(zero_copy_only=False)
     n_words = table.column("n_words").fill_null(0).to_numpy()
     if config.languages:
-        language_ok = np.isin(table.column("language").fill_null("").to_numpy(zero_copy_only=False),
-                              config.languages)
+        # Text and JSONL documents carry no language; the filter applies to those that do.
+        languages = table.column("language").fill_null("").to_numpy(zero_copy_only=False)
+        language_ok = np.isin(languages, config.languages) | (languages == "")
     else:
         language_ok = np.ones(len(keys), dtype=bool)
     keep, dropped, funnel = resolve(keys, is_delete, n_words, language_ok, config.min_words)

@@ -73,37 +73,53 @@ class StreamDamage(Exception):
 
 
 def iter_blocks(path: str | os.PathLike, block_size: int = 1 << 20) -> Iterator[bytes]:
-    """Yield the (decompressed) bytes of a file in blocks.
+    """Yield the (decompressed) bytes of a file in blocks of about ``block_size``.
 
     For ``.gz`` files this drives :mod:`zlib` directly rather than :mod:`gzip`, because
-    ``GzipFile.read`` discards what it decompressed in a call that hits a truncated stream; here
-    every byte that can be decompressed is yielded before :class:`StreamDamage` is raised.
-    Concatenated gzip members (as ``cat a.gz b.gz`` makes) are read in sequence.
+    ``GzipFile.read`` discards what it decompressed in a call that hits damage. Compressed input
+    is fed in small pieces, so when the stream is truncated or corrupt everything up to the last
+    piece before the damage is yielded before :class:`StreamDamage` is raised. Concatenated gzip
+    members (as ``cat a.gz b.gz`` makes) are read in sequence.
     """
     with open(path, "rb") as raw:
         if not str(path).endswith(".gz"):
             while block := raw.read(block_size):
                 yield block
             return
+        pending: list[bytes] = []
+        pending_size = 0
         decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
         member_open = False  # the current gzip member has started but not reached its end marker
-        while compressed := raw.read(block_size // 4):
+        damage: str | None = None
+        while damage is None and (compressed := raw.read(_GZIP_PIECE)):
             while compressed:
                 try:
                     out = decompressor.decompress(compressed)
                 except zlib.error as err:
-                    raise StreamDamage(f"corrupt gzip data ({err}) near compressed byte {raw.tell()}") from err
+                    damage = f"corrupt gzip data ({err}) near compressed byte {raw.tell()}"
+                    break
                 member_open = True
                 if out:
-                    yield out
+                    pending.append(out)
+                    pending_size += len(out)
                 if decompressor.eof:  # end of one gzip member; another may follow
                     compressed = decompressor.unused_data.lstrip(b"\0")  # NUL padding is allowed
                     decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
                     member_open = False
                 else:
                     compressed = b""
-        if member_open:
-            raise StreamDamage("the gzip stream is truncated (it ends before its end-of-stream marker)")
+            if pending_size >= block_size:
+                yield b"".join(pending)
+                pending, pending_size = [], 0
+        if pending:
+            yield b"".join(pending)
+        if damage is None and member_open:
+            damage = "the gzip stream is truncated (it ends before its end-of-stream marker)"
+        if damage is not None:
+            raise StreamDamage(damage)
+
+
+_GZIP_PIECE = 1 << 12  # compressed bytes per zlib call: the most a damaged stream can lose
 
 
 def expand_inputs(specs: Iterable[str]) -> tuple[list[Path], list[Problem]]:

@@ -1,0 +1,61 @@
+"""Input discovery and line readers: order, missing inputs, damaged bytes and streams."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+from tokenization.sources import Problem, detect_format, expand_inputs, iter_blocks, iter_jsonl, iter_lines, iter_texts
+
+
+def test_expand_inputs_orders_and_reports_missing(tmp_path):
+    (tmp_path / "d").mkdir()
+    for name in ("pubmed26n0002.xml.gz", "pubmed26n0001.xml.gz", ".hidden"):
+        (tmp_path / "d" / name).write_bytes(b"")
+    single = tmp_path / "x.txt"
+    single.write_text("a\n")
+    files, problems = expand_inputs([str(single), str(tmp_path / "d"), str(tmp_path / "d" / "*.gz"),
+                                     str(tmp_path / "nothing*"), str(tmp_path / "absent.txt")])
+    assert [f.name for f in files] == ["x.txt", "pubmed26n0001.xml.gz", "pubmed26n0002.xml.gz"]
+    assert [p.reason for p in problems] == ["missing", "missing"]
+
+
+def test_detect_format():
+    assert detect_format("a/pubmed26n0001.xml.gz") == "pubmed-xml"
+    assert detect_format("b.JSONL") == "jsonl" and detect_format("c.txt.gz") == "text"
+
+
+def test_iter_lines_invalid_utf8_and_truncated_gzip(tmp_path):
+    lines = [f"document number {i}" for i in range(5000)]
+    blob = gzip.compress(("\n".join(lines) + "\n").encode())
+    path = tmp_path / "t.txt.gz"
+    path.write_bytes(blob[: len(blob) - 200])
+    items = list(iter_lines(path))
+    good = [i for i in items if not isinstance(i, Problem)]
+    assert [t for _, t in good] == lines[: len(good)] and len(good) > 4000
+    assert isinstance(items[-1], Problem) and items[-1].reason == "truncated_or_corrupt_gzip"
+    assert items[-1].line == len(good) + 1
+
+    raw = tmp_path / "r.txt"
+    raw.write_bytes(b"ok\n\xc3\x28 bad\nfine\n")
+    items = list(iter_lines(raw))
+    assert items[0] == (1, "ok") and items[2] == (3, "fine")
+    assert items[1].reason == "invalid_utf8" and items[1].line == 2 and items[1].byte_offset == 3
+
+
+def test_iter_blocks_plain_equals_gzip(tmp_path):
+    data = b"".join(b"line %d\n" % i for i in range(100000))
+    (tmp_path / "a").write_bytes(data)
+    (tmp_path / "a.gz").write_bytes(gzip.compress(data))
+    assert b"".join(iter_blocks(tmp_path / "a", 1000)) == data == b"".join(iter_blocks(tmp_path / "a.gz", 1000))
+
+
+def test_iter_jsonl_and_iter_texts(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"text": "one"}) + "\n[1]\n\n" + json.dumps({"body": "x"}) + "\n")
+    items = list(iter_jsonl(path, "text"))
+    assert items[0] == (1, {"text": "one"})
+    assert [(p.reason, p.line) for p in items[1:]] == [("invalid_json", 2), ("missing_field", 4)]
+    text = tmp_path / "t.txt"
+    text.write_text("alpha\n\nbeta\n")
+    assert list(iter_texts([str(path), str(text)])) == ["one", "alpha", "beta"]
