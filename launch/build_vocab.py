@@ -1,0 +1,52 @@
+"""Build an in-domain WordPiece vocabulary from a prepared corpus or raw text (PubMedBERT step 1).
+
+    python launch/build_vocab.py --inputs PATH [PATH ...] --output-dir DIR
+        [--config configs/vocab/demo.yaml] [--vocab-size N] [--cased] [--min-frequency N]
+        [--algorithm wordpiece|unigram] [--special-token-layout bert|compact] [--overwrite]
+
+The output directory loads with ``transformers.AutoTokenizer.from_pretrained`` and records its
+casing and how it was built (``vocab_card.json``). The logic lives in :mod:`tokenization.vocab`;
+this script only turns command-line options (and an optional YAML file) into a call to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from common.config import ConfigError, parse_config
+from tokenization.vocab import VocabBuildError, VocabConfig, build_vocab
+
+
+@dataclass
+class BuildVocabArgs:
+    """Where to read from and write to (how to learn is :class:`tokenization.vocab.VocabConfig`)."""
+
+    inputs: list[str] = field(metadata={
+        "nargs": "+", "help": "prepared corpus directories, or text (one document per line), "
+                              "JSONL or PubMed XML files, directories or glob patterns"})
+    output_dir: str = field(metadata={"help": "directory to write the tokenizer into"})
+    text_field: str = field(default="text", metadata={
+        "help": "field (JSONL) or column (prepared corpus) holding the document text"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "replace the tokenizer files in an output directory that is not empty"})
+    progress: bool = field(default=True, metadata={"help": "show a progress bar while reading"})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args, config = parse_config([BuildVocabArgs, VocabConfig], argv, description=__doc__.split("\n")[0])
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        result = build_vocab(args.inputs, args.output_dir, config, text_field=args.text_field,
+                             overwrite=args.overwrite, progress=args.progress)
+    except (ConfigError, VocabBuildError, FileNotFoundError) as err:
+        print(f"build_vocab: error: {err}", file=sys.stderr)
+        return 2
+    print(result.summary())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,628 @@
+"""In-domain WordPiece vocabularies: the first ingredient of PubMedBERT-style pretraining.
+
+A general-domain vocabulary shatters biomedical terms ("lymphoma" becomes ``l ##ym ##ph ##oma``
+in bert-base-uncased), which wastes sequence length and makes the model learn a term from pieces
+shared with unrelated words. PubMedBERT's first finding is that a vocabulary learnt from PubMed
+itself keeps such terms whole. This module learns one, in the exact format BERT models consume.
+
+Two algorithms produce the same kind of output:
+
+``wordpiece`` (default)
+    HF ``tokenizers``' ``WordPieceTrainer``: BPE-style merges over word counts, most frequent pair
+    first; the vocabulary is the merged units, ``##`` marking word-internal pieces. This is what
+    BERT and PubMedBERT ship as "WordPiece".
+
+``unigram``
+    A likelihood-based alternative. The PubMedBERT paper describes WordPiece as a BPE variant that
+    chooses merges by unigram-LM likelihood; here the likelihood model is trained directly: a
+    SentencePiece unigram LM (``model_type=unigram``) learns pieces from the same words, and is
+    *exported* to the ``##`` WordPiece format. SentencePiece marks the piece that begins a word
+    with ``▁``, WordPiece marks the pieces that continue one with ``##``: segmenting every corpus
+    word with the unigram model, the piece that begins a word becomes the bare token (``▁dia`` ->
+    ``dia``) and each word-internal piece becomes ``##piece`` (``bet`` -> ``##bet``). A piece the
+    model uses right after a lone ``▁`` (its way of sharing one piece between word starts and
+    word middles) begins the word, so it is kept bare. The vocabulary takes these tokens, most
+    used first. What the export keeps is the *vocabulary*: at use time WordPiece's greedy
+    longest-match-first decoding replaces the unigram model's Viterbi segmentation, so a word
+    may be cut differently than the unigram model would cut it. The SentencePiece model is saved
+    next to the vocabulary (``sentencepiece_unigram.model``) for anyone who wants the Viterbi
+    segmentation itself. A unigram LM keeps only pieces it expects to use, so on a small corpus
+    the vocabulary can stay below the requested size (the card records both sizes).
+
+Both start from one reading pass that counts words exactly as BERT's normalizer and
+pre-tokenizer make them (lowercased with accents stripped when uncased; split on whitespace and
+punctuation), so no vocabulary entry can cross a boundary BERT will put between words, and casing
+is the one the model will see. Both give every character of the alphabet a bare and a ``##``
+entry, as bert-base-uncased does, so WordPiece's greedy match can always fall back to
+characters and never emits ``[UNK]`` for a known character. Both are deterministic: the same corpus and options give the same vocabulary, byte
+for byte. (HF's ``WordPieceTrainer`` alone is not: it numbers ``##`` characters in hash-map order
+and breaks ties between equally frequent merges by those numbers, huggingface/tokenizers#1794.
+Here it is given the counted words and the whole ``##`` alphabet up front, which fixes every id.)
+
+Special tokens take BERT's conventional ids, in one of two layouts (``special_token_layout``):
+
+* ``bert`` (default), bert-base-uncased's: ``[PAD]`` = 0, ``[unused0]``..``[unused98]`` = 1..99,
+  ``[UNK]`` = 100, ``[CLS]`` = 101, ``[SEP]`` = 102, ``[MASK]`` = 103;
+* ``compact``, PubMedBERT's released vocabulary: ``[PAD]`` ``[UNK]`` ``[CLS]`` ``[SEP]`` ``[MASK]`` = 0..4.
+
+``vocab_size`` counts every entry, special and ``[unused]`` ones included. A small corpus may not
+support the requested size; the vocabulary card records both the requested and the actual size.
+The output directory is written by :func:`tokenization.tokenizer_io.save_tokenizer_dir`: it loads
+with ``transformers.AutoTokenizer.from_pretrained`` and records its casing, so a cased vocabulary
+is never used lowercased by accident.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Collection, Iterable, Iterator, Literal, Mapping, Sequence, get_args
+
+from tokenization.sources import expand_inputs, is_prepared_corpus, iter_texts
+from tokenization.tokenizer_io import (SPECIAL_TOKENS, VOCAB_CARD, bert_normalizer, bert_pipeline,
+                                       save_tokenizer_dir)
+
+logger = logging.getLogger(__name__)
+
+Algorithm = Literal["wordpiece", "unigram"]
+Layout = Literal["bert", "compact"]
+ALGORITHMS: tuple[str, ...] = get_args(Algorithm)
+LAYOUTS: tuple[str, ...] = get_args(Layout)
+
+PAD, UNK, CLS, SEP, MASK = (SPECIAL_TOKENS[f"{name}_token"] for name in ("pad", "unk", "cls", "sep", "mask"))
+CORE_SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
+CONTINUATION_PREFIX = "##"
+# BERT's WordPiece turns a longer word into [UNK]; such words teach a vocabulary nothing usable.
+MAX_INPUT_CHARS_PER_WORD = 100
+# SentencePiece's word-start marker (U+2581).
+WORD_START = "\u2581"
+# SentencePiece's default (16) would forbid whole-word pieces such as "acetyltransferase" (17) or
+# "hypercholesterolemia" (20), which a WordPiece vocabulary learnt from PubMed does keep.
+UNIGRAM_MAX_PIECE_LENGTH = 32
+UNIGRAM_MODEL_FILE = "sentencepiece_unigram.model"
+# Everything a tokenizer directory written here may hold; --overwrite replaces exactly these.
+OUTPUT_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
+                "added_tokens.json", VOCAB_CARD, UNIGRAM_MODEL_FILE)
+_PROGRESS_EVERY = 1000  # documents between progress bar updates
+
+# Characters Python's str.split() splits on although BERT's normalizer deletes them (they are
+# control characters, removed before whitespace is looked at), so "ab\x0bcd" is one BERT word.
+# tests/test_vocab.py checks this list against the real normalizer over all of Unicode.
+_DELETED_NOT_SPLIT = "\x0b\x0c\x1c\x1d\x1e\x1f\x85"
+_DELETED_NOT_SPLIT_RE = re.compile(f"[{re.escape(_DELETED_NOT_SPLIT)}]")
+_DELETE_TABLE = str.maketrans("", "", _DELETED_NOT_SPLIT)
+# In printable ASCII every non-alphanumeric character is BERT punctuation (a one-character word).
+_ASCII_WORDS_RE = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9]")
+
+
+class VocabBuildError(ValueError):
+    """A vocabulary that cannot be built as asked; the message says why and what to change."""
+
+
+class EmptyCorpusError(VocabBuildError):
+    """The inputs yielded no text to learn from."""
+
+
+class VocabSizeError(VocabBuildError):
+    """The requested size cannot hold the special tokens and the character alphabet."""
+
+
+class OutputExistsError(VocabBuildError):
+    """The output directory already holds files and overwriting was not asked for."""
+
+
+def special_tokens(layout: str) -> list[str]:
+    """The special tokens of ``layout`` in id order (token ``i`` of the list gets id ``i``)."""
+    if layout == "bert":
+        return [PAD, *(f"[unused{i}]" for i in range(99)), UNK, CLS, SEP, MASK]
+    if layout == "compact":
+        return list(CORE_SPECIAL_TOKENS)
+    raise VocabBuildError(f"unknown special_token_layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+
+
+@dataclass
+class VocabConfig:
+    """How to learn the vocabulary (where from and where to are arguments of :func:`build_vocab`)."""
+
+    vocab_size: int = field(default=30522, metadata={
+        "help": "total vocabulary size, special and [unused] tokens included (BERT: 30522)"})
+    cased: bool = field(default=False, metadata={
+        "help": "keep case and accents; the default lowercases and strips accents like BERT uncased"})
+    algorithm: Algorithm = field(default="wordpiece", metadata={
+        "help": "wordpiece: HF WordPiece trainer; unigram: SentencePiece unigram LM exported to ## format"})
+    special_token_layout: Layout = field(default="bert", metadata={
+        "help": "bert: [PAD]=0 [unused0..98]=1..99 [UNK]=100 [CLS]=101 [SEP]=102 [MASK]=103; "
+                "compact (PubMedBERT): [PAD] [UNK] [CLS] [SEP] [MASK] = 0..4"})
+    min_frequency: int = field(default=2, metadata={
+        "help": "wordpiece: a pair must occur this often to be merged; unigram: a piece must be used "
+                "this often in the unigram model's segmentation of the corpus"})
+    limit_alphabet: int | None = field(default=1000, metadata={
+        "help": "keep at most this many distinct characters, the most frequent (null: all)"})
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise VocabBuildError(f"unknown algorithm {self.algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+        n_special = len(special_tokens(self.special_token_layout))
+        if self.vocab_size <= n_special:
+            raise VocabSizeError(f"vocab_size={self.vocab_size} leaves no room for text: the "
+                                 f"{self.special_token_layout!r} layout alone takes {n_special} ids")
+        if self.min_frequency < 0:
+            raise VocabBuildError(f"min_frequency must be >= 0, not {self.min_frequency}")
+        if self.limit_alphabet is not None and self.limit_alphabet < 1:
+            raise VocabBuildError(f"limit_alphabet must be >= 1 or null (no limit), not {self.limit_alphabet}")
+
+    @property
+    def lowercase(self) -> bool:
+        return not self.cased
+
+
+@dataclass(frozen=True)
+class TrainedVocab:
+    """A learnt vocabulary with the BERT tokenizer built on it, and how it was learnt."""
+
+    tokenizer: Any  # tokenizers.Tokenizer: WordPiece model and BERT's pipeline
+    config: VocabConfig
+    documents: int
+    text_bytes: int
+    seconds: float
+    alphabet_size: int
+    unigram_model: bytes | None = None  # the serialized SentencePiece model (algorithm "unigram")
+
+    @property
+    def vocab(self) -> list[str]:
+        """Tokens in id order."""
+        return vocab_in_id_order(self.tokenizer)
+
+    def card(self) -> dict[str, Any]:
+        """Build information for the vocabulary card (save_tokenizer_dir adds the actual size,
+        the casing and the special token ids)."""
+        import tokenizers
+
+        versions = {"tokenizers": tokenizers.__version__}
+        if self.config.algorithm == "unigram":
+            import sentencepiece
+
+            versions["sentencepiece"] = sentencepiece.__version__
+        segmentation = "WordPiece greedy longest-match-first"
+        if self.config.algorithm == "unigram":
+            segmentation += (f"; vocabulary learnt by a SentencePiece unigram LM ({UNIGRAM_MODEL_FILE}) "
+                             "and exported to ## format, its Viterbi segmentation is not used")
+        return {
+            "algorithm": self.config.algorithm,
+            "segmentation": segmentation,
+            "special_token_layout": self.config.special_token_layout,
+            "vocab_size_requested": self.config.vocab_size,
+            "min_frequency": self.config.min_frequency,
+            "limit_alphabet": self.config.limit_alphabet,
+            "alphabet_size": self.alphabet_size,
+            "documents": self.documents,
+            "text_bytes": self.text_bytes,
+            "training_seconds": round(self.seconds, 3),
+            "library_versions": versions,
+        }
+
+
+@dataclass(frozen=True)
+class VocabBuildResult:
+    """What :func:`build_vocab` wrote, and where."""
+
+    output_dir: Path
+    trained: TrainedVocab
+
+    def summary(self) -> str:
+        t, cfg = self.trained, self.trained.config
+        size = len(t.vocab)
+        shortfall = "" if size == cfg.vocab_size else f" (requested {cfg.vocab_size}; the corpus supports no more)"
+        return (f"{size}-token {'cased' if cfg.cased else 'uncased'} {cfg.algorithm} vocabulary "
+                f"({cfg.special_token_layout} layout){shortfall} written to {self.output_dir}\n"
+                f"learnt from {t.documents} documents ({t.text_bytes / 1e6:.1f} MB of text) in {t.seconds:.1f} s")
+
+
+def vocab_in_id_order(tokenizer) -> list[str]:
+    """The tokens of a ``tokenizers.Tokenizer`` ordered by id; ids must run 0..n-1."""
+    by_id = sorted(tokenizer.get_vocab(with_added_tokens=True).items(), key=lambda kv: kv[1])
+    if [i for _, i in by_id] != list(range(len(by_id))):
+        raise VocabBuildError("vocabulary ids are not contiguous from 0")
+    return [tok for tok, _ in by_id]
+
+
+def build_wordpiece_tokenizer(vocab: Sequence[str], lowercase: bool):
+    """A BERT tokenizer (``tokenizers.Tokenizer``) over ``vocab`` (tokens in id order).
+
+    Both algorithms end here, so their outputs load and behave identically. Only the five core
+    special tokens become added tokens; ``[unused*]`` entries stay ordinary vocabulary, as in
+    bert-base-uncased.
+    """
+    from tokenizers import Tokenizer, models
+
+    ids = {tok: i for i, tok in enumerate(vocab)}
+    if len(ids) != len(vocab):
+        dupes = sorted(t for t, n in Counter(vocab).items() if n > 1)
+        raise VocabBuildError(f"duplicate vocabulary entries: {dupes[:10]}")
+    missing = [t for t in CORE_SPECIAL_TOKENS if t not in ids]
+    if missing:
+        raise VocabBuildError(f"vocabulary lacks the special token(s) {missing}")
+    tokenizer = Tokenizer(models.WordPiece(ids, unk_token=UNK, continuing_subword_prefix=CONTINUATION_PREFIX,
+                                           max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
+    tokenizer.add_special_tokens(list(CORE_SPECIAL_TOKENS))
+    return bert_pipeline(tokenizer, lowercase=lowercase, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD)
+
+
+class BertWordCounter:
+    """Counts the words BERT's normalizer and pre-tokenizer make of a text, exactly, but about
+    20 times faster than calling them on every document.
+
+    Text is first split where BERT is certain to split (whitespace), and the distinct chunks are
+    counted; only each distinct chunk is then normalized and pre-tokenized, and plain printable
+    ASCII chunks (nearly all of PubMed) are split in Python, where BERT's rules reduce to
+    "runs of letters and digits, and single punctuation characters". Chunk counts are folded
+    into word counts every ``fold_every`` distinct chunks, so memory follows the number of
+    distinct words rather than of distinct whitespace-separated strings.
+    """
+
+    def __init__(self, lowercase: bool, fold_every: int = 1_000_000) -> None:
+        from tokenizers import pre_tokenizers
+
+        self.lowercase = lowercase
+        self._normalizer = bert_normalizer(lowercase)
+        self._pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        self._fold_every = fold_every
+        self._chunks: Counter[str] = Counter()
+        self._words: Counter[str] = Counter()
+
+    def update(self, text: str) -> None:
+        if _DELETED_NOT_SPLIT_RE.search(text):
+            text = text.translate(_DELETE_TABLE)
+        self._chunks.update(text.split())
+        if len(self._chunks) >= self._fold_every:
+            self._fold()
+
+    def counts(self) -> Counter[str]:
+        """Word -> number of occurrences, over every text given so far."""
+        self._fold()
+        return self._words
+
+    def _fold(self) -> None:
+        words = self._words
+        for chunk, n in self._chunks.items():
+            if chunk.isascii() and chunk.isprintable():
+                if self.lowercase:
+                    chunk = chunk.lower()
+                if chunk.isalnum():
+                    words[chunk] += n
+                else:
+                    for word in _ASCII_WORDS_RE.findall(chunk):
+                        words[word] += n
+            else:
+                normalized = self._normalizer.normalize_str(chunk)
+                for word, _ in self._pre_tokenizer.pre_tokenize_str(normalized):
+                    words[word] += n
+        self._chunks.clear()
+
+
+def bert_word_counts(texts: Iterable[str], lowercase: bool) -> Counter[str]:
+    """Word counts of ``texts`` as BERT's normalizer and pre-tokenizer split them."""
+    counter = BertWordCounter(lowercase)
+    for text in texts:
+        counter.update(text)
+    return counter.counts()
+
+
+def alphabet_of(word_counts: Mapping[str, int], limit: int | None) -> set[str]:
+    """The characters of the words, keeping the ``limit`` most frequent (as WordPieceTrainer's
+    ``limit_alphabet`` does); ``None`` keeps them all."""
+    chars: Counter[str] = Counter()
+    for word, n in word_counts.items():
+        for ch in word:
+            chars[ch] += n
+    ranked = sorted(chars.items(), key=lambda kv: (-kv[1], kv[0]))
+    return {ch for ch, _ in (ranked if limit is None else ranked[:limit])}
+
+
+def trainable_words(word_counts: Mapping[str, int], alphabet: Collection[str]) -> dict[str, int]:
+    """The words a vocabulary can learn from: WordPiece turns a word longer than
+    ``MAX_INPUT_CHARS_PER_WORD`` or holding a character outside the alphabet into ``[UNK]``
+    whatever the vocabulary, and a word holding SentencePiece's marker ``▁`` would be misread by
+    the unigram trainer."""
+    allowed = set(alphabet)
+    return {w: n for w, n in word_counts.items()
+            if len(w) <= MAX_INPUT_CHARS_PER_WORD and WORD_START not in w and allowed.issuperset(w)}
+
+
+def check_room(vocab_size: int, specials: Sequence[str], alphabet: Collection[str]) -> None:
+    """Raise :class:`VocabSizeError` unless ``vocab_size`` holds the special tokens and every
+    alphabet character bare and as ``##c``."""
+    needed = len(specials) + 2 * len(alphabet)
+    if needed > vocab_size:
+        raise VocabSizeError(
+            f"vocab_size={vocab_size} is too small: the {len(specials)} special tokens and the "
+            f"{len(alphabet)}-character alphabet (each character bare and as ##c) already take {needed} "
+            f"entries; raise vocab_size or lower limit_alphabet")
+
+
+def wordpiece_merges(word_counts: Mapping[str, int], alphabet: Collection[str], specials: Sequence[str],
+                     config: VocabConfig) -> list[str]:
+    """Tokens HF's ``WordPieceTrainer`` learns from the counted words, in merge order (the special
+    tokens and the alphabet's single characters excluded).
+
+    The trainer counts words itself, so each word is handed to it as often as it occurs; the text
+    is already BERT-normalized and split, so its pipeline only splits on whitespace. Every ``##c``
+    is passed in before training (as a reserved token) and the alphabet as ``initial_alphabet``:
+    with every character id fixed up front, ties between equally frequent merges break the same
+    way on every run.
+    """
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    chars = sorted(alphabet)
+    reserved = [*specials, *(CONTINUATION_PREFIX + ch for ch in chars)]
+    tokenizer = Tokenizer(models.WordPiece(unk_token=UNK, continuing_subword_prefix=CONTINUATION_PREFIX,
+                                           max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=config.vocab_size, min_frequency=config.min_frequency, special_tokens=reserved,
+        initial_alphabet=chars, limit_alphabet=len(chars), continuing_subword_prefix=CONTINUATION_PREFIX,
+        show_progress=False)
+    logger.info("learning WordPiece merges from %d distinct words", len(word_counts))
+    tokenizer.train_from_iterator(_repeated_words(word_counts), trainer=trainer)
+    learnt = vocab_in_id_order(tokenizer)
+    fixed = set(reserved) | set(chars)
+    if set(learnt[:len(fixed)]) != fixed:
+        raise VocabBuildError("the WordPiece trainer did not put the reserved tokens and the alphabet first")
+    return learnt[len(fixed):]
+
+
+def spm_pieces_to_wordpieces(pieces: Sequence[str]) -> list[str]:
+    """One word's SentencePiece segmentation in WordPiece form: the piece that begins the word
+    (``▁`` prefix) becomes the bare token, word-internal pieces get ``##``.
+
+    ``["▁diabet", "es"]`` -> ``["diabet", "##es"]``. The unigram model may also cut off the
+    word-start marker alone (``["▁", "were"]``), sharing one piece between word starts and word
+    middles; the piece after it then begins the word: ``["were"]``.
+    """
+    if not pieces:
+        return []
+    first, rest = pieces[0], list(pieces[1:])
+    if not first.startswith(WORD_START):
+        raise VocabBuildError(f"not a word's segmentation (no {WORD_START!r} word start): {list(pieces)}")
+    first = first[len(WORD_START):]
+    if not first:
+        if not rest:
+            return []
+        first, rest = rest[0], rest[1:]
+    return [first, *(CONTINUATION_PREFIX + piece for piece in rest)]
+
+
+def unigram_wordpiece_usage(model_proto: bytes, word_counts: Mapping[str, int], batch: int = 100_000) -> Counter[str]:
+    """How often each WordPiece-form token occurs when a SentencePiece unigram model segments the
+    words (Viterbi), weighted by the words' counts: the tokens the likelihood model actually uses,
+    in the position (word start or word middle) it uses them in."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_proto=model_proto)
+    usage: Counter[str] = Counter()
+    words = list(word_counts)
+    for start in range(0, len(words), batch):
+        chunk = words[start:start + batch]
+        for word, pieces in zip(chunk, sp.encode(chunk, out_type=str, num_threads=_cpu_count())):
+            n = word_counts[word]
+            for token in spm_pieces_to_wordpieces(pieces):
+                usage[token] += n
+    return usage
+
+
+def assemble_vocab(candidates: Mapping[str, float], alphabet: Collection[str], specials: Sequence[str],
+                   vocab_size: int) -> list[str]:
+    """A WordPiece vocabulary in id order: ``specials``, every alphabet character bare and as
+    ``##c``, then the candidates with the highest value (ties by token) until ``vocab_size``
+    entries. Candidates using a character outside the alphabet are left out (WordPiece could
+    never produce them)."""
+    check_room(vocab_size, specials, alphabet)
+    chars = sorted(alphabet)
+    vocab = [*specials, *chars, *(CONTINUATION_PREFIX + ch for ch in chars)]
+    seen = set(vocab)
+    allowed = set(chars)
+    for token, _ in sorted(candidates.items(), key=lambda kv: (-kv[1], kv[0])):
+        if len(vocab) >= vocab_size:
+            break
+        body = token[len(CONTINUATION_PREFIX):] if token.startswith(CONTINUATION_PREFIX) else token
+        if token in seen or not body or not allowed.issuperset(body):
+            continue
+        vocab.append(token)
+        seen.add(token)
+    return vocab
+
+
+def train_vocab(texts: Iterable[str], config: VocabConfig, *, progress: bool = False) -> TrainedVocab:
+    """Learn a vocabulary from document texts and build its BERT tokenizer (nothing is written)."""
+    start = time.perf_counter()
+    stats = _ReadStats()
+    counter = BertWordCounter(config.lowercase)
+    for text in _metered(texts, stats, progress):
+        counter.update(text)
+    word_counts = counter.counts()
+    if stats.documents == 0:
+        raise EmptyCorpusError("no documents to learn from")
+    if not word_counts:
+        raise EmptyCorpusError(f"the {stats.documents} documents read contain no words")
+    specials = special_tokens(config.special_token_layout)
+    alphabet = alphabet_of(word_counts, config.limit_alphabet)
+    check_room(config.vocab_size, specials, alphabet)  # before the long part
+    candidates, unigram_model = _learn(trainable_words(word_counts, alphabet), alphabet, specials, config)
+    vocab = assemble_vocab(candidates, alphabet, specials, config.vocab_size)
+    tokenizer = build_wordpiece_tokenizer(vocab, lowercase=config.lowercase)
+    return TrainedVocab(tokenizer=tokenizer, config=config, documents=stats.documents, text_bytes=stats.text_bytes,
+                        seconds=time.perf_counter() - start, alphabet_size=len(alphabet),
+                        unigram_model=unigram_model)
+
+
+def _learn(words: Mapping[str, int], alphabet: Collection[str], specials: Sequence[str],
+           config: VocabConfig) -> tuple[dict[str, float], bytes | None]:
+    """Candidate tokens beyond the alphabet, each with a rank value (higher is kept first), and
+    the unigram model when there is one."""
+    budget = config.vocab_size - len(specials) - 2 * len(alphabet)
+    if not words or budget == 0:
+        return {}, None
+    if config.algorithm == "wordpiece":
+        merged = wordpiece_merges(words, alphabet, specials, config)
+        return {token: -rank for rank, token in enumerate(merged)}, None  # in merge order
+    # Single-character pieces map onto the alphabet entries already reserved, and a piece may be
+    # used both at word starts and in word middles: ask for enough pieces to fill the budget;
+    # the least used are cut when it overflows.
+    model = train_unigram_model(words, budget + 2 * len(alphabet) + 2)
+    usage = unigram_wordpiece_usage(model, words)
+    return {token: n for token, n in usage.items() if n >= config.min_frequency}, model
+
+
+def build_vocab(inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLike, config: VocabConfig | None = None,
+                *, text_field: str = "text", overwrite: bool = False, progress: bool = False) -> VocabBuildResult:
+    """Learn a vocabulary from prepared corpora or raw text/JSONL/PubMed XML files and write it
+    as a tokenizer directory (``AutoTokenizer``-loadable, casing recorded, vocabulary card).
+
+    Everything that can be checked before the long read is checked first: the inputs exist and
+    the output directory is empty (or ``overwrite`` is set, which replaces the tokenizer files
+    listed in ``OUTPUT_FILES`` and leaves any other file alone).
+    """
+    config = config or VocabConfig()
+    names = [str(p) for p in inputs]
+    if not names:
+        raise EmptyCorpusError("no inputs given")
+    _check_inputs(names)
+    out = Path(output_dir)
+    _check_output_dir(out, overwrite)
+    try:
+        trained = train_vocab(iter_texts(names, text_field=text_field), config, progress=progress)
+    except EmptyCorpusError as err:
+        raise EmptyCorpusError(f"no text to learn from in {', '.join(names)} "
+                               f"(text field {text_field!r}): {err}") from err
+    if out.is_dir():
+        for name in OUTPUT_FILES:
+            (out / name).unlink(missing_ok=True)
+    card = {**trained.card(), "inputs": names, "text_field": text_field,
+            "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    if trained.unigram_model is not None:
+        card["unigram_model"] = UNIGRAM_MODEL_FILE
+    save_tokenizer_dir(trained.tokenizer, out, lowercase=config.lowercase, card=card)
+    if trained.unigram_model is not None:
+        (out / UNIGRAM_MODEL_FILE).write_bytes(trained.unigram_model)
+    return VocabBuildResult(output_dir=out, trained=trained)
+
+
+# --- internals -------------------------------------------------------------------------------
+
+@dataclass
+class _ReadStats:
+    documents: int = 0
+    text_bytes: int = 0
+
+
+def _metered(texts: Iterable[str], stats: _ReadStats, progress: bool) -> Iterator[str]:
+    """The texts, counted into ``stats`` (documents, UTF-8 bytes) and shown by a tqdm bar."""
+    from tqdm.auto import tqdm
+
+    with tqdm(desc="reading documents", unit=" docs", unit_scale=True, disable=not progress) as bar:
+        for text in texts:
+            stats.documents += 1
+            stats.text_bytes += len(text) if text.isascii() else len(text.encode("utf-8"))
+            if stats.documents % _PROGRESS_EVERY == 0:
+                bar.set_postfix_str(f"{stats.text_bytes / 1e6:.1f} MB", refresh=False)
+                bar.update(_PROGRESS_EVERY)
+            yield text
+        bar.set_postfix_str(f"{stats.text_bytes / 1e6:.1f} MB", refresh=False)
+        bar.update(stats.documents % _PROGRESS_EVERY)
+    logger.info("read %d documents (%.1f MB of text)", stats.documents, stats.text_bytes / 1e6)
+
+
+def _repeated_words(word_counts: Mapping[str, int], batch_chars: int = 1 << 20) -> Iterator[list[str]]:
+    """Each word as often as it occurs, space-separated, in batches of about ``batch_chars``."""
+    batch: list[str] = []
+    size = 0
+    for word, n in word_counts.items():
+        per_text = max(1, batch_chars // (len(word) + 1))
+        while n > 0:
+            k = min(n, per_text)
+            batch.append((word + " ") * k)
+            size += k * (len(word) + 1)
+            n -= k
+            if size >= batch_chars:
+                yield batch
+                batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def train_unigram_model(word_counts: Mapping[str, int], vocab_size: int) -> bytes:
+    """Train a SentencePiece unigram LM on counted BERT words and return the serialized model.
+
+    SentencePiece's own normalization and splitting are switched off: the words are already
+    BERT-normalized and must not be split further (by script or digits). The words go in as
+    SentencePiece's TSV input (``sentence<TAB>count``), see :func:`_unigram_training_lines`.
+    """
+    import io
+
+    import sentencepiece as spm
+
+    logger.info("training a SentencePiece unigram model on %d distinct words", len(word_counts))
+    model = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=_unigram_training_lines(word_counts), input_format="tsv",
+            model_writer=model, model_type="unigram", vocab_size=vocab_size, hard_vocab_limit=False,
+            character_coverage=1.0, normalization_rule_name="identity", add_dummy_prefix=True,
+            remove_extra_whitespaces=False, split_by_whitespace=True, split_by_unicode_script=False,
+            split_by_number=False, split_digits=False, byte_fallback=False,
+            max_sentencepiece_length=UNIGRAM_MAX_PIECE_LENGTH, max_sentence_length=1 << 16,
+            unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1, num_threads=_cpu_count(), minloglevel=2)
+    except (RuntimeError, OSError) as err:
+        raise VocabBuildError(f"SentencePiece unigram training failed: {err}") from err
+    return model.getvalue()
+
+
+def _unigram_training_lines(word_counts: Mapping[str, int]) -> Iterator[str]:
+    """TSV lines that give SentencePiece every word exactly as often as it occurs, and let a
+    repeated word become a candidate piece.
+
+    SentencePiece merges identical lines and draws its candidate pieces from substrings that occur
+    at least twice in the (merged) text; one line per distinct word would make a whole word a
+    candidate only if it happens to be part of another word, so "hypertension" would be learnt
+    as "hypertensi" + "on". So a word seen ``n`` times appears ``r = 1 + floor(log2 n)`` times on
+    its line (``word word ...<TAB>n // r``, plus a line for the remainder): the likelihood still
+    counts it exactly ``n`` times, and a frequent word is a candidate whose rank grows with its
+    frequency, while the text SentencePiece holds stays proportional to the number of distinct
+    words (not to the corpus).
+    """
+    for word, n in word_counts.items():
+        repeats = min(n, n.bit_length())
+        per_line, remainder = divmod(n, repeats)
+        yield f"{' '.join([word] * repeats)}\t{per_line}"
+        if remainder:
+            yield f"{' '.join([word] * remainder)}\t1"
+
+
+def _check_inputs(names: Sequence[str]) -> None:
+    problems = []
+    for name in names:
+        if not is_prepared_corpus(name):
+            problems.extend(expand_inputs([name])[1])
+    if problems:
+        raise FileNotFoundError("cannot read the inputs: " + "; ".join(p.describe() for p in problems))
+
+
+def _check_output_dir(out: Path, overwrite: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise OutputExistsError(f"output path {out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise OutputExistsError(f"output directory {out} exists and is not empty; "
+                                "pass --overwrite to replace the tokenizer files in it")
+
+
+def _cpu_count() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
