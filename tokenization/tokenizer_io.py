@@ -23,14 +23,23 @@ class CasingMismatchError(ValueError):
     """Raised when a caller asks for a casing the tokenizer was not built with."""
 
 
+def bert_normalizer(lowercase: bool):
+    """BERT's text normalizer: drop control characters, space out CJK ideographs and, when
+    uncased, lowercase and strip accents (strip_accents follows lowercase, exactly as BERT's
+    BasicTokenizer does). Vocabulary training uses the same object, so a vocabulary is always
+    learnt from text normalized the way it will be tokenized."""
+    from tokenizers import normalizers
+
+    return normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                      strip_accents=None, lowercase=lowercase)
+
+
 def bert_pipeline(tokenizer, lowercase: bool, max_input_chars_per_word: int = 100):
     """Give a ``tokenizers.Tokenizer`` with a WordPiece model BERT's normalizer, pre-tokenizer,
     post-processor ([CLS] A [SEP] B [SEP] with segment ids) and decoder."""
-    from tokenizers import decoders, normalizers, pre_tokenizers, processors
+    from tokenizers import decoders, pre_tokenizers, processors
 
-    # strip_accents follows lowercase, exactly as BERT's BasicTokenizer does.
-    tokenizer.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
-                                                      strip_accents=None, lowercase=lowercase)
+    tokenizer.normalizer = bert_normalizer(lowercase)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     cls_id = tokenizer.token_to_id("[CLS]")
     sep_id = tokenizer.token_to_id("[SEP]")
@@ -73,13 +82,16 @@ def save_tokenizer_dir(tokenizer, out_dir: str | os.PathLike, lowercase: bool,
 
 
 def infer_lowercase_from_vocab(vocab_file: str | os.PathLike) -> bool:
-    """An uncased vocabulary has no uppercase letters outside its [SPECIAL] tokens."""
+    """An uncased vocabulary was learnt from lowercased text, so lowercasing changes none of its
+    tokens; a cased one has tokens that lowercasing changes ("RecA"). Symbols such as "ϒ" or "ℂ"
+    count as uppercase for ``str.isupper`` but have no lowercase form, so they are no evidence of
+    casing (the released PubMedBERT vocabulary contains 49 of them)."""
     with open(vocab_file, encoding="utf-8") as handle:
         for line in handle:
             token = line.rstrip("\n")
             if token.startswith("[") and token.endswith("]"):
                 continue
-            if any(ch.isupper() for ch in token):
+            if token != token.lower():
                 return False
     return True
 
