@@ -30,6 +30,7 @@ from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tokenization.pubmed_xml import Citation, Deletion, iter_pubmed_records
 from tokenization.sources import JSONL, XML, Problem, detect_format, expand_inputs, iter_jsonl, iter_lines
@@ -47,7 +48,8 @@ PARSED_SCHEMA = pa.schema([
     ("language", pa.string()),
 ])
 PARSER_VERSION = 1  # bump when parsing changes, so cached shards are rebuilt
-FLUSH_ROWS = 20_000
+FLUSH_ROWS = 20_000           # rows per Arrow record batch, at most ...
+FLUSH_CHARS = 4_000_000       # ... and at most this much text, so memory stays flat per worker
 
 
 @dataclass
@@ -145,6 +147,7 @@ def parse_file(path: Path, shard_path: Path, config: CorpusConfig) -> dict:
     tmp = shard_path.with_suffix(".arrow.tmp")
     columns: dict[str, list] = {name: [] for name in PARSED_SCHEMA.names}
     rows = 0
+    pending_chars = 0
     started = time.perf_counter()
     with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, PARSED_SCHEMA) as writer:
         def flush() -> None:
@@ -158,8 +161,10 @@ def parse_file(path: Path, shard_path: Path, config: CorpusConfig) -> dict:
             for name in PARSED_SCHEMA.names:
                 columns[name].append(row.get(name))
             rows += 1
-            if len(columns["key"]) >= FLUSH_ROWS:
+            pending_chars += len(row.get("abstract") or "") + len(row.get("title") or "")
+            if len(columns["key"]) >= FLUSH_ROWS or pending_chars >= FLUSH_CHARS:
                 flush()
+                pending_chars = 0
         flush()
     os.replace(tmp, shard_path)
     summary = {"path": str(path), "format": detect_format(path), "rows": rows,
@@ -310,8 +315,10 @@ def prepare_corpus(config: CorpusConfig) -> dict:
     n_words = table.column("n_words").fill_null(0).to_numpy()
     if config.languages:
         # Text and JSONL documents carry no language; the filter applies to those that do.
-        languages = table.column("language").fill_null("").to_numpy(zero_copy_only=False)
-        language_ok = np.isin(languages, config.languages) | (languages == "")
+        # (Arrow compute, not numpy: 36M Python strings would cost gigabytes.)
+        languages = table.column("language").fill_null("")
+        allowed = pa.array(list(config.languages) + [""], type=pa.string())
+        language_ok = pc.is_in(languages, value_set=allowed).to_numpy(zero_copy_only=False)
     else:
         language_ok = np.ones(len(keys), dtype=bool)
     keep, dropped, funnel = resolve(keys, is_delete, n_words, language_ok, config.min_words)
