@@ -92,16 +92,22 @@ def child_pipeline(path: str) -> int:
 CHILDREN = {"dom": child_dom, "iterparse": child_iterparse, "parse": child_parse, "pipeline": child_pipeline}
 
 
-def peak_rss_mib() -> float:
-    """This process's peak resident memory. VmHWM belongs to the address space, which exec
-    replaces; ru_maxrss survives exec on Linux and would include the parent's size at fork."""
+def proc_status_mib(key: str) -> float | None:
+    """A memory figure of this process from /proc/self/status (Linux), in MiB."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) / 1024
     except OSError:
         pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return None
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory. VmHWM belongs to the address space, which exec
+    replaces; ru_maxrss survives exec on Linux and would include the parent's size at fork."""
+    peak = proc_status_mib("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 class AnonymousMemorySampler(threading.Thread):
@@ -126,13 +132,7 @@ class AnonymousMemorySampler(threading.Thread):
 
     @staticmethod
     def read() -> float:
-        try:
-            for line in Path("/proc/self/status").read_text().splitlines():
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) / 1024
-        except OSError:
-            pass
-        return 0.0
+        return proc_status_mib("RssAnon") or 0.0
 
 
 def measure(mode: str, path: Path) -> dict:

@@ -119,8 +119,8 @@ def _tsv_header(fields: list[str], wanted: Iterable[str]) -> dict[str, int] | No
     return None
 
 
-def read_ner(path: Path) -> Iterator[str]:
-    """``token<TAB>tag`` lines; a blank line (or ``-DOCSTART-``) ends a sentence. Instance: a sentence."""
+def _read_token_lines(path: Path, separator: str | None, width: int, layout: str) -> Iterator[str]:
+    """One token per line (its first field); a blank line or ``-DOCSTART-`` ends a sentence."""
     tokens: list[str] = []
     for line_no, line in _numbered_lines(path):
         if not line.strip() or line.startswith("-DOCSTART-"):
@@ -128,32 +128,24 @@ def read_ner(path: Path) -> Iterator[str]:
                 yield " ".join(tokens)
                 tokens = []
             continue
-        fields = line.split("\t")
-        if len(fields) != 2 or not fields[0].strip():
-            raise DatasetFormatError(path, line_no, f"expected 'token<TAB>tag', got {len(fields)} "
-                                     f"tab-separated field(s): {line[:80]!r}")
+        fields = line.split(separator)
+        if len(fields) != width or not fields[0].strip():
+            raise DatasetFormatError(path, line_no, f"expected '{layout}' ({width} fields), got "
+                                     f"{len(fields)}: {line[:80]!r}")
         tokens.append(fields[0])
     if tokens:
         yield " ".join(tokens)
+
+
+def read_ner(path: Path) -> Iterator[str]:
+    """``token<TAB>tag`` lines; a blank line (or ``-DOCSTART-``) ends a sentence. Instance: a sentence."""
+    return _read_token_lines(path, "\t", 2, "token<TAB>tag")
 
 
 def read_pico(path: Path) -> Iterator[str]:
     """``token POS O tag`` lines, abstracts opened by ``-DOCSTART- (PMID)``, blank lines between
     sentences. Instance: a sentence (the unit of the paper's Table 8, 30.7 BERT pieces on average)."""
-    tokens: list[str] = []
-    for line_no, line in _numbered_lines(path):
-        if line.startswith("-DOCSTART-") or not line.strip():
-            if tokens:
-                yield " ".join(tokens)
-                tokens = []
-            continue
-        fields = line.split()
-        if len(fields) != 4:
-            raise DatasetFormatError(path, line_no, f"expected 'token POS O tag' (4 space-separated "
-                                     f"fields), got {len(fields)}: {line[:80]!r}")
-        tokens.append(fields[0])
-    if tokens:
-        yield " ".join(tokens)
+    return _read_token_lines(path, None, 4, "token POS O tag")
 
 
 def read_gad(path: Path) -> Iterator[str]:
