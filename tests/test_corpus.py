@@ -119,6 +119,18 @@ def test_resume_reuses_parsed_files_and_refuses_to_clobber(tmp_path, monkeypatch
     assert ds2["id"] == ds1["id"] and second["funnel"] == first["funnel"]
 
 
+def test_rerun_with_an_added_update_file_uses_the_update(tmp_path):
+    baseline = tmp_path / "n0001.xml"
+    baseline.write_text(article_set(pubmed_article("1", words(10, "old")), pubmed_article("2", words(10))))
+    _, first = run(tmp_path, [baseline], min_words=1)
+    update = tmp_path / "n0002.xml"
+    update.write_text(article_set(pubmed_article("1", words(10, "new"))))
+    _, second = run(tmp_path, [baseline, update], min_words=1, overwrite=True)
+    assert len(first) == len(second) == 2
+    texts = dict(zip(second["id"], second["text"]))
+    assert "new" in texts["1"] and "old" not in texts["1"]
+
+
 def test_parallel_equals_serial(tmp_path):
     files = []
     for n in range(4):

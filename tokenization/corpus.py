@@ -328,14 +328,23 @@ def prepare_corpus(config: CorpusConfig) -> dict:
     if n_kept:
         # Arrow stream shards load memory-mapped; select keeps only the surviving rows.
         parsed_ds = datasets.concatenate_datasets([datasets.Dataset.from_file(str(s)) for s in shards])
-        survivors = parsed_ds.select(np.flatnonzero(keep))
+        kept_rows = np.flatnonzero(keep)
+        survivors = parsed_ds.select(kept_rows)
+        # The cache of sentence-split documents is named after exactly what goes into it (which
+        # parsed files, which of their rows, how documents are built), so a run with other inputs
+        # (say, one more update file) never picks up a stale cache.
+        recipe = hashlib.sha1("\0".join([*(s.name for s in shards), str(config.include_title),
+                                         str(PARSER_VERSION)]).encode() + kept_rows.tobytes()).hexdigest()[:16]
         documents = survivors.map(
             build_documents, batched=True, batch_size=500, num_proc=min(config.workers(), max(1, n_kept // 500)),
             fn_kwargs={"include_title": config.include_title},
             remove_columns=["key", "is_delete", "line", "abstract", "n_words"],
-            cache_file_name=str(work / "documents.arrow"), desc="split sentences")
+            cache_file_name=str(work / f"documents-{recipe}.arrow"), desc="split sentences")
         documents = documents.select_columns(["id", "source", "text", "sentences", "title", "year", "language"])
         documents.save_to_disk(str(out), max_shard_size=config.max_shard_size)
+        for stale in work.glob("documents-*.arrow"):
+            if not stale.name.startswith(f"documents-{recipe}"):
+                stale.unlink()
     problems = [p.to_dict() for p in input_problems] + [p for _, s in parsed for p in s["problems"]]
     totals = {k: sum(s[k] for _, s in parsed) for k in ("citations", "deletions", "documents", "empty_lines")}
     summary = {
