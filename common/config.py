@@ -36,6 +36,10 @@ def load_yaml_mapping(path: str | Path) -> dict[str, Any]:
     return data
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Show defaults, and keep the description's line breaks (scripts put usage examples there)."""
+
+
 def parse_config(dataclass_types: Sequence[type], argv: Sequence[str] | None = None,
                  description: str | None = None) -> tuple[Any, ...]:
     """Parse ``argv`` into instances of ``dataclass_types`` (YAML file first, flags override it)."""
@@ -45,7 +49,7 @@ def parse_config(dataclass_types: Sequence[type], argv: Sequence[str] | None = N
     pre.add_argument("--config", default=None)
     known, _ = pre.parse_known_args(argv)
 
-    parser = HfArgumentParser(dataclass_types, description=description)
+    parser = HfArgumentParser(dataclass_types, description=description, formatter_class=_HelpFormatter)
     parser.add_argument("--config", default=None, help="YAML file with option values; flags override it")
     if known.config:
         values = load_yaml_mapping(known.config)
