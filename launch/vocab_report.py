@@ -7,7 +7,7 @@ Example (from the repository root):
     python launch/vocab_report.py \\
         --tokenizers bert=/path/to/bert-base-uncased pubmed=runs/demo/vocab \\
         --corpus data/sample/sywada_PubMedAbstract_1MB.txt \\
-        --datasets NCBI-disease=../shared/data/blurb/ner/NCBI-disease/test.tsv \\
+        --datasets NCBI-disease=data/blurb/NCBI-disease/test.tsv \\
         --output-dir runs/vocab_report
 
 A tokenizer is NAME=PATH, PATH a tokenizer directory or a vocab.txt; its casing is what the
