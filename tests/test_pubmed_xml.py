@@ -6,7 +6,6 @@ import gzip
 import random
 import zlib
 
-import pytest
 
 from tests.conftest import shared_file
 from tokenization.pubmed_xml import Citation, Deletion, iter_pubmed_records

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tokenization.pubmed_xml import Citation, Deletion, iter_pubmed_records
+from tokenization.pubmed_xml import Deletion, iter_pubmed_records
 from tokenization.sources import JSONL, XML, Problem, detect_format, expand_inputs, iter_jsonl, iter_lines
 
 PARSED_SCHEMA = pa.schema([

@@ -9,7 +9,7 @@ person can read (``report.md``, with plots) and a program can consume (``report.
 
 Definitions (they are printed in every report)
     word      a BERT pre-tokenization unit, one definition shared by all vocabularies
-              (:class:`tokenization.instances.WordSplitter`); each vocabulary applies its own
+              (:class:`tokenization.words.WordSplitter`); each vocabulary applies its own
               normalizer (lowercasing when uncased) and WordPiece to it.
     instance  what a model reads at once: a document of a corpus, a dataset example
               (:mod:`tokenization.instances` says which for each format).

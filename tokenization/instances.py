@@ -7,14 +7,9 @@ for NER, an example for relation extraction, a sentence pair for BIOSSES, questi
 question answering). Each dataset format below says what its instance is, and the report prints it.
 
 Words
-    An instance is a list of *words*, where a word is a BERT pre-tokenization unit: the text is
-    cleaned (control characters dropped, every whitespace character made a space), CJK characters
-    are set apart, and the result is split on whitespace and on every punctuation character. This
-    is ``tokenizers``' ``BertNormalizer`` (without lowercasing or accent stripping) followed by its
-    ``BertPreTokenizer`` — exactly the units BERT's WordPiece sees. Casing is left alone on
-    purpose, so that one definition serves every vocabulary: each vocabulary then lowercases (or
-    not) when it tokenizes a word, and a word's pieces are what that tokenizer produces for it in
-    running text. Pre-tokenized datasets (NER, PICO) are re-split the same way, as BERT would.
+    An instance is a list of *words*: BERT pre-tokenization units, casing untouched, as
+    :class:`tokenization.words.WordSplitter` makes them. Pre-tokenized datasets (NER, PICO) are
+    re-split the same way, as BERT would.
 
 Dataset formats (``DATASET_FORMATS``; detected from the file content, or named by the user)
     ``ner``       ``token<TAB>tag``, a blank line between sentences (NCBI-disease, BC5CDR, JNLPBA, ...)
@@ -36,13 +31,13 @@ import csv
 import glob
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Iterable, Iterator, Mapping
 
 from tokenization.sources import JSONL, XML, Problem, detect_format, is_prepared_corpus, iter_lines, iter_texts
+from tokenization.words import WordSplitter
 
 CORPUS = "corpus"
 DATASET = "dataset"
@@ -65,40 +60,6 @@ class DatasetFormatError(InputError):
         self.line = line
         where = self.path if line is None else f"{self.path}, line {line}"
         super().__init__(f"{where}: {message}")
-
-
-# --------------------------------------------------------------------------------------- words
-
-# BERT's cleaning and splitting restricted to ASCII, where they are two regular expressions: clean_text
-# drops the control characters (tab, newline and carriage return are whitespace instead), and each of
-# the 32 ASCII punctuation characters (Python's string.punctuation) is a word of its own.
-ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-ASCII_WORD = re.compile(r"[!-/:-@\[-`{-~]|[^\s!-/:-@\[-`{-~]+")
-
-
-class WordSplitter:
-    """Split text into BERT pre-tokenization units, casing untouched (see the module docstring).
-
-    :meth:`pre_tokenize` is the reference: ``tokenizers``' BertNormalizer and BertPreTokenizer.
-    Calling the splitter gives the same words, but takes a regular-expression path for ASCII text
-    (most of PubMed), which is about five times faster than building Python objects for every
-    word out of the Rust pre-tokenizer; the tests hold the two paths equal.
-    """
-
-    def __init__(self) -> None:
-        from tokenizers import normalizers, pre_tokenizers
-
-        self._normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
-                                                      strip_accents=False, lowercase=False)
-        self._pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-
-    def pre_tokenize(self, text: str) -> list[str]:
-        return [word for word, _ in self._pre_tokenizer.pre_tokenize_str(self._normalizer.normalize_str(text))]
-
-    def __call__(self, text: str) -> list[str]:
-        if text.isascii():
-            return ASCII_WORD.findall(ASCII_CONTROL.sub("", text))
-        return self.pre_tokenize(text)
 
 
 # ----------------------------------------------------------------------------- dataset readers

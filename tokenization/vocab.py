@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any, Collection, Iterable, Iterator, Literal, Mapping, Sequence, get_args
 
 from tokenization.sources import expand_inputs, is_prepared_corpus, iter_texts
+from tokenization.words import ASCII_WORD
 from tokenization.tokenizer_io import (SPECIAL_TOKENS, VOCAB_CARD, bert_normalizer, bert_pipeline,
                                        save_tokenizer_dir)
 
@@ -97,8 +98,6 @@ _PROGRESS_EVERY = 1000  # documents between progress bar updates
 _DELETED_NOT_SPLIT = "\x0b\x0c\x1c\x1d\x1e\x1f\x85"
 _DELETED_NOT_SPLIT_RE = re.compile(f"[{re.escape(_DELETED_NOT_SPLIT)}]")
 _DELETE_TABLE = str.maketrans("", "", _DELETED_NOT_SPLIT)
-# In printable ASCII every non-alphanumeric character is BERT punctuation (a one-character word).
-_ASCII_WORDS_RE = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9]")
 
 
 class VocabBuildError(ValueError):
@@ -297,7 +296,7 @@ class BertWordCounter:
                 if chunk.isalnum():
                     words[chunk] += n
                 else:
-                    for word in _ASCII_WORDS_RE.findall(chunk):
+                    for word in ASCII_WORD.findall(chunk):
                         words[word] += n
             else:
                 normalized = self._normalizer.normalize_str(chunk)
