@@ -1,0 +1,143 @@
+"""Typed configuration of a pretraining run, and the DeepSpeed config generated from it.
+
+One set of dataclasses describes the run (``configs/pretrain/*.yaml`` + command-line overrides);
+the DeepSpeed config is *derived* from them by :func:`create_ds_config`, never written by hand,
+so batch sizes, accumulation, clipping and precision cannot disagree between the two. The global
+batch is ``micro_batch_size × gradient_accumulation_steps × world_size``; give
+``global_batch_size`` instead of the accumulation steps and they are derived (the paper's 8,192
+on 64 GPUs with micro-batches of 32 is 4 accumulation steps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+MODEL_PRESET_DIR = REPO_ROOT / "configs" / "model"
+
+Optimizer = Literal["adamw", "lamb"]
+Schedule = Literal["slanted_triangular", "polynomial", "constant_with_warmup"]
+Precision = Literal["fp32", "fp16", "bf16"]
+WandbMode = Literal["offline", "online", "disabled"]
+
+
+class PretrainConfigError(ValueError):
+    """Options that cannot work together; raised before anything heavy starts."""
+
+
+@dataclass
+class ModelArguments:
+    model: str = field(default="bert-base", metadata={
+        "help": "a preset in configs/model (bert-base, bert-large, bert-small, bert-tiny) or a path to a "
+                "YAML/JSON file of BertConfig fields; vocab_size always comes from the tokenizer"})
+    attn_implementation: str = field(default="sdpa", metadata={"help": "attention kernel: sdpa or eager"})
+
+
+@dataclass
+class DataArguments:
+    data_dir: str = field(default="", metadata={
+        "help": "pretraining instances made by launch/create_pretraining_data.py"})
+    tokenizer: str = field(default="", metadata={
+        "help": "tokenizer directory; must be the vocabulary the instances were made with"})
+    mlm_probability: float = field(default=0.15, metadata={"help": "share of real tokens masked"})
+    whole_word_masking: bool = field(default=True, metadata={
+        "help": "mask whole words (all their pieces); --no-whole-word-masking masks single tokens"})
+    nsp: bool = field(default=True, metadata={"help": "train next-sentence prediction (the data must have it)"})
+    num_workers: int = field(default=1, metadata={"help": "DataLoader worker processes per rank"})
+
+
+@dataclass
+class TrainArguments:
+    output_dir: str = field(default="", metadata={"help": "run directory: checkpoints, metrics.jsonl, exports"})
+    max_steps: int = field(default=1000, metadata={"help": "optimizer steps (the paper: 62,500 at batch 8,192)"})
+    micro_batch_size: int = field(default=32, metadata={"help": "sequences per rank per forward pass"})
+    gradient_accumulation_steps: int = field(default=1, metadata={
+        "help": "micro-batches per optimizer step (derived when global_batch_size is set)"})
+    global_batch_size: int = field(default=0, metadata={
+        "help": "sequences per optimizer step over all ranks; 0 means micro × accumulation × world size"})
+    optimizer: Optimizer = field(default="adamw", metadata={"help": "adamw or lamb"})
+    learning_rate: float = field(default=6e-4, metadata={"help": "peak learning rate (the paper: 6e-4)"})
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-6
+    weight_decay: float = field(default=0.01, metadata={"help": "not applied to biases and LayerNorm weights"})
+    schedule: Schedule = field(default="slanted_triangular", metadata={
+        "help": "slanted_triangular (linear warm-up, linear decay to 0), polynomial or constant_with_warmup"})
+    warmup_ratio: float = field(default=0.1, metadata={"help": "share of max_steps spent warming up"})
+    polynomial_power: float = 1.0
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping (0 disables)"})
+    precision: Precision = field(default="fp32", metadata={"help": "fp32 (CPU), bf16 or fp16 (GPU)"})
+    zero_stage: int = field(default=0, metadata={"help": "DeepSpeed ZeRO stage 0, 1 or 2"})
+    seed: int = 42
+    checkpoint_every: int = field(default=500, metadata={"help": "steps between checkpoints (and one at the end)"})
+    keep_last: int = field(default=3, metadata={"help": "checkpoints kept; older ones are deleted"})
+    export_hf: bool = field(default=True, metadata={
+        "help": "write a transformers-format export (config, safetensors, tokenizer) with each checkpoint"})
+    resume: bool = field(default=True, metadata={"help": "continue from the latest checkpoint in output_dir"})
+    log_every: int = field(default=1, metadata={"help": "steps between metric lines"})
+    max_consecutive_nonfinite: int = field(default=5, metadata={
+        "help": "abort (keeping the last checkpoint) after this many skipped non-finite steps in a row"})
+    wandb_mode: WandbMode = field(default="offline", metadata={"help": "offline (default), online or disabled"})
+    wandb_project: str = "biomed-lm"
+    run_name: str = ""
+
+
+def load_model_preset(name_or_path: str) -> dict[str, Any]:
+    """BertConfig fields from a preset name (``configs/model/<name>.yaml``) or a YAML/JSON file."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = MODEL_PRESET_DIR / f"{name_or_path}.yaml"
+    if not path.is_file():
+        presets = sorted(p.stem for p in MODEL_PRESET_DIR.glob("*.yaml"))
+        raise PretrainConfigError(f"model {name_or_path!r}: no such preset or file (presets: {', '.join(presets)})")
+    values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(values, dict):
+        raise PretrainConfigError(f"{path}: expected a mapping of BertConfig fields")
+    values.pop("vocab_size", None)  # always the tokenizer's
+    return values
+
+
+def resolve_batch(train: TrainArguments, world_size: int) -> TrainArguments:
+    """Check the batch arithmetic and derive the accumulation steps from a global batch size."""
+    if train.micro_batch_size < 1:
+        raise PretrainConfigError("micro_batch_size must be at least 1")
+    if train.global_batch_size:
+        per_step = train.micro_batch_size * world_size
+        if train.global_batch_size % per_step:
+            raise PretrainConfigError(
+                f"global_batch_size {train.global_batch_size} is not a multiple of micro_batch_size "
+                f"{train.micro_batch_size} × world size {world_size} = {per_step}")
+        train.gradient_accumulation_steps = train.global_batch_size // per_step
+    elif train.gradient_accumulation_steps < 1:
+        raise PretrainConfigError("gradient_accumulation_steps must be at least 1")
+    train.global_batch_size = train.micro_batch_size * train.gradient_accumulation_steps * world_size
+    if train.max_steps < 1:
+        raise PretrainConfigError("max_steps must be at least 1")
+    if train.zero_stage not in (0, 1, 2):
+        raise PretrainConfigError("zero_stage must be 0, 1 or 2 (stage 3 is not needed for BERT-sized models)")
+    if not 0.0 <= train.warmup_ratio < 1.0:
+        raise PretrainConfigError("warmup_ratio must be in [0, 1)")
+    return train
+
+
+def create_ds_config(train: TrainArguments, world_size: int) -> dict[str, Any]:
+    """The DeepSpeed config, generated from the typed arguments (never edited by hand)."""
+    resolve_batch(train, world_size)
+    config: dict[str, Any] = {
+        "train_batch_size": train.global_batch_size,
+        "train_micro_batch_size_per_gpu": train.micro_batch_size,
+        "gradient_accumulation_steps": train.gradient_accumulation_steps,
+        "gradient_clipping": train.max_grad_norm,
+        "steps_per_print": 10 ** 9,  # progress and metrics are ours
+        "wall_clock_breakdown": False,
+        "zero_optimization": {"stage": train.zero_stage},
+    }
+    if train.precision == "fp16":
+        config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
+    elif train.precision == "bf16":
+        config["bf16"] = {"enabled": True}
+    return config

@@ -1,0 +1,106 @@
+"""Where pretraining metrics go: a JSONL file in the run directory, a tqdm bar, and wandb.
+
+Only rank 0 writes. ``metrics.jsonl`` gets one JSON object per logged step (appended, so a resumed
+run continues the same file); wandb gets the same dictionary. wandb is optional and offline by
+default (``wandb_mode``: offline | online | disabled): it is imported only when enabled, and a
+missing package is a logged warning, not a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+LOG = logging.getLogger(__name__)
+
+# Dense peak throughput per GPU in FLOP/s, for the model-FLOPs-utilisation estimate.
+PEAK_FLOPS = {
+    ("H100", "bf16"): 989e12, ("H100", "fp16"): 989e12, ("H100", "fp32"): 67e12,
+    ("H200", "bf16"): 989e12, ("H200", "fp16"): 989e12, ("H200", "fp32"): 67e12,
+    ("A100", "bf16"): 312e12, ("A100", "fp16"): 312e12, ("A100", "fp32"): 19.5e12,
+    ("V100", "fp16"): 125e12, ("V100", "fp32"): 15.7e12,
+}
+
+
+def peak_flops(device_name: str, precision: str) -> float | None:
+    for (model, prec), value in PEAK_FLOPS.items():
+        if model in device_name and prec == precision:
+            return value
+    return None
+
+
+class MetricsLogger:
+    def __init__(self, run_dir: str | os.PathLike, enabled: bool, wandb_mode: str, wandb_project: str,
+                 run_name: str, config: dict[str, Any], total_steps: int, initial_step: int):
+        self.enabled = enabled
+        self._file = None
+        self._bar = None
+        self._wandb = None
+        if not enabled:
+            return
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        path = run_dir / "metrics.jsonl"
+        if path.is_file():  # a resumed run: drop lines of steps the checkpoint does not include
+            kept = [r for r in read_metrics(run_dir) if r.get("step", 0) <= initial_step]
+            path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+        self._file = open(path, "a", encoding="utf-8")
+        from tqdm.auto import tqdm
+
+        self._bar = tqdm(total=total_steps, initial=initial_step, desc="pretrain", unit="step", dynamic_ncols=True)
+        if wandb_mode != "disabled":
+            self._wandb = _start_wandb(run_dir, wandb_mode, wandb_project, run_name or run_dir.name, config)
+
+    def log(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        if self._wandb is not None:
+            self._wandb.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=record["step"])
+
+    def progress(self, step: int, postfix: dict[str, str]) -> None:
+        if self._bar is not None:
+            self._bar.update(step - self._bar.n)
+            self._bar.set_postfix(postfix, refresh=False)
+
+    def message(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.write(text)
+        elif self.enabled:
+            print(text, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        if self._file is not None:
+            self._file.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def _start_wandb(run_dir: Path, mode: str, project: str, name: str, config: dict[str, Any]):
+    try:
+        import wandb
+    except ImportError:
+        LOG.warning("wandb is not installed; metrics go to metrics.jsonl only (pip install wandb)")
+        return None
+    return wandb.init(project=project, name=name, dir=str(run_dir), mode=mode, config=config,
+                      resume="allow", id=_stable_run_id(run_dir))
+
+
+def _stable_run_id(run_dir: Path) -> str:
+    """One wandb run per run directory, so a resumed run continues its curves."""
+    import hashlib
+
+    return hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:16]
+
+
+def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -1,0 +1,102 @@
+"""Pretraining building blocks: batch plan, generated DeepSpeed config, sparse MLM head, checkpoints."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pretrain.checkpoint import LATEST, checkpoints_root, latest_tag, tag_for
+from pretrain.config import PretrainConfigError, TrainArguments, create_ds_config, load_model_preset
+from pretrain.modeling import PretrainingModel, build_bert
+from pretrain.sampler import BatchPlan
+
+
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(8, 400), micro=st.integers(1, 4), accum=st.integers(1, 3), world=st.integers(1, 4),
+       step=st.integers(0, 50), seed=st.integers(0, 5))
+def test_batch_plan_partitions_each_global_batch(n, micro, accum, world, step, seed):
+    if n < micro * accum * world:
+        with pytest.raises(ValueError):
+            BatchPlan(n, micro, accum, world, 0, seed)
+        return
+    plans = [BatchPlan(n, micro, accum, world, r, seed) for r in range(world)]
+    per_rank = [sum(p.micro_batches(step), []) for p in plans]
+    flat = sum(per_rank, [])
+    assert len(flat) == len(set(flat)) == micro * accum * world  # ranks never share an instance
+    assert all(len(mb) == micro for p in plans for mb in p.micro_batches(step))
+    assert all(0 <= i < n for i in flat)
+    # A pure function of (seed, step, rank): a fresh plan gives the same batches.
+    assert BatchPlan(n, micro, accum, world, 0, seed).micro_batches(step) == plans[0].micro_batches(step)
+
+
+def test_batch_plan_epochs_cover_data_and_reshuffle():
+    plan = BatchPlan(10, 2, 1, 2, 0, seed=1)
+    other = BatchPlan(10, 2, 1, 2, 1, seed=1)
+    epoch0 = [i for s in range(plan.steps_per_epoch) for p in (plan, other) for mb in p.micro_batches(s) for i in mb]
+    assert len(set(epoch0)) == 8  # two steps of 4: 8 distinct instances, the last 2 dropped
+    epoch1 = [i for s in range(2, 4) for p in (plan, other) for mb in p.micro_batches(s) for i in mb]
+    assert epoch0 != epoch1
+
+
+def test_ds_config_is_derived_from_typed_arguments():
+    args = TrainArguments(micro_batch_size=64, global_batch_size=8192, precision="bf16", zero_stage=1,
+                          max_grad_norm=1.0)
+    config = create_ds_config(args, world_size=64)
+    assert config["train_batch_size"] == 8192 and config["gradient_accumulation_steps"] == 2
+    assert config["train_micro_batch_size_per_gpu"] == 64 and config["bf16"] == {"enabled": True}
+    assert config["zero_optimization"] == {"stage": 1} and config["gradient_clipping"] == 1.0
+    assert create_ds_config(TrainArguments(micro_batch_size=8, gradient_accumulation_steps=3), 2)[
+        "train_batch_size"] == 48
+    with pytest.raises(PretrainConfigError, match="not a multiple"):
+        create_ds_config(TrainArguments(micro_batch_size=64, global_batch_size=1000), world_size=8)
+    with pytest.raises(PretrainConfigError, match="zero_stage"):
+        create_ds_config(TrainArguments(zero_stage=3), world_size=1)
+
+
+def test_model_presets():
+    base = load_model_preset("bert-base")
+    assert (base["hidden_size"], base["num_hidden_layers"], base["num_attention_heads"]) == (768, 12, 12)
+    assert "vocab_size" not in base
+    with pytest.raises(PretrainConfigError, match="presets"):
+        load_model_preset("bert-huge")
+
+
+def test_sparse_mlm_head_matches_the_full_head():
+    bert = build_bert(load_model_preset("bert-tiny"), vocab_size=500, pad_token_id=0).eval()
+    model = PretrainingModel(bert)
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(5, 500, (4, 20), generator=g)
+    labels = torch.full_like(ids, -100)
+    pick = torch.rand(ids.shape, generator=g) < 0.2
+    labels[pick] = ids[pick]
+    nsp = torch.tensor([0, 1, 1, 0])
+    mask, types = torch.ones_like(ids), torch.zeros_like(ids)
+    ours = model(ids, mask, types, labels, nsp)
+    reference = bert(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=labels, next_sentence_label=nsp)
+    assert torch.allclose(ours.loss, reference.loss, atol=1e-5)
+    assert int(ours.mlm_count) == int(pick.sum()) and int(ours.nsp_count) == 4
+    assert bert.config._attn_implementation == "sdpa"
+    assert bert.cls.predictions.decoder.weight is bert.bert.embeddings.word_embeddings.weight  # tied
+
+
+def test_no_masked_token_and_no_nsp_still_give_a_graph():
+    bert = build_bert(load_model_preset("bert-tiny"), vocab_size=100, pad_token_id=0)
+    model = PretrainingModel(bert, nsp=False)
+    ids = torch.randint(5, 100, (2, 8))
+    out = model(ids, torch.ones_like(ids), torch.zeros_like(ids), torch.full_like(ids, -100),
+                torch.tensor([-100, -100]))
+    out.loss.backward()
+    assert out.loss.item() == 0.0 and int(out.mlm_count) == 0
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_latest_tag_ignores_a_partial_save(tmp_path):
+    root = checkpoints_root(tmp_path)
+    (root / tag_for(10)).mkdir(parents=True)
+    (root / LATEST).write_text(tag_for(10) + "\n")
+    (root / f".partial-{tag_for(20)}").mkdir()  # a save that crashed half way
+    assert latest_tag(tmp_path) == tag_for(10)
+    (root / LATEST).write_text(tag_for(30) + "\n")  # points at a checkpoint that does not exist
+    assert latest_tag(tmp_path) is None
