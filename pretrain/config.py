@@ -119,6 +119,9 @@ def resolve_batch(train: TrainArguments, world_size: int) -> TrainArguments:
         raise PretrainConfigError("max_steps must be at least 1")
     if train.zero_stage not in (0, 1, 2):
         raise PretrainConfigError("zero_stage must be 0, 1 or 2 (stage 3 is not needed for BERT-sized models)")
+    if train.optimizer == "lamb" and train.zero_stage > 0:
+        raise PretrainConfigError("LAMB needs zero_stage 0: ZeRO hands the optimizer flattened partitions, "
+                                  "which breaks LAMB's per-tensor trust ratio")
     if not 0.0 <= train.warmup_ratio < 1.0:
         raise PretrainConfigError("warmup_ratio must be in [0, 1)")
     return train
@@ -135,6 +138,8 @@ def create_ds_config(train: TrainArguments, world_size: int) -> dict[str, Any]:
         "steps_per_print": 10 ** 9,  # progress and metrics are ours
         "wall_clock_breakdown": False,
         "zero_optimization": {"stage": train.zero_stage},
+        # Our optimizers are passed to deepspeed.initialize as client optimizers.
+        "zero_allow_untested_optimizer": True,
     }
     if train.precision == "fp16":
         config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -68,10 +69,11 @@ class MetricsLogger:
             self._bar.set_postfix(postfix, refresh=False)
 
     def message(self, text: str) -> None:
+        """A log line (to stderr, with the progress bar), from rank 0."""
         if self._bar is not None:
-            self._bar.write(text)
+            self._bar.write(text, file=sys.stderr)
         elif self.enabled:
-            print(text, flush=True)
+            print(text, file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self._bar is not None:

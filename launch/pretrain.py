@@ -1,0 +1,50 @@
+#!/usr/bin/env python
+"""BERT pretraining (MLM + NSP, whole-word masking) through DeepSpeed.
+
+    deepspeed launch/pretrain.py --config configs/pretrain/bert_base_phase1.yaml [--flag value ...]
+    deepspeed --num_gpus 2 launch/pretrain.py --config configs/pretrain/demo.yaml   # 2 ranks (gloo on CPU)
+    deepspeed --hostfile hostfile launch/pretrain.py --config ...                    # multi-node
+    torchrun --nproc_per_node 2 launch/pretrain.py --config ...
+    python launch/pretrain.py --config configs/pretrain/demo.yaml                    # one process
+
+A run directory (--output-dir) holds checkpoints/, metrics.jsonl and model/ (the final export);
+re-running the same command resumes from the latest checkpoint. Exit status: 0 finished or
+stopped cleanly by SIGTERM (checkpoint written), 2 unusable options or inputs (nothing was
+trained), 3 aborted after too many non-finite steps (the last checkpoint is kept).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from common.launch import repo_root_first
+
+repo_root_first(__file__)  # this file's name must not shadow the pretrain package
+
+from common.config import ConfigError, parse_config  # noqa: E402
+from pretrain.config import DataArguments, ModelArguments, PretrainConfigError, TrainArguments  # noqa: E402
+from pretrain.trainer import EXIT_NONFINITE, NonFiniteAbort, train  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    # The deepspeed launcher appends --local_rank=N; LOCAL_RANK in the environment says the same.
+    argv = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("--local_rank")]
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        model_args, data_args, train_args = parse_config([ModelArguments, DataArguments, TrainArguments], argv,
+                                                         description=__doc__)
+        summary = train(model_args, data_args, train_args)
+    except NonFiniteAbort as err:
+        print(f"pretrain: aborted: {err}", file=sys.stderr)
+        return EXIT_NONFINITE
+    except (ConfigError, PretrainConfigError, FileNotFoundError, ValueError) as err:
+        print(f"pretrain: error: {err}", file=sys.stderr)
+        return 2
+    if summary["completed"] and summary["model_dir"]:
+        print(f"pretrain: finished {summary['step']} steps; model exported to {summary['model_dir']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""End-to-end pretraining runs on CPU: exact resume after a kill, SIGTERM, non-finite steps, bad
+inputs, and two data-parallel ranks through the deepspeed launcher. Each run is a subprocess (a
+process group lives for the whole process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, SAMPLE_DIR
+
+PYTHON = sys.executable
+STEPS = 20
+
+
+@pytest.fixture(scope="module")
+def pretraining_inputs(tmp_path_factory) -> dict[str, Path]:
+    """A small corpus, vocabulary and 64-token instances made with the toolkit's own scripts."""
+    from tokenization.corpus import CorpusConfig, prepare_corpus
+    from tokenization.vocab import VocabConfig, build_vocab
+    from pretrain.data import PretrainingDataConfig, create_pretraining_data
+
+    root = tmp_path_factory.mktemp("pretrain_inputs")
+    prepare_corpus(CorpusConfig(inputs=[str(SAMPLE_DIR / "sywada_PubMedAbstract_1MB.txt")],
+                                output_dir=str(root / "corpus"), min_words=0, num_proc=1))
+    build_vocab([str(root / "corpus")], root / "vocab", VocabConfig(vocab_size=3000))
+    create_pretraining_data(PretrainingDataConfig(corpus=str(root / "corpus"), tokenizer=str(root / "vocab"),
+                                                  output_dir=str(root / "data"), max_seq_length=64, num_proc=1),
+                            progress=False)
+    return {"root": root, "vocab": root / "vocab", "data": root / "data"}
+
+
+def pretrain_args(inputs: dict[str, Path], out: Path, *extra: str) -> list[str]:
+    return ["--model", "bert-tiny", "--data-dir", str(inputs["data"]), "--tokenizer", str(inputs["vocab"]),
+            "--output-dir", str(out), "--max-steps", str(STEPS), "--micro-batch-size", "8",
+            "--gradient-accumulation-steps", "2", "--learning-rate", "1e-3", "--checkpoint-every", "10",
+            "--keep-last", "2", "--num-workers", "0", "--wandb-mode", "disabled", *extra]
+
+
+def env() -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                               "MASTER_PORT")}
+    return {**clean, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+
+
+def run(args: list[str], timeout: int = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, str(REPO / "launch" / "pretrain.py"), *args], cwd=REPO, env=env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r["loss"] for r in map(json.loads, lines)}
+
+
+@pytest.fixture(scope="module")
+def straight_run(pretraining_inputs, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("straight") / "run"
+    result = run(pretrain_args(pretraining_inputs, out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+def test_straight_run_exports_a_loadable_model(straight_run):
+    from transformers import AutoModel, AutoTokenizer, BertForMaskedLM, BertForPreTraining
+
+    record = losses(straight_run)
+    assert sorted(record) == list(range(1, STEPS + 1))
+    assert record[STEPS] < record[1]
+    metrics = json.loads((straight_run / "metrics.jsonl").read_text().splitlines()[-1])
+    for key in ("mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", "lr", "grad_norm", "tokens_per_s",
+                "mask_rate"):
+        assert key in metrics
+    assert metrics["lr"] > 0 and metrics["mask_rate"] == 0.15
+    model_dir = straight_run / "model"
+    for cls in (BertForPreTraining, BertForMaskedLM, AutoModel):
+        cls.from_pretrained(model_dir)
+    assert AutoTokenizer.from_pretrained(model_dir).tokenize("insulin")
+    checkpoints = sorted(p.name for p in (straight_run / "checkpoints").iterdir() if p.is_dir())
+    assert checkpoints == ["step-00000010", "step-00000020"]
+    assert (straight_run / "checkpoints" / "step-00000020" / "hf" / "model.safetensors").is_file()
+
+
+def test_kill_and_resume_reproduces_the_losses(pretraining_inputs, straight_run, tmp_path):
+    out = tmp_path / "run"
+    process = subprocess.Popen([PYTHON, str(REPO / "launch" / "pretrain.py"), *pretrain_args(pretraining_inputs, out)],
+                               cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    latest = out / "checkpoints" / "latest"
+    deadline = time.time() + 240
+    while not latest.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)  # no chance to save anything more
+    process.wait()
+    assert latest.read_text().strip() == "step-00000010"
+    result = run(pretrain_args(pretraining_inputs, out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resumed from" in result.stderr + result.stdout
+    assert losses(out) == losses(straight_run)  # identical, not merely close
+
+
+def test_sigterm_checkpoints_then_resume_matches(pretraining_inputs, straight_run, tmp_path):
+    out = tmp_path / "run"
+    process = subprocess.Popen([PYTHON, str(REPO / "launch" / "pretrain.py"), *pretrain_args(pretraining_inputs, out)],
+                               cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    metrics = out / "metrics.jsonl"
+    deadline = time.time() + 240
+    while (not metrics.exists() or len(metrics.read_text().splitlines()) < 3) and time.time() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr[-3000:]
+    stopped_at = int((out / "checkpoints" / "latest").read_text().strip().split("-")[1])
+    if stopped_at < STEPS:  # (a fast machine may finish before the signal lands)
+        assert "SIGTERM" in stderr
+    result = run(pretrain_args(pretraining_inputs, out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert losses(out) == losses(straight_run)
+
+
+NAN_AT_STEPS = """
+import sys, torch
+import pretrain.modeling as modeling
+original = modeling.PretrainingModel.forward
+calls = {"n": 0}
+def forward(self, *args, **kwargs):
+    out = original(self, *args, **kwargs)
+    calls["n"] += 1
+    step = (calls["n"] - 1) // 2 + 1          # two micro-batches per step
+    if step in BAD_STEPS:
+        out.loss = out.loss * float("nan")
+    return out
+modeling.PretrainingModel.forward = forward
+sys.argv = ["launch/pretrain.py"] + ARGS
+sys.path.insert(0, "launch")
+import runpy
+runpy.run_path("launch/pretrain.py", run_name="__main__")
+"""
+
+
+def run_with_nan(args: list[str], bad_steps: set[int]) -> subprocess.CompletedProcess:
+    code = f"BAD_STEPS = {sorted(bad_steps)!r}\nARGS = {args!r}\n" + NAN_AT_STEPS
+    return subprocess.run([PYTHON, "-c", code], cwd=REPO, env=env(), capture_output=True, text=True, timeout=240)
+
+
+def test_nonfinite_steps_are_skipped_and_counted(pretraining_inputs, tmp_path):
+    out = tmp_path / "run"
+    result = run_with_nan(pretrain_args(pretraining_inputs, out), {3, 4})
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = {r["step"]: r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
+    assert records[STEPS]["skipped_steps"] == 2 and records[2]["skipped_steps"] == 0
+    assert "non-finite loss" in result.stderr + result.stdout
+
+
+def test_too_many_nonfinite_steps_abort_and_keep_the_checkpoint(pretraining_inputs, tmp_path):
+    out = tmp_path / "run"
+    args = pretrain_args(pretraining_inputs, out, "--max-consecutive-nonfinite", "3")
+    result = run_with_nan(args, {12, 13, 14, 15})
+    assert result.returncode == 3, result.stderr[-3000:]
+    assert "aborting" in result.stderr and "step-00000010" in result.stderr
+    assert (out / "checkpoints" / "latest").read_text().strip() == "step-00000010"
+
+
+def test_bad_inputs_fail_before_training(pretraining_inputs, tmp_path):
+    from tokenization.vocab import VocabConfig, build_vocab
+
+    other_vocab = tmp_path / "other_vocab"
+    build_vocab([str(SAMPLE_DIR / "sywada_PubMedAbstract_1MB.txt")], other_vocab, VocabConfig(vocab_size=2500))
+    result = run(pretrain_args({**pretraining_inputs, "vocab": other_vocab}, tmp_path / "a"))
+    assert result.returncode == 2 and "vocabulary" in result.stderr.lower()
+
+    short_model = tmp_path / "short.yaml"
+    short_model.write_text((REPO / "configs" / "model" / "bert-tiny.yaml").read_text()
+                           .replace("max_position_embeddings: 512", "max_position_embeddings: 32"))
+    result = run(pretrain_args(pretraining_inputs, tmp_path / "b") + ["--model", str(short_model)])
+    assert result.returncode == 2 and "32 position embeddings" in result.stderr
+
+    empty = tmp_path / "empty"
+    shutil.copytree(pretraining_inputs["data"], empty)
+    from datasets import load_from_disk
+
+    dataset = load_from_disk(str(empty))
+    shutil.rmtree(empty)
+    dataset.select([]).save_to_disk(str(empty))
+    shutil.copy(pretraining_inputs["data"] / "pretraining_data.json", empty / "pretraining_data.json")
+    result = run(pretrain_args({**pretraining_inputs, "data": empty}, tmp_path / "c"))
+    assert result.returncode == 2 and str(empty) in result.stderr
+    for run_dir in ("a", "b", "c"):
+        assert not (tmp_path / run_dir / "checkpoints").exists()
+
+
+def test_two_ranks_through_the_deepspeed_launcher(pretraining_inputs, tmp_path):
+    launcher = shutil.which("deepspeed", path=str(Path(PYTHON).parent))
+    if launcher is None:
+        pytest.skip("the deepspeed launcher is not installed")
+    out = tmp_path / "run"
+    args = pretrain_args(pretraining_inputs, out)
+    args[args.index("--max-steps") + 1] = "4"
+    result = subprocess.run([launcher, "--num_gpus", "2", "--master_port", "29533",
+                             str(REPO / "launch" / "pretrain.py"), *args],
+                            cwd=REPO, env=env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    record = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert record["step"] == 4
+    assert (out / "model" / "model.safetensors").is_file()
+    # Global batch: 2 ranks × 8 × 2 accumulation steps, so twice a single rank's tokens per step.
+    assert "global batch 32 (2 rank(s) × 8 × 2)" in result.stdout + result.stderr
