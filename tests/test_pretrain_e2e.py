@@ -182,13 +182,10 @@ def test_bad_inputs_fail_before_training(pretraining_inputs, tmp_path):
     result = run(pretrain_args(pretraining_inputs, tmp_path / "b") + ["--model", str(short_model)])
     assert result.returncode == 2 and "32 position embeddings" in result.stderr
 
-    empty = tmp_path / "empty"
-    shutil.copytree(pretraining_inputs["data"], empty)
     from datasets import load_from_disk
 
-    dataset = load_from_disk(str(empty))
-    shutil.rmtree(empty)
-    dataset.select([]).save_to_disk(str(empty))
+    empty = tmp_path / "empty"
+    load_from_disk(str(pretraining_inputs["data"])).select([]).save_to_disk(str(empty))
     shutil.copy(pretraining_inputs["data"] / "pretraining_data.json", empty / "pretraining_data.json")
     result = run(pretrain_args({**pretraining_inputs, "data": empty}, tmp_path / "c"))
     assert result.returncode == 2 and str(empty) in result.stderr
