@@ -1,0 +1,90 @@
+#!/usr/bin/env python
+"""Pretraining step benchmark: the masked-positions-only MLM head against the full head.
+
+    python benchmarks/bench_pretrain_step.py [--model bert-small] [--batch 16] [--seq 128] [--steps 10]
+
+Both sides are the same ``BertForPreTraining`` weights and the same masked batches (15% of the
+tokens, whole-word masking). Baseline: ``BertForPreTraining(**batch).loss``, which projects every
+position onto the vocabulary. Ours: :class:`pretrain.modeling.PretrainingModel`, which gathers
+the masked positions first. Reports forward+backward seconds per step, tokens/s and the ratio,
+and checks that the two losses agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="bert-small")
+    parser.add_argument("--vocab-size", type=int, default=30522)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "pretrain_step.json"))
+    args = parser.parse_args()
+
+    from pretrain.config import load_model_preset
+    from pretrain.masking import MaskingConfig, mask_tokens
+    from pretrain.modeling import PretrainingModel, build_bert
+
+    torch.manual_seed(0)
+    bert = build_bert(load_model_preset(args.model), vocab_size=args.vocab_size, pad_token_id=0)
+    ours = PretrainingModel(bert)
+    generator = torch.Generator().manual_seed(0)
+    batches = []
+    for _ in range(args.steps + 2):
+        ids = torch.randint(1000, args.vocab_size, (args.batch, args.seq), generator=generator)
+        ids[:, 0], ids[:, -1] = 101, 102
+        special = (ids == 101) | (ids == 102)
+        masked, labels = mask_tokens(ids, torch.ones_like(ids, dtype=torch.bool), special, config=MaskingConfig(),
+                                     mask_token_id=103, random_token_ids=torch.arange(1000, args.vocab_size),
+                                     generator=generator)
+        batches.append({"input_ids": masked, "attention_mask": torch.ones_like(ids),
+                        "token_type_ids": torch.zeros_like(ids), "labels": labels,
+                        "next_sentence_label": torch.randint(0, 2, (args.batch,), generator=generator)})
+
+    def full_head(batch):
+        return bert(**batch).loss
+
+    def sparse_head(batch):
+        return ours(**batch).loss
+
+    bert.eval()  # dropout off, so the two losses can be compared exactly
+    with torch.no_grad():
+        diff = max(abs(full_head(b).item() - sparse_head(b).item()) for b in batches[:2])
+    bert.train()
+    results = {}
+    for name, step in (("full MLM head (HF BertForPreTraining)", full_head), ("masked positions only (ours)", sparse_head)):
+        times = []
+        for i, batch in enumerate(batches):
+            start = time.perf_counter()
+            loss = step(batch)
+            loss.backward()
+            bert.zero_grad(set_to_none=True)
+            if i >= 2:  # warm-up
+                times.append(time.perf_counter() - start)
+        results[name] = {"median_s": statistics.median(times), "best_s": min(times),
+                         "tokens_per_s": args.batch * args.seq / statistics.median(times)}
+        print(f"{name:<40} median {results[name]['median_s']:.3f} s/step  best {results[name]['best_s']:.3f}  "
+              f"{results[name]['tokens_per_s']:,.0f} tokens/s", flush=True)
+    base, mine = results.values()
+    print(f"ratio (ours / baseline time): x{mine['median_s'] / base['median_s']:.2f}; "
+          f"loss difference {diff:.2e} ({args.model}, batch {args.batch} x {args.seq}, vocab {args.vocab_size}, "
+          f"{torch.get_num_threads()} threads)")
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps({"args": vars(args), "results": results, "loss_difference": diff},
+                                            indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
