@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 import yaml
 
@@ -46,6 +46,12 @@ class DataArguments:
     mlm_probability: float = field(default=0.15, metadata={"help": "share of real tokens masked"})
     whole_word_masking: bool = field(default=True, metadata={
         "help": "mask whole words (all their pieces); --no-whole-word-masking masks single tokens"})
+    mask_schedule: str = field(default="constant", metadata={
+        "help": "masking rate over training: constant (mlm_probability), stepwise (mlm_probability rising to "
+                "mask_rate_end in mask_schedule_stages equal steps) or linear (mlm_probability to mask_rate_end)"})
+    mask_rate_end: Optional[float] = field(default=None, metadata={
+        "help": "the masking rate a stepwise or linear schedule ends at (e.g. 0.25 from 0.05, or 0.15 from 0.30)"})
+    mask_schedule_stages: int = field(default=5, metadata={"help": "stages of a stepwise schedule"})
     nsp: bool = field(default=True, metadata={"help": "train next-sentence prediction (the data must have it)"})
     num_workers: int = field(default=1, metadata={"help": "DataLoader worker processes per rank"})
 
@@ -84,6 +90,18 @@ class TrainArguments:
     wandb_mode: WandbMode = field(default="offline", metadata={"help": "offline (default), online or disabled"})
     wandb_project: str = "biomed-lm"
     run_name: str = ""
+
+
+def mask_rate_schedule(data: DataArguments):
+    """The masking-rate schedule the data arguments describe."""
+    from pretrain.masking import MaskRateSchedule
+
+    end = data.mlm_probability if data.mask_rate_end is None else data.mask_rate_end
+    try:
+        return MaskRateSchedule(kind=data.mask_schedule, start=data.mlm_probability, end=end,
+                                stages=data.mask_schedule_stages)
+    except ValueError as err:
+        raise PretrainConfigError(str(err)) from err
 
 
 def load_model_preset(name_or_path: str) -> dict[str, Any]:

@@ -381,3 +381,44 @@ class PretrainingCollator:
             generator=generator if generator is not None else self._default_generator(), mlm_probability=p)
         batch["input_ids"], batch["labels"] = masked, labels
         return MaskedBatch({key: batch[key] for key in MODEL_INPUT_KEYS if key in batch}, p)
+
+
+# ------------------------------------------------------------------------- masking-rate schedules
+
+MASK_SCHEDULES = ("constant", "stepwise", "linear")
+
+
+@dataclass(frozen=True)
+class MaskRateSchedule:
+    """How the masking rate moves over training (the paper's masking-rate ablation).
+
+    ``constant``: ``start`` throughout (BERT's 15%). ``stepwise``: ``stages`` equal stretches of
+    training, the rate rising in equal steps from ``start`` to ``end`` (the paper: 5% → 25% by +5%
+    every 20% of training is ``start=0.05, end=0.25, stages=5``). ``linear``: a straight line from
+    ``start`` at the first step to ``end`` at the last (e.g. decreasing 30% → 15%).
+    """
+
+    kind: str = "constant"
+    start: float = 0.15
+    end: float = 0.15
+    stages: int = 5
+
+    def __post_init__(self) -> None:
+        if self.kind not in MASK_SCHEDULES:
+            raise ValueError(f"unknown masking schedule {self.kind!r}; choose one of {MASK_SCHEDULES}")
+        for name in ("start", "end"):
+            _check_probability(f"masking schedule {name}", getattr(self, name))
+        if self.stages < 1:
+            raise ValueError("a stepwise masking schedule needs at least one stage")
+
+    def rate(self, step: int, total_steps: int) -> float:
+        """The masking rate of optimizer step ``step`` (0-based) of ``total_steps``."""
+        if self.kind == "constant" or total_steps <= 1:
+            return self.start
+        fraction = min(max(step / total_steps, 0.0), 1.0)
+        if self.kind == "stepwise":
+            if self.stages == 1:
+                return self.start
+            stage = min(int(fraction * self.stages), self.stages - 1)
+            return self.start + (self.end - self.start) * stage / (self.stages - 1)
+        return self.start + (self.end - self.start) * min(step / (total_steps - 1), 1.0)

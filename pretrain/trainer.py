@@ -21,6 +21,7 @@ exits cleanly.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -35,7 +36,7 @@ import torch
 
 from pretrain.checkpoint import latest_tag, load_checkpoint, save_checkpoint
 from pretrain.config import (DataArguments, ModelArguments, PretrainConfigError, TrainArguments, create_ds_config,
-                             load_model_preset, resolve_batch)
+                             load_model_preset, mask_rate_schedule, resolve_batch)
 from pretrain.metrics import MetricsLogger, peak_flops
 from pretrain.modeling import PretrainingModel, build_bert, count_parameters, flops_per_token
 from pretrain.sampler import BatchPlan
@@ -115,10 +116,6 @@ class MicroBatchStream(torch.utils.data.IterableDataset):
                 k += 1
 
 
-def constant_mask_rate(rate: float):
-    return lambda step: rate
-
-
 def _device(local_rank: int) -> torch.device:
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
@@ -146,6 +143,7 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = _device(local_rank)
     resolve_batch(train_args, world_size)
+    mask_schedule = mask_rate_schedule(data_args)
     run_dir = Path(train_args.output_dir)
 
     # Everything that can be wrong with the inputs is found here, before any training.
@@ -188,7 +186,7 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
         tokenizer, MaskingConfig(mlm_probability=data_args.mlm_probability, whole_word=data_args.whole_word_masking),
         pad_to_multiple_of=8)
     stream = MicroBatchStream(dataset, plan, collator, start_step, train_args.max_steps,
-                              constant_mask_rate(data_args.mlm_probability))
+                              functools.partial(mask_schedule.rate, total_steps=train_args.max_steps))
     # The loader gets its own generator: drawing its base seed from the global one would shift the
     # dropout stream of a resumed run by one draw.
     loader = torch.utils.data.DataLoader(stream, batch_size=None, num_workers=data_args.num_workers,

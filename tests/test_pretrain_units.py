@@ -100,3 +100,29 @@ def test_latest_tag_ignores_a_partial_save(tmp_path):
     assert latest_tag(tmp_path) == tag_for(10)
     (root / LATEST).write_text(tag_for(30) + "\n")  # points at a checkpoint that does not exist
     assert latest_tag(tmp_path) is None
+
+
+def test_masking_rate_schedules():
+    from pretrain.masking import MaskRateSchedule
+
+    constant = MaskRateSchedule()
+    assert [constant.rate(s, 100) for s in (0, 50, 99)] == [0.15, 0.15, 0.15]
+    # The paper's stepwise schedule: 5% -> 25%, +5% every 20% of training.
+    stepwise = MaskRateSchedule("stepwise", start=0.05, end=0.25, stages=5)
+    rates = [stepwise.rate(s, 100) for s in (0, 19, 20, 39, 40, 60, 80, 99)]
+    assert rates == pytest.approx([0.05, 0.05, 0.10, 0.10, 0.15, 0.20, 0.25, 0.25])
+    linear = MaskRateSchedule("linear", start=0.30, end=0.15)
+    assert [linear.rate(s, 11) for s in (0, 5, 10)] == pytest.approx([0.30, 0.225, 0.15])
+    with pytest.raises(ValueError):
+        MaskRateSchedule("cosine")
+    with pytest.raises(ValueError):
+        MaskRateSchedule("linear", start=0.3, end=1.5)
+
+
+def test_mask_schedule_from_arguments():
+    from pretrain.config import DataArguments, mask_rate_schedule
+
+    schedule = mask_rate_schedule(DataArguments(mlm_probability=0.05, mask_schedule="stepwise", mask_rate_end=0.25))
+    assert schedule.rate(0, 10) == pytest.approx(0.05) and schedule.rate(9, 10) == pytest.approx(0.25)
+    with pytest.raises(PretrainConfigError):
+        mask_rate_schedule(DataArguments(mask_schedule="bogus"))
