@@ -28,6 +28,8 @@ import threading
 import time
 from pathlib import Path
 
+from _results import write_results  # benchmarks/ is on sys.path when a benchmark runs
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -193,9 +195,7 @@ def main() -> None:
             h, l = by[(hi, mode)], by[(lo, mode)]
             print(f"  {mode}: peak RSS {hi}x / {lo}x = {h['peak_mib'] / l['peak_mib']:.2f}, "
                   f"peak anonymous memory {hi}x / {lo}x = {h['peak_anon_mib'] / l['peak_anon_mib']:.2f}")
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(rows, indent=2) + "\n")
-    print(f"\nwrote {args.output}")
+    write_results(args.output, rows)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ median to the baseline's (below 1 is faster). Results go to ``benchmarks/results
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -34,6 +33,8 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+
+from _results import write_results  # benchmarks/ is on sys.path when a benchmark runs
 
 REPO = Path(__file__).resolve().parents[1]
 BASELINE = "adamw_foreach"
@@ -127,9 +128,7 @@ def main(argv: list[str] | None = None) -> int:
               "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
               "torch": torch.__version__, "load_average_before": load_before[0], "load_average_after": load_after[0],
               "baseline": BASELINE, "results": rows}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.output}")
+    write_results(args.output, result)
     return 0
 
 

@@ -13,12 +13,13 @@ and checks that the two losses agree.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
+
+from _results import write_results  # benchmarks/ is on sys.path when a benchmark runs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -81,9 +82,7 @@ def main() -> None:
     print(f"ratio (ours / baseline time): x{mine['median_s'] / base['median_s']:.2f}; "
           f"loss difference {diff:.2e} ({args.model}, batch {args.batch} x {args.seq}, vocab {args.vocab_size}, "
           f"{torch.get_num_threads()} threads)")
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps({"args": vars(args), "results": results, "loss_difference": diff},
-                                            indent=2) + "\n")
+    write_results(args.output, {"args": vars(args), "results": results, "loss_difference": diff})
 
 
 if __name__ == "__main__":

@@ -40,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _results import write_results  # benchmarks/ is on sys.path when a benchmark runs
+
 REPO = Path(__file__).resolve().parents[1]
 BASELINE = "hf_loop"
 METHODS = (BASELINE, "ours_np1", "ours_np2")
@@ -251,9 +253,7 @@ def main(argv: list[str] | None = None) -> int:
               "versions": {"datasets": datasets.__version__, "tokenizers": tokenizers.__version__,
                            "transformers": transformers.__version__},
               "results": rows, "ratios": ratios}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.output}")
+    write_results(args.output, result)
     return 0
 
 

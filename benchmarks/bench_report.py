@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from _results import write_results  # benchmarks/ is on sys.path when a benchmark runs
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -66,8 +68,7 @@ def main() -> int:
               "pieces": stats.pieces, "seconds": {k: round(v, 3) for k, v in timings.items()},
               "report_mb_per_s": round(megabytes / timings["report_total"], 2)}
     print(json.dumps(result, indent=2))
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    write_results(args.output, result)
     return 0
 
 

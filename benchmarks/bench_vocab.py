@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
 import platform
 import statistics
@@ -34,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Callable
+
+from _results import write_results  # benchmarks/ is on sys.path when a benchmark runs
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_INPUT = REPO / "data" / "sample" / "sywada_PubMedAbstract_1MB.txt"
@@ -167,9 +168,7 @@ def main(argv: list[str] | None = None) -> int:
               "cpu_count": os.cpu_count(), "python": platform.python_version(),
               "versions": {"tokenizers": tokenizers.__version__, "sentencepiece": sentencepiece.__version__},
               "results": rows, "ratios": ratios}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.output}")
+    write_results(args.output, result)
     return 0
 
 
