@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     except NonFiniteAbort as err:
         print(f"pretrain: aborted: {err}", file=sys.stderr)
         return EXIT_NONFINITE
-    except (ConfigError, PretrainConfigError, FileNotFoundError, ValueError) as err:
+    except (ConfigError, PretrainConfigError, FileNotFoundError, ValueError) as err:  # incl. InitializationError
         print(f"pretrain: error: {err}", file=sys.stderr)
         return 2
     if summary["completed"] and summary["model_dir"]:

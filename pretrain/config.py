@@ -29,11 +29,21 @@ class PretrainConfigError(ValueError):
     """Options that cannot work together; raised before anything heavy starts."""
 
 
+InitMode = Literal["scratch", "continual", "continual-new-vocab"]
+
+
 @dataclass
 class ModelArguments:
-    model: str = field(default="bert-base", metadata={
-        "help": "a preset in configs/model (bert-base, bert-large, bert-small, bert-tiny) or a path to a "
-                "YAML/JSON file of BertConfig fields; vocab_size always comes from the tokenizer"})
+    init: InitMode = field(default="scratch", metadata={
+        "help": "scratch: random weights, the in-domain vocabulary (PubMedBERT); continual: a general-domain "
+                "checkpoint and its own vocabulary (BioBERT); continual-new-vocab: its weights with the "
+                "in-domain vocabulary (shared tokens copied, new ones from the mean of their old pieces)"})
+    init_checkpoint: str = field(default="", metadata={
+        "help": "the general-domain BERT directory the continual modes start from (e.g. bert-base-uncased)"})
+    model: str = field(default="", metadata={
+        "help": "a preset in configs/model (bert-base, bert-large, bert-small, bert-tiny) or a YAML/JSON file "
+                "of BertConfig fields (vocab_size always comes from the tokenizer); default: bert-base from "
+                "scratch, the checkpoint's own architecture in the continual modes"})
     attn_implementation: str = field(default="sdpa", metadata={"help": "attention kernel: sdpa or eager"})
 
 

