@@ -23,6 +23,7 @@ from common.launch import repo_root_first
 repo_root_first(__file__)  # this file's name must not shadow the pretrain package
 
 from common.config import ConfigError, parse_config  # noqa: E402
+from pretrain.adversarial import AdversarialConfig  # noqa: E402
 from pretrain.config import DataArguments, ModelArguments, PretrainConfigError, TrainArguments  # noqa: E402
 from pretrain.trainer import EXIT_NONFINITE, NonFiniteAbort, train  # noqa: E402
 
@@ -32,9 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("--local_rank")]
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        model_args, data_args, train_args = parse_config([ModelArguments, DataArguments, TrainArguments], argv,
-                                                         description=__doc__)
-        summary = train(model_args, data_args, train_args)
+        model_args, data_args, train_args, adversarial = parse_config(
+            [ModelArguments, DataArguments, TrainArguments, AdversarialConfig], argv, description=__doc__)
+        summary = train(model_args, data_args, train_args, adversarial)
     except NonFiniteAbort as err:
         print(f"pretrain: aborted: {err}", file=sys.stderr)
         return EXIT_NONFINITE

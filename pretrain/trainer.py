@@ -29,7 +29,7 @@ import signal
 import time
 import types
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 import torch
@@ -40,6 +40,9 @@ from pretrain.config import (DataArguments, ModelArguments, PretrainConfigError,
 from pretrain.metrics import MetricsLogger, peak_flops
 from pretrain.modeling import PretrainingModel, count_parameters, flops_per_token
 from pretrain.sampler import BatchPlan
+
+if TYPE_CHECKING:
+    from pretrain.adversarial import AdversarialConfig
 
 LOG = logging.getLogger(__name__)
 
@@ -123,11 +126,14 @@ def _device(local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def train(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments) -> dict[str, Any]:
-    """Run (or resume) pretraining; returns a summary. Raises on unusable inputs before training."""
+def train(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments,
+          adversarial: AdversarialConfig | None = None) -> dict[str, Any]:
+    """Run (or resume) pretraining; returns a summary. Raises on unusable inputs before training.
+    ``adversarial`` with ``adversarial=True`` adds ALUM's adversarial term (:mod:`pretrain.adversarial`)."""
     import deepspeed
     import torch.distributed as dist
 
+    from pretrain.adversarial import AdversarialPretrainingModel
     from pretrain.data import load_pretraining_data
     from pretrain.masking import MaskingConfig, PretrainingCollator
     from pretrain.initialization import initialize_model, load_checkpoint_config
@@ -164,7 +170,10 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
     bert, init_report = initialize_model(model_args.init, tokenizer=tokenizer, model_fields=model_fields,
                                          init_checkpoint=model_args.init_checkpoint or None,
                                          attn_implementation=model_args.attn_implementation)
-    model = PretrainingModel(bert, nsp=data_args.nsp)
+    if adversarial is not None and adversarial.adversarial:
+        model = AdversarialPretrainingModel(bert, nsp=data_args.nsp, adversarial=adversarial)
+    else:
+        model = PretrainingModel(bert, nsp=data_args.nsp)
     model.to(device)
     # DeepSpeed clips gradients (gradient_clipping), so LAMB's own global-norm pre-normalization,
     # the same operation, is off.
@@ -182,7 +191,8 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
                                            config=create_ds_config(train_args, world_size))
     torch.manual_seed(train_args.seed + rank)  # dropout differs across ranks, reproducibly
 
-    state = {"step": 0, "skipped_steps": 0, "consecutive_nonfinite": 0, "tokens": 0, "train_seconds": 0.0}
+    state = {"step": 0, "skipped_steps": 0, "consecutive_nonfinite": 0, "adversarial_fallbacks": 0, "tokens": 0,
+             "train_seconds": 0.0}
     tag = latest_tag(run_dir) if train_args.resume else None
     if tag is not None:
         state.update(load_checkpoint(engine, run_dir, tag, rank).get("trainer_state", {}))
@@ -201,6 +211,7 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
 
     run_config = {"model": dataclasses.asdict(model_args), "data": dataclasses.asdict(data_args),
                   "train": dataclasses.asdict(train_args), "world_size": world_size,
+                  "adversarial": dataclasses.asdict(adversarial) if adversarial is not None else None,
                   "optimizer_impl": optimizer_impl, "parameters": count_parameters(bert),
                   "initialization": init_report.as_dict(),
                   "data_meta": {k: v for k, v in data_meta.items() if k != "summary"}}
@@ -231,9 +242,7 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
     try:
         while step < train_args.max_steps:
             started = time.perf_counter()
-            # sums over this rank's micro-batches: mlm_loss, nsp_loss, mlm_correct, mlm_count,
-            # nsp_correct, nsp_count, tokens, non-finite micro-batches, stop requested
-            totals = torch.zeros(9, dtype=torch.float64)
+            totals = StepTotals()
             for micro in range(train_args.gradient_accumulation_steps):
                 batch = next(batches)
                 assert int(batch.pop("step")) == step, "data stream out of step"
@@ -243,26 +252,30 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
                 finite = torch.isfinite(out.loss.detach()).to(torch.float64)
                 dist.all_reduce(finite, op=dist.ReduceOp.MIN)  # every rank must agree to skip
                 if finite.item() < 1:
-                    totals[7] += 1
+                    totals.add(nonfinite_micro=1)
                     engine.backward(sum(p.sum() for p in engine.module.parameters()) * 0.0)
                 else:
                     engine.backward(out.loss)
-                    totals[:7] += torch.tensor([out.mlm_loss.item(), out.nsp_loss.item(), out.mlm_correct.item(),
-                                                out.mlm_count.item(), out.nsp_correct.item(), out.nsp_count.item(),
-                                                batch["attention_mask"].sum().item()], dtype=torch.float64)
+                    totals.add(mlm_loss=out.mlm_loss.item(), nsp_loss=out.nsp_loss.item(),
+                               mlm_correct=out.mlm_correct.item(), mlm_count=out.mlm_count.item(),
+                               nsp_correct=out.nsp_correct.item(), nsp_count=out.nsp_count.item(),
+                               tokens=batch["attention_mask"].sum().item())
+                    if hasattr(out, "adv_kl"):
+                        totals.add(adv_kl=out.adv_kl.item(), adv_nonfinite=out.adv_nonfinite.item())
                 if micro == train_args.gradient_accumulation_steps - 1:
                     lr = engine.get_lr()[0]  # the rate this step's update uses
                     grad_norm = _gradient_norm(engine)
-                    gate.closed = bool(totals[7] > 0)
+                    gate.closed = totals["nonfinite_micro"] > 0
                 engine.step()
-            totals[8] = float(stop["requested"])
-            finite_micro = train_args.gradient_accumulation_steps - totals[7].item()
-            dist.all_reduce(totals, op=dist.ReduceOp.SUM)
+            totals.add(stop=float(stop["requested"]))
+            finite_micro = train_args.gradient_accumulation_steps - totals["nonfinite_micro"]
+            totals.all_reduce(dist)
             step += 1
             elapsed = time.perf_counter() - started
             state["step"] = step
             state["train_seconds"] += elapsed
-            skipped = totals[7].item() > 0
+            state["adversarial_fallbacks"] += int(totals["adv_nonfinite"])
+            skipped = totals["nonfinite_micro"] > 0
             if skipped:
                 state["skipped_steps"] += 1
                 state["consecutive_nonfinite"] += 1
@@ -276,15 +289,16 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
                         "check the data before resuming")
             else:
                 state["consecutive_nonfinite"] = 0
-            tokens = int(totals[6].item())
+            tokens = int(totals["tokens"])
             state["tokens"] += tokens
             if rank == 0 and (step % train_args.log_every == 0 or step == train_args.max_steps or skipped):
                 record = _metrics_record(step, totals, engine, lr, grad_norm, elapsed, tokens, flops_token, peak, world_size,
-                                         mask_rate, state, finite_micro * world_size)
+                                         mask_rate, state, finite_micro * world_size,
+                                         adversarial_on=isinstance(model, AdversarialPretrainingModel))
                 logger.log(record)
                 logger.progress(step, {"loss": f"{record['loss']:.3f}", "lr": f"{record['lr']:.2e}",
                                        "tok/s": f"{record['tokens_per_s']:.0f}"})
-            stop_now = totals[8].item() > 0
+            stop_now = totals["stop"] > 0
             if step % train_args.checkpoint_every == 0 or step == train_args.max_steps or stop_now:
                 checkpoint(step)
             if stop_now:
@@ -303,19 +317,18 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
             "tokens": state["tokens"], "model_dir": str(final_dir) if final_dir else None}
 
 
-def _metrics_record(step, totals, engine, lr, grad_norm, elapsed, tokens, flops_token, peak, world_size, mask_rate, state,
-                    finite_micro_batches) -> dict[str, Any]:
-    mlm_loss_sum, nsp_loss_sum, mlm_correct, mlm_count, nsp_correct, nsp_count = totals[:6].tolist()
+def _metrics_record(step, totals: "StepTotals", engine, lr, grad_norm, elapsed, tokens, flops_token, peak, world_size,
+                    mask_rate, state, finite_micro_batches, adversarial_on: bool) -> dict[str, Any]:
     n = max(finite_micro_batches, 1)
     if grad_norm is None:  # ZeRO keeps reduced gradients in its own partitions; DeepSpeed knows the norm
         grad_norm = engine.get_global_grad_norm()
     record = {
         "step": step,
-        "loss": (mlm_loss_sum + nsp_loss_sum) / n,
-        "mlm_loss": mlm_loss_sum / n,
-        "nsp_loss": nsp_loss_sum / n,
-        "mlm_accuracy": mlm_correct / mlm_count if mlm_count else math.nan,
-        "nsp_accuracy": nsp_correct / nsp_count if nsp_count else math.nan,
+        "loss": (totals["mlm_loss"] + totals["nsp_loss"]) / n,
+        "mlm_loss": totals["mlm_loss"] / n,
+        "nsp_loss": totals["nsp_loss"] / n,
+        "mlm_accuracy": totals["mlm_correct"] / totals["mlm_count"] if totals["mlm_count"] else math.nan,
+        "nsp_accuracy": totals["nsp_correct"] / totals["nsp_count"] if totals["nsp_count"] else math.nan,
         "lr": lr,
         "grad_norm": float(grad_norm) if grad_norm is not None else math.nan,
         "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
@@ -324,9 +337,33 @@ def _metrics_record(step, totals, engine, lr, grad_norm, elapsed, tokens, flops_
         "skipped_steps": state["skipped_steps"],
         "tokens_seen": state["tokens"],
     }
+    if adversarial_on:
+        record["adv_symmetric_kl"] = totals["adv_kl"] / n
+        record["adv_fallbacks"] = state["adversarial_fallbacks"]
     if peak:
         record["mfu"] = flops_token * tokens / elapsed / (peak * world_size)
     return record
+
+
+class StepTotals:
+    """Per-step sums over this rank's micro-batches, by name, reduced over ranks in one call."""
+
+    FIELDS = ("mlm_loss", "nsp_loss", "mlm_correct", "mlm_count", "nsp_correct", "nsp_count", "tokens",
+              "nonfinite_micro", "stop", "adv_kl", "adv_nonfinite")
+    _INDEX = {name: i for i, name in enumerate(FIELDS)}
+
+    def __init__(self) -> None:
+        self.values = torch.zeros(len(self.FIELDS), dtype=torch.float64)
+
+    def add(self, **amounts: float) -> None:
+        for name, amount in amounts.items():
+            self.values[self._INDEX[name]] += amount
+
+    def __getitem__(self, name: str) -> float:
+        return float(self.values[self._INDEX[name]])
+
+    def all_reduce(self, dist) -> None:
+        dist.all_reduce(self.values, op=dist.ReduceOp.SUM)
 
 
 def _gradient_norm(engine) -> float | None:

@@ -5,6 +5,7 @@ process group lives for the whole process)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -247,19 +248,22 @@ def test_bad_inputs_fail_before_training(pretraining_inputs, tmp_path):
         assert not (tmp_path / run_dir / "checkpoints").exists()
 
 
-def test_two_ranks_through_the_deepspeed_launcher(pretraining_inputs, tmp_path):
+@pytest.mark.parametrize("adversarial", [False, True], ids=["standard", "alum"])
+def test_two_ranks_through_the_deepspeed_launcher(adversarial, pretraining_inputs, tmp_path):
     launcher = shutil.which("deepspeed", path=str(Path(PYTHON).parent))
     if launcher is None:
         pytest.skip("the deepspeed launcher is not installed")
     out = tmp_path / "run"
-    args = pretrain_args(pretraining_inputs, out)
+    args = pretrain_args(pretraining_inputs, out, *(["--adversarial"] if adversarial else []))
     args[args.index("--max-steps") + 1] = "4"
     result = subprocess.run([launcher, "--num_gpus", "2", "--master_port", "29533",
                              str(REPO / "launch" / "pretrain.py"), *args],
                             cwd=REPO, env=env(), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     record = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
-    assert record["step"] == 4
+    assert record["step"] == 4 and math.isfinite(record["loss"])
+    if adversarial:  # ALUM under DeepSpeed with gradient accumulation, on two gloo ranks
+        assert record["adv_symmetric_kl"] > 0 and record["adv_fallbacks"] == 0
     assert (out / "model" / "model.safetensors").is_file()
     # Global batch: 2 ranks × 8 × 2 accumulation steps, so twice a single rank's tokens per step.
     assert "global batch 32 (2 rank(s) × 8 × 2)" in result.stdout + result.stderr
