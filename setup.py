@@ -28,6 +28,10 @@ setup(
         "tqdm",
         "matplotlib",
         "psutil",
+        # fine-tuning metrics
+        "seqeval",
+        "scikit-learn",
+        "scipy",
     ],
     extras_require={
         "dev": ["pytest>=8", "hypothesis>=6", "pytest-timeout"],
