@@ -70,6 +70,23 @@ def straight_run(pretraining_inputs, tmp_path_factory) -> Path:
     return out
 
 
+def assert_fine_tuning_module_loads(model_dir: Path) -> None:
+    """The export is what the fine-tuning module starts from: it loads and trains a tagging step."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from finetune.modeling import TokenTaggingModel, load_encoder
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = TokenTaggingModel(load_encoder(model_dir), num_labels=3, layer="crf")
+    batch = tokenizer(["Naloxone reverses opioid overdose ."], return_tensors="pt")
+    labels = torch.full_like(batch["input_ids"], -100)
+    labels[0, 1:4] = torch.tensor([1, 2, 0])
+    out = model(**batch, labels=labels)
+    out.loss.backward()
+    assert torch.isfinite(out.loss)
+
+
 def test_straight_run_exports_a_loadable_model(straight_run):
     from transformers import AutoModel, AutoTokenizer, BertForMaskedLM, BertForPreTraining
 
@@ -88,6 +105,7 @@ def test_straight_run_exports_a_loadable_model(straight_run):
     checkpoints = sorted(p.name for p in (straight_run / "checkpoints").iterdir() if p.is_dir())
     assert checkpoints == ["step-00000010", "step-00000020"]
     assert (straight_run / "checkpoints" / "step-00000020" / "hf" / "model.safetensors").is_file()
+    assert_fine_tuning_module_loads(model_dir)
 
 
 def kill_after_first_checkpoint_and_resume(args: list[str], out: Path, first_tag: str) -> subprocess.CompletedProcess:
@@ -149,6 +167,7 @@ def test_continual_modes_train_export_and_resume_exactly(mode, pretraining_input
         assert "embedding rows copied (shared tokens)" in log
     model = BertForMaskedLM.from_pretrained(straight / "model")
     assert model.config.hidden_size == 384  # all-MiniLM-L6-v2's own architecture
+    assert_fine_tuning_module_loads(straight / "model")
     resumed = tmp_path / "resumed"
     kill_after_first_checkpoint_and_resume(args(resumed), resumed, "step-00000002")
     assert losses(resumed) == losses(straight)
