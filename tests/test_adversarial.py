@@ -4,14 +4,8 @@ a tiny BERT, and one DeepSpeed run on CPU in a subprocess."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
-import socket
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -24,8 +18,8 @@ from pretrain.adversarial import (AdversarialConfig, AdversarialPretrainingModel
                                   symmetric_kl, token_norm)
 from pretrain.config import PretrainConfigError
 from pretrain.modeling import IGNORE_INDEX, PretrainingModel
+from tests.conftest import run_single_rank_deepspeed
 
-REPO = Path(__file__).resolve().parents[1]
 VOCAB = 500
 
 
@@ -405,23 +399,8 @@ DEEPSPEED_SCRIPT = textwrap.dedent("""
 """)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_alum_inside_a_deepspeed_engine_with_accumulation_and_bf16():
-    pytest.importorskip("deepspeed")
-    # A separate process: deepspeed.initialize sets up torch.distributed for the whole process.
-    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(free_port()), "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "",
-           "DS_ACCELERATOR": "cpu"}
-    done = subprocess.run([sys.executable, "-c", DEEPSPEED_SCRIPT], env=env, cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert done.returncode == 0 and lines, done.stderr[-3000:]
-    results = json.loads(lines[-1][len("RESULT "):])
+    results = run_single_rank_deepspeed(DEEPSPEED_SCRIPT)
     assert results["fp32"]["dtype"] == "torch.float32" and results["bf16"]["dtype"] == "torch.bfloat16"
     for run in results.values():
         assert run["global_steps"] == 2 and run["changed"] > 0

@@ -11,15 +11,9 @@ from __future__ import annotations
 
 import copy
 import io
-import json
 import logging
 import math
-import os
-import socket
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -34,8 +28,8 @@ from pretrain.optim import (PAPER_BETAS, PAPER_EPS, PAPER_PEAK_LR, PAPER_WEIGHT_
                             is_norm_module, learning_rate_at, optimizer_from_config, parameter_groups,
                             polynomial_decay, schedule_factor, slanted_triangular, summarize_parameter_groups,
                             warmup_steps)
+from tests.conftest import run_single_rank_deepspeed
 
-REPO = Path(__file__).resolve().parents[1]
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
@@ -381,24 +375,8 @@ DEEPSPEED_SCRIPT = textwrap.dedent("""
 """)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_lamb_as_deepspeed_client_optimizer_on_cpu():
-    pytest.importorskip("deepspeed")
-    # A separate process: deepspeed.initialize sets up torch.distributed and DeepSpeed's
-    # communication backend for the whole process, which must not leak into other tests.
-    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(free_port()), "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "",
-           "DS_ACCELERATOR": "cpu"}
-    done = subprocess.run([sys.executable, "-c", DEEPSPEED_SCRIPT], env=env, cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert done.returncode == 0 and lines, done.stderr[-3000:]
-    result = json.loads(lines[-1][len("RESULT "):])
+    result = run_single_rank_deepspeed(DEEPSPEED_SCRIPT)
     assert result["optimizer"] == "Lamb" and result["steps"] == 30
     losses, lrs = result["losses"], result["lrs"]
     assert losses[-1] < 0.25 * losses[0]
