@@ -1,7 +1,7 @@
 """Where pretraining metrics go: a JSONL file in the run directory, a tqdm bar, and wandb.
 
 Only rank 0 writes. ``metrics.jsonl`` gets one JSON object per logged step (appended, so a resumed
-run continues the same file); wandb gets the same dictionary. wandb is optional and offline by
+run continues the same file), ``run_config.json`` the run's configuration; wandb gets the same. wandb is optional and offline by
 default (``wandb_mode``: offline | online | disabled): it is imported only when enabled, and a
 missing package is a logged warning, not a failure.
 """
@@ -49,6 +49,8 @@ class MetricsLogger:
             kept = [r for r in read_metrics(run_dir) if r.get("step", 0) <= initial_step]
             path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
         self._file = open(path, "a", encoding="utf-8")
+        # The run's full configuration beside its metrics: what experiment reports read.
+        (run_dir / "run_config.json").write_text(json.dumps(config, indent=2, default=str) + "\n", encoding="utf-8")
         from tqdm.auto import tqdm
 
         self._bar = tqdm(total=total_steps, initial=initial_step, desc="pretrain", unit="step", dynamic_ncols=True)

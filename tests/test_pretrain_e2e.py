@@ -98,6 +98,8 @@ def test_straight_run_exports_a_loadable_model(straight_run):
                 "mask_rate"):
         assert key in metrics
     assert metrics["lr"] > 0 and metrics["mask_rate"] == 0.15
+    run_config = json.loads((straight_run / "run_config.json").read_text())
+    assert run_config["train"]["global_batch_size"] == 16 and run_config["initialization"]["mode"] == "scratch"
     model_dir = straight_run / "model"
     for cls in (BertForPreTraining, BertForMaskedLM, AutoModel):
         cls.from_pretrained(model_dir)
