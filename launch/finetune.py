@@ -1,0 +1,46 @@
+#!/usr/bin/env python
+"""Fine-tune a checkpoint on one BLURB dataset once (one seed) and print its test score.
+
+    python launch/finetune.py --config configs/finetune/ncbi_disease.yaml --model runs/my_bert/model
+    python launch/finetune.py --config configs/finetune/ncbi_disease.yaml --seed 2 --output_dir runs/ft/ncbi/s2
+    python launch/finetune.py --model CKPT --dataset my_re --task_type relation --negative_label none \\
+        --data_dir data/my_re --output_dir runs/ft/my_re
+
+The run record is output_dir/run.json; a complete one with the same settings makes the command
+skip the run (and print the recorded score), so a sweep can simply be re-run to resume.
+Exit status: 0 done (or skipped), 2 unusable options or inputs (the message names the problem).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from common.launch import repo_root_first
+
+repo_root_first(__file__)  # this file's name must not shadow the finetune package
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # checkpoints are local directories; never reach a hub
+
+from common.config import ConfigError, parse_config  # noqa: E402
+from finetune.trainer import FinetuneArgs, run_finetune  # noqa: E402
+from tokenization.instances import InputError  # noqa: E402
+
+EXIT_BAD_INPUT = 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        (args,) = parse_config([FinetuneArgs], argv, description=__doc__)
+        result = run_finetune(args, log=lambda message: print(message, file=sys.stderr))
+    except (ConfigError, InputError, FileNotFoundError) as err:
+        print(f"finetune: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    record = result.record
+    print(f"{record['dataset']} {record['metric']} test score: {record['test']['score']:.4f}"
+          f"{' (skipped: already complete)' if result.skipped else ''}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

