@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
 
 from finetune.datasets import (CLASSIFICATION, DEV, NER, PICO, QA, RELATION, SIMILARITY, TASK_TYPES, TEST,
                                TRAIN, BlurbDataset, load_blurb_dataset, load_generic_dataset)
@@ -510,6 +511,7 @@ def run_finetune(args: FinetuneArgs, log=print) -> RunResult:
     log(f"{dataset.name} ({dataset.task_type}): {len(examples[TRAIN])} train / {len(examples[DEV])} dev / "
         f"{len(examples[TEST])} test examples, {total_steps} steps")
     epochs, best_score, best_epoch, best_state = [], -math.inf, 0, None
+    progress = tqdm(total=total_steps, desc=f"finetune {dataset.name}", unit="step", dynamic_ncols=True)
     for epoch in range(1, args.epochs + 1):
         model.train()
         losses = []
@@ -521,6 +523,8 @@ def run_finetune(args: FinetuneArgs, log=print) -> RunResult:
             optimizer.step()
             scheduler.step()
             losses.append(float(loss.detach()))
+            progress.update()
+            progress.set_postfix(epoch=epoch, loss=f"{losses[-1]:.3f}", refresh=False)
         dev = _evaluate(model, task, examples[DEV], features[DEV], args, dataset.metric, device)
         epochs.append({"epoch": epoch, "train_loss": float(np.mean(losses)) if losses else None,
                        "dev_score": dev["score"]})
@@ -528,6 +532,7 @@ def run_finetune(args: FinetuneArgs, log=print) -> RunResult:
         if dev["score"] > best_score or best_state is None:  # model selection on dev
             best_score, best_epoch, best_dev = dev["score"], epoch, dev
             best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})
+    progress.close()
     model.load_state_dict(best_state)
     test = _evaluate(model, task, examples[TEST], features[TEST], args, dataset.metric, device)
     log(f"test {dataset.metric} (epoch {best_epoch}): {test['score']:.4f}")
