@@ -17,12 +17,14 @@ backward that computes input gradients only (≈ 1), the final term a forward an
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
+
+from _batches import synthetic_pretraining_batches  # benchmarks/ is on sys.path when a benchmark runs
+from _results import write_results
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,7 +42,6 @@ def main() -> None:
 
     from pretrain.adversarial import AdversarialConfig, AdversarialPretrainingModel
     from pretrain.config import load_model_preset
-    from pretrain.masking import MaskingConfig, mask_tokens
     from pretrain.modeling import PretrainingModel, build_bert
 
     torch.manual_seed(0)
@@ -48,18 +49,7 @@ def main() -> None:
     standard = PretrainingModel(bert).train()
     adversarial = AdversarialPretrainingModel(
         bert, adversarial=AdversarialConfig(adversarial=True, adv_steps=args.adv_steps)).train()
-    generator = torch.Generator().manual_seed(0)
-    batches = []
-    for _ in range(args.steps + 2):
-        ids = torch.randint(1000, args.vocab_size, (args.batch, args.seq), generator=generator)
-        ids[:, 0], ids[:, -1] = 101, 102
-        special = (ids == 101) | (ids == 102)
-        masked, labels = mask_tokens(ids, torch.ones_like(ids, dtype=torch.bool), special, config=MaskingConfig(),
-                                     mask_token_id=103, random_token_ids=torch.arange(1000, args.vocab_size),
-                                     generator=generator)
-        batches.append({"input_ids": masked, "attention_mask": torch.ones_like(ids),
-                        "token_type_ids": torch.zeros_like(ids), "labels": labels,
-                        "next_sentence_label": torch.randint(0, 2, (args.batch,), generator=generator)})
+    batches = synthetic_pretraining_batches(args.steps + 2, args.batch, args.seq, args.vocab_size)
 
     def timed(model, batch) -> tuple[float, object]:
         start = time.perf_counter()
@@ -90,10 +80,8 @@ def main() -> None:
     print(f"ratio (ALUM / standard forward+backward time): x{ratio:.2f} ({args.model}, batch {args.batch} x "
           f"{args.seq}, vocab {args.vocab_size}, {torch.get_num_threads()} threads, CPU); "
           f"mean adversarial KL {statistics.mean(s['adv_kl'] for s in stats):.2e}")
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps({"args": vars(args), "threads": torch.get_num_threads(),
-                                             "torch": torch.__version__, "results": results, "ratio": ratio,
-                                             "adversarial_stats": stats}, indent=2) + "\n")
+    write_results(args.output, {"args": vars(args), "threads": torch.get_num_threads(), "torch": torch.__version__,
+                                "results": results, "ratio": ratio, "adversarial_stats": stats})
 
 
 if __name__ == "__main__":

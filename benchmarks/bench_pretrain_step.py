@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from _batches import synthetic_pretraining_batches  # benchmarks/ is on sys.path
 from _results import write_results  # benchmarks/ is on sys.path when a benchmark runs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,24 +36,12 @@ def main() -> None:
     args = parser.parse_args()
 
     from pretrain.config import load_model_preset
-    from pretrain.masking import MaskingConfig, mask_tokens
     from pretrain.modeling import PretrainingModel, build_bert
 
     torch.manual_seed(0)
     bert = build_bert(load_model_preset(args.model), vocab_size=args.vocab_size, pad_token_id=0)
     ours = PretrainingModel(bert)
-    generator = torch.Generator().manual_seed(0)
-    batches = []
-    for _ in range(args.steps + 2):
-        ids = torch.randint(1000, args.vocab_size, (args.batch, args.seq), generator=generator)
-        ids[:, 0], ids[:, -1] = 101, 102
-        special = (ids == 101) | (ids == 102)
-        masked, labels = mask_tokens(ids, torch.ones_like(ids, dtype=torch.bool), special, config=MaskingConfig(),
-                                     mask_token_id=103, random_token_ids=torch.arange(1000, args.vocab_size),
-                                     generator=generator)
-        batches.append({"input_ids": masked, "attention_mask": torch.ones_like(ids),
-                        "token_type_ids": torch.zeros_like(ids), "labels": labels,
-                        "next_sentence_label": torch.randint(0, 2, (args.batch,), generator=generator)})
+    batches = synthetic_pretraining_batches(args.steps + 2, args.batch, args.seq, args.vocab_size)
 
     def full_head(batch):
         return bert(**batch).loss
