@@ -15,7 +15,8 @@ Inputs per task type (``docs/datasets.md`` lists the datasets):
   entities (``on_overflow="clip"``, so every test instance is scored; clipped ones are counted).
 * ``similarity`` — the sentence pair, one regression output (MSE).
 * ``classification`` — the document, one sigmoid per label (binary cross-entropy).
-* ``qa`` — ``[CLS] question [SEP] context [SEP]``, the context truncated (``only_second``).
+* ``qa`` — ``[CLS] question [SEP] context [SEP]``, truncated longest-first: the context (a question
+  is rarely the longer), and a question that alone exceeds the budget is cut too instead of failing.
 """
 
 from __future__ import annotations
@@ -51,13 +52,14 @@ from pretrain.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, 
 from tokenization.instances import InputError
 
 __all__ = ["FinetuneArgs", "RunResult", "run_finetune", "load_dataset_for", "word_windows", "is_complete_run",
-           "RUN_RECORD", "QA_MAX_LENGTH"]
+           "train_epoch", "finetune_ds_config", "RUN_RECORD", "QA_MAX_LENGTH", "PRECISIONS"]
 
 RUN_RECORD = "run.json"
 QA_MAX_LENGTH = 512  # BLURB's QA inputs are a question plus an abstract: 128 tokens would cut most contexts
 MAX_GRAD_NORM = 1.0
 # Settings that do not change the result; a finished run with other values of these is still the same run.
-_NOT_RESULT_SETTINGS = ("num_workers", "output_dir", "data_dir")
+_NOT_RESULT_SETTINGS = ("num_workers", "output_dir", "data_dir", "local_rank")
+PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 @dataclass
@@ -89,7 +91,17 @@ class FinetuneArgs:
     relation_representation: str = field(default="cls", metadata={"help": ", ".join(REPRESENTATIONS)})
     max_train_examples: int | None = field(default=None, metadata={"help": "first N training examples only"})
     max_eval_examples: int | None = field(default=None, metadata={"help": "first N dev/test examples only"})
+    allow_missing_train: bool = field(default=False, metadata={
+        "help": "NER datasets without a train file train on a seeded 90%% of the dev file's documents "
+                "(JNLPBA as distributed here); the run record's dataset_notes say so"})
     num_workers: int = 0
+    deepspeed: bool = field(default=False, metadata={
+        "help": "train through DeepSpeed (launch with `deepspeed launch/finetune.py ...`); its config is "
+                "generated from batch_size, precision and zero_stage"})
+    precision: str = field(default="fp32", metadata={"help": f"{', '.join(PRECISIONS)}; bf16/fp16 need "
+                                                              "--deepspeed on a GPU"})
+    zero_stage: int = field(default=0, metadata={"help": "DeepSpeed ZeRO stage (0-2)"})
+    local_rank: int = field(default=-1, metadata={"help": "set by the deepspeed launcher"})
 
     def __post_init__(self) -> None:
         """Reject bad settings before any data or model is loaded, naming the setting."""
@@ -123,6 +135,12 @@ class FinetuneArgs:
                 raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.num_workers < 0:
             raise InputError(f"num_workers must be >= 0, got {self.num_workers}")
+        if self.precision not in PRECISIONS:
+            raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.precision != "fp32" and not self.deepspeed:
+            raise InputError(f"precision {self.precision} needs --deepspeed (mixed precision runs through DeepSpeed)")
+        if self.zero_stage not in (0, 1, 2):
+            raise InputError(f"zero_stage must be 0, 1 or 2, got {self.zero_stage}")
 
     def effective_max_length(self, task_type: str) -> int:
         return self.max_length if self.max_length is not None else (QA_MAX_LENGTH if task_type == QA else 128)
@@ -143,11 +161,13 @@ class RunResult:
 def load_dataset_for(args: FinetuneArgs) -> BlurbDataset:
     """The dataset of ``args``: a BLURB dataset by name, or a generic one when ``task_type`` is set."""
     if args.task_type is not None:
+        if args.allow_missing_train:
+            raise InputError("allow_missing_train applies to BLURB NER datasets only (a generic dataset needs train)")
         return load_generic_dataset(args.task_type, args.data_dir, name=args.dataset,
                                     negative_label=args.negative_label)
     if args.negative_label is not None:
         raise InputError("negative_label applies to generic datasets (task_type set) only")
-    return load_blurb_dataset(args.dataset, args.data_dir)
+    return load_blurb_dataset(args.dataset, args.data_dir, allow_missing_train=args.allow_missing_train)
 
 
 def word_windows(subword_counts: Sequence[int], budget: int) -> list[tuple[int, int]]:
@@ -236,6 +256,18 @@ class _Task:
     collate: Any
     metric_kwargs: dict[str, Any]
     stats: dict[str, int] = field(default_factory=dict)
+    to_model_tags: Any = None        # NER: a dataset's tag sequence in the model's scheme (gold for scoring)
+
+
+def _file_scheme(labels: Sequence[str]) -> str:
+    """The scheme a dataset's tags are written in: BIO, or BIOUL when any tag is U-/L- (or the
+    BIOES spelling S-/E-, read as U-/L-)."""
+    prefixes = {tag.partition("-")[0] for tag in labels if tag != "O"}
+    return "bioul" if prefixes & {"U", "L", "S", "E"} else "bio"
+
+
+def _bioes_as_bioul(tags: Sequence[str]) -> list[str]:
+    return [("U" + t[1:]) if t.startswith("S-") else ("L" + t[1:]) if t.startswith("E-") else t for t in tags]
 
 
 def _build_task(args: FinetuneArgs, dataset: BlurbDataset, tokenizer) -> _Task:
@@ -249,15 +281,20 @@ def _build_task(args: FinetuneArgs, dataset: BlurbDataset, tokenizer) -> _Task:
                 "labels": label}
 
     if task_type == NER:
-        types = list(dict.fromkeys(split_tag(t)[1] for t in dataset.labels if t != "O"))
+        source = _file_scheme(dataset.labels)
+        types = list(dict.fromkeys(split_tag(t)[1] for t in _bioes_as_bioul(dataset.labels) if t != "O"))
         labels = tuple(tag_labels(types, args.tagging_scheme))
         index = {tag: i for i, tag in enumerate(labels)}
 
+        def to_model_tags(tags: Sequence[str]) -> list[str]:
+            return convert_tags(_bioes_as_bioul(tags), source, args.tagging_scheme)
+
         def encode(example):
-            return [index[t] for t in convert_tags(example.tags, "bio", args.tagging_scheme)]
+            return [index[t] for t in to_model_tags(example.tags)]
 
         return _Task(task_type, labels, lambda exs: _tagging_features(exs, tokenizer, max_length, encode),
-                     lambda fs: _pad_tagging(fs, pad_id, None), {"scheme": args.tagging_scheme}, stats)
+                     lambda fs: _pad_tagging(fs, pad_id, None), {"scheme": args.tagging_scheme}, stats,
+                     to_model_tags)
     if task_type == PICO:
         elements = dataset.labels
 
@@ -310,7 +347,7 @@ def _build_task(args: FinetuneArgs, dataset: BlurbDataset, tokenizer) -> _Task:
             lambda fs: _pad_sequences(fs, pad_id, torch.float), {"labels": list(dataset.labels)}, stats)
     label_index = {label: i for i, label in enumerate(dataset.labels)}
     return _Task(task_type, dataset.labels, lambda exs: [
-        plain(tokenizer(e.question, e.context, truncation="only_second", max_length=max_length),
+        plain(tokenizer(e.question, e.context, truncation="longest_first", max_length=max_length),
               label_index[e.label]) for e in exs],
         lambda fs: _pad_sequences(fs, pad_id, torch.long), {}, stats)
 
@@ -354,20 +391,24 @@ def _predict(model: nn.Module, task: _Task, examples: Sequence, features: list[d
              device: torch.device) -> list:
     """One prediction per example, in the form the task's metric takes."""
     model.eval()
-    outputs: list = []
-    for begin in range(0, len(features), batch_size):
-        chunk = features[begin:begin + batch_size]
-        batch = task.collate(chunk)
+    # Batches of similar lengths pad less; predictions are put back in feature order.
+    order = sorted(range(len(features)), key=lambda i: len(features[i]["input_ids"]))
+    outputs: list = [None] * len(features)
+    for begin in range(0, len(order), batch_size):
+        indices = order[begin:begin + batch_size]
+        batch = task.collate([features[i] for i in indices])
         inputs = _model_inputs(batch, task.task_type, device)
         inputs.pop("labels")
         word_mask = inputs.pop("word_mask", None)
         logits = model(**inputs).logits
         if task.task_type == NER:
-            outputs.extend(model.decode_logits(logits, word_mask))
+            predicted = model.decode_logits(logits, word_mask)
         elif task.task_type == PICO:
-            outputs.extend(model.decode_logits(logits, batch["word_mask"].to(device)))
+            predicted = model.decode_logits(logits, batch["word_mask"].to(device))
         else:
-            outputs.extend(model.predict(logits).cpu().tolist())
+            predicted = model.predict(logits).cpu().tolist()
+        for index, prediction in zip(indices, predicted):
+            outputs[index] = prediction
     if task.task_type in (NER, PICO):  # windows back to sentences
         per_example: list[list] = [[] for _ in examples]
         for feature, words in zip(features, outputs):
@@ -385,9 +426,9 @@ def _predict(model: nn.Module, task: _Task, examples: Sequence, features: list[d
     return [task.labels[i] for i in outputs]
 
 
-def _gold(task: _Task, examples: Sequence, scheme: str) -> list:
+def _gold(task: _Task, examples: Sequence) -> list:
     if task.task_type == NER:
-        return [convert_tags(e.tags, "bio", scheme) for e in examples]
+        return [task.to_model_tags(e.tags) for e in examples]
     if task.task_type == PICO:
         return [[set(word) for word in e.elements] for e in examples]
     if task.task_type == SIMILARITY:
@@ -399,7 +440,7 @@ def _gold(task: _Task, examples: Sequence, scheme: str) -> list:
 
 def _evaluate(model, task, examples, features, args, metric: str, device) -> dict[str, Any]:
     predictions = _predict(model, task, examples, features, args.batch_size, device)
-    return _jsonable(compute_metric(metric, _gold(task, examples, args.tagging_scheme), predictions,
+    return _jsonable(compute_metric(metric, _gold(task, examples), predictions,
                                     **task.metric_kwargs))
 
 
@@ -459,6 +500,119 @@ def _seed_everything(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+# ------------------------------------------------------------------------------- training
+
+class _PlainStepper:
+    """One optimizer step in plain PyTorch: backward, clip to MAX_GRAD_NORM, step, schedule."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler) -> None:
+        self.module, self.optimizer, self.scheduler = model, optimizer, scheduler
+
+    def __call__(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        loss = self.module(**inputs).loss
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.module.parameters(), MAX_GRAD_NORM)
+        self.optimizer.step()
+        self.scheduler.step()
+        return loss.detach()
+
+
+class _DeepSpeedStepper:
+    """The same step through a DeepSpeed engine (it clips, steps and schedules; mixed precision)."""
+
+    def __init__(self, engine) -> None:
+        self.module = engine
+
+    def __call__(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        loss = self.module(**inputs).loss
+        self.module.backward(loss)
+        self.module.step()
+        return loss.detach().float()
+
+
+def train_epoch(step: "_PlainStepper | _DeepSpeedStepper", loader, task_type: str, device: torch.device, progress=None, epoch: int = 0) -> list[float]:
+    """One pass over ``loader``; ``step(inputs) -> loss`` does forward, backward and the update.
+    Returns the per-step losses."""
+    losses = []
+    step.module.train()
+    for batch in loader:
+        losses.append(float(step(_model_inputs(batch, task_type, device))))
+        if progress is not None:
+            progress.update()
+            progress.set_postfix(epoch=epoch, loss=f"{losses[-1]:.3f}", refresh=False)
+    return losses
+
+
+def finetune_ds_config(args: FinetuneArgs, world_size: int) -> dict[str, Any]:
+    """The DeepSpeed config of a fine-tuning run, generated from its arguments so that batch size,
+    clipping and precision cannot disagree with the run record."""
+    config: dict[str, Any] = {
+        "train_batch_size": args.batch_size,
+        "train_micro_batch_size_per_gpu": args.batch_size // world_size,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": MAX_GRAD_NORM,
+        "steps_per_print": 10 ** 9,
+        "wall_clock_breakdown": False,
+        "zero_optimization": {"stage": args.zero_stage},
+        "zero_allow_untested_optimizer": True,  # our AdamW is passed in as a client optimizer
+    }
+    if args.precision == "fp16":
+        config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
+    elif args.precision == "bf16":
+        config["bf16"] = {"enabled": True}
+    return config
+
+
+@dataclass
+class _Distributed:
+    """Where this process runs: a single CPU/GPU process, or one rank of a DeepSpeed job."""
+
+    rank: int
+    world_size: int
+    device: torch.device
+    deepspeed: bool
+
+    @classmethod
+    def start(cls, args: FinetuneArgs) -> "_Distributed":
+        if not args.deepspeed:
+            return cls(0, 1, torch.device("cuda" if torch.cuda.is_available() else "cpu"), False)
+        import deepspeed
+        import torch.distributed as dist
+
+        from pretrain.trainer import ensure_distributed_env
+
+        ensure_distributed_env()
+        deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo", verbose=False)
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if torch.cuda.is_available():
+            torch.cuda.set_device(local_rank)
+            device = torch.device("cuda", local_rank)
+        else:
+            device = torch.device("cpu")
+        return cls(dist.get_rank(), dist.get_world_size(), device, True)
+
+    def micro_batch(self, batch_size: int) -> int:
+        if batch_size % self.world_size:
+            raise InputError(f"batch_size {batch_size} is not divisible by the {self.world_size} ranks")
+        return batch_size // self.world_size
+
+    def stepper(self, model: nn.Module, optimizer, scheduler, args: FinetuneArgs):
+        if not self.deepspeed:
+            return _PlainStepper(model, optimizer, scheduler)
+        import deepspeed
+
+        engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
+                                               config=finetune_ds_config(args, self.world_size))
+        return _DeepSpeedStepper(engine)
+
+    def barrier(self) -> None:
+        if self.deepspeed and self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+
 # ----------------------------------------------------------------------------------- the run
 
 def run_finetune(args: FinetuneArgs, log=print) -> RunResult:
@@ -498,33 +652,34 @@ def run_finetune(args: FinetuneArgs, log=print) -> RunResult:
                 DEV: dataset.splits[DEV][:args.max_eval_examples],
                 TEST: dataset.splits[TEST][:args.max_eval_examples]}
     features = {split: task.featurize(exs) for split, exs in examples.items()}
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    distributed = _Distributed.start(args)
+    device = distributed.device
     model = _build_model(args, task, tokenizer).to(device)
 
-    loader = DataLoader(features[TRAIN], batch_size=args.batch_size, shuffle=True, generator=generator,
-                        collate_fn=task.collate, num_workers=args.num_workers)
+    # Every rank draws its own part of each global batch of batch_size examples.
+    micro_batch = distributed.micro_batch(args.batch_size)
+    sampler = None
+    if distributed.world_size > 1:
+        sampler = torch.utils.data.DistributedSampler(features[TRAIN], distributed.world_size, distributed.rank,
+                                                      shuffle=True, seed=args.seed)
+    loader = DataLoader(features[TRAIN], batch_size=micro_batch, shuffle=sampler is None, sampler=sampler,
+                        generator=generator if sampler is None else None, collate_fn=task.collate,
+                        num_workers=args.num_workers)
     total_steps = args.epochs * len(loader)
     optimizer = build_optimizer("adamw", parameter_groups(model, args.weight_decay), lr=args.learning_rate,
                                 weight_decay=args.weight_decay, device=device).optimizer
     scheduler = build_lr_scheduler(optimizer, ScheduleConfig(warmup_ratio=args.warmup_ratio), total_steps)
+    stepper = distributed.stepper(model, optimizer, scheduler, args)
 
     log(f"{dataset.name} ({dataset.task_type}): {len(examples[TRAIN])} train / {len(examples[DEV])} dev / "
         f"{len(examples[TEST])} test examples, {total_steps} steps")
     epochs, best_score, best_epoch, best_state = [], -math.inf, 0, None
-    progress = tqdm(total=total_steps, desc=f"finetune {dataset.name}", unit="step", dynamic_ncols=True)
+    progress = tqdm(total=total_steps, desc=f"finetune {dataset.name}", unit="step", dynamic_ncols=True,
+                    disable=distributed.rank != 0 or None)
     for epoch in range(1, args.epochs + 1):
-        model.train()
-        losses = []
-        for batch in loader:
-            loss = model(**_model_inputs(batch, task.task_type, device)).loss
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
-            optimizer.step()
-            scheduler.step()
-            losses.append(float(loss.detach()))
-            progress.update()
-            progress.set_postfix(epoch=epoch, loss=f"{losses[-1]:.3f}", refresh=False)
+        if sampler is not None:
+            sampler.set_epoch(epoch)
+        losses = train_epoch(stepper, loader, task.task_type, device, progress, epoch)
         dev = _evaluate(model, task, examples[DEV], features[DEV], args, dataset.metric, device)
         epochs.append({"epoch": epoch, "train_loss": float(np.mean(losses)) if losses else None,
                        "dev_score": dev["score"]})
@@ -564,9 +719,13 @@ def run_finetune(args: FinetuneArgs, log=print) -> RunResult:
         "total_steps": total_steps,
         "wall_time_s": round(time.time() - started, 3),
         "device": str(device),
+        "world_size": distributed.world_size,
+        "deepspeed": args.deepspeed,
         "memory": _peak_memory(device),
         "versions": _versions(),
     }
-    output_dir.mkdir(parents=True, exist_ok=True)
-    _write_json(record_path, _jsonable(record))
+    if distributed.rank == 0:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        _write_json(record_path, _jsonable(record))
+    distributed.barrier()
     return RunResult(record, False, record_path)

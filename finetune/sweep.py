@@ -1,0 +1,390 @@
+"""The BLURB protocol over many runs: a hyperparameter grid × seeds per dataset, dev model selection,
+test mean ± std, and the BLURB score.
+
+The paper's protocol (section 2.4): learning rate {1e-5, 3e-5, 5e-5} × batch size {16, 32}, a fixed
+number of epochs per dataset, and several seeds — 10 for BIOSSES, BioASQ and PubMedQA (small test
+sets, noisy scores), 5 for the rest. Here, every grid point runs every seed; the grid point with
+the best *mean dev score over seeds* is selected, and its test scores are reported as mean ± sample
+std over seeds. (Selecting on the mean rather than per seed keeps test-set noise out of the choice.)
+
+Each run is one :func:`finetune.trainer.run_finetune` call with its own directory::
+
+    <output_dir>/<dataset>/lr3e-05_bs32_ep20/seed1/run.json
+
+A run whose ``run.json`` is complete is skipped, so a killed sweep, re-run with the same command,
+continues where it stopped and never redoes a finished run. The summary (``summary.json``) and the
+table (``blurb.md``) are rebuilt from the run records alone, so they can also be produced for runs
+made elsewhere (:func:`collect_runs`, :func:`summarize`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from finetune.datasets import UnknownDatasetError, canonical_dataset_name
+from finetune.metrics import BLURB_DATASETS, BLURB_TASK_OF, BLURB_TASK_TYPES, MeanStd, blurb_score, mean_std
+from finetune.trainer import PRECISIONS, QA_MAX_LENGTH, RUN_RECORD, FinetuneArgs, is_complete_run, run_finetune
+from tokenization.instances import InputError
+
+__all__ = ["DatasetProtocol", "PROTOCOL", "SweepArgs", "SweepPlan", "PlannedRun", "plan_sweep", "run_sweep",
+           "collect_runs", "summarize", "format_table", "find_dataset_dir", "SUMMARY_FILE", "TABLE_FILE"]
+
+SUMMARY_FILE = "summary.json"
+TABLE_FILE = "blurb.md"
+
+
+@dataclass(frozen=True)
+class DatasetProtocol:
+    """Per-dataset defaults of the sweep. The paper searched epochs in 2–60 without publishing a
+    value per dataset; these are ours, chosen in that range by dataset size (small datasets get
+    more epochs). ``max_length`` None means the trainer's default (128; 512 for QA)."""
+
+    epochs: int
+    num_seeds: int
+    max_length: int | None = None
+    directories: tuple[str, ...] = ()  # where the dataset lies under data_root, first match wins
+
+
+PROTOCOL: Mapping[str, DatasetProtocol] = {
+    "bc5-chem": DatasetProtocol(20, 5, directories=("ner/BC5CDR-chem", "BC5CDR-chem", "ner/BC5-chem", "BC5-chem")),
+    "bc5-disease": DatasetProtocol(20, 5, directories=("ner/BC5CDR-disease", "BC5CDR-disease", "ner/BC5-disease",
+                                                        "BC5-disease")),
+    "ncbi-disease": DatasetProtocol(20, 5, directories=("ner/NCBI-disease", "NCBI-disease")),
+    "bc2gm": DatasetProtocol(20, 5, directories=("ner/BC2GM", "BC2GM")),
+    "jnlpba": DatasetProtocol(20, 5, directories=("ner/JNLPBA", "JNLPBA")),
+    "ebm-pico": DatasetProtocol(10, 5, directories=("pico/ebmnlp", "ebmnlp", "pico/EBM-NLP", "EBM-NLP")),
+    "chemprot": DatasetProtocol(10, 5, directories=("re/chemprot", "chemprot", "re/ChemProt", "ChemProt")),
+    "ddi": DatasetProtocol(10, 5, directories=("re/ddi", "ddi", "re/DDI", "DDI")),
+    "gad": DatasetProtocol(10, 5, directories=("re/gad", "gad", "re/GAD", "GAD")),
+    "biosses": DatasetProtocol(30, 10, directories=("similarity/biosses", "biosses", "similarity/BIOSSES",
+                                                    "BIOSSES")),
+    "hoc": DatasetProtocol(20, 5, max_length=512, directories=("classification/hoc", "hoc", "classification/HoC",
+                                                               "HoC")),
+    "pubmedqa": DatasetProtocol(20, 10, max_length=QA_MAX_LENGTH, directories=("qa/pubmedqa", "pubmedqa",
+                                                                                "qa/PubMedQA", "PubMedQA")),
+    "bioasq": DatasetProtocol(20, 10, max_length=QA_MAX_LENGTH, directories=(
+        "qa/bioasq", "bioasq", "qa/BioASQ", "BioASQ", "qa/bioasq-yesno-proxy", "bioasq-yesno-proxy")),
+}
+assert tuple(PROTOCOL) == BLURB_DATASETS  # one entry per BLURB dataset, in the paper's order
+
+
+@dataclass
+class SweepArgs:
+    """A BLURB sweep (YAML keys and flags of ``launch/blurb.py``)."""
+
+    model: str = field(default="", metadata={"help": "checkpoint directory to fine-tune"})
+    output_dir: str = field(default="", metadata={"help": "one directory per run below it, plus summary.json "
+                                                           "and blurb.md"})
+    data_root: str = field(default="data/blurb", metadata={
+        "help": "directory holding the datasets (BLURB's names, flat or under ner/, re/, ...)"})
+    datasets: list[str] = field(default_factory=lambda: list(BLURB_DATASETS), metadata={
+        "help": "BLURB datasets to run (default: all 13; absent ones are reported, not fatal)"})
+    data_dirs: list[str] = field(default_factory=list, metadata={
+        "help": "NAME=DIR overrides of where a dataset lies, e.g. bioasq=/data/bioasq"})
+    learning_rates: list[float] = field(default_factory=lambda: [1e-5, 3e-5, 5e-5])
+    batch_sizes: list[int] = field(default_factory=lambda: [16, 32])
+    epochs: int | None = field(default=None, metadata={"help": "epochs for every dataset (default: per dataset, "
+                                                                "finetune.sweep.PROTOCOL)"})
+    num_seeds: int | None = field(default=None, metadata={"help": "seeds per grid point (default: 10 for BIOSSES, "
+                                                                   "BioASQ, PubMedQA; 5 otherwise)"})
+    first_seed: int = field(default=1, metadata={"help": "seeds are first_seed, first_seed + 1, ..."})
+    max_length: int | None = field(default=None, metadata={"help": "sub-words per input for every dataset "
+                                                                    "(default: per dataset)"})
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    dropout: float = 0.1
+    tagging_scheme: str = "bio"
+    tagging_layer: str = "linear"
+    relation_transformation: str = "dummify"
+    relation_representation: str = "cls"
+    allow_missing_train: bool = field(default=False, metadata={
+        "help": "NER datasets without a train file (JNLPBA here) train on 90%% of their dev file"})
+    max_train_examples: int | None = field(default=None, metadata={"help": "first N training examples only "
+                                                                            "(smoke tests, demos)"})
+    max_eval_examples: int | None = field(default=None, metadata={"help": "first N dev/test examples only"})
+    deepspeed: bool = False
+    precision: str = field(default="fp32", metadata={"help": ", ".join(PRECISIONS)})
+    stop_on_error: bool = field(default=False, metadata={
+        "help": "stop at the first failed run (default: record the failure and go on with the other datasets)"})
+
+    def __post_init__(self) -> None:
+        for name in ("model", "output_dir"):
+            if not getattr(self, name):
+                raise InputError(f"{name} is required")
+        if not self.datasets:
+            raise InputError("datasets is empty")
+        try:
+            self.datasets = list(dict.fromkeys(canonical_dataset_name(d) for d in self.datasets))
+        except UnknownDatasetError as err:
+            raise InputError(f"datasets: {err}") from None
+        for name in ("learning_rates", "batch_sizes"):
+            if not getattr(self, name):
+                raise InputError(f"{name} is empty")
+        for name in ("epochs", "num_seeds"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
+        self.data_dir_overrides()  # reject malformed NAME=DIR entries now
+
+    def data_dir_overrides(self) -> dict[str, Path]:
+        overrides = {}
+        for item in self.data_dirs:
+            name, sep, path = item.partition("=")
+            if not sep or not path:
+                raise InputError(f"data_dirs: expected NAME=DIR, got {item!r}")
+            try:
+                overrides[canonical_dataset_name(name)] = Path(path)
+            except UnknownDatasetError as err:
+                raise InputError(f"data_dirs: {err}") from None
+        return overrides
+
+    def epochs_for(self, dataset: str) -> int:
+        return self.epochs if self.epochs is not None else PROTOCOL[dataset].epochs
+
+    def seeds_for(self, dataset: str) -> list[int]:
+        count = self.num_seeds if self.num_seeds is not None else PROTOCOL[dataset].num_seeds
+        return list(range(self.first_seed, self.first_seed + count))
+
+    def max_length_for(self, dataset: str) -> int | None:
+        return self.max_length if self.max_length is not None else PROTOCOL[dataset].max_length
+
+
+# ---------------------------------------------------------------------------------- planning
+
+def find_dataset_dir(dataset: str, data_root: str | Path, overrides: Mapping[str, Path] | None = None
+                     ) -> tuple[Path | None, list[Path]]:
+    """Where ``dataset`` lies: its override, else the first of its usual directories under
+    ``data_root`` that exists. Returns the directory (None when absent) and the places tried."""
+    if overrides and dataset in overrides:
+        path = overrides[dataset]
+        return (path if path.is_dir() else None), [path]
+    tried = [Path(data_root) / sub for sub in PROTOCOL[dataset].directories]
+    return next((p for p in tried if p.is_dir()), None), tried
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    dataset: str
+    learning_rate: float
+    batch_size: int
+    epochs: int
+    seed: int
+    args: FinetuneArgs
+
+    @property
+    def grid_point(self) -> str:
+        return grid_point_name(self.learning_rate, self.batch_size, self.epochs)
+
+
+def grid_point_name(learning_rate: float, batch_size: int, epochs: int) -> str:
+    return f"lr{learning_rate:g}_bs{batch_size}_ep{epochs}"
+
+
+@dataclass
+class SweepPlan:
+    runs: list[PlannedRun]
+    absent: dict[str, str]  # dataset -> why it is not in the sweep (the places looked at)
+
+
+def plan_sweep(args: SweepArgs) -> SweepPlan:
+    """Every run of the sweep, in order (dataset, grid point, seed), and the datasets not found."""
+    overrides = args.data_dir_overrides()
+    runs, absent = [], {}
+    for dataset in args.datasets:
+        data_dir, tried = find_dataset_dir(dataset, args.data_root, overrides)
+        if data_dir is None:
+            absent[dataset] = "not found at " + ", ".join(str(p) for p in tried)
+            continue
+        epochs = args.epochs_for(dataset)
+        for learning_rate in args.learning_rates:
+            for batch_size in args.batch_sizes:
+                for seed in args.seeds_for(dataset):
+                    out = Path(args.output_dir) / dataset / grid_point_name(learning_rate, batch_size, epochs) \
+                        / f"seed{seed}"
+                    finetune_args = FinetuneArgs(
+                        model=args.model, dataset=dataset, data_dir=str(data_dir), output_dir=str(out),
+                        learning_rate=learning_rate, batch_size=batch_size, epochs=epochs, seed=seed,
+                        max_length=args.max_length_for(dataset), warmup_ratio=args.warmup_ratio,
+                        weight_decay=args.weight_decay, dropout=args.dropout, tagging_scheme=args.tagging_scheme,
+                        tagging_layer=args.tagging_layer, relation_transformation=args.relation_transformation,
+                        relation_representation=args.relation_representation,
+                        allow_missing_train=args.allow_missing_train and BLURB_TASK_OF[dataset] == "ner",
+                        max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,
+                        deepspeed=args.deepspeed, precision=args.precision)
+                    runs.append(PlannedRun(dataset, learning_rate, batch_size, epochs, seed, finetune_args))
+    return SweepPlan(runs, absent)
+
+
+# ----------------------------------------------------------------------------------- running
+
+def run_sweep(args: SweepArgs, log: Callable[[str], None] = print, progress: bool = True) -> dict[str, Any]:
+    """Run (or resume) the sweep and write ``summary.json`` and ``blurb.md``; returns the summary.
+
+    A failed run (bad data, out of memory, ...) is recorded in the summary with its error and the
+    rest of its dataset is not attempted; the other datasets go on (``stop_on_error`` re-raises).
+    """
+    from tqdm.auto import tqdm
+
+    plan = plan_sweep(args)
+    for dataset, why in plan.absent.items():
+        log(f"{dataset}: absent ({why})")
+    done = sum(is_complete_run(Path(r.args.output_dir) / RUN_RECORD) for r in plan.runs)
+    log(f"{len(plan.runs)} runs over {len({r.dataset for r in plan.runs})} datasets; {done} already complete")
+    failed: dict[str, str] = {}
+    bar = tqdm(plan.runs, desc="BLURB sweep", unit="run", dynamic_ncols=True, disable=not progress or None)
+    for run in bar:
+        if run.dataset in failed:
+            continue
+        bar.set_postfix(dataset=run.dataset, grid=run.grid_point, seed=run.seed, refresh=False)
+        try:
+            run_finetune(run.args, log=lambda message: None)
+        except Exception as err:  # noqa: BLE001 - recorded and reported; one dataset's failure is not the sweep's
+            if args.stop_on_error:
+                raise
+            failed[run.dataset] = f"{type(err).__name__}: {err}"
+            log(f"{run.dataset}: run {run.grid_point}/seed{run.seed} failed: {failed[run.dataset]}")
+            (Path(run.args.output_dir)).mkdir(parents=True, exist_ok=True)
+            (Path(run.args.output_dir) / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
+    bar.close()
+    records = [json.loads((Path(r.args.output_dir) / RUN_RECORD).read_text(encoding="utf-8"))
+               for r in plan.runs if is_complete_run(Path(r.args.output_dir) / RUN_RECORD)]
+    summary = summarize(records, absent=plan.absent, failed=failed,
+                        expected={d: sum(r.dataset == d for r in plan.runs) for d in args.datasets
+                                  if d not in plan.absent})
+    summary["sweep"] = _jsonable_args(args)
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    (out / TABLE_FILE).write_text(format_table(summary), encoding="utf-8")
+    return summary
+
+
+def _jsonable_args(args: SweepArgs) -> dict[str, Any]:
+    return {k: v for k, v in dataclasses.asdict(args).items()}
+
+
+# ------------------------------------------------------------------------------- summarizing
+
+def collect_runs(root: str | Path) -> list[dict[str, Any]]:
+    """Every complete run record (``run.json``) below ``root``."""
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(Path(root).rglob(RUN_RECORD))
+            if is_complete_run(p)]
+
+
+def _grid_key(record: Mapping[str, Any]) -> tuple:
+    """What makes runs of one dataset the same grid point: every hyperparameter but the seed."""
+    settings = dict(record.get("settings") or record["hyperparameters"])
+    for key in ("seed", "output_dir", "data_dir", "model", "dataset"):
+        settings.pop(key, None)
+    return tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in settings.items()))
+
+
+def summarize(records: Iterable[Mapping[str, Any]], *, absent: Mapping[str, str] | None = None,
+              failed: Mapping[str, str] | None = None, expected: Mapping[str, int] | None = None
+              ) -> dict[str, Any]:
+    """Per dataset: every grid point's dev/test mean ± std over seeds, the grid point selected by
+    mean dev score, its test mean ± std, and the (possibly partial) BLURB score over datasets.
+
+    ``records`` must come from one model; a mix of models raises ValueError. ``expected`` (runs
+    planned per dataset) marks datasets whose sweep is not finished as incomplete.
+    """
+    records = list(records)
+    models = sorted({r["model"] for r in records})
+    if len(models) > 1:
+        raise ValueError(f"run records of several models: {', '.join(models)}; summarize one model at a time")
+    by_dataset: dict[str, list[Mapping[str, Any]]] = {}
+    for record in records:
+        by_dataset.setdefault(_dataset_id(record["dataset"]), []).append(record)
+    datasets: dict[str, Any] = {}
+    for dataset, runs in by_dataset.items():
+        grid: dict[tuple, list[Mapping[str, Any]]] = {}
+        for run in runs:
+            grid.setdefault(_grid_key(run), []).append(run)
+        points = []
+        for group in grid.values():
+            group = sorted(group, key=lambda r: r["seed"])
+            hp = group[0]["hyperparameters"]
+            dev, test = mean_std(r["best_dev_score"] for r in group), mean_std(r["test_score"] for r in group)
+            points.append({"learning_rate": hp["learning_rate"], "batch_size": hp["batch_size"],
+                           "epochs": hp["epochs"], "seeds": [r["seed"] for r in group],
+                           "dev": _ms(dev), "test": _ms(test),
+                           "wall_time_s": sum(r.get("wall_time_s", 0.0) for r in group),
+                           "peak_rss_bytes": max(r.get("memory", {}).get("peak_rss_bytes", 0) for r in group)})
+        # The best mean dev score wins; ties go to the point with more seeds, then the smaller lr.
+        points.sort(key=lambda p: (-p["dev"]["mean"], -p["dev"]["n"], p["learning_rate"], p["batch_size"]))
+        best = points[0]
+        entry = {"task_type": runs[0]["task_type"], "metric": runs[0]["metric"], "runs": len(runs),
+                 "selected": {k: best[k] for k in ("learning_rate", "batch_size", "epochs", "seeds")},
+                 "dev": best["dev"], "test": best["test"], "grid": points,
+                 "notes": list(runs[0].get("dataset_notes", []))}
+        if expected is not None and dataset in expected and len(runs) < expected[dataset]:
+            entry["incomplete"] = f"{len(runs)} of {expected[dataset]} runs complete"
+        datasets[dataset] = entry
+    ordered = {d: datasets[d] for d in sorted(datasets, key=_order)}
+    blurb_inputs = {d: e["test"]["mean"] for d, e in ordered.items() if d in BLURB_DATASETS}
+    summary: dict[str, Any] = {
+        "model": models[0] if models else None,
+        "datasets": ordered,
+        "absent": dict(absent or {}),
+        "failed": dict(failed or {}),
+        "blurb": blurb_score(blurb_inputs).to_dict() if blurb_inputs else None,
+    }
+    return summary
+
+
+def _dataset_id(name: str) -> str:
+    try:
+        return canonical_dataset_name(name)
+    except UnknownDatasetError:
+        return name  # a generic dataset: summarized, but not part of the BLURB score
+
+
+def _order(dataset: str) -> tuple[int, str]:
+    return (BLURB_DATASETS.index(dataset) if dataset in BLURB_DATASETS else len(BLURB_DATASETS), dataset)
+
+
+def _ms(value: MeanStd) -> dict[str, Any]:
+    return {"mean": value.mean, "std": None if math.isnan(value.std) else value.std, "n": value.n}
+
+
+def _format_ms(entry: Mapping[str, Any]) -> str:
+    return MeanStd(entry["mean"], math.nan if entry["std"] is None else entry["std"], entry["n"]).format()
+
+
+def format_table(summary: Mapping[str, Any]) -> str:
+    """The summary as Markdown: one row per dataset (test mean ± std over seeds at the selected grid
+    point), then the task-type scores and the BLURB score, then what was absent or failed."""
+    lines = [f"# BLURB results: `{summary.get('model')}`", ""]
+    lines += ["| task type | dataset | metric | selected (lr, batch, epochs) | seeds | dev | test |",
+              "|---|---|---|---|---|---|---|"]
+    for dataset, entry in summary["datasets"].items():
+        sel = entry["selected"]
+        flag = f" ({entry['incomplete']})" if entry.get("incomplete") else ""
+        lines.append(f"| {entry['task_type']} | {dataset}{flag} | {entry['metric']} | "
+                     f"{sel['learning_rate']:g}, {sel['batch_size']}, {sel['epochs']} | {len(sel['seeds'])} | "
+                     f"{_format_ms(entry['dev'])} | {_format_ms(entry['test'])} |")
+    blurb = summary.get("blurb")
+    lines.append("")
+    if blurb:
+        lines += ["| task type | score | datasets present |", "|---|---|---|"]
+        for task, datasets in BLURB_TASK_TYPES.items():
+            present = [d for d in datasets if d in blurb["dataset_scores"]]
+            score = f"{blurb['task_scores'][task] * 100:.2f}" if task in blurb["task_scores"] else "—"
+            lines.append(f"| {task} | {score} | {', '.join(present) or 'none'} of {len(datasets)} |")
+        lines += ["", f"**{blurb['label']}: {blurb['score'] * 100:.2f}**"]
+        if blurb["partial"]:
+            lines.append("(Partial: not comparable with the paper's BLURB scores, which average all 13 datasets.)")
+    else:
+        lines.append("No BLURB dataset finished: no BLURB score.")
+    notes = [f"- {d}: absent ({why})" for d, why in summary.get("absent", {}).items()]
+    notes += [f"- {d}: failed ({why})" for d, why in summary.get("failed", {}).items()]
+    notes += [f"- {d}: {n}" for d, e in summary["datasets"].items() for n in e.get("notes", [])]
+    if notes:
+        lines += ["", "Notes:", *notes]
+    return "\n".join(lines) + "\n"
+

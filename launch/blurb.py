@@ -1,0 +1,47 @@
+#!/usr/bin/env python
+"""Fine-tune one checkpoint over the BLURB datasets (grid × seeds), select on dev, print the BLURB score.
+
+    python launch/blurb.py --model runs/my_bert/model --data_root ../shared/data/blurb --output_dir runs/blurb/my_bert
+    python launch/blurb.py --config configs/blurb/paper.yaml --model CKPT --output_dir runs/blurb/ckpt
+    python launch/blurb.py --config configs/blurb/smoke.yaml --model CKPT --datasets ncbi-disease gad
+
+Every run writes <output_dir>/<dataset>/<grid point>/seed<N>/run.json; re-running the same command
+after an interruption skips the finished runs. The table goes to <output_dir>/blurb.md (and stdout),
+everything else to <output_dir>/summary.json. Datasets that are not found under data_root are
+listed as absent and the score is marked partial.
+Exit status: 0 all present datasets finished, 1 some runs failed, 2 unusable options.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from common.launch import repo_root_first
+
+repo_root_first(__file__)
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # checkpoints are local directories; never reach a hub
+
+from common.config import ConfigError, parse_config  # noqa: E402
+from finetune.sweep import SweepArgs, format_table, run_sweep  # noqa: E402
+from tokenization.instances import InputError  # noqa: E402
+
+EXIT_FAILED_RUNS, EXIT_BAD_INPUT = 1, 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    # The deepspeed launcher appends --local_rank=N; LOCAL_RANK in the environment says the same.
+    argv = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("--local_rank")]
+    try:
+        (args,) = parse_config([SweepArgs], argv, description=__doc__)
+        summary = run_sweep(args, log=lambda message: print(message, file=sys.stderr))
+    except (ConfigError, InputError, FileNotFoundError) as err:
+        print(f"blurb: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(format_table(summary))
+    return EXIT_FAILED_RUNS if summary["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

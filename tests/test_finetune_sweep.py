@@ -1,0 +1,151 @@
+"""The BLURB sweep: planning, dev model selection over seeds, the BLURB table, and resuming.
+
+Selection and scoring are checked on synthetic run records (exact numbers); the sweep itself runs
+end to end with a tiny random BERT on a slice of the committed NCBI-disease files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import finetune.sweep as sweep  # noqa: E402
+from finetune.metrics import BLURB_DATASETS  # noqa: E402
+from finetune.sweep import (PROTOCOL, SweepArgs, collect_runs, format_table, plan_sweep, run_sweep,  # noqa: E402
+                            summarize)
+from finetune.trainer import RUN_RECORD  # noqa: E402
+from tokenization.instances import InputError  # noqa: E402
+
+from tests.conftest import ncbi_slice  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _record(dataset, lr, batch, seed, dev, test, *, model="m", task_type="ner", metric="entity_f1"):
+    hp = {"learning_rate": lr, "batch_size": batch, "epochs": 3}
+    return {"status": "complete", "model": model, "dataset": dataset, "task_type": task_type, "metric": metric,
+            "seed": seed, "hyperparameters": hp, "settings": {**hp, "seed": seed, "dataset": dataset, "model": model},
+            "best_dev_score": dev, "test_score": test, "test": {"score": test}, "wall_time_s": 1.0,
+            "memory": {"peak_rss_bytes": 10}}
+
+
+def test_protocol_covers_blurb_with_the_papers_seed_counts():
+    assert tuple(PROTOCOL) == BLURB_DATASETS
+    ten = {d for d, p in PROTOCOL.items() if p.num_seeds == 10}
+    assert ten == {"biosses", "bioasq", "pubmedqa"}
+    assert all(p.num_seeds == 5 for d, p in PROTOCOL.items() if d not in ten)
+    assert all(2 <= p.epochs <= 60 for p in PROTOCOL.values())  # the paper's search range
+
+
+def test_selection_uses_mean_dev_over_seeds_and_reports_test_mean_std():
+    records = [
+        # lr 1e-5: one lucky seed (dev 0.95) but a lower mean dev (0.70)
+        _record("ncbi-disease", 1e-5, 16, 1, 0.95, 0.50), _record("ncbi-disease", 1e-5, 16, 2, 0.45, 0.90),
+        # lr 3e-5: mean dev 0.80 -> selected; test 0.80 and 0.84
+        _record("ncbi-disease", 3e-5, 16, 1, 0.80, 0.80), _record("ncbi-disease", 3e-5, 16, 2, 0.80, 0.84),
+        _record("gad", 5e-5, 32, 1, 0.7, 0.6, task_type="relation", metric="f1_positive"),
+    ]
+    summary = summarize(records)
+    ncbi = summary["datasets"]["ncbi-disease"]
+    assert ncbi["selected"]["learning_rate"] == 3e-5 and ncbi["selected"]["seeds"] == [1, 2]
+    assert ncbi["test"]["mean"] == pytest.approx(0.82) and ncbi["test"]["n"] == 2
+    assert ncbi["test"]["std"] == pytest.approx(0.0282842712)  # sample std of (0.80, 0.84)
+    assert len(ncbi["grid"]) == 2
+    assert summary["datasets"]["gad"]["test"]["std"] is None  # one seed: no spread
+    blurb = summary["blurb"]
+    # ner 0.82, relation 0.6 -> macro over the two present task types
+    assert blurb["score"] == pytest.approx((0.82 + 0.6) / 2) and blurb["partial"]
+    assert set(blurb["missing_datasets"]) == set(BLURB_DATASETS) - {"ncbi-disease", "gad"}
+    table = format_table(summary)
+    assert "82.00 ± 2.83" in table and "partial BLURB score" in table and "60.00 (1 run)" in table
+
+
+def test_summary_refuses_mixed_models_and_flags_unfinished_datasets():
+    with pytest.raises(ValueError, match="several models"):
+        summarize([_record("gad", 1e-5, 16, 1, .5, .5, model="a"), _record("gad", 1e-5, 16, 1, .5, .5, model="b")])
+    summary = summarize([_record("ncbi-disease", 1e-5, 16, 1, .5, .5)], expected={"ncbi-disease": 4},
+                        absent={"hoc": "not found at x"}, failed={"gad": "DatasetFormatError: bad line"})
+    assert summary["datasets"]["ncbi-disease"]["incomplete"] == "1 of 4 runs complete"
+    table = format_table(summary)
+    assert "hoc: absent (not found at x)" in table and "gad: failed (DatasetFormatError: bad line)" in table
+
+
+def test_plan_reports_absent_datasets_and_uses_overrides(tmp_path):
+    data = ncbi_slice(tmp_path / "data")
+    args = SweepArgs(model="m", output_dir=str(tmp_path / "out"), data_root=str(tmp_path / "nowhere"),
+                     datasets=["NCBI_disease", "BIOSSES"], data_dirs=[f"ncbi-disease={data}"],
+                     learning_rates=[1e-5, 3e-5], batch_sizes=[16])
+    plan = plan_sweep(args)
+    assert set(plan.absent) == {"biosses"} and "similarity/biosses" in plan.absent["biosses"]
+    assert len(plan.runs) == 2 * 1 * PROTOCOL["ncbi-disease"].num_seeds
+    assert {r.args.data_dir for r in plan.runs} == {str(data)}
+    assert len({r.args.output_dir for r in plan.runs}) == len(plan.runs)
+    for bad in (dict(datasets=["nope"]), dict(data_dirs=["ncbi-disease"]), dict(learning_rates=[]),
+                dict(num_seeds=0)):
+        with pytest.raises(InputError):
+            SweepArgs(model="m", output_dir="o", **bad)
+
+
+def test_sweep_runs_resumes_and_skips_finished_runs(tiny_bert, tmp_path, monkeypatch):
+    ncbi_slice(tmp_path / "data")
+    out = tmp_path / "sweep"
+    args = dict(model=str(tiny_bert), output_dir=str(out), data_root=str(tmp_path / "data"),
+                datasets=["ncbi-disease", "gad"], learning_rates=[5e-4, 1e-3], batch_sizes=[8], epochs=1,
+                num_seeds=2, max_length=32)
+    calls = []
+    real_run = sweep.run_finetune
+
+    def counting_run(finetune_args, log):
+        result = real_run(finetune_args, log=log)
+        calls.append((finetune_args.output_dir, result.skipped))
+        return result
+
+    monkeypatch.setattr(sweep, "run_finetune", counting_run)
+    summary = run_sweep(SweepArgs(**args), log=lambda m: None, progress=False)
+    assert len(calls) == 4 and not any(skipped for _, skipped in calls)
+    assert "gad" in summary["absent"] and summary["datasets"]["ncbi-disease"]["runs"] == 4
+    assert summary["blurb"]["partial"] and summary["blurb"]["dataset_scores"].keys() == {"ncbi-disease"}
+    assert (out / "blurb.md").read_text() == format_table(summary)
+    assert json.loads((out / "summary.json").read_text())["datasets"]["ncbi-disease"]["test"] == \
+        summary["datasets"]["ncbi-disease"]["test"]
+    assert len(collect_runs(out)) == 4
+
+    # As if the sweep had been killed during its last run: that run left no record.
+    last = Path(calls[-1][0]) / RUN_RECORD
+    kept = {p: p.read_text() for p in out.rglob(RUN_RECORD) if p != last}
+    last.unlink()
+    calls.clear()
+    again = run_sweep(SweepArgs(**args), log=lambda m: None, progress=False)
+    assert [skipped for _, skipped in calls].count(False) == 1
+    assert all(p.read_text() == text for p, text in kept.items())  # finished runs untouched
+    assert again["datasets"]["ncbi-disease"]["runs"] == 4
+
+
+def test_failed_dataset_is_recorded_and_others_go_on(tiny_bert, tmp_path):
+    bad = tmp_path / "data" / "ner" / "BC2GM"
+    bad.mkdir(parents=True)
+    for name in ("train.tsv", "devel.tsv", "test.tsv"):
+        (bad / name).write_text("Aspirin\tB-GENE\nworks\n", encoding="utf-8")  # line 2: no tag
+    ncbi_slice(tmp_path / "data")
+    summary = run_sweep(SweepArgs(model=str(tiny_bert), output_dir=str(tmp_path / "out"),
+                                  data_root=str(tmp_path / "data"), datasets=["bc2gm", "ncbi-disease"],
+                                  learning_rates=[1e-3], batch_sizes=[8], epochs=1, num_seeds=1, max_length=32),
+                        log=lambda m: None, progress=False)
+    assert "bc2gm" in summary["failed"] and "BC2GM" in summary["failed"]["bc2gm"]
+    assert "line 2" in summary["failed"]["bc2gm"]
+    assert "ncbi-disease" in summary["datasets"]
+
+
+def test_launch_blurb_bad_option_exits_2(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "launch" / "blurb.py"), "--model", "m", "--output_dir",
+                           str(tmp_path), "--datasets", "ncbi-disease", "not-a-dataset"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 2 and "not-a-dataset" in proc.stderr
