@@ -27,6 +27,7 @@ would also leave parameters without gradients, which distributed data-parallel t
 from __future__ import annotations
 
 import inspect
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -57,11 +58,29 @@ def load_encoder(checkpoint: str | Path, **kwargs) -> nn.Module:
     from transformers import AutoConfig, AutoModel
     from transformers.models.auto.modeling_auto import MODEL_MAPPING
 
+    from transformers.utils import logging as hf_logging
+
     config = AutoConfig.from_pretrained(checkpoint)
     model_class = MODEL_MAPPING[type(config)]
     if "add_pooling_layer" in inspect.signature(model_class.__init__).parameters:
         kwargs.setdefault("add_pooling_layer", False)
-    return AutoModel.from_pretrained(checkpoint, config=config, **kwargs)
+    # transformers prints a load report (the pooler and pretraining heads we leave out are
+    # "unexpected") and a progress bar on every load, hundreds of times in a sweep; only weights
+    # the encoder lacks matter, and they are reported below.
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        model, info = AutoModel.from_pretrained(checkpoint, config=config, output_loading_info=True, **kwargs)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        warnings.warn(f"{checkpoint}: {len(missing)} encoder weights are not in the checkpoint and start at random: "
+                      f"{', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}", stacklevel=2)
+    return model
 
 
 # --------------------------------------------------------------------------------------------

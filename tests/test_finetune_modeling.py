@@ -438,3 +438,23 @@ def test_minilm_crf_forward_backward_on_two_sentences():
     predictions = model.decode_logits(output.logits, labels != IGNORE_INDEX)
     assert [len(row) for row in predictions] == [len(s) for s in sentences]
     assert math.isfinite(output.loss.item())
+
+
+def test_load_encoder_warns_about_weights_missing_from_the_checkpoint(tmp_path):
+    import json
+    import warnings
+
+    from transformers import BertConfig, BertModel
+
+    from finetune.modeling import load_encoder
+
+    BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=32)).save_pretrained(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the complete checkpoint loads without a word
+        load_encoder(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["num_hidden_layers"] = 2  # layer 1 is not in the weights file
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.warns(UserWarning, match=r"encoder weights are not in the checkpoint.*layer\.1\."):
+        load_encoder(tmp_path)

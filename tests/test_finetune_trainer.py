@@ -133,3 +133,33 @@ def test_launch_bad_dataset_name_exits_2(tiny_bert, tmp_path):
                    "--dataset", "no-such-dataset", "--output_dir", str(tmp_path / "x"))
     assert proc.returncode == 2, proc.stderr
     assert "no-such-dataset" in proc.stderr and "ncbi-disease" in proc.stderr
+
+
+def test_deepspeed_run_matches_the_record_of_a_plain_run(tiny_bert, tmp_path):
+    """--deepspeed (one CPU rank over gloo, fp32) trains the same model the same way: the engine
+    clips at 1.0, steps AdamW and the schedule exactly like the plain loop, so dev and test scores
+    and the per-epoch losses agree."""
+    from tests.conftest import run_single_rank_deepspeed
+
+    data = _ncbi_slice(tmp_path)
+    plain = run_finetune(_args(tiny_bert, data, tmp_path / "plain", max_length=32), log=lambda m: None).record
+    script = f"""
+import json
+from finetune.trainer import FinetuneArgs, run_finetune
+args = FinetuneArgs(model={str(tiny_bert)!r}, dataset="ncbi-disease", data_dir={str(data)!r},
+                    output_dir={str(tmp_path / "ds")!r}, learning_rate=5e-4, batch_size=8, epochs=2, seed=1,
+                    max_length=32, deepspeed=True)
+record = run_finetune(args, log=lambda m: None).record
+print("RESULT " + json.dumps({{k: record[k] for k in ("dev_per_epoch", "test_score", "deepspeed", "world_size")}}))
+"""
+    ds = run_single_rank_deepspeed(script)
+    assert ds["deepspeed"] is True and ds["world_size"] == 1
+    assert [e["train_loss"] for e in ds["dev_per_epoch"]] == pytest.approx(
+        [e["train_loss"] for e in plain["dev_per_epoch"]], rel=1e-4)
+    assert ds["test_score"] == pytest.approx(plain["test_score"], abs=1e-6)
+    assert json.loads((tmp_path / "ds" / RUN_RECORD).read_text())["status"] == "complete"
+
+
+def test_mixed_precision_needs_deepspeed(tiny_bert, tmp_path):
+    with pytest.raises(InputError, match="needs --deepspeed"):
+        _args(tiny_bert, tmp_path, tmp_path / "o", precision="bf16")
