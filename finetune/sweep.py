@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -256,16 +257,13 @@ def run_sweep(args: SweepArgs, log: Callable[[str], None] = print, progress: boo
     summary = summarize(records, absent=plan.absent, failed=failed,
                         expected={d: sum(r.dataset == d for r in plan.runs) for d in args.datasets
                                   if d not in plan.absent})
-    summary["sweep"] = _jsonable_args(args)
-    out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    (out / TABLE_FILE).write_text(format_table(summary), encoding="utf-8")
+    summary["sweep"] = dataclasses.asdict(args)
+    if int(os.environ.get("RANK", "0")) == 0:  # under the deepspeed launcher every rank runs the sweep
+        out = Path(args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        (out / TABLE_FILE).write_text(format_table(summary), encoding="utf-8")
     return summary
-
-
-def _jsonable_args(args: SweepArgs) -> dict[str, Any]:
-    return {k: v for k, v in dataclasses.asdict(args).items()}
 
 
 # ------------------------------------------------------------------------------- summarizing
