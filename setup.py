@@ -32,6 +32,9 @@ setup(
         "seqeval",
         "scikit-learn",
         "scipy",
+        # experiments: run tables and the multilevel (mixed-effects) analysis
+        "pandas",
+        "statsmodels>=0.14",
     ],
     extras_require={
         "dev": ["pytest>=8", "hypothesis>=6", "pytest-timeout"],
