@@ -1,0 +1,850 @@
+"""The report of an ablation: what each pretraining variant scored on BLURB, what it cost, and what
+the multilevel analysis reads from the seeds.
+
+Everything is rebuilt from the files the ablation left (layout in :mod:`experiments.ablation`)::
+
+    <ablation_dir>/ablation.json                                   the plan (factors, variants, budget)
+    <ablation_dir>/variants/<variant>/pretrain/metrics.jsonl       one JSON object per logged step
+    <ablation_dir>/variants/<variant>/finetune/.../seed<N>/run.json one per complete fine-tuning run
+
+and written to ``<ablation_dir>/report/`` (or ``output_dir``)::
+
+    report.md       the index a person opens: budget, variants, results, analysis reading, plots, files
+    results.md      dataset × variant table of test mean ± std (percent) at the selected grid point,
+                    the BLURB score row, the selected grid points, and notes
+    results.csv     the same numbers, machine-readable (fractions; mean/std/n per variant)
+    runs.csv        one row per complete fine-tuning run (the input of the analysis)
+    summaries.json  finetune.sweep.summarize() of each variant
+    analysis.md, analysis.json   experiments.analysis.fit_multilevel() (absent, with the reason, when
+                    it cannot run)
+    plots/*.png     pretraining loss, per-dataset test scores over seeds, time and memory per run
+
+Model selection and the BLURB score are :mod:`finetune.sweep`'s and :mod:`finetune.metrics`'s (the
+grid point with the best mean dev score over seeds; test mean ± sample std there), so a variant's
+column is exactly what ``launch/blurb.py`` prints for that variant's sweep.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["ABLATION_FILE", "AblationError", "Variant", "Ablation", "load_ablation", "collect_rows",
+           "ROW_COLUMNS", "ResultsTable", "results_table", "read_pretraining_metrics", "PlotResult",
+           "plot_pretraining_loss", "plot_test_scores", "plot_cost", "analysis_factors", "run_analysis", "AnalysisOutcome",
+           "write_report", "REPORT_DIR"]
+
+ABLATION_FILE = "ablation.json"
+REPORT_DIR = "report"
+METRICS_FILE = "metrics.jsonl"
+
+#: Columns of :func:`collect_rows` around the factor columns (which come right after ``variant``).
+ROW_COLUMNS = ("variant", "dataset", "task_type", "metric", "learning_rate", "batch_size", "epochs", "seed",
+               "dev_score", "test_score", "wall_time_s", "peak_rss_bytes")
+
+
+class AblationError(ValueError):
+    """An ablation directory that cannot be reported on; the message names the file and the problem."""
+
+
+# ------------------------------------------------------------------------------------ loading
+
+@dataclass(frozen=True)
+class Variant:
+    """One pretraining variant of the ablation: its factor levels and where its outputs lie."""
+
+    name: str
+    factors: dict[str, str]
+    model: str | None = None
+    pretrain_dir: Path | None = None  # resolved; holds metrics.jsonl (None: not found)
+    finetune_dir: Path | None = None  # resolved; run.json files below it
+
+    @property
+    def metrics_path(self) -> Path | None:
+        return self.pretrain_dir / METRICS_FILE if self.pretrain_dir is not None else None
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """``ablation.json`` of an ablation directory. ``factors`` maps each factor to its levels (the
+    first is the reference); ``variants`` maps names to :class:`Variant`."""
+
+    name: str
+    factors: dict[str, list[str]]
+    variants: dict[str, Variant]
+    datasets: list[str]
+    budget: dict[str, Any]
+    dir: Path
+    extra: dict[str, Any] = field(default_factory=dict)  # other keys of ablation.json (excluded, failed, ...)
+
+    @property
+    def file(self) -> Path:
+        return self.dir / ABLATION_FILE
+
+    def reference_levels(self) -> dict[str, str]:
+        return {f: levels[0] for f, levels in self.factors.items() if levels}
+
+
+def _resolve_dir(given: Any, ablation_dir: Path, default: Path) -> Path:
+    """Where a directory named in ablation.json lies: the path as written when absolute and present,
+    else the standard layout when present, else the path relative to the ablation directory or the
+    working directory (ablate writes paths relative to where it was started), else the layout."""
+    candidates = []
+    if isinstance(given, str) and given:
+        path = Path(given)
+        if path.is_absolute():
+            candidates.append(path)
+        candidates.append(default)
+        if not path.is_absolute():
+            candidates += [ablation_dir / path, Path.cwd() / path]
+    else:
+        candidates.append(default)
+    return next((c for c in candidates if c.is_dir()), default)
+
+
+def load_ablation(ablation_dir: str | os.PathLike) -> Ablation:
+    """Read and check ``<ablation_dir>/ablation.json``; :class:`AblationError` names the file and what
+    is wrong (missing, not JSON, a key of the wrong shape, a variant level not among its factor's)."""
+    root = Path(ablation_dir)
+    path = root / ABLATION_FILE
+    if not root.is_dir():
+        raise AblationError(f"ablation directory not found: {root}")
+    if not path.is_file():
+        raise AblationError(f"{path}: not found (is {root} an ablation directory written by launch/ablate.py?)")
+    try:
+        plan = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise AblationError(f"{path}: not readable JSON: {err}") from None
+    if not isinstance(plan, dict):
+        raise AblationError(f"{path}: the top level must be an object, not {type(plan).__name__}")
+
+    variants_in = plan.get("variants")
+    if not isinstance(variants_in, dict) or not variants_in:
+        raise AblationError(f"{path}: 'variants' must be a non-empty object of variant name -> description")
+    factors_in = plan.get("factors")
+    if factors_in is None:  # infer from the variants, levels in order of appearance
+        factors_in = {}
+        for spec in variants_in.values():
+            for f, level in (spec.get("factors") or {}).items() if isinstance(spec, dict) else ():
+                factors_in.setdefault(f, [])
+                if level not in factors_in[f]:
+                    factors_in[f].append(level)
+    if not isinstance(factors_in, dict):
+        raise AblationError(f"{path}: 'factors' must be an object of factor -> list of levels")
+    factors: dict[str, list[str]] = {}
+    for f, levels in factors_in.items():
+        if f in ROW_COLUMNS:
+            raise AblationError(f"{path}: factor name {f!r} clashes with a column of the run table; rename it")
+        if not isinstance(levels, list) or not levels:
+            raise AblationError(f"{path}: factor {f!r}: expected a non-empty list of levels, got {levels!r}")
+        factors[str(f)] = [str(level) for level in levels]
+
+    variants: dict[str, Variant] = {}
+    for name, spec in variants_in.items():
+        if not isinstance(spec, dict):
+            raise AblationError(f"{path}: variant {name!r}: expected an object, got {type(spec).__name__}")
+        levels = spec.get("factors", {})
+        if not isinstance(levels, dict):
+            raise AblationError(f"{path}: variant {name!r}: 'factors' must be an object of factor -> level")
+        missing = [f for f in factors if f not in levels]
+        unknown = [f for f in levels if f not in factors]
+        if missing or unknown:
+            raise AblationError(f"{path}: variant {name!r}: "
+                                + "; ".join(filter(None, [missing and f"no level for factor(s) {', '.join(missing)}",
+                                                          unknown and f"undeclared factor(s) {', '.join(unknown)}"])))
+        for f, level in levels.items():
+            if str(level) not in factors[f]:
+                raise AblationError(f"{path}: variant {name!r}: level {level!r} of {f!r} is not one of "
+                                    f"{', '.join(factors[f])}")
+        layout = root / "variants" / str(name)
+        variants[str(name)] = Variant(
+            name=str(name), factors={f: str(levels[f]) for f in factors},
+            model=spec.get("model"),
+            pretrain_dir=_resolve_dir(spec.get("pretrain_dir"), root, layout / "pretrain"),
+            finetune_dir=_resolve_dir(spec.get("finetune_dir"), root, layout / "finetune"))
+
+    datasets = plan.get("datasets") or []
+    budget = plan.get("budget") or {}
+    if not isinstance(datasets, list):
+        raise AblationError(f"{path}: 'datasets' must be a list of dataset names")
+    if not isinstance(budget, dict):
+        raise AblationError(f"{path}: 'budget' must be an object")
+    known = {"name", "factors", "variants", "datasets", "budget"}
+    return Ablation(name=str(plan.get("name") or root.resolve().name), factors=factors, variants=variants,
+                    datasets=[_dataset_id(str(d)) for d in datasets], budget=dict(budget), dir=root,
+                    extra={k: v for k, v in plan.items() if k not in known})
+
+
+def _dataset_id(name: str) -> str:
+    """The dataset key finetune.sweep.summarize uses (BLURB's canonical name, or the name as is)."""
+    from finetune.metrics import canonical_dataset_name
+
+    try:
+        return canonical_dataset_name(name)
+    except ValueError:
+        return name
+
+
+# --------------------------------------------------------------------------------- the runs
+
+def _records(variant: Variant) -> list[dict[str, Any]]:
+    from finetune.sweep import collect_runs
+
+    if variant.finetune_dir is None or not variant.finetune_dir.is_dir():
+        return []
+    return collect_runs(variant.finetune_dir)
+
+
+def _variant_records(ablation: Ablation) -> dict[str, list[dict[str, Any]]]:
+    return {name: _records(v) for name, v in ablation.variants.items()}
+
+
+def _rows_of(ablation: Ablation, records: Mapping[str, list[dict[str, Any]]]) -> pd.DataFrame:
+    rows = []
+    for name, variant in ablation.variants.items():
+        for r in records.get(name, []):
+            hp = r.get("hyperparameters") or {}
+            rss = (r.get("memory") or {}).get("peak_rss_bytes")
+            rows.append({
+                "variant": name, **variant.factors, "dataset": _dataset_id(str(r["dataset"])),
+                "task_type": r.get("task_type"), "metric": r.get("metric"),
+                "learning_rate": float(hp.get("learning_rate", math.nan)),
+                "batch_size": hp.get("batch_size"), "epochs": r.get("epochs", hp.get("epochs")),
+                "seed": r.get("seed"), "dev_score": float(r["best_dev_score"]), "test_score": float(r["test_score"]),
+                "wall_time_s": float(r["wall_time_s"]) if r.get("wall_time_s") is not None else math.nan,
+                "peak_rss_bytes": float(rss) if rss is not None else math.nan})
+    columns = ["variant", *ablation.factors, *ROW_COLUMNS[1:]]
+    frame = pd.DataFrame(rows, columns=columns)
+    for col in ("batch_size", "epochs", "seed"):
+        if frame[col].notna().all():
+            frame[col] = frame[col].astype("int64")
+    if frame["peak_rss_bytes"].notna().all():
+        frame["peak_rss_bytes"] = frame["peak_rss_bytes"].astype("int64")
+    for col in ("learning_rate", "dev_score", "test_score", "wall_time_s"):
+        frame[col] = frame[col].astype("float64")
+    return frame.sort_values(["variant", "dataset", "learning_rate", "batch_size", "epochs", "seed"],
+                             kind="stable", ignore_index=True)
+
+
+def collect_rows(ablation: Ablation) -> pd.DataFrame:
+    """One row per complete fine-tuning run of every variant: ``variant``, one column per factor (the
+    variant's level), ``dataset`` (canonical BLURB name), ``task_type``, ``metric``, ``learning_rate``,
+    ``batch_size``, ``epochs``, ``seed``, ``dev_score`` (the run's best dev score), ``test_score``,
+    ``wall_time_s``, ``peak_rss_bytes`` (NaN when a record lacks it). Scores are fractions."""
+    return _rows_of(ablation, _variant_records(ablation))
+
+
+# ----------------------------------------------------------------------------- results table
+
+def _md(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _ms(entry: Mapping[str, Any]):
+    from finetune.metrics import MeanStd
+
+    return MeanStd(entry["mean"], math.nan if entry.get("std") is None else entry["std"], entry["n"])
+
+
+@dataclass
+class ResultsTable:
+    """Per variant, ``finetune.sweep.summarize`` of its runs, and the dataset × variant table."""
+
+    variants: list[str]
+    datasets: list[str]
+    summaries: dict[str, dict[str, Any] | None]  # None: the variant has no complete run
+    notes: list[str] = field(default_factory=list)
+
+    def cell(self, variant: str, dataset: str) -> dict[str, Any] | None:
+        summary = self.summaries.get(variant)
+        return summary["datasets"].get(dataset) if summary else None
+
+    def blurb(self, variant: str) -> dict[str, Any] | None:
+        summary = self.summaries.get(variant)
+        return summary.get("blurb") if summary else None
+
+    def _metric_of(self, dataset: str) -> tuple[str, str]:
+        for v in self.variants:
+            entry = self.cell(v, dataset)
+            if entry:
+                return entry["task_type"], entry["metric"]
+        return "", ""
+
+    def to_frame(self) -> pd.DataFrame:
+        """Machine-readable: one row per dataset plus a ``BLURB`` row; per variant ``<v>_mean``,
+        ``<v>_std``, ``<v>_n`` (test score, fractions; std empty for one seed), and the selected grid
+        point ``<v>_learning_rate``, ``<v>_batch_size``, ``<v>_epochs``. The BLURB row's ``_n`` is the
+        number of datasets the score averages and its ``metric`` says whether it is partial."""
+        rows = []
+        for dataset in self.datasets:
+            task_type, metric = self._metric_of(dataset)
+            row: dict[str, Any] = {"dataset": dataset, "task_type": task_type, "metric": metric}
+            for v in self.variants:
+                entry = self.cell(v, dataset)
+                sel = entry["selected"] if entry else {}
+                row |= {f"{v}_mean": entry["test"]["mean"] if entry else None,
+                        f"{v}_std": entry["test"]["std"] if entry else None,
+                        f"{v}_n": entry["test"]["n"] if entry else None,
+                        f"{v}_learning_rate": sel.get("learning_rate"), f"{v}_batch_size": sel.get("batch_size"),
+                        f"{v}_epochs": sel.get("epochs")}
+            rows.append(row)
+        blurbs = {v: self.blurb(v) for v in self.variants}
+        partial = any(b and b["partial"] for b in blurbs.values())
+        row = {"dataset": "BLURB", "task_type": "", "metric": "blurb_score (partial)" if partial else "blurb_score"}
+        for v, b in blurbs.items():
+            row |= {f"{v}_mean": b["score"] if b else None, f"{v}_std": None,
+                    f"{v}_n": len(b["dataset_scores"]) if b else None,
+                    f"{v}_learning_rate": None, f"{v}_batch_size": None, f"{v}_epochs": None}
+        rows.append(row)
+        frame = pd.DataFrame(rows)
+        for v in self.variants:
+            for col in (f"{v}_n", f"{v}_batch_size", f"{v}_epochs"):
+                frame[col] = frame[col].astype("Int64")
+        return frame
+
+    def to_markdown(self) -> str:
+        """The table: dataset rows × variant columns, cells ``test mean ± std`` in percent at the grid
+        point selected by mean dev score; then the BLURB score row (partial ones say so)."""
+        head = ["dataset", "metric", *self.variants]
+        lines = ["| " + " | ".join(_md(h) for h in head) + " |", "|" + "---|" * len(head)]
+        for dataset in self.datasets:
+            _, metric = self._metric_of(dataset)
+            cells = []
+            for v in self.variants:
+                entry = self.cell(v, dataset)
+                if entry is None:
+                    cells.append("—")
+                    continue
+                text = _ms(entry["test"]).format()
+                if entry.get("incomplete"):
+                    text += f" ({entry['incomplete']})"
+                cells.append(text)
+            lines.append(f"| {_md(dataset)} | {_md(metric or '—')} | " + " | ".join(_md(c) for c in cells) + " |")
+        from finetune.metrics import BLURB_DATASETS
+
+        cells, partial = [], False
+        for v in self.variants:
+            b = self.blurb(v)
+            if b is None:
+                cells.append("—")
+                continue
+            partial |= b["partial"]
+            text = f"{b['score'] * 100:.2f}"
+            if b["partial"]:
+                text += f" (partial: {len(b['dataset_scores'])}/{len(BLURB_DATASETS)} datasets)"
+            cells.append(text)
+        label = "**BLURB score (partial)**" if partial else "**BLURB score**"
+        lines.append(f"| {label} | macro avg | " + " | ".join(cells) + " |")
+        return "\n".join(lines) + "\n"
+
+    def selection_markdown(self) -> str:
+        """Which grid point each cell comes from (learning rate, batch size, epochs; seeds; dev score)."""
+        head = ["dataset", *self.variants]
+        lines = ["| " + " | ".join(_md(h) for h in head) + " |", "|" + "---|" * len(head)]
+        for dataset in self.datasets:
+            cells = []
+            for v in self.variants:
+                entry = self.cell(v, dataset)
+                if entry is None:
+                    cells.append("—")
+                    continue
+                sel = entry["selected"]
+                cells.append(f"lr {sel['learning_rate']:g}, bs {sel['batch_size']}, ep {sel['epochs']}; "
+                             f"{len(sel['seeds'])} seeds; dev {_ms(entry['dev']).format()}; "
+                             f"{len(entry['grid'])} grid points")
+            lines.append(f"| {_md(dataset)} | " + " | ".join(_md(c) for c in cells) + " |")
+        return "\n".join(lines) + "\n"
+
+    def blurb_footnote(self) -> str:
+        from finetune.metrics import BLURB_DATASETS
+
+        partial = {v: b for v in self.variants if (b := self.blurb(v)) and b["partial"]}
+        if not partial:
+            return ""
+        present = sorted({d for b in partial.values() for d in b["dataset_scores"]}, key=BLURB_DATASETS.index)
+        return (f"BLURB score: macro average over task types of the per-dataset test means. Partial "
+                f"(computed over {', '.join(present)} only): comparable between these variants when they "
+                f"cover the same datasets, not with the paper's BLURB scores, which average all "
+                f"{len(BLURB_DATASETS)} datasets.")
+
+
+def _results_table(ablation: Ablation, records: Mapping[str, list[dict[str, Any]]]) -> ResultsTable:
+    from finetune.sweep import summarize
+
+    from finetune.metrics import BLURB_DATASETS
+
+    notes: list[str] = []
+    counts: dict[str, dict[str, int]] = {}
+    for name, recs in records.items():
+        for r in recs:
+            d = _dataset_id(str(r["dataset"]))
+            counts.setdefault(d, {}).setdefault(name, 0)
+            counts[d][name] += 1
+    # A variant with fewer complete runs of a dataset than another variant is still running (or
+    # failed part of its sweep): summarize() flags its cell as incomplete.
+    expected = {d: max(c.values()) for d, c in counts.items()}
+    summaries: dict[str, dict[str, Any] | None] = {}
+    for name, recs in records.items():
+        if not recs:
+            summaries[name] = None
+            notes.append(f"{name}: no complete fine-tuning run (looked below {ablation.variants[name].finetune_dir})")
+            continue
+        try:
+            summaries[name] = summarize(recs, expected={d: n for d, n in expected.items()
+                                                        if d in {_dataset_id(str(r['dataset'])) for r in recs}})
+        except ValueError as err:
+            raise AblationError(f"variant {name} ({ablation.variants[name].finetune_dir}): {err}") from None
+    if any(s and any(e.get("incomplete") for e in s["datasets"].values()) for s in summaries.values()):
+        notes.append("'k of n runs complete': n is the most complete runs any variant has for that dataset; "
+                     "compare such cells with care.")
+    order = {d: i for i, d in enumerate(ablation.datasets)}
+    datasets = list(ablation.datasets) + sorted(
+        (d for d in counts if d not in order),
+        key=lambda d: (BLURB_DATASETS.index(d) if d in BLURB_DATASETS else len(BLURB_DATASETS), d))
+    for d in ablation.datasets:
+        if d not in counts:
+            notes.append(f"{d}: planned, but no variant has a complete run")
+    return ResultsTable(variants=list(ablation.variants), datasets=datasets, summaries=summaries, notes=notes)
+
+
+def results_table(ablation: Ablation) -> ResultsTable:
+    """Per variant, :func:`finetune.sweep.summarize` of its complete runs, as a :class:`ResultsTable`
+    (``to_markdown()``, ``to_frame()`` for the CSV, ``selection_markdown()``)."""
+    return _results_table(ablation, _variant_records(ablation))
+
+
+# ------------------------------------------------------------------------------------- plots
+
+@dataclass(frozen=True)
+class PlotResult:
+    """A plot written to ``path``, or skipped (``path`` None) with ``note`` saying why; ``notes`` are
+    remarks about a drawn plot (variants left out of it, ...)."""
+
+    title: str
+    path: Path | None
+    note: str = ""
+    notes: tuple[str, ...] = ()
+
+
+def read_pretraining_metrics(path: str | os.PathLike) -> tuple[pd.DataFrame, int]:
+    """A metrics.jsonl as a DataFrame sorted by step, keeping the last entry of a step logged twice (a
+    resumed run appends); also the number of unreadable lines skipped (a killed run's last line)."""
+    entries, bad = [], 0
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                bad += 1
+                continue
+            if isinstance(entry, dict) and "step" in entry:
+                entries.append(entry)
+            else:
+                bad += 1
+    frame = pd.DataFrame(entries)
+    if not frame.empty:
+        frame = frame.drop_duplicates("step", keep="last").sort_values("step", ignore_index=True)
+    return frame, bad
+
+
+def _smooth(values: pd.Series) -> pd.Series:
+    window = max(1, len(values) // 25)
+    return values.rolling(window, min_periods=1).mean()
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _colors(variants: list[str]) -> dict[str, Any]:
+    plt = _pyplot()
+    cycle = plt.rcParams["axes.prop_cycle"].by_key().get("color", ["C0"])
+    return {v: cycle[i % len(cycle)] for i, v in enumerate(variants)}
+
+
+def _loss_column(frame: pd.DataFrame) -> str | None:
+    return next((c for c in ("loss", "mlm_loss") if c in frame and frame[c].notna().any()), None)
+
+
+def plot_pretraining_loss(ablation: Ablation, path: Path) -> PlotResult:
+    """Pretraining loss against step, one colour per variant: the raw per-step loss faint, a moving
+    average over 1/25 of the steps on top. Variants without metrics.jsonl are left out with a note."""
+    title = "Pretraining loss"
+    curves, notes = {}, []
+    for name, variant in ablation.variants.items():
+        mpath = variant.metrics_path
+        if mpath is None or not mpath.is_file():
+            notes.append(f"{name}: no pretraining metrics ({mpath or 'no pretrain_dir'} is absent)")
+            continue
+        frame, bad = read_pretraining_metrics(mpath)
+        if bad:
+            notes.append(f"{name}: {bad} unreadable line(s) of {mpath} skipped")
+        column = _loss_column(frame) if not frame.empty else None
+        if column is None:
+            notes.append(f"{name}: {mpath} has no loss values")
+            continue
+        curves[name] = frame[["step", column]].dropna().rename(columns={column: "loss"})
+    if not curves:
+        return PlotResult(title, None, "skipped: no variant has pretraining metrics ("
+                          + "; ".join(notes) + ")", tuple(notes))
+    plt = _pyplot()
+    colors = _colors(list(ablation.variants))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    try:
+        for name, frame in curves.items():
+            ax.plot(frame["step"], frame["loss"], color=colors[name], alpha=0.25, linewidth=0.8)
+            ax.plot(frame["step"], _smooth(frame["loss"]), color=colors[name], linewidth=1.8, label=name)
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel("training loss (MLM + NSP)")
+        ax.set_title(f"{ablation.name}: pretraining loss (faint: per step; line: moving average)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
+    return PlotResult(title, path, notes=tuple(notes))
+
+
+def _selected_mask(rows: pd.DataFrame, table: ResultsTable) -> pd.Series:
+    """Which rows are runs of the grid point each (variant, dataset) cell was selected at."""
+    mask = pd.Series(False, index=rows.index)
+    for (variant, dataset), group in rows.groupby(["variant", "dataset"], sort=False):
+        entry = table.cell(variant, dataset)
+        if entry is None:
+            continue
+        sel = entry["selected"]
+        mask.loc[group.index] = (np.isclose(group["learning_rate"], sel["learning_rate"], rtol=1e-9, atol=0)
+                                 & (group["batch_size"] == sel["batch_size"])
+                                 & (group["epochs"] == sel["epochs"]) & group["seed"].isin(sel["seeds"]))
+    return mask
+
+
+def plot_test_scores(ablation: Ablation, rows: pd.DataFrame, table: ResultsTable, path: Path) -> PlotResult:
+    """One panel per dataset: each variant's test score per seed (points) at its selected grid point,
+    with the mean ± sample std over seeds (bar), in percent."""
+    title = "Test scores over seeds"
+    if rows.empty:
+        return PlotResult(title, None, "skipped: no complete fine-tuning run")
+    selected = rows[_selected_mask(rows, table)]
+    datasets = [d for d in table.datasets if d in set(selected["dataset"])]
+    plt = _pyplot()
+    variants = list(ablation.variants)
+    colors = _colors(variants)
+    ncols = min(3, len(datasets))
+    nrows = math.ceil(len(datasets) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(max(4.5, 1.2 * len(variants) + 2.5) * ncols, 3.6 * nrows),
+                             squeeze=False)
+    try:
+        rng = np.random.default_rng(0)
+        for ax, dataset in zip(axes.flat, datasets):
+            sub = selected[selected["dataset"] == dataset]
+            for x, v in enumerate(variants):
+                scores = sub.loc[sub["variant"] == v, "test_score"].to_numpy() * 100
+                entry = table.cell(v, dataset)
+                if entry is None or not len(scores):
+                    continue
+                jitter = rng.uniform(-0.12, 0.12, len(scores))
+                ax.scatter(x + jitter, scores, color=colors[v], alpha=0.55, s=18, zorder=3)
+                test = entry["test"]
+                ax.errorbar(x + 0.28, test["mean"] * 100, yerr=(test["std"] or 0) * 100, fmt="o",
+                            color=colors[v], capsize=4, markersize=6, zorder=4)
+            _, metric = table._metric_of(dataset)
+            ax.set_title(f"{dataset} ({metric})", fontsize="medium")
+            ax.set_xticks(range(len(variants)))
+            ax.set_xticklabels(variants, rotation=20, ha="right", fontsize="small")
+            ax.set_ylabel("test score (%)")
+            ax.grid(axis="y", alpha=0.3)
+            ax.set_xlim(-0.5, len(variants) - 0.3)
+        for ax in list(axes.flat)[len(datasets):]:
+            ax.axis("off")
+        fig.suptitle(f"{ablation.name}: test score per seed at the selected grid point "
+                     f"(points: seeds; marker and bar: mean ± std)", fontsize="medium")
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
+    return PlotResult(title, path)
+
+
+def plot_cost(ablation: Ablation, rows: pd.DataFrame, path: Path) -> PlotResult:
+    """Wall time and peak RSS per fine-tuning run: per dataset, one bar per variant (mean over all its
+    runs, every grid point and seed) with the runs as points."""
+    title = "Fine-tuning time and memory per run"
+    if rows.empty:
+        return PlotResult(title, None, "skipped: no complete fine-tuning run")
+    panels = [(c, label, scale) for c, label, scale in (("wall_time_s", "wall time per run (s)", 1.0),
+                                                        ("peak_rss_bytes", "peak RSS per run (GiB)", 2.0 ** -30))
+              if rows[c].notna().any()]
+    if not panels:
+        return PlotResult(title, None, "skipped: the run records hold no wall time or memory")
+    plt = _pyplot()
+    variants = list(ablation.variants)
+    colors = _colors(variants)
+    present = set(rows["dataset"])
+    datasets = [d for d in ablation.datasets if d in present] + sorted(present - set(ablation.datasets))
+    width = 0.8 / max(1, len(variants))
+    panel_width = max(5.0, 0.6 * len(datasets) * len(variants) + 2.0)
+    fig, axes = plt.subplots(1, len(panels), figsize=(panel_width * len(panels), 4), squeeze=False)
+    try:
+        for ax, (column, label, scale) in zip(axes.flat, panels):
+            for i, v in enumerate(variants):
+                offset = (i - (len(variants) - 1) / 2) * width
+                for x, dataset in enumerate(datasets):
+                    values = rows.loc[(rows["variant"] == v) & (rows["dataset"] == dataset), column].dropna()
+                    if values.empty:
+                        continue
+                    values = values.to_numpy(dtype=float) * scale
+                    ax.bar(x + offset, values.mean(), width * 0.9, color=colors[v], alpha=0.6, label=v)
+                    ax.scatter(np.full(len(values), x + offset), values, color="black", s=6, alpha=0.5, zorder=3)
+            ax.set_xticks(range(len(datasets)))
+            ax.set_xticklabels(datasets, rotation=20, ha="right", fontsize="small")
+            ax.set_ylabel(label)
+            ax.grid(axis="y", alpha=0.3)
+        handles, labels = axes.flat[0].get_legend_handles_labels()
+        unique = dict(zip(labels, handles))
+        axes.flat[0].legend(unique.values(), unique.keys(), fontsize="small")
+        fig.suptitle(f"{ablation.name}: fine-tuning cost (bars: mean over runs; points: runs)", fontsize="medium")
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
+    return PlotResult(title, path)
+
+
+# ---------------------------------------------------------------------------------- analysis
+
+@dataclass
+class AnalysisOutcome:
+    """The multilevel fit (``result``), or why there is none (``reason``)."""
+
+    factors: dict[str, str]
+    result: Any = None
+    reason: str = ""
+
+
+def analysis_factors(ablation: Ablation, rows: pd.DataFrame) -> dict[str, str]:
+    """Factor -> reference level, for the factors with more than one level among the variants that
+    have runs; the reference is the first declared level present."""
+    factors = {}
+    for f, levels in ablation.factors.items():
+        present = set(rows[f]) if f in rows else set()
+        if len(present) > 1:
+            factors[f] = next(level for level in levels if level in present)
+    return factors
+
+
+def run_analysis(ablation: Ablation, rows: pd.DataFrame) -> AnalysisOutcome:
+    """``experiments.analysis.fit_multilevel(rows, factors=...)``; an absent module, nothing to compare,
+    or a fit that raises ValueError gives an outcome with the reason instead of a result."""
+    factors = analysis_factors(ablation, rows)
+    if rows.empty:
+        return AnalysisOutcome(factors, reason="no complete fine-tuning run to analyse")
+    if not factors:
+        return AnalysisOutcome(factors, reason="no factor has more than one level among the variants with "
+                                               "fine-tuning runs, so there is no contrast to estimate")
+    try:
+        from experiments.analysis import fit_multilevel
+    except ImportError as err:
+        return AnalysisOutcome(factors, reason=f"experiments.analysis could not be imported ({err})")
+    try:
+        result = fit_multilevel(rows, factors=factors)
+    except (ValueError, np.linalg.LinAlgError) as err:
+        return AnalysisOutcome(factors, reason=f"the multilevel fit failed: {type(err).__name__}: {err}")
+    return AnalysisOutcome(factors, result=result)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (np.generic,)):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (pd.DataFrame,)):
+        return value.to_dict(orient="records")
+    if isinstance(value, pd.Series):
+        return value.to_dict()
+    return str(value)
+
+
+# ------------------------------------------------------------------------------------ report
+
+def _pretrain_summary(variant: Variant) -> dict[str, Any]:
+    """Steps logged, final loss (mean of the last 5% of steps), tokens seen, summed step time."""
+    mpath = variant.metrics_path
+    if mpath is None or not mpath.is_file():
+        return {}
+    frame, _ = read_pretraining_metrics(mpath)
+    if frame.empty:
+        return {}
+    out: dict[str, Any] = {"steps": int(frame["step"].max())}
+    column = _loss_column(frame)
+    if column:
+        tail = frame[column].dropna()
+        out["final_loss"] = float(tail.iloc[-max(1, len(tail) // 20):].mean())
+    if "tokens_seen" in frame and frame["tokens_seen"].notna().any():
+        out["tokens_seen"] = int(frame["tokens_seen"].dropna().iloc[-1])
+    if "step_seconds" in frame and frame["step_seconds"].notna().any():
+        out["seconds"] = float(frame["step_seconds"].sum())
+    return out
+
+
+def _hours(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.2f} h"
+
+
+def _budget_lines(budget: Mapping[str, Any]) -> list[str]:
+    if not budget:
+        return ["- (ablation.json gives no budget)"]
+    lines = [f"- {k.replace('_', ' ')}: {v:,}" if isinstance(v, int) and not isinstance(v, bool)
+             else f"- {k.replace('_', ' ')}: {v}" for k, v in budget.items() if v is not None]
+    steps, batch = budget.get("steps"), budget.get("global_batch_size")
+    if "sequences" not in budget and isinstance(steps, int) and isinstance(batch, int):
+        lines.append(f"- sequences (steps × global batch size): {steps * batch:,}")
+    return lines
+
+
+def _remove(path: Path) -> None:
+    if path.is_file():
+        path.unlink()
+
+
+def write_report(ablation_dir: str | os.PathLike, output_dir: str | os.PathLike | None = None) -> Path:
+    """Write the ablation's report (see the module docstring) and return the path of ``report.md``.
+
+    Raises :class:`AblationError` when ``ablation.json`` is missing or malformed. Missing data make
+    parts of the report absent with a note (a variant without runs, a plot without data, an analysis
+    that cannot run), never a failure; files of an earlier report that no longer apply are removed.
+    """
+    ablation = load_ablation(ablation_dir)
+    out = Path(output_dir) if output_dir is not None else ablation.dir / REPORT_DIR
+    plots_dir = out / "plots"
+    plots_dir.mkdir(parents=True, exist_ok=True)
+
+    records = _variant_records(ablation)
+    rows = _rows_of(ablation, records)
+    table = _results_table(ablation, records)
+    rows.to_csv(out / "runs.csv", index=False)
+    table.to_frame().to_csv(out / "results.csv", index=False, float_format="%.12g")
+    (out / "summaries.json").write_text(json.dumps(table.summaries, indent=2, default=_jsonable) + "\n",
+                                        encoding="utf-8")
+
+    plots = [plot_pretraining_loss(ablation, plots_dir / "pretraining_loss.png"),
+             plot_test_scores(ablation, rows, table, plots_dir / "test_scores.png"),
+             plot_cost(ablation, rows, plots_dir / "finetune_cost.png")]
+    for name in ("pretraining_loss.png", "test_scores.png", "finetune_cost.png"):
+        if not any(p.path is not None and p.path.name == name for p in plots):
+            _remove(plots_dir / name)
+
+    analysis = run_analysis(ablation, rows)
+    if analysis.result is not None:
+        (out / "analysis.md").write_text(analysis.result.to_markdown().rstrip("\n") + "\n", encoding="utf-8")
+        (out / "analysis.json").write_text(json.dumps(analysis.result.to_dict(), indent=2, default=_jsonable)
+                                           + "\n", encoding="utf-8")
+        analysis_note = ""
+    else:
+        _remove(out / "analysis.md")
+        _remove(out / "analysis.json")
+        analysis_note = f"No multilevel analysis: {analysis.reason}."
+
+    # results.md: the tables and every note about the numbers.
+    notes = list(table.notes)
+    for key in ("excluded", "failed"):
+        value = ablation.extra.get(key)
+        if isinstance(value, dict):
+            notes += [f"{k}: {key} ({v})" for k, v in value.items()]
+        elif isinstance(value, list):
+            notes += [f"{key}: {v}" for v in value]
+    legend = ("Test score in percent: mean ± sample std over seeds at the grid point with the best mean "
+              "dev score (finetune.sweep); '—': no complete run.")
+    results = [f"# {ablation.name}: BLURB results per variant", "", legend, "", table.to_markdown()]
+    if footnote := table.blurb_footnote():
+        results += [footnote, ""]
+    results += ["## Selected grid points", "", table.selection_markdown()]
+    if analysis_note:
+        results += ["## Analysis", "", analysis_note, ""]
+    if notes:
+        results += ["## Notes", "", *[f"- {n}" for n in notes], ""]
+    (out / "results.md").write_text("\n".join(results).rstrip("\n") + "\n", encoding="utf-8")
+
+    # report.md: the index.
+    lines = [f"# Ablation report: {ablation.name}", "",
+             f"Ablation directory: `{ablation.dir.resolve()}`  ",
+             f"Generated {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} by `launch/report.py`.", "",
+             "## Pretraining budget (the same for every variant)", "", *_budget_lines(ablation.budget), ""]
+    refs = ablation.reference_levels()
+    head = ["variant", *ablation.factors, "fine-tuning runs", "pretraining steps logged", "final loss",
+            "pretraining time (sum of step times)"]
+    lines += ["## Variants", "", "| " + " | ".join(_md(h) for h in head) + " |", "|" + "---|" * len(head)]
+    for name, variant in ablation.variants.items():
+        pre = _pretrain_summary(variant)
+        cells = [name, *(variant.factors[f] + (" (ref)" if variant.factors[f] == refs.get(f) else "")
+                         for f in ablation.factors),
+                 str(len(records[name])), str(pre.get("steps", "—")),
+                 f"{pre['final_loss']:.3f}" if "final_loss" in pre else "—",
+                 _hours(pre["seconds"]) if "seconds" in pre else "—"]
+        lines.append("| " + " | ".join(_md(c) for c in cells) + " |")
+    lines += ["", "Reference levels (the first listed for each factor): "
+              + ", ".join(f"{f} = {lvl}" for f, lvl in refs.items()) + ".", ""]
+    lines += ["## Results", "", legend, "", table.to_markdown()]
+    if footnote:
+        lines += [footnote, ""]
+    lines += ["Selected grid points and notes: [results.md](results.md).", ""]
+    lines += ["## Analysis", ""]
+    if analysis.result is not None:
+        reading = list(analysis.result.reading())
+        lines += [f"Multilevel model over all runs (factors and references: "
+                  + ", ".join(f"{f} vs {r}" for f, r in analysis.factors.items()) + ").", ""]
+        lines += [f"- {s}" + ("" if s.rstrip().endswith((".", "!", "?")) else ".") for s in reading] \
+            or ["(the fit gave no reading)"]
+        fit_notes = list(getattr(analysis.result, "notes", []) or [])
+        if fit_notes:
+            lines += ["", "Notes of the fit:", *[f"- {n}" for n in fit_notes]]
+        lines += ["", "Details: [analysis.md](analysis.md), [analysis.json](analysis.json).", ""]
+    else:
+        lines += [analysis_note, ""]
+    lines += ["## Plots", ""]
+    for plot in plots:
+        if plot.path is not None:
+            rel = plot.path.relative_to(out).as_posix()
+            lines += [f"### {plot.title}", "", f"![{plot.title}]({rel})", "", f"[{rel}]({rel})", ""]
+            lines += [f"- {n}" for n in plot.notes] + ([""] if plot.notes else [])
+        else:
+            lines += [f"### {plot.title}", "", f"Not drawn — {plot.note}.", ""]
+    files = [("results.md", "results table, selected grid points, notes"),
+             ("results.csv", "the results table, machine-readable (fractions; mean/std/n per variant)"),
+             ("runs.csv", "one row per complete fine-tuning run (the analysis input)"),
+             ("summaries.json", "finetune.sweep summary of each variant (every grid point)")]
+    if analysis.result is not None:
+        files += [("analysis.md", "multilevel analysis"), ("analysis.json", "multilevel analysis, machine-readable")]
+    files += [(p.path.relative_to(out).as_posix(), p.title) for p in plots if p.path is not None]
+    lines += ["## Files", "", *[f"- [{f}]({f}) — {what}" for f, what in files],
+              f"- [ablation.json]({os.path.relpath(ablation.file.resolve(), out.resolve())}) — the plan", ""]
+    if notes:
+        lines += ["## Notes", "", *[f"- {n}" for n in notes], ""]
+    report = out / "report.md"
+    report.write_text("\n".join(lines).rstrip("\n") + "\n", encoding="utf-8")
+    return report

@@ -1,0 +1,55 @@
+#!/usr/bin/env python
+"""Write the report of an ablation: BLURB results per variant, plots, and the multilevel analysis.
+
+    python launch/report.py --ablation_dir runs/ablation/vocab_x_masking
+    python launch/report.py --ablation_dir runs/ablation/vocab_x_masking --output_dir reports/vocab_x_masking
+
+Reads <ablation_dir>/ablation.json (written by launch/ablate.py), the pretraining metrics and every
+complete fine-tuning run.json below <ablation_dir>/variants/, and writes report.md (the index to
+open), results.md/.csv, runs.csv, analysis.md/.json and plots/*.png to <output_dir> (default:
+<ablation_dir>/report). It can be run at any time: unfinished parts are reported as absent.
+Exit status: 0 written, 2 unusable options or ablation directory (the message names the problem).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+from common.launch import repo_root_first
+
+repo_root_first(__file__)  # keep launch/ from shadowing the packages
+
+from common.config import ConfigError, parse_config  # noqa: E402
+from experiments.report import AblationError, write_report  # noqa: E402
+from tokenization.instances import InputError  # noqa: E402
+
+EXIT_BAD_INPUT = 2
+
+
+@dataclass
+class ReportArgs:
+    """Options of ``launch/report.py``."""
+
+    ablation_dir: str = field(default="", metadata={"help": "directory holding ablation.json (launch/ablate.py)"})
+    output_dir: str | None = field(default=None, metadata={"help": "where to write the report "
+                                                                   "(default: <ablation_dir>/report)"})
+
+    def __post_init__(self) -> None:
+        if not self.ablation_dir:
+            raise ConfigError("ablation_dir is required")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        (args,) = parse_config([ReportArgs], argv, description=__doc__)
+        report = write_report(args.ablation_dir, args.output_dir)
+    except (ConfigError, AblationError, InputError, FileNotFoundError) as err:
+        print(f"report: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
