@@ -1,0 +1,1 @@
+"""Experiments: ablations over pretraining variants, their reports and the multilevel analysis."""

@@ -1,0 +1,453 @@
+"""Ablations: a declarative grid of pretraining variants, each pretrained under the same compute
+budget and fine-tuned over the same BLURB protocol.
+
+A config (``configs/ablation/*.yaml``) names the *factors* and their levels; every combination is a
+variant (the first level of each factor is its reference)::
+
+    factors:
+      vocabulary: [general, in-domain]        # bert-base-uncased's WordPiece | built on the corpus
+      masking: [token, whole-word]
+      initialization: [scratch]               # scratch | continual | continual-new-vocab
+      adversarial: ["off"]                    # off | on (ALUM)
+      mask_schedule: [constant]               # constant | stepwise | linear
+      corpus: [pubmed-sample]                 # names in `corpora`
+
+Every variant gets the same pretraining budget (``max_steps`` × global batch, the same model
+preset for scratch runs), and combinations that cannot exist are left out with a note (continual
+pretraining keeps its checkpoint's vocabulary: ``continual`` goes with ``general`` only and
+``continual-new-vocab`` with ``in-domain`` only).
+
+Work is shared where the inputs are the same: one prepared corpus per corpus, one in-domain
+vocabulary per corpus, one set of pretraining instances per (vocabulary, corpus) — masking is
+dynamic, so it happens at training time. Each step is the entry script a user would run (printed
+before it runs); pretraining goes through DeepSpeed (the ``deepspeed`` launcher when
+``num_gpus > 1`` or a hostfile is given). A step whose outputs are complete is skipped, and
+pretraining and fine-tuning resume on their own, so re-running an interrupted ablation continues
+it. Fine-tuning sweeps of different variants are independent and run ``parallel_jobs`` at a time.
+
+Layout of ``output_dir`` (read by :mod:`experiments.report`)::
+
+    ablation.json                        the plan: factors, variants, datasets, budget
+    corpus/<corpus>/                     launch/prepare_corpus.py
+    vocab/in-domain-<corpus>/            launch/build_vocab.py
+    data/<vocabulary>-<corpus>/          launch/create_pretraining_data.py
+    variants/<variant>/pretrain/         launch/pretrain.py (metrics.jsonl, model/)
+    variants/<variant>/finetune/         launch/blurb.py (run.json per run, summary.json, blurb.md)
+    report/                              launch/report.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from common.config import ConfigError, load_yaml_mapping
+
+__all__ = ["AblationConfig", "PretrainBudget", "PretrainPhase", "Variant", "plan_variants", "load_ablation_config", "run_ablation",
+           "FACTORS", "FACTOR_LEVELS", "ABLATION_FILE"]
+
+REPO = Path(__file__).resolve().parents[1]
+ABLATION_FILE = "ablation.json"
+PRETRAIN_DONE = "pretrain_done.json"
+GENERAL = "general"
+
+FACTORS = ("vocabulary", "masking", "initialization", "adversarial", "mask_schedule", "corpus")
+FACTOR_LEVELS: Mapping[str, tuple[str, ...] | None] = {
+    "vocabulary": (GENERAL, "in-domain"),
+    "masking": ("token", "whole-word"),
+    "initialization": ("scratch", "continual", "continual-new-vocab"),
+    "adversarial": ("off", "on"),
+    "mask_schedule": ("constant", "stepwise", "linear"),
+    "corpus": None,  # the names of the config's corpora
+}
+_DEFAULT_LEVELS = {"vocabulary": ["in-domain"], "masking": ["whole-word"], "initialization": ["scratch"],
+                   "adversarial": ["off"], "mask_schedule": ["constant"]}
+
+
+@dataclass
+class PretrainPhase:
+    """One pretraining run of every variant. A second phase (the paper's 512-token phase)
+    continues from the first phase's export with its own instances, optimizer and schedule."""
+
+    config: str = field(default="configs/pretrain/demo.yaml", metadata={"help": "launch/pretrain.py YAML: "
+                                                                                  "optimizer, lr, schedule, ..."})
+    data_config: str = "configs/data/demo.yaml"   # launch/create_pretraining_data.py YAML (sequence length)
+    max_steps: int = 40
+    micro_batch_size: int = 16
+    global_batch_size: int = 0            # 0: micro_batch_size × gradient_accumulation_steps × ranks
+    gradient_accumulation_steps: int = 1
+    extra_args: list[str] = field(default_factory=list)  # more launch/pretrain.py flags, for every variant
+
+    def global_batch(self, ranks: int) -> int:
+        return self.global_batch_size or self.micro_batch_size * self.gradient_accumulation_steps * ranks
+
+
+@dataclass
+class PretrainBudget(PretrainPhase):
+    """The pretraining every variant gets: the same steps, batch and (for scratch) model."""
+
+    model: str = "bert-tiny"            # model preset for scratch variants (configs/model)
+    num_gpus: int = 1                   # ranks per node (deepspeed --num_gpus)
+    hostfile: str = ""                  # a DeepSpeed hostfile for multi-node runs
+    phase2: dict[str, Any] | None = None  # PretrainPhase fields of an optional second phase
+
+    @property
+    def ranks(self) -> int:
+        return _hostfile_slots(self.hostfile) if self.hostfile else self.num_gpus
+
+    def phases(self) -> list[PretrainPhase]:
+        first = PretrainPhase(**{f.name: getattr(self, f.name) for f in dataclasses.fields(PretrainPhase)})
+        return [first] + ([PretrainPhase(**self.phase2)] if self.phase2 else [])
+
+    @property
+    def sequences(self) -> int:
+        return sum(phase.max_steps * phase.global_batch(self.ranks) for phase in self.phases())
+
+
+def _hostfile_slots(path: str) -> int:
+    slots = 0
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            parts = dict(p.split("=", 1) for p in line.split()[1:] if "=" in p)
+            slots += int(parts.get("slots", 1))
+    return slots
+
+
+@dataclass
+class AblationConfig:
+    name: str
+    output_dir: str
+    corpora: dict[str, str]                     # corpus name -> launch/prepare_corpus.py YAML
+    factors: dict[str, list[str]]
+    pretrain: PretrainBudget
+    finetune: dict[str, Any]                     # finetune.sweep.SweepArgs fields (not model/output_dir)
+    vocab_config: str = "configs/vocab/demo.yaml"
+    vocab_size: int | None = None
+    continual_from: str = GENERAL                # "general" = all-MiniLM-L6-v2, or a checkpoint directory
+    num_proc: int = 2
+    parallel_jobs: int = 1
+    source: str = ""                             # the YAML file, for messages
+
+
+def load_ablation_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> AblationConfig:
+    """Read and check an ablation YAML; unknown keys and levels are errors naming the file and key."""
+    values = load_yaml_mapping(path)
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    where = str(path)
+    top = {f.name for f in dataclasses.fields(AblationConfig)} - {"source", "vocab_config", "vocab_size"} | {"vocab"}
+    unknown = sorted(set(values) - top)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(top))}")
+    for key in ("name", "output_dir", "corpora", "factors", "finetune"):
+        if not values.get(key):
+            raise ConfigError(f"{where}: '{key}' is required")
+    pretrain_values = values.get("pretrain") or {}
+    budget_fields = {f.name for f in dataclasses.fields(PretrainBudget)}
+    bad = sorted(set(pretrain_values) - budget_fields)
+    if bad:
+        raise ConfigError(f"{where}: unknown key(s) under pretrain: {', '.join(bad)}; valid: "
+                          f"{', '.join(sorted(budget_fields))}")
+    phase_fields = {f.name for f in dataclasses.fields(PretrainPhase)}
+    bad = sorted(set(pretrain_values.get("phase2") or {}) - phase_fields)
+    if bad:
+        raise ConfigError(f"{where}: unknown key(s) under pretrain.phase2: {', '.join(bad)}; valid: "
+                          f"{', '.join(sorted(phase_fields))}")
+    if not isinstance(values["corpora"], dict):
+        raise ConfigError(f"{where}: 'corpora' must map corpus names to launch/prepare_corpus.py configs")
+    factors = values["factors"]
+    if not isinstance(factors, dict):
+        raise ConfigError(f"{where}: 'factors' must map factor names to lists of levels")
+    checked: dict[str, list[str]] = {}
+    for name in FACTORS:
+        levels = factors.get(name, _DEFAULT_LEVELS.get(name, [next(iter(values["corpora"]))]))
+        # YAML 1.1 reads unquoted off/on as booleans
+        levels = [("on" if level else "off") if isinstance(level, bool) else str(level)
+                  for level in (levels if isinstance(levels, list) else [levels])]
+        valid = FACTOR_LEVELS[name] or tuple(values["corpora"])
+        for level in levels:
+            if level not in valid:
+                raise ConfigError(f"{where}: factors.{name}: unknown level {level!r}; valid: {', '.join(valid)}")
+        if not levels or len(set(levels)) != len(levels):
+            raise ConfigError(f"{where}: factors.{name} must list distinct levels")
+        checked[name] = levels
+    extra = sorted(set(factors) - set(FACTORS))
+    if extra:
+        raise ConfigError(f"{where}: unknown factor(s) {', '.join(extra)}; valid: {', '.join(FACTORS)}")
+    finetune = dict(values["finetune"])
+    for key in ("model", "output_dir"):
+        if key in finetune:
+            raise ConfigError(f"{where}: finetune.{key} is set by the ablation (one per variant)")
+    from finetune.sweep import SweepArgs
+    from tokenization.instances import InputError
+
+    try:  # the same checks launch/blurb.py makes, before hours of pretraining
+        SweepArgs(model="-", output_dir="-", **finetune)
+    except TypeError as err:
+        raise ConfigError(f"{where}: finetune: {err}") from None
+    except InputError as err:
+        raise ConfigError(f"{where}: finetune: {err}") from None
+    vocab = values.get("vocab") or {}
+    bad = sorted(set(vocab) - {"config", "vocab_size"})
+    if bad:
+        raise ConfigError(f"{where}: unknown key(s) under vocab: {', '.join(bad)}; valid: config, vocab_size")
+    return AblationConfig(
+        name=str(values["name"]), output_dir=str(values["output_dir"]), corpora=dict(values["corpora"]),
+        factors=checked, pretrain=PretrainBudget(**pretrain_values), finetune=finetune,
+        vocab_config=vocab.get("config", AblationConfig.vocab_config), vocab_size=vocab.get("vocab_size"),
+        continual_from=str(values.get("continual_from", GENERAL)), num_proc=int(values.get("num_proc", 2)),
+        parallel_jobs=int(values.get("parallel_jobs", 1)), source=where)
+
+
+# ---------------------------------------------------------------------------------- variants
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    factors: dict[str, str]
+
+    @property
+    def vocabulary(self) -> str:
+        return self.factors["vocabulary"]
+
+    @property
+    def corpus(self) -> str:
+        return self.factors["corpus"]
+
+
+def _excluded(levels: Mapping[str, str]) -> str | None:
+    if levels["initialization"] == "continual" and levels["vocabulary"] != GENERAL:
+        return "continual pretraining keeps the checkpoint's (general) vocabulary"
+    if levels["initialization"] == "continual-new-vocab" and levels["vocabulary"] == GENERAL:
+        return "continual-new-vocab swaps in the in-domain vocabulary"
+    return None
+
+
+def plan_variants(factors: Mapping[str, Sequence[str]]) -> tuple[list[Variant], list[str]]:
+    """Every valid combination of the factors' levels, named by the levels of the factors that vary
+    (``in-domain_whole-word``; ``baseline`` when none varies), and the notes on excluded ones."""
+    varying = [f for f in FACTORS if len(factors[f]) > 1]
+    variants, notes = [], []
+    for combination in itertools.product(*(factors[f] for f in FACTORS)):
+        levels = dict(zip(FACTORS, combination))
+        name = "_".join(f"{'adv-' if f == 'adversarial' else ''}{levels[f]}" for f in varying) or "baseline"
+        why = _excluded(levels)
+        if why:
+            notes.append(f"{name}: left out ({why})")
+            continue
+        variants.append(Variant(name, levels))
+    if not variants:
+        raise ConfigError("no valid variant: every combination of the factors was excluded (" + "; ".join(notes) + ")")
+    return variants, notes
+
+
+# ---------------------------------------------------------------------------------- running
+
+@dataclass
+class _Paths:
+    root: Path
+
+    def corpus(self, name: str) -> Path:
+        return self.root / "corpus" / name
+
+    def vocab(self, corpus: str) -> Path:
+        return self.root / "vocab" / f"in-domain-{corpus}"
+
+    def data(self, vocabulary: str, corpus: str, phase: int = 1) -> Path:
+        return self.root / "data" / (f"{vocabulary}-{corpus}" + (f"-phase{phase}" if phase > 1 else ""))
+
+    def pretrain(self, variant: str, phase: int = 1) -> Path:
+        return self.variant(variant) / ("pretrain" if phase == 1 else f"pretrain_phase{phase}")
+
+    def variant(self, name: str) -> Path:
+        return self.root / "variants" / name
+
+
+def _general_dir(config: AblationConfig) -> str:
+    if config.continual_from != GENERAL:
+        return config.continual_from
+    from common.reference_models import general_bert_dir
+
+    return str(general_bert_dir())
+
+
+def _run(title: str, command: list[str], log: Callable[[str], None], env: Mapping[str, str] | None = None) -> None:
+    log(f"\n=== {title}\n$ {shlex.join(command)}")
+    started = time.perf_counter()
+    result = subprocess.run(command, cwd=REPO, env={**os.environ, **(env or {})})
+    if result.returncode != 0:
+        raise RuntimeError(f"step '{title}' failed with exit status {result.returncode}: {shlex.join(command)}")
+    log(f"--- {title}: {time.perf_counter() - started:.1f} s")
+
+
+def _python(script: str, *args: str) -> list[str]:
+    return [sys.executable, str(REPO / "launch" / script), *args]
+
+
+def _pretrain_command(config: AblationConfig, variant: Variant, phase: PretrainPhase, tokenizer: str,
+                      data_dir: Path, out: Path, init_from: Path | None) -> list[str]:
+    """launch/pretrain.py for one variant and phase; ``init_from`` is phase 1's export in phase 2."""
+    budget = config.pretrain
+    flags = ["--config", phase.config, "--data_dir", str(data_dir), "--tokenizer", tokenizer,
+             "--output_dir", str(out), "--max_steps", str(phase.max_steps),
+             "--micro_batch_size", str(phase.micro_batch_size),
+             "--whole_word_masking", str(variant.factors["masking"] == "whole-word"),
+             "--mask_schedule", variant.factors["mask_schedule"],
+             "--adversarial", str(variant.factors["adversarial"] == "on")]
+    if phase.global_batch_size:
+        flags += ["--global_batch_size", str(phase.global_batch_size)]
+    else:
+        flags += ["--gradient_accumulation_steps", str(phase.gradient_accumulation_steps)]
+    if init_from is not None:  # phase 2 continues phase 1's weights with a fresh optimizer and schedule
+        flags += ["--init", "continual", "--init_checkpoint", str(init_from)]
+    elif variant.factors["initialization"] == "scratch":
+        flags += ["--init", "scratch", "--model", budget.model]
+    else:
+        flags += ["--init", variant.factors["initialization"], "--init_checkpoint", _general_dir(config)]
+    flags += list(phase.extra_args)
+    if budget.num_gpus > 1 or budget.hostfile:
+        launcher = ["deepspeed", "--num_gpus", str(budget.num_gpus)]
+        if budget.hostfile:
+            launcher += ["--hostfile", budget.hostfile]
+        return [*launcher, str(REPO / "launch" / "pretrain.py"), *flags]
+    return _python("pretrain.py", *flags)
+
+
+def _sweep_command(config: AblationConfig, model: Path, out: Path) -> list[str]:
+    flags = ["--model", str(model), "--output_dir", str(out)]
+    for key, value in config.finetune.items():
+        if isinstance(value, list):
+            flags += [f"--{key}", *map(str, value)] if value else []
+        elif isinstance(value, bool):
+            flags += [f"--{key}", str(value)]
+        elif value is not None:
+            flags += [f"--{key}", str(value)]
+    return _python("blurb.py", *flags)
+
+
+def _run_parallel(jobs: list[tuple[str, list[str]]], parallel: int, log: Callable[[str], None]) -> list[str]:
+    """Run independent commands, ``parallel`` at a time, splitting the CPU threads between them.
+    Returns the titles of the jobs that failed (the others are not stopped)."""
+    if parallel <= 1:
+        failed = []
+        for title, command in jobs:
+            try:
+                _run(title, command, log)
+            except RuntimeError as err:
+                log(str(err))
+                failed.append(title)
+        return failed
+    threads = str(max(1, (os.cpu_count() or 1) // parallel))
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+    running: list[tuple[str, subprocess.Popen]] = []
+    failed, queue = [], list(jobs)
+    while queue or running:
+        while queue and len(running) < parallel:
+            title, command = queue.pop(0)
+            log(f"\n=== {title} (in parallel)\n$ {shlex.join(command)}")
+            running.append((title, subprocess.Popen(command, cwd=REPO, env=env)))
+        time.sleep(1.0)
+        for item in list(running):
+            if item[1].poll() is not None:
+                running.remove(item)
+                if item[1].returncode != 0:
+                    log(f"{item[0]} failed with exit status {item[1].returncode}")
+                    failed.append(item[0])
+    return failed
+
+
+def run_ablation(config: AblationConfig, log: Callable[[str], None] = print, report: bool = True) -> dict[str, Any]:
+    """Run (or resume) the whole ablation; returns the plan written to ``ablation.json``."""
+    variants, notes = plan_variants(config.factors)
+    phases = config.pretrain.phases()
+    paths = _Paths(Path(config.output_dir))
+    paths.root.mkdir(parents=True, exist_ok=True)
+    datasets = config.finetune.get("datasets") or []
+    plan = {
+        "name": config.name, "source": config.source,
+        "factors": {f: config.factors[f] for f in FACTORS},
+        "variants": {v.name: {"factors": v.factors,
+                              "model": str(paths.pretrain(v.name, len(phases)) / "model"),
+                              "pretrain_dir": str(paths.pretrain(v.name)),
+                              "finetune_dir": str(paths.variant(v.name) / "finetune")} for v in variants},
+        "excluded": notes,
+        "datasets": list(datasets),
+        "budget": {"steps": sum(phase.max_steps for phase in phases),
+                   "global_batch_size": phases[0].global_batch(config.pretrain.ranks),
+                   "sequences": config.pretrain.sequences, "model": config.pretrain.model,
+                   "phases": [dataclasses.asdict(phase) | {"global_batch_size": phase.global_batch(config.pretrain.ranks)}
+                              for phase in phases]},
+        "finetune": config.finetune,
+    }
+    (paths.root / ABLATION_FILE).write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
+    for note in notes:
+        log(note)
+    log(f"{config.name}: {len(variants)} variants ({', '.join(v.name for v in variants)}), "
+        f"{config.pretrain.sequences:,} pretraining sequences each ({' then '.join(f'{p.max_steps} steps' for p in phases)})")
+
+    # Shared inputs: corpora, in-domain vocabularies, pretraining instances.
+    for corpus in sorted({v.corpus for v in variants}):
+        if not (paths.corpus(corpus) / "summary.json").is_file():
+            _run(f"prepare corpus {corpus}", _python(
+                "prepare_corpus.py", "--config", config.corpora[corpus], "--output-dir", str(paths.corpus(corpus)),
+                "--num-proc", str(config.num_proc), "--overwrite"), log)
+    tokenizers: dict[tuple[str, str], str] = {}
+    for vocabulary, corpus in sorted({(v.vocabulary, v.corpus) for v in variants}):
+        if vocabulary == GENERAL:
+            tokenizers[vocabulary, corpus] = _general_dir(config)
+            continue
+        out = paths.vocab(corpus)
+        if not (out / "vocab.txt").is_file():
+            size = ["--vocab-size", str(config.vocab_size)] if config.vocab_size else []
+            _run(f"build the in-domain vocabulary of {corpus}", _python(
+                "build_vocab.py", "--config", config.vocab_config, "--inputs", str(paths.corpus(corpus)), *size,
+                "--output-dir", str(out), "--overwrite"), log)
+        tokenizers[vocabulary, corpus] = str(out)
+    for (vocabulary, corpus), tokenizer in tokenizers.items():
+        for number, phase in enumerate(phases, start=1):
+            out = paths.data(vocabulary, corpus, number)
+            if not (out / "pretraining_data.json").is_file():
+                # With two phases the tokenized corpus is kept (fingerprinted by corpus and tokenizer)
+                # so that phase 2 reuses phase 1's tokenization.
+                cache = ["--tokenized_cache", str(paths.root / "data" / "tokenized")] if len(phases) > 1 else []
+                _run(f"pretraining instances ({vocabulary} vocabulary, {corpus}, phase {number})", _python(
+                    "create_pretraining_data.py", "--config", phase.data_config, "--corpus", str(paths.corpus(corpus)),
+                    "--tokenizer", tokenizer, "--output-dir", str(out), "--num-proc", str(config.num_proc),
+                    *cache, "--overwrite"), log)
+
+    # Pretraining, one variant (and phase) at a time: each uses every device it is given.
+    for variant in variants:
+        for number, phase in enumerate(phases, start=1):
+            out = paths.pretrain(variant.name, number)
+            done = out / PRETRAIN_DONE
+            init_from = paths.pretrain(variant.name, number - 1) / "model" if number > 1 else None
+            command = _pretrain_command(config, variant, phase, tokenizers[variant.vocabulary, variant.corpus],
+                                        paths.data(variant.vocabulary, variant.corpus, number), out, init_from)
+            if done.is_file() and json.loads(done.read_text(encoding="utf-8")).get("command") == command[1:]:
+                log(f"{variant.name}: pretraining phase {number} already complete")
+                continue
+            started = time.time()
+            _run(f"pretrain {variant.name} (phase {number} of {len(phases)})", command, log)
+            done.write_text(json.dumps({"command": command[1:], "seconds": round(time.time() - started, 1),
+                                        "factors": variant.factors}, indent=2) + "\n", encoding="utf-8")
+
+    # Fine-tuning sweeps: independent per variant.
+    jobs = [(f"fine-tune {v.name}", _sweep_command(config, paths.pretrain(v.name, len(phases)) / "model",
+                                                   paths.variant(v.name) / "finetune")) for v in variants]
+    failed = _run_parallel(jobs, config.parallel_jobs, log)
+    plan["failed"] = failed
+    (paths.root / ABLATION_FILE).write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
+    if report:
+        from experiments.report import write_report
+
+        log(f"\nreport: {write_report(paths.root)}")
+    return plan

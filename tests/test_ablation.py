@@ -1,0 +1,142 @@
+"""The ablation runner: config checking, the variant grid, the commands it builds, and a whole
+vocabulary × masking ablation on BERT-tiny end to end on CPU (report and multilevel analysis
+included), resumed without redoing anything."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from common.config import ConfigError  # noqa: E402
+from experiments.ablation import (ABLATION_FILE, Variant, _pretrain_command, load_ablation_config,  # noqa: E402
+                                  plan_variants, run_ablation)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _config(tmp_path: Path, **changes) -> Path:
+    values = {
+        "name": "t", "output_dir": str(tmp_path / "out"),
+        "corpora": {"sample": "configs/corpus/demo.yaml"},
+        "factors": {"vocabulary": ["general", "in-domain"], "masking": ["token", "whole-word"]},
+        "pretrain": {"config": "configs/pretrain/demo.yaml", "max_steps": 2, "micro_batch_size": 8},
+        "finetune": {"datasets": ["ncbi-disease"], "learning_rates": [1e-3], "batch_sizes": [8]},
+    }
+    values.update(changes)
+    path = tmp_path / "ablation.yaml"
+    path.write_text(yaml.safe_dump(values), encoding="utf-8")
+    return path
+
+
+def test_variants_cover_the_grid_and_leave_out_impossible_combinations():
+    factors = {"vocabulary": ["general", "in-domain"], "masking": ["whole-word"],
+               "initialization": ["scratch", "continual", "continual-new-vocab"], "adversarial": ["off"],
+               "mask_schedule": ["constant"], "corpus": ["c"]}
+    variants, notes = plan_variants(factors)
+    names = {v.name for v in variants}
+    assert names == {"general_scratch", "in-domain_scratch", "general_continual", "in-domain_continual-new-vocab"}
+    assert len(notes) == 2 and any("in-domain_continual:" in n for n in notes)
+    assert all(set(v.factors) == set(factors) for v in variants)
+
+
+def test_config_errors_name_the_file_and_key(tmp_path):
+    for changes, message in ((dict(factors={"vocabulary": ["general", "medical"]}), "factors.vocabulary"),
+                             (dict(factors={"color": ["red"]}), "unknown factor"),
+                             (dict(bogus=1), "unknown key"),
+                             (dict(pretrain={"max_step": 3}), "under pretrain"),
+                             (dict(finetune={"datasets": ["nope"]}), "finetune"),
+                             (dict(finetune={"learning_rate": 1e-3}), "finetune"),
+                             (dict(finetune={"model": "x"}), "finetune.model")):
+        with pytest.raises(ConfigError, match=message) as err:
+            load_ablation_config(_config(tmp_path, **changes))
+        assert "ablation.yaml" in str(err.value)
+
+
+def test_yaml_off_on_levels_and_budget(tmp_path):
+    config = load_ablation_config(_config(tmp_path, factors={"adversarial": [False, True]},
+                                          pretrain={"max_steps": 10, "micro_batch_size": 4, "num_gpus": 2,
+                                                    "gradient_accumulation_steps": 3,
+                                                    "phase2": {"max_steps": 5, "global_batch_size": 48}}))
+    assert config.factors["adversarial"] == ["off", "on"]
+    assert config.pretrain.sequences == 10 * 4 * 3 * 2 + 5 * 48
+
+
+def test_pretrain_commands(tmp_path):
+    config = load_ablation_config(_config(tmp_path, pretrain={"max_steps": 10, "num_gpus": 2,
+                                                              "phase2": {"max_steps": 5}}))
+    factors = {"vocabulary": "general", "masking": "whole-word", "initialization": "continual", "adversarial": "on",
+               "mask_schedule": "stepwise", "corpus": "sample"}
+    phase1, phase2 = config.pretrain.phases()
+    command = _pretrain_command(config, Variant("v", factors), phase1, "tok", Path("d"), Path("o"), None)
+    assert command[:3] == ["deepspeed", "--num_gpus", "2"] and command[3].endswith("launch/pretrain.py")
+    flags = dict(zip(command[4::2], command[5::2]))
+    assert flags["--init"] == "continual" and flags["--init_checkpoint"]
+    assert flags["--whole_word_masking"] == "True" and flags["--adversarial"] == "True"
+    assert flags["--mask_schedule"] == "stepwise" and flags["--max_steps"] == "10" and "--model" not in flags
+    command = _pretrain_command(config, Variant("v", factors), phase2, "tok", Path("d2"), Path("o2"), Path("p1"))
+    flags = dict(zip(command[4::2], command[5::2]))
+    assert flags["--init_checkpoint"] == "p1" and flags["--max_steps"] == "5"
+
+
+def _learnable_ncbi(root: Path) -> None:
+    """NCBI-disease's layout with sentences a 2-step BERT-tiny can learn to tag in two epochs, so
+    that the scores vary and the multilevel analysis has something to fit."""
+    import random
+
+    rng = random.Random(0)
+    diseases = [["cancer"], ["asthma"], ["diabetes"], ["breast", "cancer"], ["colorectal", "cancer"], ["ataxia"]]
+    frames = [("Patients", "with"), ("Risk", "of"), ("Treatment", "for"), ("Genes", "in")]
+    out = root / "NCBI-disease"
+    out.mkdir(parents=True)
+    for name, count in (("train.tsv", 64), ("devel.tsv", 16), ("test.tsv", 16)):
+        sentences = []
+        for _ in range(count):
+            first, second = rng.choice(frames)
+            disease = rng.choice(diseases)
+            tags = ["B-Disease"] + ["I-Disease"] * (len(disease) - 1)
+            rows = [(first, "O"), (second, "O"), *zip(disease, tags), ("was", "O"), ("studied", "O"), (".", "O")]
+            sentences.append("\n".join(f"{w}\t{t}" for w, t in rows))
+        (out / name).write_text("\n\n".join(sentences) + "\n", encoding="utf-8")
+
+
+def test_vocabulary_x_masking_ablation_end_to_end_and_resumed(tmp_path, capsys):
+    data_root = tmp_path / "blurb"
+    _learnable_ncbi(data_root)
+    path = _config(tmp_path, vocab={"vocab_size": 2000},
+                   finetune={"data_root": str(data_root), "datasets": ["ncbi-disease"], "learning_rates": [3e-3],
+                             "batch_sizes": [8], "epochs": 2, "num_seeds": 2, "max_length": 32})
+    config = load_ablation_config(path)
+    log: list[str] = []
+    plan = run_ablation(config, log=log.append)
+    out = Path(config.output_dir)
+    assert set(plan["variants"]) == {"general_token", "general_whole-word", "in-domain_token",
+                                     "in-domain_whole-word"} and not plan["failed"]
+    assert plan["budget"]["sequences"] == 2 * 8
+    for name, variant in plan["variants"].items():
+        assert (Path(variant["model"]) / "config.json").is_file()
+        lines = (Path(variant["pretrain_dir"]) / "metrics.jsonl").read_text().splitlines()
+        assert [json.loads(line)["step"] for line in lines] == [1, 2]
+        runs = sorted((out / "variants" / name / "finetune").rglob("run.json"))
+        assert len(runs) == 2
+    # the in-domain variants share one vocabulary; each vocabulary has one set of instances
+    assert sorted(p.name for p in (out / "data").iterdir()) == ["general-sample", "in-domain-sample"]
+    report = out / "report"
+    text = (report / "report.md").read_text()
+    assert "in-domain_whole-word" in text and (report / "results.csv").is_file()
+    assert (report / "plots" / "pretraining_loss.png").is_file()
+    analysis = json.loads((report / "analysis.json").read_text())
+    assert analysis["n_runs"] == 8 and analysis["n_groups"] == 4
+
+    log.clear()
+    again = run_ablation(config, log=log.append, report=False)
+    assert again["variants"] == plan["variants"]
+    started = [line for line in log if line.startswith("\n=== ") and "fine-tune" not in line]
+    assert started == []  # corpus, vocabulary, instances and pretraining were all skipped
+    assert sum("pretraining phase 1 already complete" in line for line in log) == 4
+    assert json.loads((out / ABLATION_FILE).read_text())["name"] == "t"
