@@ -12,7 +12,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["common", "common.*", "tokenization", "tokenization.*",
-                                    "pretrain", "pretrain.*", "finetune", "finetune.*"]),
+                                    "pretrain", "pretrain.*", "finetune", "finetune.*", "experiments", "experiments.*"]),
     install_requires=[
         # torch is deliberately pinned by the installer (Makefile / docker), not here: an unpinned
         # torch requirement would pull a CUDA build on a CPU machine.

@@ -310,6 +310,10 @@ class ResultsTable:
                 frame[col] = frame[col].astype("Int64")
         return frame
 
+    def _cells(self, dataset: str, render) -> list[str]:
+        """One cell per variant: ``render(summary entry)``, or "—" where the variant has no run."""
+        return ["—" if (entry := self.cell(v, dataset)) is None else render(entry) for v in self.variants]
+
     def to_markdown(self) -> str:
         """The table: dataset rows × variant columns, cells ``test mean ± std`` in percent at the grid
         point selected by mean dev score; then the BLURB score row (partial ones say so)."""
@@ -317,16 +321,8 @@ class ResultsTable:
         lines = ["| " + " | ".join(_md(h) for h in head) + " |", "|" + "---|" * len(head)]
         for dataset in self.datasets:
             _, metric = self._metric_of(dataset)
-            cells = []
-            for v in self.variants:
-                entry = self.cell(v, dataset)
-                if entry is None:
-                    cells.append("—")
-                    continue
-                text = _ms(entry["test"]).format()
-                if entry.get("incomplete"):
-                    text += f" ({entry['incomplete']})"
-                cells.append(text)
+            cells = self._cells(dataset, lambda entry: _ms(entry["test"]).format()
+                                + (f" ({entry['incomplete']})" if entry.get("incomplete") else ""))
             lines.append(f"| {_md(dataset)} | {_md(metric or '—')} | " + " | ".join(_md(c) for c in cells) + " |")
         from finetune.metrics import BLURB_DATASETS
 
@@ -350,16 +346,10 @@ class ResultsTable:
         head = ["dataset", *self.variants]
         lines = ["| " + " | ".join(_md(h) for h in head) + " |", "|" + "---|" * len(head)]
         for dataset in self.datasets:
-            cells = []
-            for v in self.variants:
-                entry = self.cell(v, dataset)
-                if entry is None:
-                    cells.append("—")
-                    continue
-                sel = entry["selected"]
-                cells.append(f"lr {sel['learning_rate']:g}, bs {sel['batch_size']}, ep {sel['epochs']}; "
-                             f"{len(sel['seeds'])} seeds; dev {_ms(entry['dev']).format()}; "
-                             f"{len(entry['grid'])} grid points")
+            cells = self._cells(dataset, lambda entry: (
+                f"lr {entry['selected']['learning_rate']:g}, bs {entry['selected']['batch_size']}, "
+                f"ep {entry['selected']['epochs']}; {len(entry['selected']['seeds'])} seeds; "
+                f"dev {_ms(entry['dev']).format()}; {len(entry['grid'])} grid points"))
             lines.append(f"| {_md(dataset)} | " + " | ".join(_md(c) for c in cells) + " |")
         return "\n".join(lines) + "\n"
 

@@ -1,80 +1,95 @@
 #!/usr/bin/env python
-"""The README's main job on the embedded sample: corpus -> vocabulary -> coverage report ->
-pretraining instances -> a tiny BERT pretrained from scratch (MLM + NSP, whole-word masking).
+"""The README's main job, the whole story on the embedded sample, in about 15 minutes on 2 CPU cores:
 
-    python launch/demo.py [--output-dir runs/demo] [--vocab-size 30522]
+corpus (PubMed XML + plain-text abstracts) -> in-domain WordPiece vocabulary -> coverage report
+against bert-base-uncased's -> pretraining instances -> pretraining from scratch (in-domain and
+general vocabulary) and continual pretraining of all-MiniLM-L6-v2, the same budget each, through
+DeepSpeed -> fine-tuning each on NCBI-disease with 3 seeds -> comparison table, plots and the
+multilevel analysis.
 
-Each step is the same entry script a user runs by hand, printed before it runs, so the demo is
-also a worked example of the command lines. Re-running reuses what earlier runs parsed.
+    python launch/demo.py [--output_dir runs/demo] [--scale 1]
+
+``--scale`` is the knob for real hardware: it multiplies the pretraining steps and the fine-tuning
+examples (from 20 on, fine-tuning uses all of NCBI-disease). Each step is the entry script a user
+runs by hand, printed before it runs; re-running resumes (finished steps are skipped).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
-import shutil
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common.config import parse_config
-from common.reference_models import general_bert_dir
+from common.launch import repo_root_first
+
+repo_root_first(__file__)
+
+from common.config import parse_config  # noqa: E402
+from common.reference_models import general_bert_dir  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+DEMO_CONFIG = REPO / "configs" / "ablation" / "demo.yaml"
+FULL_DATA_SCALE = 20
 
 
 @dataclass
 class DemoConfig:
     output_dir: str = field(default="runs/demo", metadata={"help": "where every step writes its outputs"})
-    vocab_size: int = field(default=30522, metadata={
-        "help": "WordPiece vocabulary size requested (BERT's; the 1.7 MB sample supports about 20k tokens)"})
+    scale: float = field(default=1.0, metadata={
+        "help": "multiplies pretraining steps and fine-tuning examples (from 20: all of NCBI-disease)"})
     num_proc: int = field(default=2, metadata={"help": "worker processes for corpus and data preparation"})
-    pretrain_steps: int = field(default=40, metadata={"help": "optimizer steps of the demo pretraining run"})
 
 
 def run_step(title: str, args: list[str]) -> None:
-    command = [sys.executable, *args]
     print(f"\n=== {title}\n$ {shlex.join(['python', *args])}", flush=True)
     started = time.perf_counter()
-    result = subprocess.run(command, cwd=REPO)
+    result = subprocess.run([sys.executable, *args], cwd=REPO)
     if result.returncode != 0:
         raise SystemExit(f"demo: step '{title}' failed with exit status {result.returncode}")
     print(f"--- {title}: {time.perf_counter() - started:.1f} s", flush=True)
 
 
+def scaled(config, scale: float):
+    """The demo ablation at ``scale``: more pretraining steps and fine-tuning examples."""
+    if scale <= 0:
+        raise SystemExit("demo: --scale must be positive")
+    config.pretrain.max_steps = max(1, round(config.pretrain.max_steps * scale))
+    finetune = dict(config.finetune)
+    for key in ("max_train_examples", "max_eval_examples"):
+        finetune[key] = None if scale >= FULL_DATA_SCALE else max(1, round(finetune[key] * scale))
+    return dataclasses.replace(config, finetune=finetune)
+
+
 def main(argv: list[str] | None = None) -> int:
-    (config,) = parse_config([DemoConfig], argv, description=__doc__)
-    out = Path(config.output_dir)
-    corpus, vocab, report = out / "corpus", out / "vocab", out / "report"
-    data, pretrain = out / "pretraining_data", out / "pretrain"
+    from experiments.ablation import load_ablation_config, run_ablation
+
+    (args,) = parse_config([DemoConfig], argv, description=__doc__)
+    out = Path(args.output_dir)
+    config = scaled(load_ablation_config(DEMO_CONFIG, {"output_dir": str(out / "ablation"),
+                                                       "num_proc": args.num_proc}), args.scale)
+    print(f"demo: the whole pipeline at scale {args.scale:g} "
+          f"({'about 15 minutes on 2 CPU cores' if args.scale == 1 else 'scaled up'}); outputs in {out}", flush=True)
     started = time.perf_counter()
 
-    run_step("1/5 prepare the corpus (PubMed XML + plain-text abstracts)", [
-        "launch/prepare_corpus.py", "--config", "configs/corpus/demo.yaml", "--output-dir", str(corpus),
-        "--num-proc", str(config.num_proc), "--overwrite"])
-    run_step("2/5 build an in-domain WordPiece vocabulary", [
-        "launch/build_vocab.py", "--config", "configs/vocab/demo.yaml", "--inputs", str(corpus),
-        "--vocab-size", str(config.vocab_size), "--output-dir", str(vocab), "--overwrite"])
-    run_step("3/5 vocabulary coverage report (paper Tables 1 and 8)", [
+    plan = run_ablation(config, report=False)
+    ablation = Path(config.output_dir)
+    run_step("coverage report: the in-domain vocabulary vs bert-base-uncased's (paper Tables 1 and 8)", [
         "launch/vocab_report.py", "--tokenizers", f"bert-base-uncased={general_bert_dir()}",
-        f"demo-pubmed={vocab}", "--corpus", f"demo-corpus={corpus}",
-        "--datasets", "NCBI-disease=data/blurb/NCBI-disease/test.tsv", "--output-dir", str(report)])
-    run_step("4/5 pretraining instances (sequence length 128, NSP pairs)", [
-        "launch/create_pretraining_data.py", "--config", "configs/data/demo.yaml", "--corpus", str(corpus),
-        "--tokenizer", str(vocab), "--output-dir", str(data), "--num-proc", str(config.num_proc), "--overwrite"])
-    shutil.rmtree(pretrain, ignore_errors=True)  # a fresh run each time (a real run would resume)
-    run_step("5/5 pretrain a tiny BERT from scratch (MLM + NSP, whole-word masking, DeepSpeed)", [
-        "launch/pretrain.py", "--config", "configs/pretrain/demo.yaml", "--data-dir", str(data),
-        "--tokenizer", str(vocab), "--output-dir", str(pretrain), "--max-steps", str(config.pretrain_steps)])
+        f"demo-pubmed={ablation / 'vocab' / 'in-domain-pubmed-sample'}",
+        "--corpus", f"demo-corpus={ablation / 'corpus' / 'pubmed-sample'}",
+        "--datasets", "NCBI-disease=data/blurb/NCBI-disease/test.tsv", "--output-dir", str(out / "vocab_report")])
+    run_step("comparison: tables, plots and the multilevel analysis", [
+        "launch/report.py", "--ablation_dir", str(ablation), "--output_dir", str(out / "report")])
 
-    print(f"\ndemo finished in {time.perf_counter() - started:.0f} s")
-    print(f"  corpus:  {corpus}  (summary.json)")
-    print(f"  vocab:   {vocab}")
-    print(f"  report:  {report / 'report.md'}")
-    print(f"  data:    {data}  (pretraining_data.json)")
-    print(f"  model:   {pretrain / 'model'}  (metrics: {pretrain / 'metrics.jsonl'})")
-    return 0
+    print(f"\ndemo finished in {(time.perf_counter() - started) / 60:.1f} minutes")
+    print(f"  coverage report: {out / 'vocab_report' / 'report.md'}")
+    print(f"  comparison:      {out / 'report' / 'report.md'}  (tables, plots/, analysis.md)")
+    print(f"  models:          {', '.join(v['model'] for v in plan['variants'].values())}")
+    return 1 if plan.get("failed") else 0
 
 
 if __name__ == "__main__":
