@@ -243,7 +243,10 @@ def run_sweep(args: SweepArgs, log: Callable[[str], None] = print, progress: boo
             continue
         bar.set_postfix(dataset=run.dataset, grid=run.grid_point, seed=run.seed, refresh=False)
         try:
-            run_finetune(run.args, log=lambda message: None)
+            result = run_finetune(run.args, log=lambda message: None)
+            if not result.skipped:
+                log(f"{run.dataset} {run.grid_point} seed {run.seed}: dev {result.record['best_dev_score']:.4f}, "
+                    f"test {result.record['test_score']:.4f} ({result.record['wall_time_s']:.0f} s)")
         except Exception as err:  # noqa: BLE001 - recorded and reported; one dataset's failure is not the sweep's
             if args.stop_on_error:
                 raise
