@@ -553,11 +553,37 @@ def fit_multilevel(rows: pd.DataFrame | Sequence[Mapping[str, Any]], factors: Ma
                          "of other terms (confounded factors, or a factor level only with some datasets); drop "
                          "one of the confounded factors")
 
+    # ---- what the random part can separate
+    grouping = "group"
+    if vc_formula and not (data.groupby(["grp", "seed"]).size() > 1).any():
+        vc_formula = None
+        notes.append("each (variant, dataset, seed) has a single run: a seed's shift cannot be told from run "
+                     "noise, so it is part of the residual")
+    group_cols = [c for c in columns if bool((data.groupby("grp")[c].nunique() <= 1).all())]
+    group_design = data.groupby("grp")[group_cols].first().to_numpy(dtype=float) if group_cols \
+        else np.zeros((n_groups, 0))
+    group_rank = int(np.linalg.matrix_rank(np.column_stack([np.ones(n_groups), group_design])))
+    if group_rank >= n_groups:  # every group is its own cell of the fixed effects: no between-group variance left
+        if seed_effect == "none" or n_seeds < 3:
+            raise ValueError(f"each of the {n_groups} (variant, dataset) groups is its own combination of factor "
+                             "levels and datasets, so between-group variance cannot be told from the factor "
+                             "effects; add variants or datasets, or run at least 3 seeds")
+        grouping, vc_formula = "seed", None
+        data["variant_dataset"] = data["grp"]
+        data["grp"] = data["seed"]
+        level1_cols_for_slopes: dict[str, str] = {}
+        notes.append(f"each (variant, dataset) group is its own combination of factor levels, so a group's own "
+                     f"variance cannot be told from the factor effects: the random intercept is per seed "
+                     f"instead ({n_seeds} seeds, each shared by every variant and dataset)")
+    else:
+        level1_cols_for_slopes = dict(level1_cols)
+
     # ---- random slopes
-    within = {var: float((data.groupby("grp")[col].nunique() > 1).mean()) for var, col in level1_cols.items()}
+    within = {var: float((data.groupby("grp")[col].nunique() > 1).mean())
+              for var, col in level1_cols_for_slopes.items()}
     if random_slopes is None:
         auto = True
-        slopes = [v for v in level1_cols if within[v] >= 0.5]
+        slopes = [v for v in level1_cols_for_slopes if within[v] >= 0.5]
     else:
         auto = False
         slopes = []
@@ -565,8 +591,9 @@ def fit_multilevel(rows: pd.DataFrame | Sequence[Mapping[str, Any]], factors: Ma
             v = str(v)
             if v not in level1:
                 raise ValueError(f"random slope {v!r} is not a level-1 variable {list(level1)}")
-            if v not in level1_cols:
-                notes.append(f"random slope for {v!r} dropped: the variable was dropped from the model")
+            if v not in level1_cols_for_slopes:
+                notes.append(f"random slope for {v!r} dropped: the variable was dropped from the model, or the "
+                             "groups are seeds")
             elif within[v] < 0.5:
                 notes.append(f"random slope for {v!r} dropped: it varies within only {100 * within[v]:.0f}% "
                              f"of the groups")
@@ -602,12 +629,12 @@ def fit_multilevel(rows: pd.DataFrame | Sequence[Mapping[str, Any]], factors: Ma
                     vc_formula=vc_formula, slopes=used_slopes, level1_cols=level1_cols, scaling=scaling,
                     factors=kept_factors, interaction_cols=interaction_cols, notes=notes, response=response,
                     seed_effect=seed_effect, n_variants=int(frame["variant"].nunique()),
-                    n_datasets=len(datasets), n_seeds=n_seeds)
+                    n_datasets=len(datasets), n_seeds=n_seeds, grouping=grouping)
 
 
 def _collect(fit, *, data, terms, columns, formula, re_formula, vc_formula, slopes, level1_cols, scaling,
              factors, interaction_cols, notes, response, seed_effect, n_variants, n_datasets,
-             n_seeds) -> MultilevelResult:
+             n_seeds, grouping="group") -> MultilevelResult:
     fe = pd.Series(np.asarray(fit.fe_params, dtype=float), index=list(fit.model.exog_names))
     k_fe = len(fe)
     cov_fe = np.asarray(fit.cov_params(), dtype=float)[:k_fe, :k_fe]
@@ -622,13 +649,17 @@ def _collect(fit, *, data, terms, columns, formula, re_formula, vc_formula, slop
 
     # random effects (points²)
     cov_re = np.atleast_2d(np.asarray(fit.cov_re, dtype=float))
-    re_names = ["group_intercept"] + [f"slope[{terms[level1_cols[v]].label}]" for v in slopes]
+    re_names = ["seed" if grouping == "seed" else "group_intercept"] + [
+        f"slope[{terms[level1_cols[v]].label}]" for v in slopes]
     random_effects: dict[str, float] = {re_names[i]: float(cov_re[i, i]) for i in range(len(re_names))}
     random_cov: dict[str, float] = {}
     for i in range(len(re_names)):
         for j in range(i + 1, len(re_names)):
             random_cov[f"{re_names[i]} ~ {re_names[j]}"] = float(cov_re[i, j])
     seed_var = 0.0
+    if grouping == "seed":  # the random intercept is the seed's; nothing is between groups
+        seed_var = random_effects["seed"]
+        cov_re = np.zeros_like(cov_re)
     if vc_formula:
         seed_var = float(np.asarray(fit.vcomp, dtype=float)[0])
         random_effects["seed"] = seed_var
@@ -672,12 +703,15 @@ def _collect(fit, *, data, terms, columns, formula, re_formula, vc_formula, slop
 
     desc_slopes = ", ".join(slopes) if slopes else "none"
     notes = list(notes)
-    notes.append(f"random intercept per (variant, dataset) group; random slopes: {desc_slopes}"
-                 + ("; seed variance component within groups" if vc_formula else ""))
+    if grouping == "seed":
+        notes.append("random intercept per seed (shared by all variants and datasets); no random slopes")
+    else:
+        notes.append(f"random intercept per (variant, dataset) group; random slopes: {desc_slopes}"
+                     + ("; seed variance component within groups" if vc_formula else ""))
     notes.append("p-values and 95% CIs use the normal approximation (Wald z), no small-sample correction")
     return MultilevelResult(
         coefficients=coefficients, random_effects=random_effects, variance_decomposition=decomposition,
-        n_runs=int(len(data)), n_groups=int(data["grp"].nunique()), formula=formula, notes=notes,
+        n_runs=int(len(data)), n_groups=int(data["variant_dataset" if grouping == "seed" else "grp"].nunique()), formula=formula, notes=notes,
         converged=bool(fit.converged), response=response, re_formula=re_formula, vc_formula=vc_formula,
         seed_effect=seed_effect, random_slopes=tuple(slopes), factors=dict(factors),
         level1_scaling={k: dict(v) for k, v in scaling.items()}, r_squared=r_squared,

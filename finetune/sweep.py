@@ -237,7 +237,7 @@ def run_sweep(args: SweepArgs, log: Callable[[str], None] = print, progress: boo
     done = sum(is_complete_run(Path(r.args.output_dir) / RUN_RECORD) for r in plan.runs)
     log(f"{len(plan.runs)} runs over {len({r.dataset for r in plan.runs})} datasets; {done} already complete")
     failed: dict[str, str] = {}
-    bar = tqdm(plan.runs, desc="BLURB sweep", unit="run", dynamic_ncols=True, disable=not progress or None)
+    bar = tqdm(plan.runs, desc="BLURB sweep", unit="run", dynamic_ncols=True, disable=not progress)
     for run in bar:
         if run.dataset in failed:
             continue

@@ -191,19 +191,26 @@ def word_windows(subword_counts: Sequence[int], budget: int) -> list[tuple[int, 
     return windows
 
 
-def _word_pieces(tokenizer, words: Sequence[str]) -> list[list[int]]:
-    """Sub-word ids of each word on its own (a word the tokenizer drops, e.g. a control
-    character, becomes [UNK] so that it still has a position to carry its label)."""
-    pieces = tokenizer(list(words), add_special_tokens=False)["input_ids"]
-    return [ids if ids else [tokenizer.unk_token_id] for ids in pieces]
+def _word_pieces(tokenizer, sentences: Sequence[Sequence[str]]) -> list[list[list[int]]]:
+    """Per sentence, the sub-word ids of each word on its own (a word the tokenizer drops, e.g. a
+    control character, becomes [UNK] so that it still has a position to carry its label). One
+    tokenizer call for all the words: the fast tokenizer batches them in Rust."""
+    words = [word for sentence in sentences for word in sentence]
+    pieces = tokenizer(words, add_special_tokens=False)["input_ids"] if words else []
+    pieces = [ids if ids else [tokenizer.unk_token_id] for ids in pieces]
+    out, start = [], 0
+    for sentence in sentences:
+        out.append(pieces[start:start + len(sentence)])
+        start += len(sentence)
+    return out
 
 
 def _tagging_features(examples: Sequence, tokenizer, max_length: int, encode_labels) -> list[dict]:
     """Windowed NER/PICO features; each remembers its example and first word for mapping back."""
     budget = max_length - 2
     features = []
-    for example_index, example in enumerate(examples):
-        pieces = _word_pieces(tokenizer, example.tokens)
+    all_pieces = _word_pieces(tokenizer, [example.tokens for example in examples])
+    for example_index, (example, pieces) in enumerate(zip(examples, all_pieces)):
         labels = encode_labels(example)
         for start, end in word_windows([len(p) for p in pieces], budget):
             ids, label_row, word_mask = [tokenizer.cls_token_id], [None], [False]
@@ -675,7 +682,7 @@ def run_finetune(args: FinetuneArgs, log=print) -> RunResult:
         f"{len(examples[TEST])} test examples, {total_steps} steps")
     epochs, best_score, best_epoch, best_state = [], -math.inf, 0, None
     progress = tqdm(total=total_steps, desc=f"finetune {dataset.name}", unit="step", dynamic_ncols=True,
-                    disable=distributed.rank != 0 or None)
+                    disable=distributed.rank != 0)
     for epoch in range(1, args.epochs + 1):
         if sampler is not None:
             sampler.set_epoch(epoch)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The README's main job, the whole story on the embedded sample, in about 10 minutes on 2 CPU cores:
+"""The README's main job, the whole story on the embedded sample, in about 15 minutes on 2 CPU cores:
 
 corpus (PubMed XML + plain-text abstracts) -> in-domain WordPiece vocabulary -> coverage report
 against bert-base-uncased's -> pretraining instances -> pretraining from scratch (in-domain and
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     config = scaled(load_ablation_config(DEMO_CONFIG, {"output_dir": str(out / "ablation"),
                                                        "num_proc": args.num_proc}), args.scale)
     print(f"demo: the whole pipeline at scale {args.scale:g} "
-          f"({'about 10 minutes on 2 CPU cores' if args.scale == 1 else 'scaled up'}); outputs in {out}", flush=True)
+          f"({'about 15 minutes on 2 CPU cores' if args.scale == 1 else 'scaled up'}); outputs in {out}", flush=True)
     started = time.perf_counter()
 
     plan = run_ablation(config, report=False)

@@ -240,3 +240,35 @@ def test_constant_scores_are_refused_with_a_reason():
              "seed": s, "test_score": 0.0} for v in ("general", "in-domain") for d in ("a", "b") for s in (1, 2)]
     with pytest.raises(ValueError, match="no variance"):
         fit_multilevel(rows, {"vocabulary": "general"})
+
+
+def test_saturated_design_groups_by_seed_and_recovers_the_effect():
+    """Three variants on one dataset (scratch/continual × vocabulary without continual + in-domain):
+    every (variant, dataset) group is its own factor cell, so the random intercept goes to the seeds,
+    whose shift every variant shares."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    seed_shift = {s: rng.normal(0, 2.0) for s in range(1, 7)}
+    variants = {"general_continual": ("general", "continual", 50.0), "general_scratch": ("general", "scratch", 8.0),
+                "in-domain_scratch": ("in-domain", "scratch", 10.0)}
+    rows = [{"variant": v, "vocabulary": voc, "initialization": init, "dataset": "ncbi-disease",
+             "learning_rate": 2e-4, "batch_size": 16, "epochs": 4, "seed": s,
+             "test_score": (mean + seed_shift[s] + rng.normal(0, 0.5)) / 100}
+            for v, (voc, init, mean) in variants.items() for s in seed_shift]
+    result = fit_multilevel(rows, {"vocabulary": "general", "initialization": "continual"})
+    effects = result.coefficients.set_index("term")
+    assert abs(effects.loc["initialization[scratch]", "estimate"] - (-42.0)) < 3 * effects.loc[
+        "initialization[scratch]", "se"]
+    assert any("random intercept is per seed" in n for n in result.notes)
+    assert result.n_groups == 3 and result.variance_decomposition["seeds"] > 0.5
+
+
+def test_single_run_per_seed_cell_folds_the_seed_into_the_residual():
+    rows = [{"variant": f"{voc}_{mask}", "vocabulary": voc, "masking": mask, "dataset": d, "learning_rate": 1e-3,
+             "batch_size": 16, "epochs": 1, "seed": s, "test_score": 0.5 + 0.03 * (voc == "in") + 0.01 * s
+             + 0.02 * (d == "b") + 0.001 * ((s * 7 + len(d)) % 5)}
+            for voc in ("gen", "in") for mask in ("tok", "wwm") for d in ("a", "b") for s in (1, 2, 3)]
+    result = fit_multilevel(rows, {"vocabulary": "gen", "masking": "tok"})
+    assert "seed" not in result.random_effects
+    assert any("single run" in n for n in result.notes)
