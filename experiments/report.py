@@ -471,6 +471,12 @@ def _loss_column(frame: pd.DataFrame) -> str | None:
     return next((c for c in ("loss", "mlm_loss") if c in frame and frame[c].notna().any()), None)
 
 
+def _save(fig, path: Path) -> None:
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
 def plot_pretraining_loss(ablation: Ablation, path: Path) -> PlotResult:
     """Pretraining loss against step, one colour per variant: the raw per-step loss faint, a moving
     average over 1/25 of the steps on top. Variants without metrics.jsonl are left out with a note."""
@@ -504,9 +510,7 @@ def plot_pretraining_loss(ablation: Ablation, path: Path) -> PlotResult:
         ax.set_title(f"{ablation.name}: pretraining loss (faint: per step; line: moving average)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
+        _save(fig, path)
     finally:
         plt.close(fig)
     return PlotResult(title, path, notes=tuple(notes))
@@ -566,9 +570,7 @@ def plot_test_scores(ablation: Ablation, rows: pd.DataFrame, table: ResultsTable
             ax.axis("off")
         fig.suptitle(f"{ablation.name}: test score per seed at the selected grid point "
                      f"(points: seeds; marker and bar: mean ± std)", fontsize="medium")
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
+        _save(fig, path)
     finally:
         plt.close(fig)
     return PlotResult(title, path)
@@ -612,9 +614,7 @@ def plot_cost(ablation: Ablation, rows: pd.DataFrame, path: Path) -> PlotResult:
         unique = dict(zip(labels, handles))
         axes.flat[0].legend(unique.values(), unique.keys(), fontsize="small")
         fig.suptitle(f"{ablation.name}: fine-tuning cost (bars: mean over runs; points: runs)", fontsize="medium")
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
+        _save(fig, path)
     finally:
         plt.close(fig)
     return PlotResult(title, path)
