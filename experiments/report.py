@@ -568,7 +568,7 @@ def plot_test_scores(ablation: Ablation, rows: pd.DataFrame, table: ResultsTable
             ax.set_xlim(-0.5, len(variants) - 0.3)
         for ax in list(axes.flat)[len(datasets):]:
             ax.axis("off")
-        fig.suptitle(f"{ablation.name}: test score per seed at the selected grid point "
+        fig.suptitle(f"{ablation.name}: test score per seed at the selected grid point\n"
                      f"(points: seeds; marker and bar: mean ± std)", fontsize="medium")
         _save(fig, path)
     finally:
