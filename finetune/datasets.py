@@ -46,8 +46,7 @@ from types import MappingProxyType
 from typing import Callable, Iterable, Iterator, Mapping, Sequence, Union
 
 from tokenization.instances import DatasetFormatError as _InstanceFormatError
-from tokenization.instances import InputError
-from tokenization.sources import Problem, iter_lines
+from tokenization.instances import InputError, json_lines, numbered_lines
 
 __all__ = [
     "NER", "PICO", "RELATION", "SIMILARITY", "CLASSIFICATION", "QA", "TASK_TYPES",
@@ -299,35 +298,11 @@ class _Row:
     correction: str | None = None  # what had to be repaired in the source, for the dataset's notes
 
 
-def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """``(line_number, line)`` of a UTF-8 (optionally gzipped) file, ``\\r\\n`` and a leading byte-order
-    mark removed; undecodable content is an error naming the line."""
-    for item in iter_lines(path):
-        if isinstance(item, Problem):
-            raise DatasetFormatError(path, item.line, f"{item.reason}: {item.message}")
-        line_no, line = item
-        yield line_no, (line[1:] if line_no == 1 and line.startswith("\ufeff") else line)
-
-
-def _json_lines(path: Path) -> Iterator[tuple[int, dict]]:
-    """``(line_number, object)`` for each non-blank line of a JSON Lines file."""
-    for line_no, line in _numbered_lines(path):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DatasetFormatError(path, line_no, f"not valid JSON: {err.msg} at column {err.colno}") from None
-        if not isinstance(record, dict):
-            raise DatasetFormatError(path, line_no, f"expected a JSON object, got {type(record).__name__}")
-        yield line_no, record
-
-
 def _tsv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
     """``(line_number, fields)`` for each non-blank line of a tab-separated file whose fields may be
     quoted CSV-style: pandas quotes a field that holds a tab, and BLUE's BIOSSES dev.tsv has one.
     A row is one line (no BLURB file has a field spanning lines), so errors name the exact line."""
-    for line_no, line in _numbered_lines(path):
+    for line_no, line in numbered_lines(path, DatasetFormatError):
         if not line.strip():
             continue
         try:
@@ -340,7 +315,7 @@ def _tsv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
 def _plain_tsv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
     """``(line_number, fields)`` for each non-blank line split on tabs, with no quoting: the
     BLURB relation and QA files hold sentences that begin with quote marks."""
-    for line_no, line in _numbered_lines(path):
+    for line_no, line in numbered_lines(path, DatasetFormatError):
         if line.strip():
             yield line_no, line.split("\t")
 
@@ -531,7 +506,7 @@ def _read_token_sentences(path: Path, parse: Callable[[str], tuple[str, object]]
             in_document += 1
             tokens, values = [], []
 
-    for line_no, line in _numbered_lines(path):
+    for line_no, line in numbered_lines(path, DatasetFormatError):
         if not line.strip():
             flush()
             continue
@@ -753,7 +728,7 @@ def _relation_record(record: Mapping, fallback_id: str, label_check: LabelCheck)
 
 def _read_relation_jsonl(path: Path, label_check: LabelCheck) -> list[_Row]:
     rows = []
-    for line_no, record in _json_lines(path):
+    for line_no, record in json_lines(path, DatasetFormatError):
         try:
             example, correction = _relation_record(record, f"{_split_stem(path)}-{line_no}", label_check)
         except _FieldError as err:
@@ -906,7 +881,7 @@ def _generic_document(record: Mapping, fallback_id: str, label_check: LabelCheck
 
 def _read_documents(path: Path, parse: Callable[[Mapping, str], DocumentExample]) -> list[_Row]:
     rows = []
-    for line_no, record in _json_lines(path):
+    for line_no, record in json_lines(path, DatasetFormatError):
         try:
             example = parse(record, f"{_split_stem(path)}-{line_no}")
         except _FieldError as err:
@@ -960,7 +935,7 @@ def _read_qa_tsv(path: Path) -> list[_Row]:
 def _read_qa_jsonl(path: Path, label_check: LabelCheck) -> list[_Row]:
     """Generic QA JSON Lines: ``{"id", "question", "context", "label"}``."""
     rows = []
-    for line_no, record in _json_lines(path):
+    for line_no, record in json_lines(path, DatasetFormatError):
         try:
             question, context = _string(record, "question"), _string(record, "context")
             if "label" not in record:
@@ -975,7 +950,7 @@ def _read_qa_jsonl(path: Path, label_check: LabelCheck) -> list[_Row]:
 
 def _json_document(path: Path) -> tuple[object, list[str]]:
     """A whole-file JSON document and its lines (to point errors at an entry's line)."""
-    lines = [line for _, line in _numbered_lines(path)]
+    lines = [line for _, line in numbered_lines(path, DatasetFormatError)]
     try:
         return json.loads("\n".join(lines)), lines
     except json.JSONDecodeError as err:

@@ -64,12 +64,31 @@ class DatasetFormatError(InputError):
 
 # ----------------------------------------------------------------------------- dataset readers
 
-def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """``(line_number, line)`` of a UTF-8 (optionally gzipped) file; undecodable content is an error."""
+def numbered_lines(path: Path, error: type[DatasetFormatError] | None = None) -> Iterator[tuple[int, str]]:
+    """``(line_number, line)`` of a UTF-8 (optionally gzipped) file, ``\\r\\n`` and a leading byte-order
+    mark removed; undecodable content raises ``error`` (a :class:`DatasetFormatError` class) naming the line."""
+    error = error or DatasetFormatError
     for item in iter_lines(path):
         if isinstance(item, Problem):
-            raise DatasetFormatError(path, item.line, f"{item.reason}: {item.message}")
-        yield item
+            raise error(path, item.line, f"{item.reason}: {item.message}")
+        line_no, line = item
+        yield line_no, (line[1:] if line_no == 1 and line.startswith("\ufeff") else line)
+
+
+def json_lines(path: Path, error: type[DatasetFormatError] | None = None) -> Iterator[tuple[int, dict]]:
+    """``(line_number, object)`` for each non-blank line of a JSON Lines file; a line that is not a JSON
+    object raises ``error`` naming the file and line."""
+    error = error or DatasetFormatError
+    for line_no, line in numbered_lines(path, error):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise error(path, line_no, f"not valid JSON: {err.msg} at column {err.colno}") from None
+        if not isinstance(record, dict):
+            raise error(path, line_no, f"expected a JSON object, got {type(record).__name__}")
+        yield line_no, record
 
 
 def _tsv_header(fields: list[str], wanted: Iterable[str]) -> dict[str, int] | None:
@@ -83,7 +102,7 @@ def _tsv_header(fields: list[str], wanted: Iterable[str]) -> dict[str, int] | No
 def _read_token_lines(path: Path, separator: str | None, width: int, layout: str) -> Iterator[str]:
     """One token per line (its first field); a blank line or ``-DOCSTART-`` ends a sentence."""
     tokens: list[str] = []
-    for line_no, line in _numbered_lines(path):
+    for line_no, line in numbered_lines(path):
         if not line.strip() or line.startswith("-DOCSTART-"):
             if tokens:
                 yield " ".join(tokens)
@@ -112,7 +131,7 @@ def read_pico(path: Path) -> Iterator[str]:
 def read_gad(path: Path) -> Iterator[str]:
     """``sentence<TAB>label`` (or any TSV whose header names a ``sentence`` column). Instance: an example."""
     column, width = 0, 2
-    for line_no, line in _numbered_lines(path):
+    for line_no, line in numbered_lines(path):
         if not line.strip():
             continue
         fields = line.split("\t")
@@ -130,7 +149,7 @@ def read_gad(path: Path) -> Iterator[str]:
 def read_bioasq(path: Path) -> Iterator[str]:
     """``label<TAB>question<TAB>ideal_answer``, optional header. Instance: question + answer text."""
     question, context, width = 1, 2, 3
-    for line_no, line in _numbered_lines(path):
+    for line_no, line in numbered_lines(path):
         if not line.strip():
             continue
         fields = line.split("\t")
@@ -151,7 +170,7 @@ def read_bioasq(path: Path) -> Iterator[str]:
 
 def read_biosses(path: Path) -> Iterator[str]:
     """A TSV whose header names ``sentence1`` and ``sentence2`` (fields may be quoted). Instance: the pair."""
-    lines = (text + "\n" for _, text in _numbered_lines(path))
+    lines = (text + "\n" for _, text in numbered_lines(path))
     reader = csv.reader(lines, delimiter="\t")
     header_row = next(reader, None)
     header = _tsv_header(header_row or [], ["sentence1", "sentence2"])
@@ -167,23 +186,10 @@ def read_biosses(path: Path) -> Iterator[str]:
         yield f"{row[header['sentence1']]}\n{row[header['sentence2']]}"
 
 
-def _json_records(path: Path) -> Iterator[tuple[int, dict]]:
-    for line_no, line in _numbered_lines(path):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DatasetFormatError(path, line_no, f"not valid JSON: {err.msg} at column {err.colno}") from None
-        if not isinstance(record, dict):
-            raise DatasetFormatError(path, line_no, "expected a JSON object")
-        yield line_no, record
-
-
 def read_ddi(path: Path) -> Iterator[str]:
     """JSON Lines; the ``masked`` sentence (entities dummified, what BLURB feeds the model), else
     ``text`` or ``sentence``. Instance: an example (one entity pair)."""
-    for line_no, record in _json_records(path):
+    for line_no, record in json_lines(path):
         text = next((record[k] for k in ("masked", "text", "sentence") if isinstance(record.get(k), str)), None)
         if text is None:
             raise DatasetFormatError(path, line_no, "no string field 'masked', 'text' or 'sentence' "
@@ -194,7 +200,7 @@ def read_ddi(path: Path) -> Iterator[str]:
 def read_hoc(path: Path) -> Iterator[str]:
     """JSON Lines with a ``sentences`` list. Instance: a sentence (the unit of the paper's Table 8,
     40.6 BERT pieces on average; hallmark labels are annotated per sentence)."""
-    for line_no, record in _json_records(path):
+    for line_no, record in json_lines(path):
         sentences = record.get("sentences")
         if not isinstance(sentences, list) or not all(isinstance(s, str) for s in sentences):
             raise DatasetFormatError(path, line_no, "expected a 'sentences' field holding a list of strings")
@@ -203,7 +209,7 @@ def read_hoc(path: Path) -> Iterator[str]:
 
 def read_pubmedqa(path: Path) -> Iterator[str]:
     """``ori_pqal.json``: an object mapping PMIDs to {QUESTION, CONTEXTS}. Instance: question + contexts."""
-    text = "\n".join(line for _, line in _numbered_lines(path))
+    text = "\n".join(line for _, line in numbered_lines(path))
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
