@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Fine-tune one checkpoint over the BLURB datasets (grid × seeds), select on dev, print the BLURB score.
 
-    python launch/blurb.py --model runs/my_bert/model --data_root ../shared/data/blurb --output_dir runs/blurb/my_bert
+    python launch/blurb.py --model runs/my_bert/model --data_root /data/blurb --output_dir runs/blurb/my_bert
     python launch/blurb.py --config configs/blurb/paper.yaml --model CKPT --output_dir runs/blurb/ckpt
     python launch/blurb.py --config configs/blurb/smoke.yaml --model CKPT --datasets ncbi-disease gad
 
