@@ -8,9 +8,11 @@
     python launch/pretrain.py --config configs/pretrain/demo.yaml                    # one process
 
 A run directory (--output-dir) holds checkpoints/, metrics.jsonl and model/ (the final export);
-re-running the same command resumes from the latest checkpoint. Exit status: 0 finished or
-stopped cleanly by SIGTERM (checkpoint written), 2 unusable options or inputs (nothing was
-trained), 3 aborted after too many non-finite steps (the last checkpoint is kept).
+re-running the same command resumes from the newest verified checkpoint. Exit status: 0 finished,
+or stopped cleanly by SIGTERM/SIGUSR1/SIGINT or the time budget (checkpoint written); 2 unusable
+options or inputs, no verified checkpoint to resume from, or settings that differ from the
+checkpoint's (nothing was trained); 3 aborted after too many skipped (non-finite or spiking)
+steps in a row (the last checkpoint is kept, healthy).
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ repo_root_first(__file__)  # this file's name must not shadow the pretrain packa
 from common.config import ConfigError, parse_config  # noqa: E402
 from pretrain.adversarial import AdversarialConfig  # noqa: E402
 from pretrain.config import DataArguments, ModelArguments, PretrainConfigError, TrainArguments  # noqa: E402
-from pretrain.trainer import EXIT_NONFINITE, NonFiniteAbort, train  # noqa: E402
+from pretrain.checkpoint import CheckpointError  # noqa: E402
+from pretrain.resume import ConfigChangeRefused  # noqa: E402
+from pretrain.trainer import EXIT_DIVERGED, DivergenceAbort, train  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,10 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         model_args, data_args, train_args, adversarial = parse_config(
             [ModelArguments, DataArguments, TrainArguments, AdversarialConfig], argv, description=__doc__)
         summary = train(model_args, data_args, train_args, adversarial)
-    except NonFiniteAbort as err:
+    except DivergenceAbort as err:
         print(f"pretrain: aborted: {err}", file=sys.stderr)
-        return EXIT_NONFINITE
-    except (ConfigError, PretrainConfigError, FileNotFoundError, ValueError) as err:  # incl. InitializationError
+        return EXIT_DIVERGED
+    except (ConfigError, PretrainConfigError, CheckpointError, ConfigChangeRefused, FileNotFoundError,
+            ValueError) as err:  # incl. InitializationError
         print(f"pretrain: error: {err}", file=sys.stderr)
         return 2
     if summary["completed"] and summary["model_dir"]:

@@ -95,8 +95,25 @@ class TrainArguments:
         "help": "write a transformers-format export (config, safetensors, tokenizer) with each checkpoint"})
     resume: bool = field(default=True, metadata={"help": "continue from the latest checkpoint in output_dir"})
     log_every: int = field(default=1, metadata={"help": "steps between metric lines"})
-    max_consecutive_nonfinite: int = field(default=5, metadata={
-        "help": "abort (keeping the last checkpoint) after this many skipped non-finite steps in a row"})
+    max_consecutive_skips: int = field(default=5, metadata={
+        "help": "abort (keeping the last checkpoint) after this many skipped steps in a row (non-finite or "
+                "spiking)"})
+    loss_spike_factor: float = field(default=2.0, metadata={
+        "help": "skip a step whose loss exceeds this multiple of the median loss of recent steps (0: off)"})
+    grad_norm_spike_factor: float = field(default=10.0, metadata={
+        "help": "skip a step whose gradient norm exceeds this multiple of the recent median (0: off; not "
+                "judged under fp16, whose gradients are loss-scaled)"})
+    spike_window: int = field(default=50, metadata={"help": "recent accepted steps the spike medians cover"})
+    spike_warmup_steps: int = field(default=10, metadata={
+        "help": "accepted steps before spikes are judged (the first steps move too fast for a baseline)"})
+    resume_lr_scale: Optional[float] = field(default=None, metadata={
+        "help": "on resume, run the rest of the schedule at this multiple of learning_rate, overriding the "
+                "checkpoint's scheduler state (kept by later resumes unless given again)"})
+    allow_config_change: bool = field(default=False, metadata={
+        "help": "resume although settings that break exactness (batch, data, seed, optimizer, schedule, "
+                "precision, world size, ...) differ from the checkpoint's; the changes are recorded"})
+    stop_after_hours: float = field(default=0.0, metadata={
+        "help": "stop cleanly (checkpoint, exit 0) after this much wall time in this process; 0: no budget"})
     wandb_mode: WandbMode = field(default="offline", metadata={"help": "offline (default), online or disabled"})
     wandb_project: str = "biomed-lm"
     run_name: str = ""

@@ -46,8 +46,13 @@ class MetricsLogger:
         run_dir.mkdir(parents=True, exist_ok=True)
         path = run_dir / "metrics.jsonl"
         if path.is_file():  # a resumed run: drop lines of steps the checkpoint does not include
-            kept = [r for r in read_metrics(run_dir) if r.get("step", 0) <= initial_step]
-            path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+            records, bad_lines = read_metrics_file(path)
+            for line in bad_lines:  # a crash mid-write leaves a half line; it must not block the resume
+                LOG.warning("%s, line %d: unreadable metrics line dropped", path, line)
+            kept = [r for r in records if r.get("step", 0) <= initial_step]
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+            os.replace(tmp, path)
         self._file = open(path, "a", encoding="utf-8")
         # The run's full configuration beside its metrics: what experiment reports read.
         (run_dir / "run_config.json").write_text(json.dumps(config, indent=2, default=str) + "\n", encoding="utf-8")
@@ -104,7 +109,25 @@ def _stable_run_id(run_dir: Path) -> str:
 
 
 def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """The readable records of a run's metrics.jsonl (unreadable lines are left out)."""
     path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return read_metrics_file(path)[0] if path.is_file() else []
+
+
+def read_metrics_file(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
+    """The records of a metrics file and the numbers of its unreadable lines."""
+    records, bad = [], []
+    text = path.read_text(encoding="utf-8", errors="replace")
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            bad.append(number)
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+        else:
+            bad.append(number)
+    return records, bad

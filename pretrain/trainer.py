@@ -4,28 +4,31 @@ One code path serves a laptop CPU, ``deepspeed --num_gpus 2`` on one machine (gl
 GPUs) and multi-node runs with a hostfile: DeepSpeed owns data parallelism, gradient
 accumulation, clipping, mixed precision and ZeRO (its config is generated from the typed
 arguments, see :mod:`pretrain.config`); this module owns the data stream, masking, metrics,
-checkpoints and faults.
+checkpoints and faults. :func:`train` is set-up (:func:`_prepare_run`), a short step loop, and the
+final export.
 
 Reproducibility. Everything random is a function of the seed and the step: which instances a
 rank reads (:mod:`pretrain.sampler`), the masks of each micro-batch (a generator seeded with
 (seed, step, micro-batch, rank)), and dropout (the RNG state is checkpointed per rank). So a run
 that is killed and resumed produces the same losses as one that never stopped.
 
-Faults. A non-finite loss on any rank skips that optimizer step on every rank (weights and
-optimizer state untouched, the step's data consumed) and is counted; after
-``max_consecutive_nonfinite`` skips in a row the run aborts, keeping its last checkpoint.
-SIGTERM (a scheduler's pre-emption notice) finishes the current step, writes a checkpoint and
-exits cleanly.
+Faults. Checkpoints are verified before a resume and a damaged one falls back to the previous
+(:mod:`pretrain.checkpoint`); a resumed run with other settings is refused or recorded
+(:mod:`pretrain.resume`); a non-finite or spiking step is skipped before the optimizer touches the
+weights (:mod:`pretrain.divergence`), and after ``max_consecutive_skips`` in a row the run aborts,
+keeping its last (healthy) checkpoint; SIGTERM, SIGUSR1, SIGINT, a time budget or a vanished
+launcher finish the current step on every rank, write a checkpoint and exit cleanly
+(:mod:`pretrain.preemption`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import logging
 import math
 import os
-import signal
 import time
 import types
 from pathlib import Path
@@ -34,11 +37,15 @@ from typing import TYPE_CHECKING, Any, Iterator
 import numpy as np
 import torch
 
-from pretrain.checkpoint import latest_tag, load_checkpoint, save_checkpoint
+from pretrain.checkpoint import (CheckpointError, Selection, checkpoint_tags, latest_tag, load_checkpoint,
+                                 save_checkpoint, select_checkpoint)
 from pretrain.config import (DataArguments, ModelArguments, PretrainConfigError, TrainArguments, create_ds_config,
                              load_model_preset, mask_rate_schedule, resolve_batch)
+from pretrain.divergence import DivergenceGuard, Verdict
 from pretrain.metrics import MetricsLogger, peak_flops
 from pretrain.modeling import PretrainingModel, count_parameters, flops_per_token
+from pretrain.preemption import StopRequests, ignore_stop_signals
+from pretrain.resume import apply_learning_rate, compare_signatures, run_signature
 from pretrain.sampler import BatchPlan
 
 if TYPE_CHECKING:
@@ -46,11 +53,11 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger(__name__)
 
-EXIT_NONFINITE = 3
+EXIT_DIVERGED = 3
 
 
-class NonFiniteAbort(RuntimeError):
-    """Too many optimizer steps in a row had a non-finite loss."""
+class DivergenceAbort(RuntimeError):
+    """Too many optimizer steps in a row were skipped (non-finite or spiking)."""
 
 
 def ensure_distributed_env() -> None:
@@ -71,9 +78,9 @@ class StepGate:
     """Lets the trainer veto one optimizer step without touching DeepSpeed's bookkeeping.
 
     DeepSpeed counts micro-steps and steps the optimizer at each accumulation boundary; to skip a
-    step whose loss was non-finite, the optimizer's ``step`` is wrapped so that the next call
-    does nothing (DeepSpeed still zeroes the gradients and advances its counters and the LR
-    schedule, so the data stream and the schedule stay aligned with the step number)."""
+    step, the optimizer's ``step`` is wrapped so that the next call does nothing (DeepSpeed still
+    zeroes the gradients and advances its counters and the LR schedule, so the data stream and the
+    schedule stay aligned with the step number)."""
 
     def __init__(self, optimizer: torch.optim.Optimizer):
         self.closed = False
@@ -119,6 +126,72 @@ class MicroBatchStream(torch.utils.data.IterableDataset):
                 k += 1
 
 
+@dataclasses.dataclass
+class Run:
+    """Everything the step loop needs, built by :func:`_prepare_run`."""
+
+    model_args: ModelArguments
+    data_args: DataArguments
+    train_args: TrainArguments
+    rank: int
+    world_size: int
+    device: torch.device
+    run_dir: Path
+    bert: Any
+    model: Any
+    tokenizer: Any
+    engine: Any
+    gate: StepGate
+    guard: DivergenceGuard
+    stops: StopRequests
+    batches: Iterator[dict[str, torch.Tensor]]
+    logger: MetricsLogger
+    state: dict[str, Any]
+    signature: dict[str, Any]
+    flops_token: float
+    peak: float | None
+
+    @property
+    def adversarial(self) -> bool:
+        from pretrain.adversarial import AdversarialPretrainingModel
+
+        return isinstance(self.model, AdversarialPretrainingModel)
+
+
+def train(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments,
+          adversarial: AdversarialConfig | None = None) -> dict[str, Any]:
+    """Run (or resume) pretraining; returns a summary. Raises on unusable inputs before training.
+    ``adversarial`` with ``adversarial=True`` adds ALUM's adversarial term (:mod:`pretrain.adversarial`)."""
+    import torch.distributed as dist
+
+    run = _prepare_run(model_args, data_args, train_args, adversarial)
+    step = run.state["step"]
+    try:
+        while step < train_args.max_steps:
+            totals, verdict, lr, grad_norm, elapsed = _accumulate_step(run, step)
+            step += 1
+            _account_step(run, step, totals, verdict, lr, grad_norm, elapsed)
+            stopping = totals["stop"] > 0
+            if step % train_args.checkpoint_every == 0 or step == train_args.max_steps or stopping:
+                _checkpoint(run, step)
+            if stopping:
+                reason = run.stops.reason() or "another rank was asked to stop"
+                run.logger.message(f"{reason}: stopped after step {step} with a checkpoint; resume with the same "
+                                   "command")
+                break
+    finally:
+        run.stops.restore()
+        run.logger.close()
+
+    final_dir = None
+    if step == train_args.max_steps and run.rank == 0:
+        final_dir = run.run_dir / "model"
+        _export_hf(run.bert, run.tokenizer, final_dir)
+    dist.barrier()
+    return {"step": step, "completed": step == train_args.max_steps, "skipped_steps": run.state["skipped_steps"],
+            "tokens": run.state["tokens"], "model_dir": str(final_dir) if final_dir else None}
+
+
 def _device(local_rank: int) -> torch.device:
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
@@ -126,18 +199,16 @@ def _device(local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def train(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments,
-          adversarial: AdversarialConfig | None = None) -> dict[str, Any]:
-    """Run (or resume) pretraining; returns a summary. Raises on unusable inputs before training.
-    ``adversarial`` with ``adversarial=True`` adds ALUM's adversarial term (:mod:`pretrain.adversarial`)."""
+def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments,
+                 adversarial: AdversarialConfig | None) -> Run:
+    """Check the inputs, build the model and engine, and restore the newest verified checkpoint;
+    everything that can be wrong is found here, before any training."""
     import deepspeed
     import torch.distributed as dist
 
     from pretrain.adversarial import AdversarialPretrainingModel
     from pretrain.data import load_pretraining_data
-    from pretrain.masking import MaskingConfig, PretrainingCollator
     from pretrain.initialization import initialize_model, load_checkpoint_config
-    from pretrain.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
     from tokenization.tokenizer_io import load_tokenizer
 
     if not train_args.output_dir:
@@ -147,13 +218,10 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
     ensure_distributed_env()
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo", verbose=False)
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = _device(local_rank)
+    device = _device(int(os.environ.get("LOCAL_RANK", "0")))
     resolve_batch(train_args, world_size)
-    mask_schedule = mask_rate_schedule(data_args)
     run_dir = Path(train_args.output_dir)
 
-    # Everything that can be wrong with the inputs is found here, before any training.
     tokenizer = load_tokenizer(data_args.tokenizer)
     if model_args.init == "scratch":
         model_fields = load_model_preset(model_args.model or "bert-base")
@@ -163,193 +231,281 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
         max_positions = load_checkpoint_config(model_args.init_checkpoint).max_position_embeddings
     dataset, data_meta = load_pretraining_data(data_args.data_dir, tokenizer=tokenizer,
                                                max_position_embeddings=max_positions, expect_nsp=data_args.nsp)
+    data_meta = {k: v for k, v in data_meta.items() if k != "summary"}
+    data_meta.setdefault("instances", len(dataset))
+    data_meta.setdefault("fingerprint", getattr(dataset, "_fingerprint", None))
     plan = BatchPlan(len(dataset), train_args.micro_batch_size, train_args.gradient_accumulation_steps,
                      world_size, rank, train_args.seed)
+    selection = _select_resume_checkpoint(run_dir, train_args, rank)
 
     torch.manual_seed(train_args.seed)  # identical initial weights on every rank
     bert, init_report = initialize_model(model_args.init, tokenizer=tokenizer, model_fields=model_fields,
                                          init_checkpoint=model_args.init_checkpoint or None,
                                          attn_implementation=model_args.attn_implementation)
+    signature = run_signature(model_args=model_args, data_args=data_args, train_args=train_args,
+                              adversarial=adversarial, world_size=world_size, data_meta=data_meta,
+                              architecture=_architecture(bert.config))
+    config_changes = compare_signatures(selection.manifest["signature"], signature,
+                                        allow_change=train_args.allow_config_change) if selection.tag else {}
     if adversarial is not None and adversarial.adversarial:
         model = AdversarialPretrainingModel(bert, nsp=data_args.nsp, adversarial=adversarial)
     else:
         model = PretrainingModel(bert, nsp=data_args.nsp)
     model.to(device)
+    engine, gate, optimizer_impl = _build_engine(model, train_args, world_size, device)
+    torch.manual_seed(train_args.seed + rank)  # dropout differs across ranks, reproducibly
+
+    state = {"step": 0, "skipped_steps": 0, "consecutive_skips": 0, "adversarial_fallbacks": 0, "tokens": 0,
+             "train_seconds": 0.0, "lr_scale": 1.0, "guard": {}}
+    if selection.tag is not None:
+        state.update(load_checkpoint(engine, run_dir, selection.tag, rank)["trainer_state"])
+    lr_scale = state["lr_scale"] if train_args.resume_lr_scale is None else train_args.resume_lr_scale
+    if selection.tag is not None and (lr_scale != 1.0 or "train.learning_rate" in config_changes):
+        apply_learning_rate(engine.optimizer, engine.lr_scheduler, learning_rate=train_args.learning_rate,
+                            scale=lr_scale)
+    state["lr_scale"] = lr_scale
+    guard = DivergenceGuard(loss_spike_factor=train_args.loss_spike_factor,
+                            grad_norm_spike_factor=0.0 if train_args.precision == "fp16" else
+                            train_args.grad_norm_spike_factor,  # fp16 gradients are loss-scaled
+                            window=train_args.spike_window, warmup_steps=train_args.spike_warmup_steps)
+    guard.load_state_dict(state["guard"])
+
+    run_config = {"model": dataclasses.asdict(model_args), "data": dataclasses.asdict(data_args),
+                  "train": dataclasses.asdict(train_args), "world_size": world_size,
+                  "adversarial": dataclasses.asdict(adversarial) if adversarial is not None else None,
+                  "optimizer_impl": optimizer_impl, "parameters": count_parameters(bert),
+                  "initialization": init_report.as_dict(), "data_meta": data_meta,
+                  "resumes": _resume_history(run_dir, rank, selection, config_changes, state)}
+    logger = MetricsLogger(run_dir, enabled=rank == 0, wandb_mode=train_args.wandb_mode,
+                           wandb_project=train_args.wandb_project, run_name=train_args.run_name,
+                           config=run_config, total_steps=train_args.max_steps, initial_step=state["step"])
+    for note in selection.notes:
+        logger.message(f"warning: {note}")
+    if selection.tag is not None:
+        logger.message(f"resumed from {run_dir / 'checkpoints' / selection.tag} at step {state['step']} (verified)")
+        for key, change in config_changes.items():
+            logger.message(f"setting changed on resume: {key}: {change['checkpoint']!r} -> {change['now']!r}")
+        if lr_scale != 1.0:
+            logger.message(f"learning rate: the rest of the schedule peaks at {lr_scale:g} × "
+                           f"{train_args.learning_rate:g} (overrides the checkpoint's scheduler state)")
+    else:
+        logger.message(init_report.describe())
+    logger.message(f"{count_parameters(bert) / 1e6:.1f}M parameters, {len(dataset):,} instances, global batch "
+                   f"{train_args.global_batch_size} ({world_size} rank(s) × {train_args.micro_batch_size} × "
+                   f"{train_args.gradient_accumulation_steps}), optimizer {optimizer_impl}, device {device}")
+    stops = StopRequests(train_args.stop_after_hours).install()
+    return Run(model_args=model_args, data_args=data_args, train_args=train_args, rank=rank, world_size=world_size,
+               device=device, run_dir=run_dir, bert=bert, model=model, tokenizer=tokenizer, engine=engine, gate=gate,
+               guard=guard, stops=stops, batches=_batches(dataset, plan, data_args, train_args, tokenizer, state["step"]),
+               logger=logger, state=state, signature=signature,
+               flops_token=flops_per_token(bert.config, int(data_meta.get("max_seq_length", max_positions))),
+               peak=peak_flops(torch.cuda.get_device_name(device), train_args.precision)
+               if device.type == "cuda" else None)
+
+
+def _select_resume_checkpoint(run_dir: Path, train_args: TrainArguments, rank: int) -> Selection:
+    """Rank 0 picks the newest verified checkpoint (moving damaged ones aside) and tells the others;
+    every rank raises the same :class:`CheckpointError` when the run cannot be resumed."""
+    import torch.distributed as dist
+
+    if not train_args.resume:
+        if checkpoint_tags(run_dir):
+            raise PretrainConfigError(f"{run_dir} already has checkpoints and resume is off: starting over would "
+                                      "overwrite them; use a new --output-dir")
+        return Selection()
+    found: list[Any] = [None]
+    if rank == 0:
+        try:
+            found[0] = select_checkpoint(run_dir)
+        except CheckpointError as err:
+            found[0] = err
+    dist.broadcast_object_list(found, src=0)
+    if isinstance(found[0], CheckpointError):
+        raise found[0]
+    return found[0]
+
+
+def _architecture(config) -> dict[str, Any]:
+    """The model's shape as its config says it (what the saved tensors depend on)."""
+    keys = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+            "max_position_embeddings", "type_vocab_size", "hidden_act", "layer_norm_eps",
+            "hidden_dropout_prob", "attention_probs_dropout_prob")
+    return {key: getattr(config, key, None) for key in keys}
+
+
+def _build_engine(model, train_args: TrainArguments, world_size: int, device: torch.device):
+    import deepspeed
+
+    from pretrain.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
+
     # DeepSpeed clips gradients (gradient_clipping), so LAMB's own global-norm pre-normalization,
     # the same operation, is off.
     built = build_optimizer(
         train_args.optimizer, parameter_groups(model, train_args.weight_decay), lr=train_args.learning_rate,
         betas=(train_args.adam_beta1, train_args.adam_beta2), eps=train_args.adam_epsilon,
         weight_decay=train_args.weight_decay, device=device, max_grad_norm=None)
-    optimizer, optimizer_impl = built.optimizer, built.implementation
-    gate = StepGate(optimizer)  # before the scheduler, which wraps optimizer.step in turn
-    scheduler = build_lr_scheduler(optimizer, ScheduleConfig(lr_schedule=train_args.schedule,
-                                                             warmup_ratio=train_args.warmup_ratio,
-                                                             lr_power=train_args.polynomial_power),
+    gate = StepGate(built.optimizer)  # before the scheduler, which wraps optimizer.step in turn
+    scheduler = build_lr_scheduler(built.optimizer, ScheduleConfig(lr_schedule=train_args.schedule,
+                                                                   warmup_ratio=train_args.warmup_ratio,
+                                                                   lr_power=train_args.polynomial_power),
                                    total_steps=train_args.max_steps)
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=built.optimizer, lr_scheduler=scheduler,
                                            config=create_ds_config(train_args, world_size))
-    torch.manual_seed(train_args.seed + rank)  # dropout differs across ranks, reproducibly
+    return engine, gate, built.implementation
 
-    state = {"step": 0, "skipped_steps": 0, "consecutive_nonfinite": 0, "adversarial_fallbacks": 0, "tokens": 0,
-             "train_seconds": 0.0}
-    tag = latest_tag(run_dir) if train_args.resume else None
-    if tag is not None:
-        state.update(load_checkpoint(engine, run_dir, tag, rank).get("trainer_state", {}))
-    start_step = state["step"]
+
+def _batches(dataset, plan: BatchPlan, data_args: DataArguments, train_args: TrainArguments, tokenizer,
+             start_step: int) -> Iterator[dict[str, torch.Tensor]]:
+    from pretrain.masking import MaskingConfig, PretrainingCollator
 
     collator = PretrainingCollator.from_tokenizer(
         tokenizer, MaskingConfig(mlm_probability=data_args.mlm_probability, whole_word=data_args.whole_word_masking),
         pad_to_multiple_of=8)
+    schedule = mask_rate_schedule(data_args)
     stream = MicroBatchStream(dataset, plan, collator, start_step, train_args.max_steps,
-                              functools.partial(mask_schedule.rate, total_steps=train_args.max_steps))
+                              functools.partial(schedule.rate, total_steps=train_args.max_steps))
     # The loader gets its own generator: drawing its base seed from the global one would shift the
-    # dropout stream of a resumed run by one draw.
+    # dropout stream of a resumed run by one draw. Workers leave stop signals to the main process.
     loader = torch.utils.data.DataLoader(stream, batch_size=None, num_workers=data_args.num_workers,
                                          prefetch_factor=4 if data_args.num_workers else None,
+                                         worker_init_fn=ignore_stop_signals if data_args.num_workers else None,
                                          generator=torch.Generator().manual_seed(train_args.seed))
+    return iter(loader)
 
-    run_config = {"model": dataclasses.asdict(model_args), "data": dataclasses.asdict(data_args),
-                  "train": dataclasses.asdict(train_args), "world_size": world_size,
-                  "adversarial": dataclasses.asdict(adversarial) if adversarial is not None else None,
-                  "optimizer_impl": optimizer_impl, "parameters": count_parameters(bert),
-                  "initialization": init_report.as_dict(),
-                  "data_meta": {k: v for k, v in data_meta.items() if k != "summary"}}
-    logger = MetricsLogger(run_dir, enabled=rank == 0, wandb_mode=train_args.wandb_mode,
-                           wandb_project=train_args.wandb_project, run_name=train_args.run_name,
-                           config=run_config, total_steps=train_args.max_steps, initial_step=start_step)
-    if tag is not None:
-        logger.message(f"resumed from {run_dir / 'checkpoints' / tag} at step {start_step}")
-    else:
-        logger.message(init_report.describe())
-    logger.message(f"{count_parameters(bert) / 1e6:.1f}M parameters, {len(dataset):,} instances, global batch "
-                   f"{train_args.global_batch_size} ({world_size} rank(s) × {train_args.micro_batch_size} × "
-                   f"{train_args.gradient_accumulation_steps}), optimizer {optimizer_impl}, device {device}")
 
-    stop = {"requested": False}
-    previous_handler = signal.signal(signal.SIGTERM, lambda *_: stop.update(requested=True))
-    flops_token = flops_per_token(bert.config, int(data_meta.get("max_seq_length", max_positions)))
-    peak = peak_flops(torch.cuda.get_device_name(device), train_args.precision) if device.type == "cuda" else None
+def _resume_history(run_dir: Path, rank: int, selection: Selection, changes: dict[str, Any],
+                    state: dict[str, Any]) -> list[dict[str, Any]]:
+    """Earlier resumes of this run (from its run_config.json) plus this one, if it is one."""
+    history: list[dict[str, Any]] = []
+    path = run_dir / "run_config.json"
+    if rank == 0 and selection.tag is not None and path.is_file():
+        try:
+            history = list(json.loads(path.read_text(encoding="utf-8")).get("resumes", []))
+        except (OSError, ValueError, AttributeError):
+            history = []
+    if selection.tag is not None:
+        history.append({"step": state["step"], "checkpoint": selection.tag, "notes": selection.notes,
+                         "config_changes": changes, "lr_scale": state["lr_scale"],
+                         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    return history
 
-    def checkpoint(step: int) -> None:
-        export = (lambda path: _export_hf(bert, tokenizer, path)) if train_args.export_hf else None
-        save_checkpoint(engine, run_dir, step, {"trainer_state": dict(state, step=step)}, rank=rank,
-                        barrier=dist.barrier, keep_last=train_args.keep_last, export=export)
-        logger.message(f"checkpoint: step {step}")
 
-    batches = iter(loader)
-    step = start_step
-    try:
-        while step < train_args.max_steps:
-            started = time.perf_counter()
-            totals = StepTotals()
-            for micro in range(train_args.gradient_accumulation_steps):
-                batch = next(batches)
-                assert int(batch.pop("step")) == step, "data stream out of step"
-                mask_rate = float(batch.pop("mlm_probability", data_args.mlm_probability))
-                batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-                out = engine(**batch)
-                finite = torch.isfinite(out.loss.detach()).to(torch.float64)
-                dist.all_reduce(finite, op=dist.ReduceOp.MIN)  # every rank must agree to skip
-                if finite.item() < 1:
-                    totals.add(nonfinite_micro=1)
-                    engine.backward(sum(p.sum() for p in engine.module.parameters()) * 0.0)
-                else:
-                    engine.backward(out.loss)
-                    totals.add(mlm_loss=out.mlm_loss.item(), nsp_loss=out.nsp_loss.item(),
-                               mlm_correct=out.mlm_correct.item(), mlm_count=out.mlm_count.item(),
-                               nsp_correct=out.nsp_correct.item(), nsp_count=out.nsp_count.item(),
-                               tokens=batch["attention_mask"].sum().item())
-                    if hasattr(out, "adv_kl"):
-                        totals.add(adv_kl=out.adv_kl.item(), adv_nonfinite=out.adv_nonfinite.item())
-                if micro == train_args.gradient_accumulation_steps - 1:
-                    lr = engine.get_lr()[0]  # the rate this step's update uses
-                    grad_norm = _gradient_norm(engine)
-                    gate.closed = totals["nonfinite_micro"] > 0
-                engine.step()
-            totals.add(stop=float(stop["requested"]))
-            finite_micro = train_args.gradient_accumulation_steps - totals["nonfinite_micro"]
+def _accumulate_step(run: Run, step: int) -> tuple[StepTotals, Verdict, float, float | None, float]:
+    """Forward and backward over this rank's micro-batches, then the verdict on the step (taken on
+    numbers reduced over all ranks, before the optimizer runs) and the optimizer step."""
+    import torch.distributed as dist
+
+    engine, accumulation = run.engine, run.train_args.gradient_accumulation_steps
+    started = time.perf_counter()
+    totals = StepTotals()
+    for micro in range(accumulation):
+        batch = next(run.batches)
+        assert int(batch.pop("step")) == step, "data stream out of step"
+        totals.add(mask_rate=float(batch.pop("mlm_probability")) / accumulation)
+        batch = {k: v.to(run.device, non_blocking=True) for k, v in batch.items()}
+        out = engine(**batch)
+        if torch.isfinite(out.loss.detach()):
+            engine.backward(out.loss)
+            totals.add(mlm_loss=out.mlm_loss.item(), nsp_loss=out.nsp_loss.item(), mlm_correct=out.mlm_correct.item(),
+                       mlm_count=out.mlm_count.item(), nsp_correct=out.nsp_correct.item(),
+                       nsp_count=out.nsp_count.item(), tokens=batch["attention_mask"].sum().item())
+            if run.adversarial:
+                totals.add(adv_kl=out.adv_kl.item(), adv_nonfinite=out.adv_nonfinite.item())
+        else:  # keep DeepSpeed's hooks and counters in step; the verdict skips the update
+            totals.add(nonfinite_micro=1)
+            engine.backward(sum(p.sum() for p in engine.module.parameters()) * 0.0)
+        if micro == accumulation - 1:
+            totals.add(stop=float(run.stops.reason() is not None))
             totals.all_reduce(dist)
-            step += 1
-            elapsed = time.perf_counter() - started
-            state["step"] = step
-            state["train_seconds"] += elapsed
-            state["adversarial_fallbacks"] += int(totals["adv_nonfinite"])
-            skipped = totals["nonfinite_micro"] > 0
-            if skipped:
-                state["skipped_steps"] += 1
-                state["consecutive_nonfinite"] += 1
-                logger.message(f"step {step}: non-finite loss, optimizer step skipped "
-                               f"({state['consecutive_nonfinite']} in a row)")
-                if state["consecutive_nonfinite"] >= train_args.max_consecutive_nonfinite:
-                    raise NonFiniteAbort(
-                        f"{state['consecutive_nonfinite']} consecutive optimizer steps had a non-finite loss "
-                        f"(steps {step - state['consecutive_nonfinite'] + 1}..{step}); aborting. The last "
-                        f"checkpoint ({latest_tag(run_dir) or 'none'}) is kept; lower the learning rate or "
-                        "check the data before resuming")
-            else:
-                state["consecutive_nonfinite"] = 0
-            tokens = int(totals["tokens"])
-            state["tokens"] += tokens
-            if rank == 0 and (step % train_args.log_every == 0 or step == train_args.max_steps or skipped):
-                record = _metrics_record(step, totals, engine, lr, grad_norm, elapsed, tokens, flops_token, peak, world_size,
-                                         mask_rate, state, finite_micro * world_size,
-                                         adversarial_on=isinstance(model, AdversarialPretrainingModel))
-                logger.log(record)
-                logger.progress(step, {"loss": f"{record['loss']:.3f}", "lr": f"{record['lr']:.2e}",
-                                       "tok/s": f"{record['tokens_per_s']:.0f}"})
-            stop_now = totals["stop"] > 0
-            if step % train_args.checkpoint_every == 0 or step == train_args.max_steps or stop_now:
-                checkpoint(step)
-            if stop_now:
-                logger.message(f"SIGTERM: stopped after step {step}; resume with the same command")
-                break
-    finally:
-        signal.signal(signal.SIGTERM, previous_handler)
-        logger.close()
-
-    final_dir = None
-    if step == train_args.max_steps and rank == 0:
-        final_dir = run_dir / "model"
-        _export_hf(bert, tokenizer, final_dir)
-    dist.barrier()
-    return {"step": step, "completed": step == train_args.max_steps, "skipped_steps": state["skipped_steps"],
-            "tokens": state["tokens"], "model_dir": str(final_dir) if final_dir else None}
+            lr = engine.get_lr()[0]  # the rate this step's update uses
+            grad_norm = _gradient_norm(engine)
+            verdict = run.guard.judge(totals.mean_loss(accumulation * run.world_size), grad_norm)
+            run.gate.closed = verdict.skip
+        engine.step()
+    return totals, verdict, lr, grad_norm, time.perf_counter() - started
 
 
-def _metrics_record(step, totals: "StepTotals", engine, lr, grad_norm, elapsed, tokens, flops_token, peak, world_size,
-                    mask_rate, state, finite_micro_batches, adversarial_on: bool) -> dict[str, Any]:
-    n = max(finite_micro_batches, 1)
-    if grad_norm is None:  # ZeRO keeps reduced gradients in its own partitions; DeepSpeed knows the norm
-        grad_norm = engine.get_global_grad_norm()
+def _account_step(run: Run, step: int, totals: StepTotals, verdict: Verdict, lr: float, grad_norm: float | None,
+                  elapsed: float) -> None:
+    """Count the step, log it, and abort after too many skipped steps in a row."""
+    state, args = run.state, run.train_args
+    state.update(step=step, train_seconds=state["train_seconds"] + elapsed, guard=run.guard.state_dict())
+    state["adversarial_fallbacks"] += int(totals["adv_nonfinite"])
+    state["tokens"] += int(totals["tokens"])
+    if verdict.skip:
+        state["skipped_steps"] += 1
+        state["consecutive_skips"] += 1
+        run.logger.message(f"step {step}: optimizer step skipped, {verdict.reason.replace('_', ' ')} "
+                           f"({verdict.detail}; {state['consecutive_skips']} in a row)")
+    else:
+        state["consecutive_skips"] = 0
+    aborting = state["consecutive_skips"] >= args.max_consecutive_skips
+    if run.rank == 0 and (step % args.log_every == 0 or step == args.max_steps or verdict.skip):
+        record = _metrics_record(run, step, totals, verdict, lr, grad_norm, elapsed)
+        run.logger.log(record)
+        run.logger.progress(step, {"loss": f"{record['loss'] or math.nan:.3f}", "lr": f"{lr:.2e}",
+                                   "tok/s": f"{record['tokens_per_s']:.0f}"})
+    if aborting:
+        raise DivergenceAbort(
+            f"{state['consecutive_skips']} consecutive optimizer steps were skipped (steps "
+            f"{step - state['consecutive_skips'] + 1}..{step}, last: {verdict.reason}); aborting. The weights were "
+            f"not updated by the skipped steps and the last checkpoint ({latest_tag(run.run_dir) or 'none'}) is "
+            "kept; resume with a lower learning rate (--resume-lr-scale 0.5) or check the data")
+
+
+def _checkpoint(run: Run, step: int) -> None:
+    import torch.distributed as dist
+
+    export = (lambda path: _export_hf(run.bert, run.tokenizer, path)) if run.train_args.export_hf else None
+    save_checkpoint(run.engine, run.run_dir, step, {"trainer_state": dict(run.state, step=step)}, rank=run.rank,
+                    world_size=run.world_size, barrier=dist.barrier, keep_last=run.train_args.keep_last,
+                    signature=run.signature, export=export)
+    run.logger.message(f"checkpoint: step {step}")
+
+
+def _metrics_record(run: Run, step: int, totals: StepTotals, verdict: Verdict, lr: float, grad_norm: float | None,
+                    elapsed: float) -> dict[str, Any]:
+    """One line of metrics.jsonl. A skipped step says why; values it does not have are null (a
+    non-finite loss is not a number to average)."""
+    n = max(run.train_args.gradient_accumulation_steps * run.world_size - totals["nonfinite_micro"], 1)
+    if grad_norm is None and not verdict.skip:  # ZeRO keeps reduced gradients in its partitions
+        grad_norm = run.engine.get_global_grad_norm()
+    nonfinite = totals["nonfinite_micro"] > 0
+    tokens = int(totals["tokens"])
     record = {
         "step": step,
-        "loss": (totals["mlm_loss"] + totals["nsp_loss"]) / n,
-        "mlm_loss": totals["mlm_loss"] / n,
-        "nsp_loss": totals["nsp_loss"] / n,
-        "mlm_accuracy": totals["mlm_correct"] / totals["mlm_count"] if totals["mlm_count"] else math.nan,
-        "nsp_accuracy": totals["nsp_correct"] / totals["nsp_count"] if totals["nsp_count"] else math.nan,
+        "loss": None if nonfinite else (totals["mlm_loss"] + totals["nsp_loss"]) / n,
+        "mlm_loss": None if nonfinite else totals["mlm_loss"] / n,
+        "nsp_loss": None if nonfinite else totals["nsp_loss"] / n,
+        "mlm_accuracy": totals["mlm_correct"] / totals["mlm_count"] if totals["mlm_count"] else None,
+        "nsp_accuracy": totals["nsp_correct"] / totals["nsp_count"] if totals["nsp_count"] else None,
         "lr": lr,
-        "grad_norm": float(grad_norm) if grad_norm is not None else math.nan,
+        "grad_norm": _finite_or_none(grad_norm),
         "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
         "step_seconds": elapsed,
-        "mask_rate": mask_rate,
-        "skipped_steps": state["skipped_steps"],
-        "tokens_seen": state["tokens"],
+        "mask_rate": totals["mask_rate"] / run.world_size,
+        "skipped_steps": run.state["skipped_steps"],
+        "tokens_seen": run.state["tokens"],
     }
-    if adversarial_on:
-        record["adv_symmetric_kl"] = totals["adv_kl"] / n
-        record["adv_fallbacks"] = state["adversarial_fallbacks"]
-    if peak:
-        record["mfu"] = flops_token * tokens / elapsed / (peak * world_size)
+    if verdict.skip:
+        record["skipped"] = verdict.reason
+    if run.adversarial:
+        record["adv_symmetric_kl"] = None if nonfinite else totals["adv_kl"] / n
+        record["adv_fallbacks"] = run.state["adversarial_fallbacks"]
+    if run.peak:
+        record["mfu"] = run.flops_token * tokens / elapsed / (run.peak * run.world_size)
     return record
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    return float(value) if value is not None and math.isfinite(float(value)) else None
 
 
 class StepTotals:
     """Per-step sums over this rank's micro-batches, by name, reduced over ranks in one call."""
 
     FIELDS = ("mlm_loss", "nsp_loss", "mlm_correct", "mlm_count", "nsp_correct", "nsp_count", "tokens",
-              "nonfinite_micro", "stop", "adv_kl", "adv_nonfinite")
+              "nonfinite_micro", "stop", "adv_kl", "adv_nonfinite", "mask_rate")
     _INDEX = {name: i for i, name in enumerate(FIELDS)}
 
     def __init__(self) -> None:
@@ -364,6 +520,12 @@ class StepTotals:
 
     def all_reduce(self, dist) -> None:
         dist.all_reduce(self.values, op=dist.ReduceOp.SUM)
+
+    def mean_loss(self, micro_batches: int) -> float:
+        """The step's loss over every rank's micro-batches; NaN when any of them was not finite."""
+        if self["nonfinite_micro"] > 0:
+            return math.nan
+        return (self["mlm_loss"] + self["nsp_loss"]) / micro_batches
 
 
 def _gradient_norm(engine) -> float | None:

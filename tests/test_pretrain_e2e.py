@@ -232,12 +232,13 @@ def test_nonfinite_steps_are_skipped_and_counted(pretraining_inputs, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     records = {r["step"]: r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
     assert records[STEPS]["skipped_steps"] == 2 and records[2]["skipped_steps"] == 0
-    assert "non-finite loss" in result.stderr + result.stdout
+    assert "optimizer step skipped, nonfinite loss" in result.stderr + result.stdout
+    assert records[3]["skipped"] == "nonfinite_loss" and records[3]["loss"] is None
 
 
 def test_too_many_nonfinite_steps_abort_and_keep_the_checkpoint(pretraining_inputs, tmp_path):
     out = tmp_path / "run"
-    args = pretrain_args(pretraining_inputs, out, "--max-consecutive-nonfinite", "3")
+    args = pretrain_args(pretraining_inputs, out, "--max-consecutive-skips", "3")
     result = run_with_nan(args, {12, 13, 14, 15})
     assert result.returncode == 3, result.stderr[-3000:]
     assert "aborting" in result.stderr and "step-00000010" in result.stderr

@@ -1,0 +1,95 @@
+"""What a resumed run may change: the run signature kept in each checkpoint's manifest.
+
+A checkpoint records the settings the run was trained with (its *signature*). On resume the
+current settings are compared with it, field by field:
+
+- **harmless** settings (logging, checkpoint interval, workers, stop and skip policies, where the
+  run lives) may change freely; the change is recorded in ``run_config.json``;
+- settings that **break exactness** (data, batch shape, world size, seed, optimizer, schedule,
+  precision, masking, ALUM) are refused with the list of differences unless
+  ``--allow-config-change`` is given, in which case they are recorded;
+- settings that **cannot change** (the model's architecture, its initialization, the vocabulary,
+  the ZeRO stage) are refused even then: the saved tensors would not fit.
+
+The learning rate is the one exactness-breaking change with its own door: ``--resume-lr-scale``
+runs the rest of the schedule at a multiple of the configured peak rate (the override wins over the
+scheduler state saved in the checkpoint). The scale is kept in the trainer state, so resuming
+again with the same command neither compounds it nor loses it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+# Settings that do not change a single number the run computes (dotted section.field names).
+HARMLESS = frozenset({
+    "model.init_checkpoint",  # a path: the weights it held are in the checkpoint
+    "data.data_dir", "data.tokenizer", "data.num_workers",  # paths (their content is signed) and workers
+    "train.output_dir", "train.checkpoint_every", "train.keep_last", "train.export_hf", "train.resume",
+    "train.log_every", "train.wandb_mode", "train.wandb_project", "train.run_name",
+    "train.max_consecutive_skips", "train.loss_spike_factor", "train.grad_norm_spike_factor",
+    "train.spike_window", "train.spike_warmup_steps", "train.stop_after_hours", "train.allow_config_change",
+    "train.resume_lr_scale",
+})
+# Settings whose saved tensors would not fit another value.
+FIXED = frozenset({"model.init", "model.model", "model.architecture", "data.vocab_sha256", "train.zero_stage"})
+
+
+class ConfigChangeRefused(ValueError):
+    """The resumed run's settings differ from the checkpoint's in a way that breaks it."""
+
+
+def run_signature(*, model_args, data_args, train_args, adversarial, world_size: int,
+                  architecture: dict[str, Any], data_meta: dict[str, Any]) -> dict[str, Any]:
+    """Every setting of the run as a flat ``section.field`` mapping (JSON-serializable)."""
+    signature: dict[str, Any] = {}
+    for section, args in (("model", model_args), ("data", data_args), ("train", train_args),
+                          ("adversarial", adversarial)):
+        if args is not None:
+            signature.update({f"{section}.{k}": v for k, v in dataclasses.asdict(args).items()})
+    signature["model.architecture"] = architecture
+    signature["train.world_size"] = world_size
+    for key in ("vocab_sha256", "max_seq_length", "fingerprint", "instances"):
+        signature[f"data.{key}"] = data_meta.get(key)
+    return json.loads(json.dumps(signature, default=str))  # as a manifest stores it (tuples become lists)
+
+
+def compare_signatures(saved: dict[str, Any], current: dict[str, Any], *, allow_change: bool) -> dict[str, Any]:
+    """The differences between a checkpoint's signature and the current one, as
+    ``{field: {"checkpoint": old, "now": new}}``; raises :class:`ConfigChangeRefused` listing them
+    when they break the run and are not allowed."""
+    changes = {key: {"checkpoint": saved.get(key), "now": current.get(key)}
+               for key in sorted(set(saved) | set(current)) if saved.get(key) != current.get(key)}
+    fixed = [key for key in changes if key in FIXED or key.startswith("model.architecture")]
+    breaking = [key for key in changes if key not in HARMLESS and key not in fixed]
+    if fixed:
+        raise ConfigChangeRefused(
+            "the checkpoint cannot be resumed with these settings (its tensors would not fit): "
+            + _describe(changes, fixed) + "; start a new run (--output-dir) or continue from its export with "
+            "--init continual --init-checkpoint <checkpoint>/hf")
+    if breaking and not allow_change:
+        hint = (" (to lower the learning rate, keep --learning-rate and pass --resume-lr-scale)"
+                if "train.learning_rate" in breaking else "")
+        raise ConfigChangeRefused(
+            "the resumed run would not be the run the checkpoint belongs to: " + _describe(changes, breaking)
+            + f"{hint}. Restore the settings, or pass --allow-config-change to resume with them anyway")
+    return changes
+
+
+def _describe(changes: dict[str, Any], keys: list[str]) -> str:
+    return ", ".join(f"{key}: {changes[key]['checkpoint']!r} in the checkpoint, {changes[key]['now']!r} now"
+                     for key in keys)
+
+
+def apply_learning_rate(optimizer, scheduler, *, learning_rate: float, scale: float) -> None:
+    """Make the rest of the schedule peak at ``learning_rate × scale``, overriding the scheduler
+    state loaded from the checkpoint (the current step's rate is rescaled at once)."""
+    peak = learning_rate * scale
+    old_bases = list(scheduler.base_lrs)
+    scheduler.base_lrs = [peak for _ in old_bases]
+    for group, old_base in zip(optimizer.param_groups, old_bases):
+        group["lr"] = group["lr"] * (peak / old_base) if old_base else group["lr"]
+        group["initial_lr"] = peak
+    scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
