@@ -45,6 +45,7 @@ TAG_PREFIX = "step-"
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
 DAMAGED_PREFIX = "damaged-"
+DIVERGED_PREFIX = "diverged-"
 MODEL_STATES = "mp_rank_00_model_states.pt"
 _TAG_PATTERN = re.compile(r"^step-(\d{8})$")
 _HASH_BLOCK = 16 << 20
@@ -245,16 +246,18 @@ def select_checkpoint(run_dir: str | os.PathLike, *, move_damaged: bool = True) 
     tags = checkpoint_tags(run_dir)
     if pointer is not None and pointer not in tags:
         selection.notes.append(f"{root / LATEST} names {pointer or 'nothing readable'}, which is not there")
-    problems = []
+    problems, damaged = [], []
     for tag in reversed(tags):
         try:
             selection.manifest = verify_checkpoint(root / tag)
         except CheckpointError as err:
             problems.append(f"{root / tag}: {err}")
-            selection.notes.append(f"checkpoint {tag} is damaged ({err}); "
-                                   + (f"moved to {_move_aside(root, tag).name}" if move_damaged else "skipped"))
+            damaged.append((tag, str(err)))
             continue
         selection.tag = tag
+        for bad, why in damaged:  # only once a good one is found: otherwise everything stays as it was
+            where = f"moved to {_move_aside(root, bad).name}" if move_damaged else "skipped"
+            selection.notes.append(f"checkpoint {bad} is damaged ({why}); {where}; resuming from {tag}")
         return selection
     if problems or pointer is not None:
         detail = "; ".join(problems) or f"{root / LATEST} names {pointer or 'nothing readable'} but no checkpoint is there"
@@ -274,14 +277,32 @@ def _read_pointer(root: Path) -> str | None:
         return ""
 
 
-def _move_aside(root: Path, tag: str) -> Path:
-    target = root / f"{DAMAGED_PREFIX}{tag}"
+def _move_aside(root: Path, tag: str, prefix: str = DAMAGED_PREFIX) -> Path:
+    target = root / f"{prefix}{tag}"
     n = 1
     while target.exists():
         n += 1
-        target = root / f"{DAMAGED_PREFIX}{tag}-{n}"
+        target = root / f"{prefix}{tag}-{n}"
     os.replace(root / tag, target)
     return target
+
+
+def set_aside_diverged(run_dir: str | os.PathLike, first_step: int) -> list[str]:
+    """Move checkpoints of step ``first_step`` or later aside as ``diverged-…`` (kept, never
+    resumed from) and point ``latest`` at the newest one left; returns the new folder names.
+
+    A spike shows in the loss of the step *after* the update that caused it, so the checkpoint
+    written right after that update already holds the damage: a divergence abort sets aside
+    everything from the last accepted step on."""
+    root = checkpoints_root(run_dir)
+    moved = [_move_aside(root, tag, DIVERGED_PREFIX).name for tag in checkpoint_tags(run_dir)
+             if _step_of(tag) >= first_step]
+    remaining = checkpoint_tags(run_dir)
+    if moved and remaining:
+        _write_atomically(root / LATEST, remaining[-1] + "\n")
+    elif moved:
+        (root / LATEST).unlink(missing_ok=True)
+    return moved
 
 
 def load_checkpoint(engine, run_dir: str | os.PathLike, tag: str, rank: int) -> dict[str, Any]:

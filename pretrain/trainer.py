@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from pretrain.checkpoint import (CheckpointError, Selection, checkpoint_tags, latest_tag, load_checkpoint,
-                                 save_checkpoint, select_checkpoint)
+                                 save_checkpoint, select_checkpoint, set_aside_diverged)
 from pretrain.config import (DataArguments, ModelArguments, PretrainConfigError, TrainArguments, create_ds_config,
                              load_model_preset, mask_rate_schedule, resolve_batch)
 from pretrain.divergence import DivergenceGuard, Verdict
@@ -446,11 +446,22 @@ def _account_step(run: Run, step: int, totals: StepTotals, verdict: Verdict, lr:
         run.logger.progress(step, {"loss": f"{record['loss'] or math.nan:.3f}", "lr": f"{lr:.2e}",
                                    "tok/s": f"{record['tokens_per_s']:.0f}"})
     if aborting:
-        raise DivergenceAbort(
-            f"{state['consecutive_skips']} consecutive optimizer steps were skipped (steps "
-            f"{step - state['consecutive_skips'] + 1}..{step}, last: {verdict.reason}); aborting. The weights were "
-            f"not updated by the skipped steps and the last checkpoint ({latest_tag(run.run_dir) or 'none'}) is "
-            "kept; resume with a lower learning rate (--resume-lr-scale 0.5) or check the data")
+        _abort_diverged(run, first_skipped=step - state["consecutive_skips"] + 1, last=step, reason=verdict.reason)
+
+
+def _abort_diverged(run: Run, first_skipped: int, last: int, reason: str | None) -> None:
+    """Set aside the checkpoints that may hold the damaging update, then raise :class:`DivergenceAbort`."""
+    import torch.distributed as dist
+
+    moved = set_aside_diverged(run.run_dir, first_skipped - 1) if run.rank == 0 else []
+    dist.barrier()
+    raise DivergenceAbort(
+        f"{run.state['consecutive_skips']} consecutive optimizer steps were skipped (steps {first_skipped}..{last}, "
+        f"last: {reason.replace('_', ' ') if reason else '?'}); aborting. The skipped steps did not touch the "
+        f"weights. Checkpoints holding the update of step {first_skipped - 1}, which the spike followed, are set "
+        f"aside as suspect: {', '.join(moved) or 'none'}. Resuming starts from "
+        f"{latest_tag(run.run_dir) or 'nothing (there is no earlier checkpoint)'}: lower the learning rate with "
+        "--resume-lr-scale 0.5, or check the data")
 
 
 def _checkpoint(run: Run, step: int) -> None:

@@ -87,3 +87,22 @@ def ncbi_slice(root: Path, train: int = 32, eval_: int = 16) -> Path:
         sentences = (source / name).read_text(encoding="utf-8").strip().split("\n\n")[:keep]
         (out / name).write_text("\n\n".join(sentences) + "\n", encoding="utf-8")
     return out
+
+
+@pytest.fixture(scope="session")
+def pretraining_inputs(tmp_path_factory) -> dict[str, Path]:
+    """A small corpus, vocabulary and 64-token instances for end-to-end pretraining runs."""
+    from tests.pretrain_runs import make_pretraining_inputs
+
+    return make_pretraining_inputs(tmp_path_factory.mktemp("pretrain_inputs"))
+
+
+@pytest.fixture(scope="session")
+def straight_run(pretraining_inputs, tmp_path_factory) -> Path:
+    """An uninterrupted 20-step run (checkpoints at 10 and 20): the losses every resume must reproduce."""
+    from tests.pretrain_runs import pretrain_args, run
+
+    out = tmp_path_factory.mktemp("straight") / "run"
+    result = run(pretrain_args(pretraining_inputs, out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out

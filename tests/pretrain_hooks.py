@@ -1,0 +1,123 @@
+"""Run launch/pretrain.py with test hooks: ``python tests/pretrain_hooks.py --hooks JSON <pretrain args>``.
+
+The reliability tests use it to make faults happen at a chosen moment, in one process or as the
+script the deepspeed launcher starts on every rank. Hooks (all optional, JSON keys):
+
+- ``sleep_per_step``: seconds to sleep after each step (so a signal lands mid-run; numbers unchanged);
+- ``kill_at_step``: SIGKILL this process right after that optimizer step (before its checkpoint);
+- ``kill_in_save``: ``[step, moment]``: SIGKILL inside the save of that step, at ``after_engine_save``
+  (DeepSpeed's files written, no RNG file yet), ``before_manifest`` (all files and the export
+  written), ``before_latest`` (renamed into place, ``latest`` not yet updated) or ``before_prune``;
+- ``loss_factor_at_steps``: ``{factor, steps, micro_per_step}``: multiply the loss of those steps
+  (1-based) by ``factor`` (``NaN`` for a non-finite loss);
+- ``lr_factor_from_step``: ``[step, factor]``: from that optimizer step (1-based) on, the learning
+  rate is ``factor`` times the schedule's (an unstable run, for the divergence tests);
+- ``only_rank``: apply the kill hooks on this rank only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import signal
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def _kill(hooks: dict) -> None:
+    if hooks.get("only_rank") is None or hooks["only_rank"] == _rank():
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def install(hooks: dict) -> None:
+    import pretrain.checkpoint as checkpoint
+    import pretrain.modeling as modeling
+    import pretrain.trainer as trainer
+
+    account = trainer._account_step
+
+    def account_step(run, step, *args, **kwargs):
+        account(run, step, *args, **kwargs)
+        if hooks.get("kill_at_step") == step:
+            _kill(hooks)
+        time.sleep(hooks.get("sleep_per_step", 0.0))
+
+    trainer._account_step = account_step
+
+    if "lr_factor_from_step" in hooks:
+        first, factor = hooks["lr_factor_from_step"]
+        accumulate = trainer._accumulate_step
+
+        def accumulate_step(run, step):
+            if step + 1 == first:  # ``step`` steps are done; this one is step + 1
+                scheduler, optimizer = run.engine.lr_scheduler, run.engine.optimizer
+                scheduler.base_lrs = [base * factor for base in scheduler.base_lrs]
+                for group in optimizer.param_groups:
+                    group["lr"] *= factor
+            return accumulate(run, step)
+
+        trainer._accumulate_step = accumulate_step
+
+    if "kill_in_save" in hooks:
+        kill_step, moment = hooks["kill_in_save"]
+        saving = {"step": None}
+        save = trainer.save_checkpoint
+
+        def save_checkpoint(engine, run_dir, step, *args, **kwargs):
+            saving["step"] = step
+            return save(engine, run_dir, step, *args, **kwargs)
+
+        trainer.save_checkpoint = save_checkpoint
+
+        def killing(original, when):
+            def wrapper(*args, **kwargs):
+                if saving["step"] == kill_step and when(*args):
+                    _kill(hooks)
+                return original(*args, **kwargs)
+            return wrapper
+
+        targets = {"after_engine_save": ("rng_state", lambda *a: True),
+                   "before_manifest": ("write_manifest", lambda *a: True),
+                   "before_latest": ("_write_atomically", lambda path, *a: Path(path).name == checkpoint.LATEST),
+                   "before_prune": ("_prune", lambda *a: True)}
+        name, when = targets[moment]
+        setattr(checkpoint, name, killing(getattr(checkpoint, name), when))
+
+    if "loss_factor_at_steps" in hooks:
+        spec = hooks["loss_factor_at_steps"]
+        steps, per_step = set(spec["steps"]), spec.get("micro_per_step", 1)
+        forward, calls = modeling.PretrainingModel.forward, {"n": 0}
+
+        def scaled_forward(self, *args, **kwargs):
+            out = forward(self, *args, **kwargs)
+            calls["n"] += 1
+            if (calls["n"] - 1) // per_step + 1 in steps:
+                out.loss = out.loss * float(spec["factor"])
+            return out
+
+        modeling.PretrainingModel.forward = scaled_forward
+
+
+def main() -> None:
+    args = sys.argv[1:]  # the deepspeed launcher puts --local_rank=N first
+    hooks = {}
+    if "--hooks" in args:
+        at = args.index("--hooks")
+        hooks, args = json.loads(args[at + 1]), args[:at] + args[at + 2:]
+    sys.path.insert(0, str(REPO))
+    os.chdir(REPO)
+    install(hooks)
+    sys.argv = [str(REPO / "launch" / "pretrain.py"), *args]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""Helpers for tests that run launch/pretrain.py end to end: inputs made with the toolkit's own
+scripts, the standard tiny-run arguments, and subprocess runners (a process group lives for the
+whole process, so every run is its own process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO, SAMPLE_DIR
+
+PYTHON = sys.executable
+STEPS = 20
+HOOKS = REPO / "tests" / "pretrain_hooks.py"
+
+
+def make_pretraining_inputs(root: Path) -> dict[str, Path]:
+    """A small corpus, vocabulary and 64-token instances made with the toolkit's own scripts."""
+    from pretrain.data import PretrainingDataConfig, create_pretraining_data
+    from tokenization.corpus import CorpusConfig, prepare_corpus
+    from tokenization.vocab import VocabConfig, build_vocab
+
+    prepare_corpus(CorpusConfig(inputs=[str(SAMPLE_DIR / "sywada_PubMedAbstract_1MB.txt")],
+                                output_dir=str(root / "corpus"), min_words=0, num_proc=1))
+    build_vocab([str(root / "corpus")], root / "vocab", VocabConfig(vocab_size=3000))
+    create_pretraining_data(PretrainingDataConfig(corpus=str(root / "corpus"), tokenizer=str(root / "vocab"),
+                                                  output_dir=str(root / "data"), max_seq_length=64, num_proc=1),
+                            progress=False)
+    return {"root": root, "vocab": root / "vocab", "data": root / "data"}
+
+
+def pretrain_args(inputs: dict[str, Path], out: Path, *extra: str) -> list[str]:
+    return ["--model", "bert-tiny", "--data-dir", str(inputs["data"]), "--tokenizer", str(inputs["vocab"]),
+            "--output-dir", str(out), "--max-steps", str(STEPS), "--micro-batch-size", "8",
+            "--gradient-accumulation-steps", "2", "--learning-rate", "1e-3", "--checkpoint-every", "10",
+            "--keep-last", "2", "--num-workers", "0", "--wandb-mode", "disabled", *extra]
+
+
+def with_option(args: list[str], flag: str, value: str) -> list[str]:
+    """``args`` with ``flag``'s value replaced (or the flag appended)."""
+    args = list(args)
+    if flag in args:
+        args[args.index(flag) + 1] = value
+    else:
+        args += [flag, value]
+    return args
+
+
+def env() -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                               "MASTER_PORT")}
+    return {**clean, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+
+
+def pretrain_command(args: list[str], hooks: dict | None = None) -> list[str]:
+    if hooks:
+        return [PYTHON, str(HOOKS), "--hooks", json.dumps(hooks), *args]
+    return [PYTHON, str(REPO / "launch" / "pretrain.py"), *args]
+
+
+def run(args: list[str], hooks: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(pretrain_command(args, hooks), cwd=REPO, env=env(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def deepspeed_launcher() -> str | None:
+    return shutil.which("deepspeed", path=str(Path(PYTHON).parent))
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r["loss"] for r in map(json.loads, lines)}
+
+
+def copy_run(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target)
+    return target

@@ -1,0 +1,336 @@
+"""The reliability suite: faults a shared, pre-emptible cluster inflicts on a pretraining run, each
+through the real command line (docs/reliability.md lists them with what the toolkit does).
+
+Every resume is either bit-identical to the uninterrupted run (same thread count) or refused with
+a message — never silent. Faults are placed at a chosen moment by tests/pretrain_hooks.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, free_port
+from tests.pretrain_runs import (STEPS, copy_run, deepspeed_launcher, env, losses, pretrain_args, pretrain_command,
+                                 run, with_option)
+
+CKPT = "checkpoints"
+
+
+def resume_ok(args: list[str], **kwargs) -> subprocess.CompletedProcess:
+    result = run(args, **kwargs)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def interrupted_copy(straight_run: Path, tmp_path: Path) -> Path:
+    """The straight run as a run killed after its step-20 checkpoint, before the final export."""
+    out = copy_run(straight_run, tmp_path / "run")
+    shutil.rmtree(out / "model")
+    return out
+
+
+# --- kill -9 -----------------------------------------------------------------------------------
+
+KILL_STEPS = random.Random(2026).sample(range(2, STEPS), 2)  # "random" steps, fixed so failures reproduce
+
+
+@pytest.mark.parametrize("kill_step", KILL_STEPS)
+def test_kill9_at_a_random_step_resumes_bit_identically(kill_step, pretraining_inputs, straight_run, tmp_path):
+    out = tmp_path / "run"
+    args = pretrain_args(pretraining_inputs, out)
+    killed = run(args, hooks={"kill_at_step": kill_step})
+    assert killed.returncode == -signal.SIGKILL
+    result = resume_ok(args)
+    if kill_step > 10:
+        assert "resumed from" in result.stderr and "step-00000010" in result.stderr
+    assert losses(out) == losses(straight_run)
+
+
+@pytest.mark.parametrize("moment", ["after_engine_save", "before_manifest", "before_latest", "before_prune"])
+def test_kill9_inside_a_checkpoint_save_resumes_bit_identically(moment, pretraining_inputs, straight_run, tmp_path):
+    out = tmp_path / "run"
+    args = pretrain_args(pretraining_inputs, out)
+    killed = run(args, hooks={"kill_in_save": [20, moment]})
+    assert killed.returncode == -signal.SIGKILL
+    assert (out / CKPT / "step-00000010" / "manifest.json").is_file()  # the previous one is untouched
+    result = resume_ok(args)
+    if moment in ("before_latest", "before_prune"):  # step 20 was complete: nothing left to train
+        assert "resumed from" in result.stderr and "step-00000020" in result.stderr
+    assert losses(out) == losses(straight_run)
+    assert not list((out / CKPT).glob(".partial-*"))
+
+
+# --- damaged checkpoints -----------------------------------------------------------------------
+
+def flip_bytes(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    for offset in (len(data) // 2, len(data) // 2 + 97, len(data) - 4096):  # inside the tensors, not the zip index
+        data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def truncate(path: Path) -> None:
+    with open(path, "r+b") as handle:
+        handle.truncate(path.stat().st_size // 2)
+
+
+DAMAGE = {
+    "flipped_bytes_in_model_states": lambda c: flip_bytes(c / "mp_rank_00_model_states.pt"),
+    "truncated_model_states": lambda c: truncate(c / "mp_rank_00_model_states.pt"),
+    "missing_model_states": lambda c: (c / "mp_rank_00_model_states.pt").unlink(),
+    "empty_rng_file": lambda c: (c / "rng_state_rank0.pt").write_bytes(b""),
+    "missing_rng_file": lambda c: (c / "rng_state_rank0.pt").unlink(),
+    "missing_manifest": lambda c: (c / "manifest.json").unlink(),
+    "flipped_bytes_in_export": lambda c: flip_bytes(c / "hf" / "model.safetensors"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(damage, pretraining_inputs, straight_run, tmp_path):
+    out = interrupted_copy(straight_run, tmp_path)
+    DAMAGE[damage](out / CKPT / "step-00000020")
+    result = resume_ok(pretrain_args(pretraining_inputs, out))
+    assert "checkpoint step-00000020 is damaged" in result.stderr
+    assert "resumed from" in result.stderr and "step-00000010" in result.stderr
+    assert (out / CKPT / "damaged-step-00000020").is_dir()  # kept for inspection, not deleted
+    assert losses(out) == losses(straight_run)
+    assert (out / "model" / "model.safetensors").is_file()
+
+
+def test_a_missing_newest_folder_falls_back_and_says_so(pretraining_inputs, straight_run, tmp_path):
+    out = interrupted_copy(straight_run, tmp_path)
+    shutil.rmtree(out / CKPT / "step-00000020")  # `latest` still names it
+    result = resume_ok(pretrain_args(pretraining_inputs, out))
+    assert "names step-00000020, which is not there" in result.stderr
+    assert losses(out) == losses(straight_run)
+    assert (out / CKPT / "step-00000010").is_dir()  # the fallback was not pruned before step 20 was redone
+
+
+def test_garbage_in_latest_does_not_restart_from_step_0(pretraining_inputs, straight_run, tmp_path):
+    out = interrupted_copy(straight_run, tmp_path)
+    shutil.rmtree(out / CKPT / "step-00000020")
+    (out / CKPT / "latest").write_bytes(b"\x00\xffgarbage")
+    result = resume_ok(pretrain_args(pretraining_inputs, out))
+    assert "resumed from" in result.stderr and "step-00000010" in result.stderr
+    assert losses(out) == losses(straight_run)
+
+
+def test_no_verified_checkpoint_is_refused_and_nothing_is_lost(pretraining_inputs, straight_run, tmp_path):
+    out = interrupted_copy(straight_run, tmp_path)
+    for tag in ("step-00000010", "step-00000020"):
+        flip_bytes(out / CKPT / tag / "mp_rank_00_model_states.pt")
+    before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+    metrics_before = (out / "metrics.jsonl").read_text()
+    result = run(pretrain_args(pretraining_inputs, out))
+    assert result.returncode == 2
+    assert "no verified checkpoint" in result.stderr
+    assert "step-00000010" in result.stderr and "step-00000020" in result.stderr and "checksum" in result.stderr
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before  # nothing moved or deleted
+    assert (out / "metrics.jsonl").read_text() == metrics_before
+
+
+def test_latest_without_any_checkpoint_is_refused(pretraining_inputs, straight_run, tmp_path):
+    out = interrupted_copy(straight_run, tmp_path)
+    for tag in ("step-00000010", "step-00000020"):
+        shutil.rmtree(out / CKPT / tag)
+    result = run(pretrain_args(pretraining_inputs, out))
+    assert result.returncode == 2 and "no checkpoint is there" in result.stderr
+    assert len(losses(out)) == STEPS  # the metrics of the lost run are not overwritten
+
+
+def test_a_half_written_metrics_line_is_dropped_with_a_warning(pretraining_inputs, straight_run, tmp_path):
+    out = interrupted_copy(straight_run, tmp_path)
+    shutil.rmtree(out / CKPT / "step-00000020")
+    with open(out / "metrics.jsonl", "a") as handle:
+        handle.write('{"step": 21, "loss": 8.1')  # a crash mid-write
+    result = resume_ok(pretrain_args(pretraining_inputs, out))
+    assert f"{out / 'metrics.jsonl'}, line {STEPS + 1}: unreadable metrics line dropped" in result.stderr
+    assert losses(out) == losses(straight_run)
+
+
+# --- a changed run on resume -------------------------------------------------------------------
+
+@pytest.fixture
+def half_run(pretraining_inputs, straight_run, tmp_path) -> Path:
+    """The straight run as it was after its step-10 checkpoint."""
+    out = interrupted_copy(straight_run, tmp_path)
+    shutil.rmtree(out / CKPT / "step-00000020")
+    (out / CKPT / "latest").write_text("step-00000010\n")
+    return out
+
+
+def test_a_changed_batch_shape_is_refused_listing_the_differences(pretraining_inputs, half_run):
+    args = pretrain_args(pretraining_inputs, half_run)
+    args = with_option(with_option(args, "--micro-batch-size", "4"), "--gradient-accumulation-steps", "4")
+    result = run(args)
+    assert result.returncode == 2
+    assert "train.micro_batch_size: 8 in the checkpoint, 4 now" in result.stderr
+    assert "train.gradient_accumulation_steps: 2 in the checkpoint, 4 now" in result.stderr
+    assert "--allow-config-change" in result.stderr
+    allowed = resume_ok(args + ["--allow-config-change"])
+    assert "setting changed on resume: train.micro_batch_size" in allowed.stderr
+    resumes = json.loads((half_run / "run_config.json").read_text())["resumes"]
+    assert resumes[-1]["config_changes"]["train.micro_batch_size"] == {"checkpoint": 8, "now": 4}
+
+
+def test_another_model_is_refused_even_when_changes_are_allowed(pretraining_inputs, half_run):
+    args = with_option(pretrain_args(pretraining_inputs, half_run), "--model", "bert-small")
+    result = run(args + ["--allow-config-change"])
+    assert result.returncode == 2
+    assert "cannot be resumed with these settings" in result.stderr and "model.architecture" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_harmless_changes_are_allowed_recorded_and_exact(pretraining_inputs, straight_run, half_run):
+    args = with_option(with_option(pretrain_args(pretraining_inputs, half_run), "--checkpoint-every", "5"),
+                       "--num-workers", "2")
+    result = resume_ok(args)
+    assert "setting changed on resume: train.checkpoint_every: 10 -> 5" in result.stderr
+    assert losses(half_run) == losses(straight_run)  # workers and checkpoint interval change no number
+    changes = json.loads((half_run / "run_config.json").read_text())["resumes"][-1]["config_changes"]
+    assert set(changes) == {"train.checkpoint_every", "data.num_workers", "train.output_dir"}  # (a copied run)
+
+
+# --- divergence --------------------------------------------------------------------------------
+
+def test_divergence_is_skipped_aborted_and_resumed_with_a_lower_learning_rate(pretraining_inputs, tmp_path):
+    out = tmp_path / "run"
+    args = pretrain_args(pretraining_inputs, out, "--max-consecutive-skips", "3")
+    args = with_option(with_option(args, "--checkpoint-every", "4"), "--keep-last", "3")
+    # From step 12 on the learning rate is 1000× the schedule's: the update of step 12 wrecks the model.
+    diverged = run(args, hooks={"lr_factor_from_step": [12, 1000.0]})
+    assert diverged.returncode == 3, diverged.stderr[-3000:]
+    records = {r["step"]: r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
+    assert [records[s].get("skipped") for s in (12, 13, 14, 15)] == [None, "loss_spike", "loss_spike", "loss_spike"]
+    assert all(records[s]["loss"] > 2 * records[12]["loss"] for s in (13, 14, 15))  # real losses, no fake zeros
+    assert records[15]["skipped_steps"] == 3  # the aborting step is logged too
+    # The step-12 checkpoint holds the damaging update: set aside; resuming starts from step 8.
+    assert (out / CKPT / "diverged-step-00000012").is_dir()
+    assert "Resuming starts from step-00000008" in diverged.stderr
+
+    straight = tmp_path / "straight"
+    resume_ok(with_option(args, "--output-dir", str(straight)))
+    refused = run(with_option(args, "--learning-rate", "5e-4"))
+    assert refused.returncode == 2 and "--resume-lr-scale" in refused.stderr
+
+    resumed = resume_ok(args + ["--resume-lr-scale", "0.5"])
+    assert "peaks at 0.5 × 0.001" in resumed.stderr
+    after, reference = losses(out), losses(straight)
+    assert all(after[s] == reference[s] for s in range(1, 9))
+    lrs = {r["step"]: r["lr"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
+    reference_lrs = {r["step"]: r["lr"] for r in map(json.loads, (straight / "metrics.jsonl").read_text().splitlines())}
+    assert all(lrs[s] == pytest.approx(0.5 * reference_lrs[s], rel=1e-12) for s in range(9, STEPS + 1))
+    assert json.loads((out / "run_config.json").read_text())["resumes"][-1]["lr_scale"] == 0.5
+
+
+# --- pre-emption -------------------------------------------------------------------------------
+
+def wait_for_metrics(out: Path, lines: int, process: subprocess.Popen, timeout: float = 240) -> None:
+    metrics = out / "metrics.jsonl"
+    deadline = time.time() + timeout
+    while time.time() < deadline and process.poll() is None:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= lines:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the run did not log {lines} steps (exit {process.poll()})")
+
+
+def wait_for_group(pgid: int, timeout: float = 120) -> None:
+    """Until every process of the group (ranks, workers, launchers) has exited."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.killpg(pgid, signal.SIGKILL)
+    raise AssertionError("processes of the run were still alive")
+
+
+def stopped_step(out: Path) -> int:
+    return int((out / CKPT / "latest").read_text().strip().split("-")[1])
+
+
+@pytest.mark.parametrize("how", ["SIGTERM to the process group", "SIGUSR1", "time budget"])
+def test_preemption_with_workers_checkpoints_and_resumes_exactly(how, pretraining_inputs, straight_run, tmp_path):
+    out = tmp_path / "run"
+    args = with_option(pretrain_args(pretraining_inputs, out), "--num-workers", "2")
+    first = args + (["--stop-after-hours", str(2.0 / 3600)] if how == "time budget" else [])
+    process = subprocess.Popen(pretrain_command(first, hooks={"sleep_per_step": 0.3}), cwd=REPO, env=env(),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    if how != "time budget":
+        wait_for_metrics(out, 3, process)
+        if how == "SIGUSR1":
+            process.send_signal(signal.SIGUSR1)
+        else:  # what SLURM and the deepspeed launcher do: every process, DataLoader workers included
+            os.killpg(process.pid, signal.SIGTERM)
+    _, stderr = process.communicate(timeout=240)
+    wait_for_group(process.pid)
+    assert process.returncode == 0, stderr[-3000:]
+    assert 3 <= stopped_step(out) < STEPS and "stopped after step" in stderr
+    assert "with a checkpoint" in stderr
+    resume_ok(args)
+    assert losses(out) == losses(straight_run)
+
+
+# --- two ranks through the deepspeed launcher --------------------------------------------------
+
+TWO_RANK_STEPS = 8
+
+
+def two_rank_args(inputs, out: Path) -> list[str]:
+    args = with_option(pretrain_args(inputs, out), "--max-steps", str(TWO_RANK_STEPS))
+    return with_option(args, "--checkpoint-every", "4")
+
+
+def launch_two_ranks(args: list[str], hooks: dict | None = None) -> subprocess.Popen:
+    launcher = deepspeed_launcher()
+    if launcher is None:
+        pytest.skip("the deepspeed launcher is not installed")
+    command = pretrain_command(args, hooks)[1:]  # the script (and hooks) that every rank runs
+    return subprocess.Popen([launcher, "--num_gpus", "2", "--master_port", str(free_port()), *command], cwd=REPO,
+                            env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+@pytest.fixture(scope="module")
+def two_rank_straight(pretraining_inputs, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("two_rank") / "run"
+    process = launch_two_ranks(two_rank_args(pretraining_inputs, out))
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr[-3000:]
+    return out
+
+
+@pytest.mark.parametrize("how", ["SIGTERM to the launcher only", "SIGTERM to the process group",
+                                 "kill -9 of the process group"])
+def test_two_ranks_stop_together_and_resume_exactly(how, pretraining_inputs, two_rank_straight, tmp_path):
+    out = tmp_path / "run"
+    args = two_rank_args(pretraining_inputs, out)
+    process = launch_two_ranks(args, hooks={"sleep_per_step": 0.4})
+    wait_for_metrics(out, 5 if how.startswith("kill") else 2, process)  # a kill lands after the step-4 checkpoint
+    if how == "SIGTERM to the launcher only":
+        process.send_signal(signal.SIGTERM)  # the deepspeed command dies at once without passing it on
+    else:
+        os.killpg(process.pid, signal.SIGKILL if how.startswith("kill") else signal.SIGTERM)
+    process.communicate(timeout=300)
+    wait_for_group(process.pid)  # no rank keeps training, detached, into the run directory
+    if not how.startswith("kill"):
+        checkpoint = out / CKPT / (out / CKPT / "latest").read_text().strip()
+        assert 2 <= stopped_step(out) < TWO_RANK_STEPS
+        # one checkpoint for the step every rank stopped at, with both ranks' state
+        assert {p.name for p in checkpoint.glob("rng_state_rank*.pt")} == {"rng_state_rank0.pt", "rng_state_rank1.pt"}
+    resumed = launch_two_ranks(args)
+    _, stderr = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, stderr[-3000:]
+    assert losses(out) == losses(two_rank_straight)
