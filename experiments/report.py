@@ -427,20 +427,11 @@ class PlotResult:
 def read_pretraining_metrics(path: str | os.PathLike) -> tuple[pd.DataFrame, int]:
     """A metrics.jsonl as a DataFrame sorted by step, keeping the last entry of a step logged twice (a
     resumed run appends); also the number of unreadable lines skipped (a killed run's last line)."""
-    entries, bad = [], 0
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                bad += 1
-                continue
-            if isinstance(entry, dict) and "step" in entry:
-                entries.append(entry)
-            else:
-                bad += 1
+    from pretrain.metrics import read_metrics_file
+
+    records, bad_lines = read_metrics_file(Path(path))
+    entries = [entry for entry in records if "step" in entry]
+    bad = len(bad_lines) + len(records) - len(entries)
     frame = pd.DataFrame(entries)
     if not frame.empty:
         frame = frame.drop_duplicates("step", keep="last").sort_values("step", ignore_index=True)
