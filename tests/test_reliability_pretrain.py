@@ -200,6 +200,21 @@ def test_harmless_changes_are_allowed_recorded_and_exact(pretraining_inputs, str
     assert set(changes) == {"train.checkpoint_every", "data.num_workers", "train.output_dir"}  # (a copied run)
 
 
+def lrs(run_dir: Path) -> dict[int, float]:
+    return {r["step"]: r["lr"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())}
+
+
+def test_an_allowed_new_learning_rate_wins_over_the_saved_schedule(pretraining_inputs, straight_run, half_run):
+    args = with_option(pretrain_args(pretraining_inputs, half_run), "--learning-rate", "5e-4")
+    resume_ok(args + ["--allow-config-change"])
+    after, before = lrs(half_run), lrs(straight_run)
+    assert all(after[s] == before[s] for s in range(1, 11))
+    assert all(after[s] == pytest.approx(0.5 * before[s], rel=1e-12) for s in range(11, STEPS + 1))
+    record = json.loads((half_run / "run_config.json").read_text())
+    assert record["train"]["learning_rate"] == 5e-4
+    assert record["resumes"][-1]["config_changes"]["train.learning_rate"] == {"checkpoint": 1e-3, "now": 5e-4}
+
+
 # --- divergence --------------------------------------------------------------------------------
 
 def test_divergence_is_skipped_aborted_and_resumed_with_a_lower_learning_rate(pretraining_inputs, tmp_path):
@@ -226,9 +241,8 @@ def test_divergence_is_skipped_aborted_and_resumed_with_a_lower_learning_rate(pr
     assert "peaks at 0.5 × 0.001" in resumed.stderr
     after, reference = losses(out), losses(straight)
     assert all(after[s] == reference[s] for s in range(1, 9))
-    lrs = {r["step"]: r["lr"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
-    reference_lrs = {r["step"]: r["lr"] for r in map(json.loads, (straight / "metrics.jsonl").read_text().splitlines())}
-    assert all(lrs[s] == pytest.approx(0.5 * reference_lrs[s], rel=1e-12) for s in range(9, STEPS + 1))
+    after_lrs, reference_lrs = lrs(out), lrs(straight)
+    assert all(after_lrs[s] == pytest.approx(0.5 * reference_lrs[s], rel=1e-12) for s in range(9, STEPS + 1))
     assert json.loads((out / "run_config.json").read_text())["resumes"][-1]["lr_scale"] == 0.5
 
 
