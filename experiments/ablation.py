@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from common.config import ConfigError, load_yaml_mapping
+from common.config import ConfigError, check_fields, load_yaml_mapping
 
 __all__ = ["AblationConfig", "PretrainBudget", "PretrainPhase", "Variant", "plan_variants", "load_ablation_config", "run_ablation",
            "FACTORS", "FACTOR_LEVELS", "ABLATION_FILE"]
@@ -81,10 +81,10 @@ class PretrainPhase:
     config: str = field(default="configs/pretrain/demo.yaml", metadata={"help": "launch/pretrain.py YAML: "
                                                                                   "optimizer, lr, schedule, ..."})
     data_config: str = "configs/data/demo.yaml"   # launch/create_pretraining_data.py YAML (sequence length)
-    max_steps: int = 40
-    micro_batch_size: int = 16
-    global_batch_size: int = 0            # 0: micro_batch_size × gradient_accumulation_steps × ranks
-    gradient_accumulation_steps: int = 1
+    max_steps: int = field(default=40, metadata={"min": 1})
+    micro_batch_size: int = field(default=16, metadata={"min": 1})
+    global_batch_size: int = field(default=0, metadata={"min": 0})  # 0: micro × gradient_accumulation_steps × ranks
+    gradient_accumulation_steps: int = field(default=1, metadata={"min": 1})
     extra_args: list[str] = field(default_factory=list)  # more launch/pretrain.py flags, for every variant
 
     def global_batch(self, ranks: int) -> int:
@@ -96,7 +96,7 @@ class PretrainBudget(PretrainPhase):
     """The pretraining every variant gets: the same steps, batch and (for scratch) model."""
 
     model: str = "bert-tiny"            # model preset for scratch variants (configs/model)
-    num_gpus: int = 1                   # ranks per node (deepspeed --num_gpus)
+    num_gpus: int = field(default=1, metadata={"min": 1})  # ranks per node (deepspeed --num_gpus)
     hostfile: str = ""                  # a DeepSpeed hostfile for multi-node runs
     phase2: dict[str, Any] | None = None  # PretrainPhase fields of an optional second phase
 
@@ -162,6 +162,10 @@ def load_ablation_config(path: str | Path, overrides: Mapping[str, Any] | None =
     if bad:
         raise ConfigError(f"{where}: unknown key(s) under pretrain.phase2: {', '.join(bad)}; valid: "
                           f"{', '.join(sorted(phase_fields))}")
+    # types and ranges, as launch scripts check theirs (common.config.parse_config)
+    pretrain_values = check_fields(PretrainBudget, pretrain_values, f"{where}: pretrain")
+    if pretrain_values.get("phase2"):
+        pretrain_values["phase2"] = check_fields(PretrainPhase, pretrain_values["phase2"], f"{where}: pretrain.phase2")
     if not isinstance(values["corpora"], dict):
         raise ConfigError(f"{where}: 'corpora' must map corpus names to launch/prepare_corpus.py configs")
     factors = values["factors"]

@@ -28,7 +28,7 @@ from common.launch import repo_root_first
 
 repo_root_first(__file__)
 
-from common.config import parse_config  # noqa: E402
+from common.config import ConfigError, parse_config  # noqa: E402
 from common.reference_models import general_bert_dir  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,8 +40,9 @@ FULL_DATA_SCALE = 20
 class DemoConfig:
     output_dir: str = field(default="runs/demo", metadata={"help": "where every step writes its outputs"})
     scale: float = field(default=1.0, metadata={
-        "help": "multiplies pretraining steps and fine-tuning examples (from 20: all of NCBI-disease)"})
-    num_proc: int = field(default=2, metadata={"help": "worker processes for corpus and data preparation"})
+        "help": "multiplies pretraining steps and fine-tuning examples (from 20: all of NCBI-disease)", "gt": 0})
+    num_proc: int = field(default=2, metadata={"help": "worker processes for corpus and data preparation",
+                                               "min": 0})
 
 
 def run_step(title: str, args: list[str]) -> None:
@@ -67,7 +68,11 @@ def scaled(config, scale: float):
 def main(argv: list[str] | None = None) -> int:
     from experiments.ablation import load_ablation_config, run_ablation
 
-    (args,) = parse_config([DemoConfig], argv, description=__doc__)
+    try:
+        (args,) = parse_config([DemoConfig], argv, description=__doc__)
+    except ConfigError as err:
+        print(f"demo: error: {err}", file=sys.stderr)
+        return 2
     out = Path(args.output_dir)
     config = scaled(load_ablation_config(DEMO_CONFIG, {"output_dir": str(out / "ablation"),
                                                        "num_proc": args.num_proc}), args.scale)

@@ -55,10 +55,11 @@ class VocabReportArguments:
     casing: list[str] = field(default_factory=list, metadata={
         "help": "NAME=cased|uncased to set a tokenizer's casing instead of the recorded or inferred one"})
     text_field: str = field(default="text", metadata={"help": "the text field of JSONL corpora and prepared corpora"})
-    max_instances: int | None = field(default=None, metadata={"help": "read at most this many instances per source"})
-    top_words: int = field(default=20, metadata={"help": "rows in each most-shattered-words table"})
+    max_instances: int | None = field(default=None, metadata={
+        "help": "read at most this many instances per source", "min": 1})
+    top_words: int = field(default=20, metadata={"help": "rows in each most-shattered-words table", "min": 0})
     min_pieces: int = field(default=2, metadata={
-        "help": "a word is shattered when split into at least this many pieces"})
+        "help": "a word is shattered when split into at least this many pieces", "min": 2})
 
 
 def split_named(spec: str, what: str, name_required: bool) -> tuple[str, str]:

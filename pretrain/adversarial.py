@@ -100,16 +100,17 @@ class AdversarialConfig:
     adversarial: bool = field(default=False, metadata={
         "help": "add ALUM's adversarial term (Liu et al. 2020) to the MLM loss"})
     adv_alpha: float = field(default=10.0, metadata={
-        "help": "weight α of the symmetric-KL adversarial term (ALUM: 10 for pretraining, 1 for fine-tuning)"})
+        "help": "weight α of the symmetric-KL adversarial term (ALUM: 10 for pretraining, 1 for fine-tuning)",
+        "min": 0})
     adv_sigma: float = field(default=1e-5, metadata={
-        "help": "standard deviation σ of δ's Gaussian initialization"})
+        "help": "standard deviation σ of δ's Gaussian initialization", "min": 0})
     adv_step_size: float = field(default=1e-3, metadata={
-        "help": "ascent step size η, applied to the per-token normalized gradient"})
+        "help": "ascent step size η, applied to the per-token normalized gradient", "min": 0})
     adv_epsilon: float = field(default=1e-5, metadata={
         "help": "radius ε of the per-token ball δ is projected onto, in adv_norm (ALUM: 1e-5, L∞). Under bf16 "
-                "weights 1e-5 is below the embeddings' resolution; use about 1e-3 there"})
+                "weights 1e-5 is below the embeddings' resolution; use about 1e-3 there", "gt": 0})
     adv_steps: int = field(default=1, metadata={
-        "help": "ascent steps K (0: the projected random perturbation only)"})
+        "help": "ascent steps K (0: the projected random perturbation only)", "min": 0})
     adv_norm: Norm = field(default="linf", metadata={
         "help": "per-token norm of the ball and of the gradient normalization: linf or l2. An L2 ball of "
                 "radius ε is √hidden_size times smaller per coordinate than an L∞ ball of the same ε"})

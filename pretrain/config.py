@@ -23,6 +23,9 @@ Optimizer = Literal["adamw", "lamb"]
 Schedule = Literal["slanted_triangular", "polynomial", "constant_with_warmup"]
 Precision = Literal["fp32", "fp16", "bf16"]
 WandbMode = Literal["offline", "online", "disabled"]
+MaskSchedule = Literal["constant", "stepwise", "linear"]  # pretrain.masking.MASK_SCHEDULES is built from it
+AttnImplementation = Literal["sdpa", "eager"]
+ZeroStage = Literal[0, 1, 2]
 
 
 class PretrainConfigError(ValueError):
@@ -44,7 +47,8 @@ class ModelArguments:
         "help": "a preset in configs/model (bert-base, bert-large, bert-small, bert-tiny) or a YAML/JSON file "
                 "of BertConfig fields (vocab_size always comes from the tokenizer); default: bert-base from "
                 "scratch, the checkpoint's own architecture in the continual modes"})
-    attn_implementation: str = field(default="sdpa", metadata={"help": "attention kernel: sdpa or eager"})
+    attn_implementation: AttnImplementation = field(default="sdpa", metadata={
+        "help": "attention kernel: sdpa or eager"})
 
 
 @dataclass
@@ -53,67 +57,77 @@ class DataArguments:
         "help": "pretraining instances made by launch/create_pretraining_data.py"})
     tokenizer: str = field(default="", metadata={
         "help": "tokenizer directory; must be the vocabulary the instances were made with"})
-    mlm_probability: float = field(default=0.15, metadata={"help": "share of real tokens masked"})
+    mlm_probability: float = field(default=0.15, metadata={"help": "share of real tokens masked", "min": 0, "max": 1})
     whole_word_masking: bool = field(default=True, metadata={
         "help": "mask whole words (all their pieces); --no-whole-word-masking masks single tokens"})
-    mask_schedule: str = field(default="constant", metadata={
+    mask_schedule: MaskSchedule = field(default="constant", metadata={
         "help": "masking rate over training: constant (mlm_probability), stepwise (mlm_probability rising to "
                 "mask_rate_end in mask_schedule_stages equal steps) or linear (mlm_probability to mask_rate_end)"})
     mask_rate_end: Optional[float] = field(default=None, metadata={
-        "help": "the masking rate a stepwise or linear schedule ends at (e.g. 0.25 from 0.05, or 0.15 from 0.30)"})
-    mask_schedule_stages: int = field(default=5, metadata={"help": "stages of a stepwise schedule"})
+        "help": "the masking rate a stepwise or linear schedule ends at (e.g. 0.25 from 0.05, or 0.15 from 0.30)",
+        "min": 0, "max": 1})
+    mask_schedule_stages: int = field(default=5, metadata={"help": "stages of a stepwise schedule", "min": 1})
     nsp: bool = field(default=True, metadata={"help": "train next-sentence prediction (the data must have it)"})
-    num_workers: int = field(default=1, metadata={"help": "DataLoader worker processes per rank"})
+    num_workers: int = field(default=1, metadata={"help": "DataLoader worker processes per rank", "min": 0})
 
 
 @dataclass
 class TrainArguments:
     output_dir: str = field(default="", metadata={"help": "run directory: checkpoints, metrics.jsonl, exports"})
-    max_steps: int = field(default=1000, metadata={"help": "optimizer steps (the paper: 62,500 at batch 8,192)"})
-    micro_batch_size: int = field(default=32, metadata={"help": "sequences per rank per forward pass"})
+    max_steps: int = field(default=1000, metadata={"help": "optimizer steps (the paper: 62,500 at batch 8,192)",
+                                                   "min": 1})
+    micro_batch_size: int = field(default=32, metadata={"help": "sequences per rank per forward pass", "min": 1})
     gradient_accumulation_steps: int = field(default=1, metadata={
-        "help": "micro-batches per optimizer step (derived when global_batch_size is set)"})
+        "help": "micro-batches per optimizer step (derived when global_batch_size is set)", "min": 1})
     global_batch_size: int = field(default=0, metadata={
-        "help": "sequences per optimizer step over all ranks; 0 means micro × accumulation × world size"})
+        "help": "sequences per optimizer step over all ranks; 0 means micro × accumulation × world size", "min": 0})
     optimizer: Optimizer = field(default="adamw", metadata={"help": "adamw or lamb"})
-    learning_rate: float = field(default=6e-4, metadata={"help": "peak learning rate (the paper: 6e-4)"})
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_epsilon: float = 1e-6
-    weight_decay: float = field(default=0.01, metadata={"help": "not applied to biases and LayerNorm weights"})
+    learning_rate: float = field(default=6e-4, metadata={"help": "peak learning rate (the paper: 6e-4)", "gt": 0})
+    adam_beta1: float = field(default=0.9, metadata={"help": "Adam/LAMB β1", "min": 0, "lt": 1})
+    adam_beta2: float = field(default=0.999, metadata={"help": "Adam/LAMB β2", "min": 0, "lt": 1})
+    adam_epsilon: float = field(default=1e-6, metadata={"help": "Adam/LAMB ε", "gt": 0})
+    weight_decay: float = field(default=0.01, metadata={"help": "not applied to biases and LayerNorm weights",
+                                                        "min": 0})
     schedule: Schedule = field(default="slanted_triangular", metadata={
         "help": "slanted_triangular (linear warm-up, linear decay to 0), polynomial or constant_with_warmup"})
-    warmup_ratio: float = field(default=0.1, metadata={"help": "share of max_steps spent warming up"})
-    polynomial_power: float = 1.0
-    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping (0 disables)"})
+    warmup_ratio: float = field(default=0.1, metadata={"help": "share of max_steps spent warming up",
+                                                       "min": 0, "lt": 1})
+    polynomial_power: float = field(default=1.0, metadata={"help": "power of the polynomial decay", "gt": 0})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping (0 disables)", "min": 0})
     precision: Precision = field(default="fp32", metadata={"help": "fp32 (CPU), bf16 or fp16 (GPU)"})
-    zero_stage: int = field(default=0, metadata={"help": "DeepSpeed ZeRO stage 0, 1 or 2"})
-    seed: int = 42
-    checkpoint_every: int = field(default=500, metadata={"help": "steps between checkpoints (and one at the end)"})
-    keep_last: int = field(default=3, metadata={"help": "checkpoints kept; older ones are deleted"})
+    zero_stage: ZeroStage = field(default=0, metadata={"help": "DeepSpeed ZeRO stage 0, 1 or 2"})
+    seed: int = field(default=42, metadata={"help": "seed of the weights, masks and data order", "min": 0})
+    checkpoint_every: int = field(default=500, metadata={"help": "steps between checkpoints (and one at the end)",
+                                                         "min": 1})
+    keep_last: int = field(default=3, metadata={"help": "checkpoints kept; older ones are deleted (0: keep all)",
+                                                "min": 0})
     export_hf: bool = field(default=True, metadata={
         "help": "write a transformers-format export (config, safetensors, tokenizer) with each checkpoint"})
     resume: bool = field(default=True, metadata={"help": "continue from the latest checkpoint in output_dir"})
-    log_every: int = field(default=1, metadata={"help": "steps between metric lines"})
+    log_every: int = field(default=1, metadata={"help": "steps between metric lines", "min": 1})
     max_consecutive_skips: int = field(default=5, metadata={
         "help": "abort (keeping the last checkpoint) after this many skipped steps in a row (non-finite or "
-                "spiking)"})
+                "spiking)", "min": 1})
     loss_spike_factor: float = field(default=2.0, metadata={
-        "help": "skip a step whose loss exceeds this multiple of the median loss of recent steps (0: off)"})
+        "help": "skip a step whose loss exceeds this multiple of the median loss of recent steps (0: off)",
+        "min": 0})
     grad_norm_spike_factor: float = field(default=10.0, metadata={
         "help": "skip a step whose gradient norm exceeds this multiple of the recent median (0: off; not "
-                "judged under fp16, whose gradients are loss-scaled)"})
-    spike_window: int = field(default=50, metadata={"help": "recent accepted steps the spike medians cover"})
+                "judged under fp16, whose gradients are loss-scaled)", "min": 0})
+    spike_window: int = field(default=50, metadata={"help": "recent accepted steps the spike medians cover",
+                                                    "min": 1})
     spike_warmup_steps: int = field(default=10, metadata={
-        "help": "accepted steps before spikes are judged (the first steps move too fast for a baseline)"})
+        "help": "accepted steps before spikes are judged (the first steps move too fast for a baseline)",
+        "min": 0})
     resume_lr_scale: Optional[float] = field(default=None, metadata={
         "help": "on resume, run the rest of the schedule at this multiple of learning_rate, overriding the "
-                "checkpoint's scheduler state (kept by later resumes unless given again)"})
+                "checkpoint's scheduler state (kept by later resumes unless given again)", "gt": 0})
     allow_config_change: bool = field(default=False, metadata={
         "help": "resume although settings that break exactness (batch, data, seed, optimizer, schedule, "
                 "precision, world size, ...) differ from the checkpoint's; the changes are recorded"})
     stop_after_hours: float = field(default=0.0, metadata={
-        "help": "stop cleanly (checkpoint, exit 0) after this much wall time in this process; 0: no budget"})
+        "help": "stop cleanly (checkpoint, exit 0) after this much wall time in this process; 0: no budget",
+        "min": 0})
     wandb_mode: WandbMode = field(default="offline", metadata={"help": "offline (default), online or disabled"})
     wandb_project: str = "biomed-lm"
     run_name: str = ""
@@ -131,8 +145,53 @@ def mask_rate_schedule(data: DataArguments):
         raise PretrainConfigError(str(err)) from err
 
 
+# Preset fields checked beyond their names: (annotation, range metadata) as common.config reads them.
+_PRESET_CHECKS: dict[str, tuple[Any, dict[str, float]]] = {
+    **{name: (int, {"min": 1}) for name in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                                             "intermediate_size", "max_position_embeddings", "type_vocab_size")},
+    **{name: (float, {"min": 0, "max": 1}) for name in ("hidden_dropout_prob", "attention_probs_dropout_prob")},
+    "classifier_dropout": (Optional[float], {"min": 0, "max": 1}),
+    "layer_norm_eps": (float, {"gt": 0}),
+    "initializer_range": (float, {"gt": 0}),
+    "hidden_act": (str, {}),
+}
+
+
+def _check_preset(path: Path, values: dict[str, Any]) -> None:
+    """Refuse keys that are not BertConfig fields (a typo would reach the exported config.json)
+    and values of the wrong type or out of range."""
+    import difflib
+    import inspect
+
+    from transformers import BertConfig
+
+    from common.config import ConfigError, check_value
+
+    defaults = BertConfig().to_dict()
+    known = set(defaults) | {name for name, p in inspect.signature(BertConfig.__init__).parameters.items()
+                             if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    for key in values:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), sorted(known), n=3)
+            hint = f"; did you mean {' or '.join(close)}?" if close else ""
+            raise PretrainConfigError(f"{path}: {key!r} is not a BertConfig field{hint}")
+    try:
+        for key, (annotation, bounds) in _PRESET_CHECKS.items():
+            if key in values:
+                values[key] = check_value(values[key], annotation, bounds, source=f"{path}: {key}")
+    except ConfigError as err:
+        raise PretrainConfigError(str(err)) from None
+    hidden = values.get("hidden_size", defaults["hidden_size"])
+    heads = values.get("num_attention_heads", defaults["num_attention_heads"])
+    if hidden % heads:
+        raise PretrainConfigError(f"{path}: hidden_size {hidden} is not a multiple of num_attention_heads {heads}")
+
+
 def load_model_preset(name_or_path: str) -> dict[str, Any]:
-    """BertConfig fields from a preset name (``configs/model/<name>.yaml``) or a YAML/JSON file."""
+    """BertConfig fields from a preset name (``configs/model/<name>.yaml``) or a YAML/JSON file.
+
+    Keys that are not BertConfig fields are refused (with the close matches), and so are sizes
+    that are not positive integers and dropouts outside [0, 1]."""
     path = Path(name_or_path)
     if not path.suffix:
         path = MODEL_PRESET_DIR / f"{name_or_path}.yaml"
@@ -142,6 +201,7 @@ def load_model_preset(name_or_path: str) -> dict[str, Any]:
     values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     if not isinstance(values, dict):
         raise PretrainConfigError(f"{path}: expected a mapping of BertConfig fields")
+    _check_preset(path, values)
     values.pop("vocab_size", None)  # always the tokenizer's
     return values
 

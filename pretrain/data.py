@@ -119,18 +119,20 @@ class PretrainingDataConfig:
     tokenizer: str = field(default="", metadata={"help": "tokenizer directory or vocab.txt (launch/build_vocab.py)"})
     output_dir: str = field(default="", metadata={"help": "where the instances and pretraining_data.json go"})
     max_seq_length: int = field(default=128, metadata={
-        "help": "tokens per instance, [CLS]/[SEP] included (the paper: 128 in phase 1, then 512)"})
+        "help": "tokens per instance, [CLS]/[SEP] included (the paper: 128 in phase 1, then 512)", "min": 5})
     short_seq_prob: float = field(default=0.1, metadata={
-        "help": "probability that an instance gets a random shorter target length in [2, max]"})
+        "help": "probability that an instance gets a random shorter target length in [2, max]",
+        "min": 0, "max": 1})
     nsp: bool = field(default=True, metadata={
         "help": "build A/B pairs with next-sentence labels; --no-nsp builds one-segment, MLM-only instances"})
     dupe_factor: int = field(default=1, metadata={
         "help": "pass over each document this many times, each with other A/B pairings (masks are drawn "
-                "at training time, so duplicates are not needed for new masks)"})
-    seed: int = field(default=12345, metadata={"help": "seed of every random choice (output is identical for a seed)"})
-    num_proc: int = field(default=0, metadata={"help": "worker processes (0: all CPU cores)"})
+                "at training time, so duplicates are not needed for new masks)", "min": 1})
+    seed: int = field(default=12345, metadata={
+        "help": "seed of every random choice (output is identical for a seed)", "min": 0})
+    num_proc: int = field(default=0, metadata={"help": "worker processes (0: all CPU cores)", "min": 0})
     batch_size: int = field(default=256, metadata={
-        "help": "documents tokenized together in one call (memory per worker grows with it)"})
+        "help": "documents tokenized together in one call (memory per worker grows with it)", "min": 1})
     tokenized_cache: str = field(default="", metadata={
         "help": "folder that keeps the tokenized corpus for later runs with the same corpus and tokenizer "
                 "(phase 2 reuses phase 1's tokenization); default: inside output_dir, removed when done"})

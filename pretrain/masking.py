@@ -55,11 +55,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence, get_args
 
 import numpy as np
 import torch
 from torch import Tensor
+
+from pretrain.config import MaskSchedule
 
 IGNORE_INDEX = -100
 # Added to p * n before flooring, so decimal ties (0.15 x 30 = 4.5) round up despite binary floats.
@@ -385,7 +387,7 @@ class PretrainingCollator:
 
 # ------------------------------------------------------------------------- masking-rate schedules
 
-MASK_SCHEDULES = ("constant", "stepwise", "linear")
+MASK_SCHEDULES: tuple[str, ...] = get_args(MaskSchedule)  # ("constant", "stepwise", "linear"), defined once
 
 
 @dataclass(frozen=True)

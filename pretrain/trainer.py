@@ -215,6 +215,12 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
         raise PretrainConfigError("output_dir is required")
     if not data_args.data_dir or not data_args.tokenizer:
         raise PretrainConfigError("data_dir and tokenizer are required")
+    if model_args.init == "scratch":  # a bad preset is refused before DeepSpeed starts
+        model_fields = load_model_preset(model_args.model or "bert-base")
+        max_positions = int(model_fields.get("max_position_embeddings", 512))
+    else:
+        model_fields = load_model_preset(model_args.model) if model_args.model else None
+        max_positions = load_checkpoint_config(model_args.init_checkpoint).max_position_embeddings
     ensure_distributed_env()
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo", verbose=False)
     rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -223,12 +229,6 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
     run_dir = Path(train_args.output_dir)
 
     tokenizer = load_tokenizer(data_args.tokenizer)
-    if model_args.init == "scratch":
-        model_fields = load_model_preset(model_args.model or "bert-base")
-        max_positions = int(model_fields.get("max_position_embeddings", 512))
-    else:
-        model_fields = load_model_preset(model_args.model) if model_args.model else None
-        max_positions = load_checkpoint_config(model_args.init_checkpoint).max_position_embeddings
     dataset, data_meta = load_pretraining_data(data_args.data_dir, tokenizer=tokenizer,
                                                max_position_embeddings=max_positions, expect_nsp=data_args.nsp)
     data_meta = {k: v for k, v in data_meta.items() if k != "summary"}

@@ -61,7 +61,7 @@ class CorpusConfig:
                 "or glob patterns, in release order (a later file's version of a PMID wins)"})
     output_dir: str = field(default="", metadata={"help": "where the dataset and summary.json are written"})
     min_words: int = field(default=128, metadata={
-        "help": "drop documents whose abstract has fewer whitespace-separated words (the paper: 128)"})
+        "help": "drop documents whose abstract has fewer whitespace-separated words (the paper: 128)", "min": 0})
     include_title: bool = field(default=True, metadata={"help": "start each PubMed document with its title"})
     section_labels: bool = field(default=False, metadata={
         "help": "keep structured-abstract labels (\"METHODS: ...\") in the text"})
@@ -71,7 +71,7 @@ class CorpusConfig:
     text_field: str = field(default="text", metadata={"help": "JSONL field holding the document text"})
     id_field: str = field(default="", metadata={
         "help": "JSONL field holding a document id; numeric ids are PMIDs (latest version wins)"})
-    num_proc: int = field(default=0, metadata={"help": "worker processes (0: all CPU cores)"})
+    num_proc: int = field(default=0, metadata={"help": "worker processes (0: all CPU cores)", "min": 0})
     max_shard_size: str = field(default="500MB", metadata={"help": "size of each saved Arrow shard"})
     overwrite: bool = field(default=False, metadata={
         "help": "replace an existing dataset in output_dir (parsed files are still reused)"})

@@ -130,7 +130,7 @@ class VocabConfig:
     """How to learn the vocabulary (where from and where to are arguments of :func:`build_vocab`)."""
 
     vocab_size: int = field(default=30522, metadata={
-        "help": "total vocabulary size, special and [unused] tokens included (BERT: 30522)"})
+        "help": "total vocabulary size, special and [unused] tokens included (BERT: 30522)", "min": 1})
     cased: bool = field(default=False, metadata={
         "help": "keep case and accents; the default lowercases and strips accents like BERT uncased"})
     algorithm: Algorithm = field(default="wordpiece", metadata={
@@ -140,9 +140,9 @@ class VocabConfig:
                 "compact (PubMedBERT): [PAD] [UNK] [CLS] [SEP] [MASK] = 0..4"})
     min_frequency: int = field(default=2, metadata={
         "help": "wordpiece: a pair must occur this often to be merged; unigram: a piece must be used "
-                "this often in the unigram model's segmentation of the corpus"})
+                "this often in the unigram model's segmentation of the corpus", "min": 0})
     limit_alphabet: int | None = field(default=1000, metadata={
-        "help": "keep at most this many distinct characters, the most frequent (null: all)"})
+        "help": "keep at most this many distinct characters, the most frequent (null: all)", "min": 1})
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
