@@ -6,7 +6,8 @@ Layout under ``<run>/checkpoints/``::
         rng_state_rank0.pt  one RNG file per rank (dropout and masking continue exactly),
         hf/                 a transformers export: config.json, model.safetensors, tokenizer
         manifest.json       written last: every file with its size and xxh3-128 checksum, the
-                            step, the world size and the run's signature (see pretrain/resume.py)
+                            step, the world size, the run's signature (see pretrain/resume.py)
+                            and a checksum of the manifest itself
     latest                  the tag of the newest complete checkpoint (for people and tools)
     damaged-step-00000600/  a checkpoint that failed verification, moved aside, never deleted
 
@@ -130,11 +131,22 @@ def write_manifest(folder: Path, *, step: int, world_size: int, zero_stage: int,
         files[path.relative_to(folder).as_posix()] = {"size": path.stat().st_size, "xxh3_128": file_checksum(path)}
     manifest = {"format": MANIFEST_FORMAT, "step": step, "world_size": world_size, "zero_stage": zero_stage,
                 "signature": signature, "files": files}
+    manifest["self_xxh3_128"] = _self_checksum(manifest)
     _write_atomically(folder / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
 
 
+def _self_checksum(manifest: dict[str, Any]) -> str:
+    """The checksum of the manifest's own content (its canonical JSON without this field), so a
+    changed byte in the manifest is caught like one in any other file."""
+    import xxhash
+
+    body = {k: v for k, v in manifest.items() if k != "self_xxh3_128"}
+    return xxhash.xxh3_128(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
+
+
 def read_manifest(folder: Path) -> dict[str, Any]:
+    """The folder's manifest, checked against its own checksum and for its shape."""
     path = folder / MANIFEST
     if not path.is_file():
         raise CheckpointError(f"no {MANIFEST} (a save that never finished, or a checkpoint from an older version)")
@@ -142,10 +154,29 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as err:
         raise CheckpointError(f"{MANIFEST} is unreadable: {err}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT or \
-            not isinstance(manifest.get("files"), dict):
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
         raise CheckpointError(f"{MANIFEST} is not a format-{MANIFEST_FORMAT} manifest")
+    if manifest.get("self_xxh3_128") != _self_checksum(manifest):
+        raise CheckpointError(f"{MANIFEST} does not match its own checksum (the manifest was changed)")
+    problem = _shape_problem(manifest)
+    if problem:
+        raise CheckpointError(f"{MANIFEST} is malformed: {problem}")
     return manifest
+
+
+def _shape_problem(manifest: dict[str, Any]) -> str | None:
+    """What is missing or of the wrong type in a manifest, or None."""
+    for key in ("step", "world_size", "zero_stage"):
+        if not isinstance(manifest.get(key), int) or isinstance(manifest.get(key), bool):
+            return f"{key} is {manifest.get(key)!r}, not an integer"
+    if not isinstance(manifest.get("signature"), dict):
+        return "signature is not a mapping"
+    if not isinstance(manifest.get("files"), dict):
+        return "files is not a mapping"
+    for name, entry in manifest["files"].items():
+        if not (isinstance(entry, dict) and isinstance(entry.get("size"), int) and isinstance(entry.get("xxh3_128"), str)):
+            return f"the entry of {name} is not {{size, xxh3_128}}"
+    return None
 
 
 def verify_checkpoint(folder: Path) -> dict[str, Any]:
@@ -153,11 +184,13 @@ def verify_checkpoint(folder: Path) -> dict[str, Any]:
     naming the first problem."""
     manifest = read_manifest(folder)
     listed = manifest["files"]
-    for name in required_files(int(manifest.get("world_size", 1)), int(manifest.get("zero_stage", 0))):
+    for name in required_files(manifest["world_size"], manifest["zero_stage"]):
         if name not in listed:
             raise CheckpointError(f"{name} is required to resume but the manifest does not list it")
-    if manifest.get("step") != _step_of(folder.name):
-        raise CheckpointError(f"the manifest is for step {manifest.get('step')}, the folder for {_step_of(folder.name)}")
+        if listed[name]["size"] == 0:  # written empty: no state to resume from, whatever the checksum says
+            raise CheckpointError(f"{name} is required to resume but was saved empty")
+    if manifest["step"] != _step_of(folder.name):
+        raise CheckpointError(f"the manifest is for step {manifest['step']}, the folder for {_step_of(folder.name)}")
     for name, expected in listed.items():
         path = folder / name
         if not path.is_file():

@@ -57,6 +57,8 @@ class DivergenceGuard:
         return {"losses": list(self.losses), "grad_norms": list(self.grad_norms), "accepted": self.accepted}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.losses.clear()
+        self.grad_norms.clear()
         self.losses.extend(state.get("losses", []))
         self.grad_norms.extend(state.get("grad_norms", []))
         self.accepted = int(state.get("accepted", 0))

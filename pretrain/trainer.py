@@ -259,8 +259,10 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
              "train_seconds": 0.0, "lr_scale": 1.0, "guard": {}}
     if selection.tag is not None:
         state.update(load_checkpoint(engine, run_dir, selection.tag, rank)["trainer_state"])
-    lr_scale = state["lr_scale"] if train_args.resume_lr_scale is None else train_args.resume_lr_scale
-    if selection.tag is not None and (lr_scale != 1.0 or "train.learning_rate" in config_changes):
+    saved_scale = state["lr_scale"]
+    lr_scale = saved_scale if train_args.resume_lr_scale is None else train_args.resume_lr_scale
+    if selection.tag is not None and (lr_scale != saved_scale or lr_scale != 1.0
+                                      or "train.learning_rate" in config_changes):
         apply_learning_rate(engine.optimizer, engine.lr_scheduler, learning_rate=train_args.learning_rate,
                             scale=lr_scale)
     state["lr_scale"] = lr_scale
