@@ -1,0 +1,157 @@
+#!/usr/bin/env python
+"""What verified checkpoints cost: saving BERT-base with and without the checksummed manifest.
+
+    python benchmarks/bench_checkpoint.py [--model bert-base] [--rounds 3]
+
+A BERT-base ``PretrainingModel`` in a one-rank DeepSpeed engine on the CPU (gloo), AdamW with its
+moments allocated by one optimizer step, so a checkpoint holds the weights, both moments, the RNG
+state and the transformers export. Rounds alternate, so drift in machine speed hits both alike:
+
+* ``baseline``: the save as it was before manifests: DeepSpeed's files + the RNG file + the export,
+  renamed into place;
+* ``verified``: :func:`pretrain.checkpoint.save_checkpoint` (the same, plus the xxh3-128 checksum
+  of every file and the manifest, written before the rename).
+
+Also timed: :func:`pretrain.checkpoint.verify_checkpoint` (what a resume adds) and the checksum
+alone. The files are fresh in the page cache, as they are right after a save. Results go to
+``benchmarks/results/checkpoint.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from _results import write_results  # noqa: E402  (benchmarks/ is on sys.path when a benchmark runs)
+
+
+def _single_rank_env() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                      DS_ACCELERATOR="cpu", CUDA_VISIBLE_DEVICES="")
+
+
+def build_engine(model_name: str):
+    import deepspeed
+    import torch
+    from transformers import BertConfig, BertForPreTraining
+
+    from pretrain.config import TrainArguments, create_ds_config, load_model_preset
+    from pretrain.modeling import PretrainingModel
+    from pretrain.optim import build_optimizer, parameter_groups
+
+    deepspeed.init_distributed(dist_backend="gloo", verbose=False)
+    bert = BertForPreTraining(BertConfig(vocab_size=30522, **load_model_preset(model_name)))
+    model = PretrainingModel(bert)
+    built = build_optimizer("adamw", parameter_groups(model, 0.01), lr=1e-4, betas=(0.9, 0.999), eps=1e-6,
+                            weight_decay=0.01, device=torch.device("cpu"), max_grad_norm=None)
+    train = TrainArguments(micro_batch_size=1, max_steps=10, precision="fp32")
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=built.optimizer,
+                                           config=create_ds_config(train, 1))
+    ids = torch.randint(1000, 2000, (1, 32))
+    out = engine(input_ids=ids, attention_mask=torch.ones_like(ids), token_type_ids=torch.zeros_like(ids),
+                 labels=ids, next_sentence_label=torch.zeros(1, dtype=torch.long))
+    engine.backward(out.loss)
+    engine.step()  # the Adam moments now exist
+    return engine, bert
+
+
+def save_baseline(engine, export, root: Path, step: int) -> Path:
+    import torch
+
+    from pretrain.checkpoint import rng_state, tag_for
+
+    staging = root / f".partial-{tag_for(step)}"
+    engine.save_checkpoint(str(root), tag=staging.name, client_state={"trainer_state": {"step": step}},
+                           save_latest=False)
+    torch.save(rng_state(), staging / "rng_state_rank0.pt")
+    export(staging / "hf")
+    final = root / tag_for(step)
+    os.replace(staging, final)
+    return final
+
+
+def save_verified(engine, export, run_dir: Path, step: int) -> Path:
+    from pretrain.checkpoint import save_checkpoint
+
+    return save_checkpoint(engine, run_dir, step, {"trainer_state": {"step": step}}, rank=0, world_size=1,
+                           barrier=lambda: None, keep_last=0, signature={"bench": True}, export=export)
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="bert-base")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    _single_rank_env()
+    import torch
+
+    from pretrain.checkpoint import file_checksum, verify_checkpoint
+
+    torch.set_num_threads(args.threads)
+    engine, bert = build_engine(args.model)
+    export = lambda path: bert.save_pretrained(str(path), safe_serialization=True)  # noqa: E731
+    work = Path(tempfile.mkdtemp(prefix="bench_checkpoint_", dir=REPO / "benchmarks"))
+    times = {"baseline": [], "verified": [], "verify": [], "checksum_only": []}
+    size = 0
+    try:
+        for round_ in range(args.rounds):
+            for method in ("baseline", "verified"):
+                target = work / method
+                shutil.rmtree(target, ignore_errors=True)
+                (target / "checkpoints").mkdir(parents=True)
+                started = time.perf_counter()
+                if method == "baseline":
+                    folder = save_baseline(engine, export, target / "checkpoints", round_ + 1)
+                else:
+                    folder = save_verified(engine, export, target, round_ + 1)
+                times[method].append(time.perf_counter() - started)
+                size = folder_bytes(folder)
+            started = time.perf_counter()
+            verify_checkpoint(folder)
+            times["verify"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            for path in (p for p in folder.rglob("*") if p.is_file()):
+                file_checksum(path)
+            times["checksum_only"].append(time.perf_counter() - started)
+            print(f"round {round_ + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()), flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    median = {k: statistics.median(v) for k, v in times.items()}
+    result = {
+        "model": args.model, "rounds": args.rounds, "threads": args.threads, "checkpoint_mb": size / 1e6,
+        "seconds_median": median, "seconds_all": times,
+        "ratio_verified_to_baseline": median["verified"] / median["baseline"],
+        "checksum_gb_per_s": size / median["checksum_only"] / 1e9,
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+    }
+    print(f"\n{args.model}: checkpoint {size / 1e6:,.0f} MB (weights, Adam moments, RNG, export)")
+    print(f"save baseline {median['baseline']:.2f} s | verified {median['verified']:.2f} s | "
+          f"ratio ×{result['ratio_verified_to_baseline']:.3f}")
+    print(f"verify on resume {median['verify']:.2f} s | checksum alone {median['checksum_only']:.2f} s "
+          f"({result['checksum_gb_per_s']:.1f} GB/s)")
+    write_results(REPO / "benchmarks" / "results" / "checkpoint.json", result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
