@@ -69,7 +69,7 @@ def test_kill9_inside_a_checkpoint_save_resumes_bit_identically(moment, pretrain
     assert not list((out / CKPT).glob(".partial-*"))
 
 
-# --- damaged checkpoints -----------------------------------------------------------------------
+# --- damaged checkpoints (a missing model-state file and a damaged export: tests/test_reliability_units.py) -----------------------------------------------------------------------
 
 def flip_bytes(path: Path) -> None:
     data = bytearray(path.read_bytes())
@@ -86,11 +86,9 @@ def truncate(path: Path) -> None:
 DAMAGE = {
     "flipped_bytes_in_model_states": lambda c: flip_bytes(c / "mp_rank_00_model_states.pt"),
     "truncated_model_states": lambda c: truncate(c / "mp_rank_00_model_states.pt"),
-    "missing_model_states": lambda c: (c / "mp_rank_00_model_states.pt").unlink(),
     "empty_rng_file": lambda c: (c / "rng_state_rank0.pt").write_bytes(b""),
     "missing_rng_file": lambda c: (c / "rng_state_rank0.pt").unlink(),
     "missing_manifest": lambda c: (c / "manifest.json").unlink(),
-    "flipped_bytes_in_export": lambda c: flip_bytes(c / "hf" / "model.safetensors"),
 }
 
 

@@ -373,7 +373,7 @@ def test_invalid_options(tmp_path, docs_file, capsys):
     config = tmp_path / "bad.yaml"
     config.write_text("algorithm: bpe\n", encoding="utf-8")
     assert run_cli(["--config", str(config), "--inputs", str(docs_file), "--output-dir", str(tmp_path / "o")]) == 2
-    assert "unknown algorithm 'bpe'" in capsys.readouterr().err
+    assert f"{config}: algorithm: 'bpe' is not one of wordpiece, unigram" in capsys.readouterr().err
 
 
 def test_output_dir_is_not_overwritten_unless_asked(tmp_path, docs_file):
