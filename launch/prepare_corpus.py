@@ -4,8 +4,9 @@
     python launch/prepare_corpus.py --inputs data/sample/*.xml.gz --output-dir runs/corpus
     python launch/prepare_corpus.py --config configs/corpus/pubmed_baseline.yaml
 
-Exit status: 0 when every input was read cleanly, 1 when some input was damaged or missing (every
-good record was still kept; summary.json lists what was skipped), 2 for unusable options.
+Exit status: 0 when every input was read cleanly, 1 when some input was damaged, empty, missing or
+refused (every good record was still kept; summary.json lists what was skipped), 2 for unusable
+options or when no document at all could be kept (no dataset is written; the message says why).
 """
 
 from __future__ import annotations
@@ -14,26 +15,34 @@ import json
 import sys
 
 from common.config import ConfigError, parse_config
-from tokenization.corpus import CorpusConfig, prepare_corpus
+from tokenization.corpus import CorpusConfig, NoUsableInput, prepare_corpus
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         (config,) = parse_config([CorpusConfig], argv, description=__doc__)
         summary = prepare_corpus(config)
+    except NoUsableInput as err:
+        _report_problems(err.summary["problems"])
+        print(f"prepare_corpus: error: {err}", file=sys.stderr)
+        return 2
     except (ConfigError, ValueError, FileExistsError) as err:
         print(f"prepare_corpus: error: {err}", file=sys.stderr)
         return 2
     problems = summary["problems"]
+    _report_problems(problems)
+    print(json.dumps({k: summary[k] for k in ("output_dir", "documents_kept", "read", "funnel", "dropped",
+                                              "problem_counts", "seconds")}, indent=2))
+    return 1 if problems else 0
+
+
+def _report_problems(problems: list[dict]) -> None:
     for problem in problems[:20]:
         where = problem["path"] + (f", line {problem['line']}" if problem["line"] is not None else "")
         where += f" (byte {problem['byte_offset']})" if problem["byte_offset"] is not None else ""
         print(f"prepare_corpus: skipped: {where}: {problem['reason']}: {problem['message']}", file=sys.stderr)
     if len(problems) > 20:
         print(f"prepare_corpus: ... and {len(problems) - 20} more problems (see summary.json)", file=sys.stderr)
-    print(json.dumps({k: summary[k] for k in ("output_dir", "documents_kept", "read", "funnel", "dropped",
-                                              "problem_counts", "seconds")}, indent=2))
-    return 1 if problems else 0
 
 
 if __name__ == "__main__":

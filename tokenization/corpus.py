@@ -7,9 +7,11 @@ The work runs in three stages, each resumable:
    (named by a fingerprint of the file and the parse options, so a re-run, or a later run that adds
    PubMed update files, parses only what is new). Damage becomes problems in the file's summary.
 2. **Resolve** which record of each document survives, in input order, vectorized over the keys
-   only: a later version of a PMID replaces the earlier one, ``<DeleteCitation>`` removes the
-   PMIDs it names, identical plain-text documents are kept once (first occurrence). Then the
-   filters: empty abstract, language, fewer than ``min_words`` whitespace-separated abstract words.
+   only: of the records of a PMID the highest ``Version`` wins, among equal versions the later
+   one; ``<DeleteCitation>`` removes the PMIDs it names (only the version it names, when it names
+   one) from the records before it; identical plain-text documents are kept once (first
+   occurrence). Then the filters: empty abstract, language, fewer than ``min_words``
+   whitespace-separated abstract words. Nothing kept at all raises :class:`NoUsableInput`.
 3. **Build** the documents of the survivors with ``datasets.map(num_proc=...)`` (sentence
    splitting, cached) and save them to disk in shards.
 
@@ -26,14 +28,15 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from tokenization.pubmed_xml import Deletion, iter_pubmed_records
-from tokenization.sources import JSONL, XML, Problem, detect_format, expand_inputs, iter_jsonl, iter_lines
+from tokenization.sources import (JSONL, TEXT, XML, Problem, accepted_suffixes, expand_inputs, input_format,
+                                   iter_jsonl, iter_lines, sniff_binary, suffix_of)
 
 PARSED_SCHEMA = pa.schema([
     ("key", pa.int64()),          # PMID, or a negative 63-bit text hash for documents without one
@@ -46,8 +49,9 @@ PARSED_SCHEMA = pa.schema([
     ("n_words", pa.int32()),      # whitespace-separated words of the abstract (the length filter)
     ("year", pa.int32()),
     ("language", pa.string()),
+    ("version", pa.int32()),      # PubMed's PMID Version (1 when absent); for a delete, null = every version
 ])
-PARSER_VERSION = 1  # bump when parsing changes, so cached shards are rebuilt
+PARSER_VERSION = 2  # bump when parsing changes, so cached shards are rebuilt
 FLUSH_ROWS = 20_000           # rows per Arrow record batch, at most ...
 FLUSH_CHARS = 4_000_000       # ... and at most this much text, so memory stays flat per worker
 
@@ -73,11 +77,28 @@ class CorpusConfig:
         "help": "JSONL field holding a document id; numeric ids are PMIDs (latest version wins)"})
     num_proc: int = field(default=0, metadata={"help": "worker processes (0: all CPU cores)", "min": 0})
     max_shard_size: str = field(default="500MB", metadata={"help": "size of each saved Arrow shard"})
+    format: Literal["auto", "xml", "text", "jsonl"] = field(default="auto", metadata={
+        "help": "how to read input files whose suffix is not a known one (.xml, .txt, .text, .jsonl, .json, "
+                ".ndjson, each optionally .gz): auto refuses them (reported, exit 1); xml, text or jsonl "
+                "reads them so. Files with a known suffix are always read by their suffix"})
     overwrite: bool = field(default=False, metadata={
         "help": "replace an existing dataset in output_dir (parsed files are still reused)"})
 
     def workers(self) -> int:
         return self.num_proc if self.num_proc > 0 else (os.cpu_count() or 1)
+
+    def format_of(self, path: str | os.PathLike) -> str | None:
+        """How ``path`` is read: by its suffix, else as ``format`` says; ``None``: refused."""
+        return input_format(path, self.format)
+
+
+class NoUsableInput(ValueError):
+    """Nothing could be kept from the inputs: no dataset was written. ``summary`` says why
+    (it is also in ``<output_dir>/summary.json``)."""
+
+    def __init__(self, message: str, summary: dict):
+        super().__init__(message)
+        self.summary = summary
 
 
 # ----------------------------------------------------------------------------- stage 1: parse
@@ -91,38 +112,48 @@ def text_key(text: str) -> int:
 def _fingerprint(path: Path, config: CorpusConfig) -> str:
     stat = path.stat()
     parts = [str(path.resolve()), str(stat.st_size), str(stat.st_mtime_ns), str(PARSER_VERSION),
-             detect_format(path), str(config.section_labels), config.text_field, config.id_field]
+             str(config.format_of(path)), str(config.section_labels), config.text_field, config.id_field]
     return hashlib.sha1("\0".join(parts).encode()).hexdigest()[:20]
 
 
 def _rows_from_file(path: Path, config: CorpusConfig, counts: dict, problems: list) -> Iterator[dict]:
     """Parsed rows of one file; problems and counts are collected on the side."""
     source = path.name
-    fmt = detect_format(path)
+    fmt = config.format_of(path) or TEXT
+    binary = sniff_binary(path)
+    if binary is not None:
+        expected = {XML: "PubMed XML", JSONL: "JSON Lines", TEXT: "UTF-8 text"}[fmt]
+        problems.append(Problem(str(path), "binary", f"{binary}; expected {expected}, so the file was "
+                                "not read").to_dict())
+        return
     if fmt == XML:
         for item in iter_pubmed_records(path):
             if isinstance(item, Problem):
                 problems.append(item.to_dict())
             elif isinstance(item, Deletion):
                 counts["deletions"] += len(item.pmids)
-                for pmid in item.pmids:
-                    key = int(pmid) if pmid.isdigit() else text_key(pmid)
-                    yield {"key": key, "is_delete": True, "id": pmid, "source": source, "line": item.line}
+                for i, pmid in enumerate(item.pmids):
+                    key = int(pmid) if pmid.isdigit() else text_key("pmid:" + pmid)
+                    yield {"key": key, "is_delete": True, "id": pmid, "source": source, "line": item.line,
+                           "version": item.version_of(i)}
             else:
                 counts["citations"] += 1
                 key = int(item.pmid) if item.pmid.isdigit() else text_key("pmid:" + item.pmid)
                 yield {"key": key, "is_delete": False, "id": item.pmid, "source": source, "line": item.line,
                        "title": item.title, "abstract": item.abstract_text(config.section_labels),
-                       "n_words": len(item.abstract.split()), "year": item.year, "language": item.language}
+                       "n_words": len(item.abstract.split()), "year": item.year, "language": item.language,
+                       "version": item.version}
         return
     if fmt == JSONL:
         items = ((it if isinstance(it, Problem) else (it[0], it[1][config.text_field], it[1]))
                  for it in iter_jsonl(path, config.text_field))
     else:
         items = ((it if isinstance(it, Problem) else (it[0], it[1], None)) for it in iter_lines(path))
+    documents = damaged = 0
     for item in items:
         if isinstance(item, Problem):
             problems.append(item.to_dict())
+            damaged += 1
             continue
         line, text, record = item
         text = " ".join(text.split())
@@ -130,14 +161,24 @@ def _rows_from_file(path: Path, config: CorpusConfig, counts: dict, problems: li
             counts["empty_lines"] += 1
             continue
         counts["documents"] += 1
+        documents += 1
         doc_id = f"{source}:{line}"
-        key = text_key(text)
+        key, version = text_key(text), None
         if record is not None and config.id_field and record.get(config.id_field) is not None:
             doc_id = str(record[config.id_field])
             if doc_id.isdigit():
-                key = int(doc_id)
+                key, version = int(doc_id), 1
         yield {"key": key, "is_delete": False, "id": doc_id, "source": source, "line": line, "title": "",
-               "abstract": text, "n_words": len(text.split()), "year": None, "language": ""}
+               "abstract": text, "n_words": len(text.split()), "year": None, "language": "", "version": version}
+    if not documents and not damaged:  # as an XML file without a record is: a problem, not silence
+        size = path.stat().st_size
+        if size == 0 or counts["empty_lines"] == 0:
+            what = "the file is empty" + (" (0 bytes)" if size == 0 else
+                                          " (no line with content)" if fmt == JSONL else " (0 bytes after decompression)")
+        else:
+            what = (f"no document in it: {counts['empty_lines']} " +
+                    (f"records with an empty {config.text_field!r}" if fmt == JSONL else "blank lines"))
+        problems.append(Problem(str(path), "empty", what).to_dict())
 
 
 def parse_file(path: Path, shard_path: Path, config: CorpusConfig) -> dict:
@@ -167,7 +208,7 @@ def parse_file(path: Path, shard_path: Path, config: CorpusConfig) -> dict:
                 pending_chars = 0
         flush()
     os.replace(tmp, shard_path)
-    summary = {"path": str(path), "format": detect_format(path), "rows": rows,
+    summary = {"path": str(path), "format": config.format_of(path) or TEXT, "rows": rows,
                "bytes": path.stat().st_size, "seconds": round(time.perf_counter() - started, 3),
                **counts, "problems": problems}
     shard_path.with_suffix(".json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
@@ -222,34 +263,54 @@ DROP_REASONS = ("deleted", "superseded", "duplicate_text", "empty_abstract", "la
 
 
 def resolve(keys: np.ndarray, is_delete: np.ndarray, n_words: np.ndarray, language_ok: np.ndarray,
-            min_words: int) -> tuple[np.ndarray, dict[str, int], dict[str, int]]:
+            min_words: int, versions: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, int], dict[str, int]]:
     """Which parsed rows become documents, why each other document row was dropped, and the funnel
     (document rows -> unique documents -> with an abstract -> kept).
 
-    Rows are in input order. For a PMID (key >= 0) the last occurrence wins and a later delete row
-    removes it; for a text hash (key < 0) the first occurrence is kept. Pure and vectorized:
-    arrays in, a boolean keep-mask and counts out.
+    Rows are in input order. A delete row removes the rows of its PMID before it: of its version
+    when it names one (``versions > 0``), of every version otherwise (``versions`` 0 or absent).
+    Among the rows of a PMID (key >= 0) that no delete removed, the highest version wins and,
+    among equal versions, the last row; for a text hash (key < 0) the first occurrence is kept.
+    Pure and vectorized: arrays in, a boolean keep-mask and counts out.
     """
     n = len(keys)
     position = np.arange(n, dtype=np.int64)
-    # Sort by key, then by "age": for PMIDs the newest row sorts last, for text the oldest does.
-    age = np.where(keys >= 0, position, -position)
-    order = np.lexsort((age, keys))
-    sorted_keys = keys[order]
-    is_final = np.ones(n, dtype=bool)
-    is_final[:-1] = sorted_keys[:-1] != sorted_keys[1:]
-    next_is_delete = np.zeros(n, dtype=bool)
-    next_is_delete[:-1] = is_delete[order][1:] & ~is_final[:-1]
+    versions = np.zeros(n, dtype=np.int64) if versions is None else np.asarray(versions, dtype=np.int64)
+    # One sort by (key, version, position): rows of a key are contiguous, and within it those of a version.
+    order = np.lexsort((position, versions, keys))
+    k, v, d = keys[order], versions[order], is_delete[order]
+    key_start = np.ones(n, dtype=bool)
+    key_start[1:] = k[1:] != k[:-1]
+    pair_start = key_start.copy()
+    pair_start[1:] |= v[1:] != v[:-1]
 
+    def group_max(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """Each sorted row's group maximum of ``values`` (groups begin where ``starts`` is True)."""
+        if not n:
+            return values
+        begin = np.flatnonzero(starts)
+        return np.repeat(np.maximum.reduceat(values, begin), np.diff(np.append(begin, n)))
+
+    sorted_position = position[order]
+    delete_all = group_max(np.where(d & (v <= 0), sorted_position, -1), key_start)
+    delete_version = group_max(np.where(d & (v > 0), sorted_position, -1), pair_start)
+    removed = ~d & (sorted_position < np.maximum(delete_all, delete_version))
+    live = ~d & ~removed
+    # The winner of each key among its live rows: the last in sort order for a PMID (highest
+    # version, then latest), the first for a text hash (earliest).
+    index = np.arange(n, dtype=np.int64)
+    last_live = group_max(np.where(live, index, -1), key_start)
+    first_live = -group_max(np.where(live, -index, -n - 1), key_start)
+    winner_sorted = live & (index == np.where(k >= 0, last_live, first_live))
+
+    deleted = np.zeros(n, dtype=bool)
+    deleted[order] = removed
     final = np.zeros(n, dtype=bool)
-    final[order] = is_final
-    followed_by_delete = np.zeros(n, dtype=bool)
-    followed_by_delete[order] = next_is_delete
-
+    final[order] = winner_sorted
     document = ~is_delete
     counts: dict[str, int] = {}
-    counts["deleted"] = int(np.sum(document & ~final & followed_by_delete))
-    replaced = document & ~final & ~followed_by_delete
+    counts["deleted"] = int(np.sum(deleted))
+    replaced = document & ~deleted & ~final
     counts["superseded"] = int(np.sum(replaced & (keys >= 0)))
     counts["duplicate_text"] = int(np.sum(replaced & (keys < 0)))
     candidate = document & final
@@ -306,13 +367,20 @@ def prepare_corpus(config: CorpusConfig) -> dict:
     started = time.perf_counter()
 
     files, input_problems = expand_inputs(config.inputs)
+    for path in [f for f in files if config.format_of(f) is None]:
+        files.remove(path)
+        input_problems.append(Problem(str(path), "unknown_format", f"unknown suffix {suffix_of(path)!r}, not read; "
+                                      f"accepted: {accepted_suffixes()}; --format text, jsonl or xml reads "
+                                      "files of other suffixes that way"))
     parsed = parse_inputs(files, work, config)
     shards = [shard for shard, _ in parsed]
 
-    table = _read_columns(shards, ["key", "is_delete", "n_words", "language"])
+    table = _read_columns(shards, ["key", "is_delete", "n_words", "language", "version"])
     keys = table.column("key").to_numpy()
     is_delete = table.column("is_delete").to_numpy(zero_copy_only=False)
     n_words = table.column("n_words").fill_null(0).to_numpy()
+    # A document without a version (text) sorts as 0, a delete without one (every version) as 0 too.
+    versions = table.column("version").fill_null(0).to_numpy()
     if config.languages:
         # Text and JSONL documents carry no language; the filter applies to those that do.
         # (Arrow compute, not numpy: 36M Python strings would cost gigabytes.)
@@ -321,7 +389,7 @@ def prepare_corpus(config: CorpusConfig) -> dict:
         language_ok = pc.is_in(languages, value_set=allowed).to_numpy(zero_copy_only=False)
     else:
         language_ok = np.ones(len(keys), dtype=bool)
-    keep, dropped, funnel = resolve(keys, is_delete, n_words, language_ok, config.min_words)
+    keep, dropped, funnel = resolve(keys, is_delete, n_words, language_ok, config.min_words, versions)
     del table
 
     n_kept = funnel["kept"]
@@ -363,9 +431,34 @@ def prepare_corpus(config: CorpusConfig) -> dict:
     }
     if not n_kept:
         summary["warning"] = "no document survived; nothing was saved"
+        summary["error"] = _why_nothing_kept(config, summary)
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    if not n_kept:
+        raise NoUsableInput(summary["error"], summary)
     return summary
+
+
+def _why_nothing_kept(config: CorpusConfig, summary: dict) -> str:
+    """The message of :class:`NoUsableInput`: which inputs gave nothing, and why."""
+    inputs = ", ".join(config.inputs)
+    if not summary["funnel"]["document_rows"]:
+        reasons: dict[str, list[str]] = {}
+        for problem in summary["problems"]:
+            reasons.setdefault(problem["path"], [])
+            if problem["reason"] not in reasons[problem["path"]]:
+                reasons[problem["path"]].append(problem["reason"])
+        for entry in summary["files"]:  # read without a problem, yet no document: deletions only, say
+            reasons.setdefault(entry["path"], ["no document"])
+        listed = "; ".join(f"{path}: {', '.join(why)}" for path, why in list(reasons.items())[:10])
+        more = f"; and {len(reasons) - 10} more (see summary.json)" if len(reasons) > 10 else ""
+        return (f"no usable input: not one document could be read from {inputs} "
+                f"(every input is empty, missing, refused or damaged: {listed}{more}); no dataset was written")
+    dropped = ", ".join(f"{reason} {count}" for reason, count in summary["dropped"].items() if count)
+    return (f"no document survived: {summary['funnel']['document_rows']} document rows were read from {inputs} "
+            f"and all were dropped ({dropped}; --min-words {config.min_words}"
+            + (f", --languages {' '.join(config.languages)}" if config.languages else "")
+            + "); no dataset was written")
 
 
 def _count_by(items: list[dict], key: str) -> dict[str, int]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 from tokenization.sources import Problem, StreamDamage, iter_blocks
@@ -60,10 +60,17 @@ class Citation:
 
 @dataclass(frozen=True)
 class Deletion:
-    """A ``<DeleteCitation>`` block: these PMIDs are withdrawn from PubMed."""
+    """A ``<DeleteCitation>`` block: these PMIDs are withdrawn from PubMed.
+
+    ``versions[i]`` is the ``Version`` attribute of ``pmids[i]`` (``None`` without one: every
+    version). It is left out of comparisons, so a Deletion compares by what it deletes and where."""
 
     pmids: tuple[str, ...]
     line: int
+    versions: tuple[int | None, ...] = field(default=(), compare=False)
+
+    def version_of(self, index: int) -> int | None:
+        return self.versions[index] if index < len(self.versions) else None
 
 
 def _text(element: ET.Element | None) -> str:
@@ -108,7 +115,7 @@ def parse_medline_citation(citation: ET.Element, line: int) -> Citation:
                  citation.find("DateCompleted"), citation.find("DateCreated"))
     return Citation(
         pmid=_text(pmid_el),
-        version=int(pmid_el.get("Version", "1") or 1),
+        version=_version(pmid_el),
         title=_text(article.find("ArticleTitle")) if article is not None else "",
         abstract=" ".join(text for _, text in sections),
         abstract_sections=sections,
@@ -126,7 +133,7 @@ def parse_book_document(document: ET.Element, line: int) -> Citation:
     title = _text(document.find("ArticleTitle")) or _text(document.find("Book/BookTitle"))
     return Citation(
         pmid=_text(pmid_el),
-        version=int(pmid_el.get("Version", "1") or 1),
+        version=_version(pmid_el),
         title=title,
         abstract=" ".join(text for _, text in sections),
         abstract_sections=sections,
@@ -154,8 +161,20 @@ def _parse_record(tag: bytes, chunk: bytes, line: int) -> Citation | Deletion:
         if document is None:
             raise ValueError("PubmedBookArticle without a BookDocument")
         return parse_book_document(document, line)
-    pmids = tuple(_text(p) for p in root.findall("PMID") if _text(p))
-    return Deletion(pmids=pmids, line=line)
+    listed = [p for p in root.findall("PMID") if _text(p)]
+    return Deletion(pmids=tuple(_text(p) for p in listed), line=line,
+                    versions=tuple(_version(p, default=None) for p in listed))
+
+
+def _version(pmid: ET.Element, default: int | None = 1) -> int | None:
+    """The ``Version`` attribute of a ``<PMID>``: PubMed numbers the versions of a citation 1, 2, ...
+    (``PMID.version`` is unique; unversioned citations are version 1)."""
+    value = (pmid.get("Version") or "").strip()
+    if not value:
+        return default
+    if not value.isdigit() or not 1 <= int(value) < 2**31:
+        raise ValueError(f"<PMID Version={value!r}>: a version is a positive integer")
+    return int(value)
 
 
 def iter_pubmed_records(path: str | os.PathLike) -> Iterator[Citation | Deletion | Problem]:
@@ -242,8 +261,12 @@ def iter_pubmed_records(path: str | os.PathLike) -> Iterator[Citation | Deletion
             stream_error = str(err)
 
     if not found_any and stream_error is None:
-        yield Problem(spath, "no_records", "no <PubmedArticle>, <MedlineCitation> or <DeleteCitation> "
-                      "record found; is this a PubMed/MEDLINE XML file?")
+        if buf_offset + len(buf) == 0:
+            yield Problem(spath, "empty", "the file is empty (0 bytes" + (" after decompression)" if
+                          spath.endswith(".gz") else ")") + "; no PubMed record")
+        else:
+            yield Problem(spath, "no_records", "no <PubmedArticle>, <MedlineCitation> or <DeleteCitation> "
+                          "record found; is this a PubMed/MEDLINE XML file?")
 
 
 def _checked_parse(path: str, tag: bytes, chunk: bytes, line: int, offset: int) -> Citation | Deletion | Problem:

@@ -4,7 +4,11 @@ Three kinds of input are understood, each optionally gzip-compressed:
 
 * PubMed/MEDLINE XML (``.xml``, ``.xml.gz``), parsed by :mod:`tokenization.pubmed_xml`;
 * JSON Lines (``.jsonl``, ``.json``, ``.ndjson``) with a text field;
-* plain text with one document per line (anything else).
+* plain text with one document per line (``.txt``, ``.text``).
+
+:func:`input_format` knows only those suffixes (:data:`SUFFIXES`, each optionally followed by
+``.gz``) and answers ``None`` for any other, so that ingestion refuses a CSV or an image instead of
+reading it as text; :func:`detect_format` (vocabularies, reports) still reads anything else as text.
 
 A *prepared corpus* (the output directory of ``launch/prepare_corpus.py``, a ``datasets`` dataset
 saved to disk) is also accepted wherever text is read.
@@ -51,15 +55,73 @@ class Problem:
                 "line": self.line, "byte_offset": self.byte_offset}
 
 
+#: The suffixes whose format is known (each may be followed by ``.gz``), in the order they are listed.
+SUFFIXES = {".xml": XML, ".txt": TEXT, ".text": TEXT, ".jsonl": JSONL, ".json": JSONL, ".ndjson": JSONL}
+#: ``--format`` choices other than ``auto`` -> the format they name.
+FORMAT_NAMES = {"xml": XML, "text": TEXT, "jsonl": JSONL}
+#: Checksum files published beside data files (PubMed's ``.xml.gz.md5``): skipped when a directory
+#: or a glob pattern is expanded, as hidden files are.
+SIDECAR_SUFFIXES = (".md5", ".sha1", ".sha256", ".sha512")
+
+
 def detect_format(path: str | os.PathLike) -> str:
+    """The format of ``path`` by its suffix; anything not XML or JSONL is read as text."""
+    return input_format(path) or TEXT
+
+
+def input_format(path: str | os.PathLike, fallback: str = "auto") -> str | None:
+    """The format of ``path`` by its suffix (:data:`SUFFIXES`, optionally ``.gz``); for any other
+    suffix the format that ``fallback`` names (``xml``, ``text``, ``jsonl``), or ``None`` for ``auto``."""
     name = Path(path).name.lower()
     if name.endswith(".gz"):
         name = name[:-3]
-    if name.endswith(".xml"):
-        return XML
-    if name.endswith((".jsonl", ".json", ".ndjson")):
-        return JSONL
-    return TEXT
+    for suffix, fmt in SUFFIXES.items():
+        if name.endswith(suffix):
+            return fmt
+    return FORMAT_NAMES.get(fallback)
+
+
+def suffix_of(path: str | os.PathLike) -> str:
+    """The suffix that decided (or failed to decide) the format, for messages: ``.csv``, ``.csv.gz``."""
+    name = Path(path).name
+    gz = name.lower().endswith(".gz") and len(name) > 3
+    suffix = Path(name[:-3] if gz else name).suffix
+    return (suffix + (".gz" if gz else "")) or "no suffix"
+
+
+def accepted_suffixes() -> str:
+    return ", ".join(SUFFIXES) + " (each optionally .gz)"
+
+
+# Magic numbers of binary formats that get renamed or misplaced among text inputs.
+_MAGIC = ((b"\x89PNG\r\n\x1a\n", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"GIF8", "a GIF image"),
+          (b"%PDF-", "a PDF document"), (b"PK\x03\x04", "a ZIP archive (or .docx/.xlsx)"),
+          (b"\x1f\x8b", "gzip-compressed data"),
+          (b"BZh", "bzip2-compressed data"), (b"\xfd7zXZ\x00", "xz-compressed data"),
+          (b"(\xb5/\xfd", "zstd-compressed data"), (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive"))
+SNIFF_BYTES = 8192
+
+
+def sniff_binary(path: str | os.PathLike) -> str | None:
+    """Why the (decompressed) start of ``path`` is binary rather than text, or ``None``: a known
+    magic number, or a NUL byte in the first 8 KiB (git's test; UTF-16 text fails it too). Damage
+    and missing files are left to the readers, which report them with a line number."""
+    blocks = iter_blocks(path, SNIFF_BYTES)
+    try:
+        head = next(blocks, b"")[:SNIFF_BYTES]
+    except (OSError, StreamDamage):
+        return None
+    finally:
+        blocks.close()
+    for magic, what in _MAGIC:
+        if head.startswith(magic) and (magic != b"BZh" or head[4:10] == b"1AY&SY"):
+            if magic == b"\x1f\x8b":
+                what += " (compressed twice?)" if str(path).endswith(".gz") else " (give the file a .gz suffix)"
+            return f"the content is {what}, not text"
+    nul = head.find(b"\0")
+    if nul >= 0:
+        return f"NUL byte at byte {nul}: binary data, or text in UTF-16/UTF-32 (convert it to UTF-8)"
+    return None
 
 
 def is_prepared_corpus(path: str | os.PathLike) -> bool:
@@ -128,14 +190,16 @@ def expand_inputs(specs: Iterable[str]) -> tuple[list[Path], list[Problem]]:
     Order matters for PubMed updates (a later file's version of a citation wins), so each spec keeps
     its position and the files it expands to are sorted by name: PubMed's zero-padded file names
     (baseline ``pubmed26n0001`` ... then the updates) sort into release order. Specs that match nothing are
-    reported as problems rather than silently dropped.
+    reported as problems rather than silently dropped. A directory or pattern skips hidden files and
+    checksum files (:data:`SIDECAR_SUFFIXES`); a file named on its own is always listed.
     """
     files: list[Path] = []
     problems: list[Problem] = []
     seen: set[Path] = set()
     for spec in specs:
         if any(ch in spec for ch in "*?["):
-            matches = sorted((m for m in glob.glob(spec, recursive=True) if os.path.isfile(m)))
+            matches = sorted((m for m in glob.glob(spec, recursive=True)
+                              if os.path.isfile(m) and not m.lower().endswith(SIDECAR_SUFFIXES)))
             if not matches:
                 problems.append(Problem(spec, "missing", "the pattern matched no file"))
         elif os.path.isdir(spec):
@@ -143,7 +207,8 @@ def expand_inputs(specs: Iterable[str]) -> tuple[list[Path], list[Problem]]:
                 problems.append(Problem(spec, "unsupported", "this is a prepared corpus, not raw input; "
                                         "pass the raw PubMed/text files it was built from"))
                 continue
-            matches = sorted((str(p) for p in Path(spec).rglob("*") if p.is_file() and not p.name.startswith(".")))
+            matches = sorted((str(p) for p in Path(spec).rglob("*") if p.is_file() and not p.name.startswith(".")
+                              and not p.name.lower().endswith(SIDECAR_SUFFIXES)))
             if not matches:
                 problems.append(Problem(spec, "missing", "the directory contains no file"))
         elif os.path.isfile(spec):
@@ -212,12 +277,29 @@ def iter_jsonl(path: str | os.PathLike, text_field: str) -> Iterator[tuple[int, 
             yield Problem(spath, "invalid_json", f"{err.msg} at column {err.colno}", line=line_no)
             continue
         if not isinstance(record, dict):
-            yield Problem(spath, "invalid_json", "a JSON object was expected", line=line_no)
-        elif not isinstance(record.get(text_field), str):
-            yield Problem(spath, "missing_field", f"no string field {text_field!r} "
+            yield Problem(spath, "invalid_json", f"the line is {json_type(record)}, expected a JSON object",
+                          line=line_no)
+        elif text_field not in record:
+            yield Problem(spath, "missing_field", f"no field {text_field!r} "
                           f"(fields present: {', '.join(sorted(record)) or 'none'})", line=line_no)
+        elif not isinstance(record[text_field], str):
+            yield Problem(spath, "wrong_type", f"field {text_field!r} is {json_type(record[text_field])}, "
+                          "expected a string", line=line_no)
         else:
             yield line_no, record
+
+
+def json_type(value: object) -> str:
+    """A decoded JSON value's type, in words: ``a list``, ``an object``, ``a number``, ``null``..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a list" if isinstance(value, list) else "an object"
 
 
 def iter_texts(specs: str | os.PathLike | Iterable[str | os.PathLike], text_field: str = "text",
