@@ -400,7 +400,7 @@ def run_ablation(config: AblationConfig, log: Callable[[str], None] = print, rep
 
     # Shared inputs: corpora, in-domain vocabularies, pretraining instances.
     for corpus in sorted({v.corpus for v in variants}):
-        if not (paths.corpus(corpus) / "summary.json").is_file():
+        if not (paths.corpus(corpus) / "state.json").is_file():  # the dataset, not a failed run's summary
             _run(f"prepare corpus {corpus}", _python(
                 "prepare_corpus.py", "--config", config.corpora[corpus], "--output-dir", str(paths.corpus(corpus)),
                 "--num-proc", str(config.num_proc), "--overwrite"), log)
