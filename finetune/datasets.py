@@ -431,7 +431,21 @@ def _blurb_tag_check(entity_type: str, source_types: frozenset[str]) -> LabelChe
     return check
 
 
-def _generic_tag_check(labels: Sequence[str] | None) -> LabelCheck:
+def _generic_tag_check(labels: Sequence[str] | None, *, by_entity_type: bool = False) -> LabelCheck:
+    """A generic NER tag, checked against ``labels``: exactly, or (``by_entity_type``, labels read
+    from the training file) by entity type, since a dev file may hold an ``I-X`` where training
+    saw only ``B-X``."""
+    if labels is not None and by_entity_type:
+        known = {_split_tag(label)[1] for label in labels}
+
+        def check_type(raw: str) -> str:
+            tag = raw.strip()
+            if _split_tag(tag)[1] not in known:
+                raise _FieldError("tag", f"{tag!r}: entity type {_split_tag(tag)[1]!r} does not occur in the "
+                                  f"training file (labels there: {', '.join(labels)})")
+            return tag
+
+        return check_type
     closed = _closed_labels(labels, case_insensitive=False, field_name="tag") if labels is not None else None
 
     def check(raw: str) -> str:
@@ -1428,10 +1442,11 @@ _GENERIC_METRICS = {NER: ENTITY_F1, PICO: PICO_TOKEN_MACRO_F1, SIMILARITY: PEARS
                     CLASSIFICATION: MICRO_F1_MULTILABEL, QA: ACCURACY}
 
 
-def _generic_reader(task_type: str, labels: Sequence[str] | None) -> Callable[[Path], list[_Row]]:
+def _generic_reader(task_type: str, labels: Sequence[str] | None, *,
+                    from_training_file: bool = False) -> Callable[[Path], list[_Row]]:
     label_check = _closed_labels(labels, case_insensitive=False) if labels is not None else _open_labels()
     if task_type == NER:
-        tags = _generic_tag_check(labels)
+        tags = _generic_tag_check(labels, by_entity_type=from_training_file)
         return lambda path: _read_ner(path, tags)
     if task_type == PICO:
         elements = _pico_check(labels, case_insensitive=False)
@@ -1461,14 +1476,32 @@ def _inferred_labels(task_type: str, splits: Mapping[str, list[Example]]) -> tup
     return tuple(sorted({e.label for e in examples}))
 
 
+def _read_generic_splits(task_type: str, paths: Mapping[str, Path], labels: tuple[str, ...] | None
+                         ) -> tuple[dict[str, list[_Row]], tuple[str, ...]]:
+    """Every split's rows and the label set. Without given ``labels`` the training file defines
+    them, and a dev or test label it lacks is an error naming its file and line: a typo there must
+    not become a class the model never trained on (nor a silently lower score)."""
+    if labels is not None:
+        read = _generic_reader(task_type, labels)
+        return {s: _finish(p, read(p)) for s, p in paths.items()}, labels
+    rows = {TRAIN: _finish(paths[TRAIN], _generic_reader(task_type, None)(paths[TRAIN]))}
+    labels = _inferred_labels(task_type, {TRAIN: _examples(rows[TRAIN])})
+    read = _generic_reader(task_type, labels, from_training_file=True)
+    rows.update({s: _finish(p, read(p)) for s, p in paths.items() if s != TRAIN})
+    if task_type == NER:  # every tag spelling of the training file's entity types
+        labels = _tag_order(t for r in rows.values() for e in _examples(r) for t in e.tags)
+    return rows, labels
+
+
 def load_generic_dataset(task_type: str, data_dir: str | Path, labels: Sequence[str] | None = None, *,
                          name: str | None = None, negative_label: str | None = None) -> BlurbDataset:
     """Read a user's dataset in the generic format of ``task_type`` from ``data_dir``.
 
     Files: ``train`` is required, ``dev`` (or ``devel``) and ``test`` are optional, each
     ``<split>.tsv`` or ``<split>.jsonl`` by task (``docs/datasets.md``). ``labels`` fixes the label
-    order and rejects any other label (with its file and line); without it the labels are those
-    found, sorted (``O`` first for NER). For relation extraction, ``negative_label`` names the
+    order and rejects any other label (with its file and line); without it the labels are those of
+    the training file, sorted (``O`` first for NER), and a dev/test label outside them (for NER: an
+    entity type) is an error naming its file and line. For relation extraction, ``negative_label`` names the
     "no relation" label and makes the metric micro F1 over the other labels; without it the metric
     is accuracy. ``name`` defaults to the directory's name.
     """
@@ -1483,13 +1516,10 @@ def load_generic_dataset(task_type: str, data_dir: str | Path, labels: Sequence[
     data_dir = _check_dir(data_dir, name or str(data_dir))
     name = name or data_dir.name
     extensions = _GENERIC_EXTENSIONS[task_type]
-    read = _generic_reader(task_type, labels)
     paths = {TRAIN: _require(data_dir, TRAIN, extensions, name)}
     paths.update({s: p for s in (DEV, TEST) if (p := _find_split_file(data_dir, s, extensions)) is not None})
-    rows = {s: _finish(p, read(p)) for s, p in paths.items()}
+    rows, labels = _read_generic_splits(task_type, paths, labels)
     splits = {s: _examples(r) for s, r in rows.items()}
-    if labels is None:
-        labels = _inferred_labels(task_type, splits)
     if task_type == RELATION:
         if negative_label is not None and negative_label not in labels:
             raise InputError(f"negative_label {negative_label!r} is not one of the labels ({', '.join(labels)})")

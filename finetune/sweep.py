@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from finetune.datasets import UnknownDatasetError, canonical_dataset_name
 from finetune.metrics import BLURB_DATASETS, BLURB_TASK_OF, BLURB_TASK_TYPES, MeanStd, blurb_score, mean_std
+from finetune.model_check import check_model
 from finetune.trainer import PRECISIONS, QA_MAX_LENGTH, RUN_RECORD, FinetuneArgs, is_complete_run, run_finetune
 from tokenization.instances import InputError
 
@@ -79,7 +80,10 @@ assert tuple(PROTOCOL) == BLURB_DATASETS  # one entry per BLURB dataset, in the 
 class SweepArgs:
     """A BLURB sweep (YAML keys and flags of ``launch/blurb.py``)."""
 
-    model: str = field(default="", metadata={"help": "checkpoint directory to fine-tune"})
+    model: str = field(default="", metadata={"help": "checkpoint directory to fine-tune (or a pretraining run "
+                                                      "directory: its model/ export)"})
+    resize_embeddings: bool = field(default=False, metadata={
+        "help": "resize the model's embeddings to the tokenizer's size when they differ (default: refuse)"})
     output_dir: str = field(default="", metadata={"help": "one directory per run below it, plus summary.json "
                                                            "and blurb.md"})
     data_root: str = field(default="data/blurb", metadata={
@@ -208,7 +212,7 @@ def plan_sweep(args: SweepArgs) -> SweepPlan:
                     out = Path(args.output_dir) / dataset / grid_point_name(learning_rate, batch_size, epochs) \
                         / f"seed{seed}"
                     finetune_args = FinetuneArgs(
-                        model=args.model, dataset=dataset, data_dir=str(data_dir), output_dir=str(out),
+                        model=args.model, resize_embeddings=args.resize_embeddings, dataset=dataset, data_dir=str(data_dir), output_dir=str(out),
                         learning_rate=learning_rate, batch_size=batch_size, epochs=epochs, seed=seed,
                         max_length=args.max_length_for(dataset), warmup_ratio=args.warmup_ratio,
                         weight_decay=args.weight_decay, dropout=args.dropout, tagging_scheme=args.tagging_scheme,
@@ -226,11 +230,17 @@ def plan_sweep(args: SweepArgs) -> SweepPlan:
 def run_sweep(args: SweepArgs, log: Callable[[str], None] = print, progress: bool = True) -> dict[str, Any]:
     """Run (or resume) the sweep and write ``summary.json`` and ``blurb.md``; returns the summary.
 
+    The model is checked first (:func:`finetune.model_check.check_model`; InputError if unusable).
     A failed run (bad data, out of memory, ...) is recorded in the summary with its error and the
     rest of its dataset is not attempted; the other datasets go on (``stop_on_error`` re-raises).
     """
     from tqdm.auto import tqdm
 
+    # Once, before any run: a model every run would fail on is the sweep's error, not each run's.
+    checked = check_model(args.model, resize_embeddings=args.resize_embeddings)
+    for note in checked.notes:
+        log(note)
+    args = dataclasses.replace(args, model=str(checked.directory))
     plan = plan_sweep(args)
     for dataset, why in plan.absent.items():
         log(f"{dataset}: absent ({why})")

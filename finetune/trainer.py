@@ -30,9 +30,9 @@ import random
 import resource
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -43,6 +43,7 @@ from tqdm.auto import tqdm
 from finetune.datasets import (CLASSIFICATION, DEV, NER, PICO, QA, RELATION, SIMILARITY, TASK_TYPES, TEST,
                                TRAIN, BlurbDataset, load_blurb_dataset, load_generic_dataset)
 from finetune.metrics import compute_metric
+from finetune.model_check import CheckedModel, check_model
 from finetune.modeling import (IGNORE_INDEX, MultiTokenTaggingModel, SequenceClassificationModel,
                                TokenTaggingModel, load_encoder, REPRESENTATIONS, TAGGING_LAYERS)
 from finetune.relation_inputs import (TRANSFORMATIONS, TYPE_MAPS, add_marker_tokens, collate_relation_features,
@@ -66,7 +67,10 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 class FinetuneArgs:
     """Everything one run depends on (YAML keys and command-line flags of ``launch/finetune.py``)."""
 
-    model: str = field(default="", metadata={"help": "checkpoint directory (config, weights, tokenizer)"})
+    model: str = field(default="", metadata={"help": "checkpoint directory (config, weights, tokenizer), or a "
+                                                      "pretraining run directory (its model/ export is used)"})
+    resize_embeddings: bool = field(default=False, metadata={
+        "help": "resize the model's embeddings to the tokenizer's size when they differ (default: refuse)"})
     dataset: str = field(default="", metadata={"help": "BLURB dataset name (ncbi-disease, gad, ...) or, with "
                                                         "task_type, the name of a generic dataset"})
     data_dir: str = field(default="", metadata={"help": "directory holding the dataset's files"})
@@ -359,8 +363,8 @@ def _build_task(args: FinetuneArgs, dataset: BlurbDataset, tokenizer) -> _Task:
         lambda fs: _pad_sequences(fs, pad_id, torch.long), {}, stats)
 
 
-def _build_model(args: FinetuneArgs, task: _Task, tokenizer) -> nn.Module:
-    encoder = load_encoder(args.model)
+def _build_model(args: FinetuneArgs, task: _Task, checked: CheckedModel) -> nn.Module:
+    encoder = load_encoder(checked.directory)
     for module in encoder.modules():  # the paper's dropout 0.1 in the encoder as well as the head
         if isinstance(module, nn.Dropout):
             module.p = args.dropout
@@ -377,8 +381,10 @@ def _build_model(args: FinetuneArgs, task: _Task, tokenizer) -> nn.Module:
     else:
         representation = args.relation_representation if task.task_type == RELATION else "cls"
         model = SequenceClassificationModel(encoder, len(task.labels), "single_label", representation, args.dropout)
-    if len(tokenizer) > encoder.get_input_embeddings().num_embeddings:
-        model.resize_token_embeddings(len(tokenizer))
+    # To the tokenizer's size when asked, and beyond it for marker tokens a relation task added.
+    rows = max(checked.resize_to or 0, len(checked.tokenizer))
+    if checked.resize_to is not None or rows > encoder.get_input_embeddings().num_embeddings:
+        model.resize_token_embeddings(rows)
     return model
 
 
@@ -465,6 +471,14 @@ def _jsonable(value: Any) -> Any:
 
 def _settings(args: FinetuneArgs) -> dict[str, Any]:
     return {k: v for k, v in asdict(args).items() if k not in _NOT_RESULT_SETTINGS}
+
+
+def _changed_settings(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """Settings that differ; one a record predates counts as its default (records stay valid when a
+    setting is added)."""
+    defaults = {f.name: f.default for f in fields(FinetuneArgs)}
+    return sorted(k for k in set(recorded) | set(current)
+                  if recorded.get(k, defaults.get(k)) != current.get(k, defaults.get(k)))
 
 
 def is_complete_run(path: str | Path) -> bool:
@@ -633,9 +647,8 @@ def run_finetune(args: FinetuneArgs, log=print) -> RunResult:
     record_path = output_dir / RUN_RECORD
     if is_complete_run(record_path):
         record = json.loads(record_path.read_text(encoding="utf-8"))
-        if record.get("settings") != _settings(args):
-            changed = sorted(k for k in set(record.get("settings", {})) | set(_settings(args))
-                             if record.get("settings", {}).get(k) != _settings(args).get(k))
+        changed = _changed_settings(record.get("settings") or {}, _settings(args))
+        if changed:
             raise InputError(f"{record_path} holds a finished run with different settings ({', '.join(changed)}); "
                              "use another output_dir")
         log(f"skipping: {record_path} is complete (test {record['test']['score']:.4f})")
@@ -646,13 +659,10 @@ def run_finetune(args: FinetuneArgs, log=print) -> RunResult:
     for split in (TRAIN, DEV, TEST):
         if not dataset.splits.get(split):
             raise InputError(f"dataset {dataset.name!r} has no {split} examples (in {args.data_dir})")
-    if not Path(args.model).is_dir():
-        raise InputError(f"model checkpoint directory not found: {args.model}")
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    if not getattr(tokenizer, "is_fast", False):
-        raise InputError(f"{args.model}: a fast tokenizer (tokenizer.json or vocab.txt) is needed for word alignment")
+    checked = check_model(args.model, resize_embeddings=args.resize_embeddings)
+    for note in checked.notes:
+        log(note)
+    tokenizer = checked.tokenizer
     generator = _seed_everything(args.seed)
     task = _build_task(args, dataset, tokenizer)
     examples = {TRAIN: dataset.splits[TRAIN][:args.max_train_examples],
@@ -661,7 +671,7 @@ def run_finetune(args: FinetuneArgs, log=print) -> RunResult:
     features = {split: task.featurize(exs) for split, exs in examples.items()}
     distributed = _Distributed.start(args)
     device = distributed.device
-    model = _build_model(args, task, tokenizer).to(device)
+    model = _build_model(args, task, checked).to(device)
 
     # Every rank draws its own part of each global batch of batch_size examples.
     micro_batch = distributed.micro_batch(args.batch_size)
@@ -705,6 +715,8 @@ def run_finetune(args: FinetuneArgs, log=print) -> RunResult:
         "dataset": dataset.name,
         "task_type": dataset.task_type,
         "metric": dataset.metric,
+        "labels": list(dataset.labels),
+        "model_check": checked.record(),
         "seed": args.seed,
         "epochs": args.epochs,
         "hyperparameters": {k: getattr(args, k) for k in (

@@ -65,9 +65,9 @@ def built_models(monkeypatch):
     models: list = []
     original = trainer._build_model
 
-    def recording(args, task, tokenizer):
-        model = original(args, task, tokenizer)
-        models.append((model, len(tokenizer)))
+    def recording(args, task, checked):
+        model = original(args, task, checked)
+        models.append((model, len(checked.tokenizer)))
         return model
 
     monkeypatch.setattr(trainer, "_build_model", recording)
