@@ -218,7 +218,9 @@ def ascent_direction(grad: torch.Tensor, norm: Norm) -> torch.Tensor:
 
 def adversarial_term(forward_fn: Callable[[torch.Tensor], torch.Tensor], embeds: torch.Tensor,
                      clean_logits: torch.Tensor, config: AdversarialConfig,
-                     generator: torch.Generator | None = None) -> AdversarialResult:
+                     generator: torch.Generator | None = None,
+                     noise: tuple[tuple[int, ...], Callable[[torch.Tensor], torch.Tensor]] | None = None
+                     ) -> AdversarialResult:
     """ALUM's term for any model written as ``forward_fn(embeddings) -> logits``.
 
     ``embeds`` are the clean embedding outputs (with their graph, so the final term also trains
@@ -227,9 +229,11 @@ def adversarial_term(forward_fn: Callable[[torch.Tensor], torch.Tensor], embeds:
     differentiates through them too; detach them beforehand for a one-sided term). δ's noise
     comes from ``generator`` (which must live on ``embeds``' device) or, when None, from the global
     RNG, which the trainer seeds and checkpoints per rank. See the module docstring for the exact
-    definitions."""
+    definitions. ``noise`` = (shape, to_layout) draws δ's noise in ``shape`` and maps it onto
+    ``embeds``' layout (the unpadded pretraining layout draws it as if padded)."""
     dtype = _compute_dtype(embeds.dtype)
-    delta = torch.randn(embeds.shape, generator=generator, device=embeds.device, dtype=dtype) * config.adv_sigma
+    shape, to_layout = noise if noise is not None else (embeds.shape, lambda x: x)
+    delta = to_layout(torch.randn(shape, generator=generator, device=embeds.device, dtype=dtype)) * config.adv_sigma
     delta = project(delta, config.adv_epsilon, config.adv_norm)
     clean_target = clean_logits.detach()
     base = embeds.detach()
@@ -254,14 +258,6 @@ def adversarial_term(forward_fn: Callable[[torch.Tensor], torch.Tensor], embeds:
                              delta_retained=delta_retained, finite=finite)
 
 
-def masked_mlm_logits(bert: nn.Module, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor,
-                      token_type_ids: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
-    """A ``BertForPreTraining``'s MLM logits at the ``masked`` positions, from word embeddings
-    (the same computation as :class:`PretrainingModel`'s MLM branch, entered after the lookup)."""
-    encoder = bert.bert(inputs_embeds=inputs_embeds, attention_mask=attention_mask, token_type_ids=token_type_ids)
-    return bert.cls.predictions(encoder[0][masked])
-
-
 def adversarial_pretraining_loss(model: PretrainingModel, batch: Mapping[str, torch.Tensor],
                                  clean_logits: torch.Tensor, config: AdversarialConfig,
                                  generator: torch.Generator | None = None) -> AdversarialResult:
@@ -270,15 +266,21 @@ def adversarial_pretraining_loss(model: PretrainingModel, batch: Mapping[str, to
     ``batch`` holds ``input_ids``, ``attention_mask``, ``token_type_ids`` and ``labels`` (other keys
     are ignored); ``clean_logits`` are the clean MLM logits at the positions where
     ``labels != -100``, in row-major order and with their graph, i.e. what
-    ``model.bert.cls.predictions`` produced inside ``model``'s forward."""
-    bert = model.bert
-    masked = batch["labels"] != IGNORE_INDEX
-    embeds = bert.get_input_embeddings()(batch["input_ids"])
+    ``model.bert.cls.predictions`` produced inside ``model``'s forward. The perturbed passes run in
+    the model's own layout (unpadded or padded); δ's noise is drawn in the padded shape either way
+    and gathered, so both layouts perturb every real token alike."""
+    prepared = model.prepare(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["labels"])
+    embeds = model.word_embeddings(prepared)
+    noise_shape = (*batch["input_ids"].shape, embeds.shape[-1])
 
-    def forward_fn(inputs_embeds: torch.Tensor) -> torch.Tensor:
-        return masked_mlm_logits(bert, inputs_embeds, batch["attention_mask"], batch["token_type_ids"], masked)
+    def to_layout(noise: torch.Tensor) -> torch.Tensor:
+        if noise.shape == embeds.shape:
+            return noise
+        real = noise.flatten(0, 1)[prepared.indices]  # the unpadded layout's real tokens, then bucket padding
+        return torch.cat([real, real.new_zeros(embeds.shape[0] - real.shape[0], real.shape[1])])
 
-    return adversarial_term(forward_fn, embeds, clean_logits, config, generator=generator)
+    return adversarial_term(lambda inputs_embeds: model.masked_logits(prepared, inputs_embeds), embeds, clean_logits,
+                            config, generator=generator, noise=(noise_shape, to_layout))
 
 
 @dataclass(kw_only=True)  # keyword-only: stays valid if PretrainingOutput gains defaulted fields
@@ -318,8 +320,8 @@ class AdversarialPretrainingModel(PretrainingModel):
     loss's dropout masks and graph. The term is added only in training mode, when ``adversarial``
     is on and the batch has masked positions; evaluation returns the standard loss."""
 
-    def __init__(self, bert: nn.Module, nsp: bool = True, *, adversarial: AdversarialConfig):
-        super().__init__(bert, nsp=nsp)
+    def __init__(self, bert: nn.Module, nsp: bool = True, *, adversarial: AdversarialConfig, **layout):
+        super().__init__(bert, nsp=nsp, **layout)  # layout: attention, pad_to_multiple_of
         self.adversarial = adversarial
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,

@@ -24,7 +24,9 @@ Schedule = Literal["slanted_triangular", "polynomial", "constant_with_warmup"]
 Precision = Literal["fp32", "fp16", "bf16"]
 WandbMode = Literal["offline", "online", "disabled"]
 MaskSchedule = Literal["constant", "stepwise", "linear"]  # pretrain.masking.MASK_SCHEDULES is built from it
-AttnImplementation = Literal["sdpa", "eager"]
+# pretrain.attention.KERNELS has one entry per varlen kernel here; hf_* are transformers' padded forward.
+AttentionImplementation = Literal["auto", "flash_attn", "sdpa_nested", "varlen", "flex", "sdpa_loop",
+                                  "hf_sdpa", "hf_eager"]
 ZeroStage = Literal[0, 1, 2]
 
 
@@ -47,8 +49,15 @@ class ModelArguments:
         "help": "a preset in configs/model (bert-base, bert-large, bert-small, bert-tiny) or a YAML/JSON file "
                 "of BertConfig fields (vocab_size always comes from the tokenizer); default: bert-base from "
                 "scratch, the checkpoint's own architecture in the continual modes"})
-    attn_implementation: AttnImplementation = field(default="sdpa", metadata={
-        "help": "attention kernel: sdpa or eager"})
+    attn_implementation: AttentionImplementation = field(default="auto", metadata={
+        "help": "attention over the unpadded batch: auto (the fastest that runs here: flash_attn, sdpa_nested, "
+                "varlen or flex on CUDA, sdpa_loop on CPU; the run log says which), or one of them by name; "
+                "hf_sdpa / hf_eager run transformers' padded forward (the reference)"})
+    compile: Literal["auto", "on", "off"] = field(default="auto", metadata={
+        "help": "torch.compile the dense blocks (projections, feed-forward, heads); auto: on for CUDA, off on CPU"})
+    bucket_tokens: int = field(default=128, metadata={
+        "help": "when compiling, round each micro-batch's token count up to a multiple of this, so the number "
+                "of compiled shapes stays bounded (the rounding is padding the log reports)", "min": 1})
 
 
 @dataclass

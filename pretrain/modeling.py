@@ -1,12 +1,16 @@
-"""The pretraining model: ``transformers.BertForPreTraining`` with a masked-positions-only MLM head.
+"""The pretraining model: ``transformers.BertForPreTraining`` weights, run on real tokens only.
 
 The weights are a plain ``BertForPreTraining`` (MLM head tied to the input embeddings, NSP head on
 the pooled [CLS]), so every export loads with ``BertForPreTraining``, ``BertForMaskedLM`` and
-``AutoModel``. Only the forward pass differs: BERT masks 15% of the tokens, and projecting every
-position onto a 30k vocabulary is the single largest matrix multiply of the step, so
-:class:`PretrainingModel` gathers the hidden states of the masked positions first and runs the
-MLM head on those alone (the same loss, about a seventh of the head's work). Attention uses
-PyTorch's scaled-dot-product kernel (``attn_implementation="sdpa"``).
+``AutoModel``. Only the forward pass differs, in two ways:
+
+* **Unpadded** (the default on every device): the micro-batch's real tokens run through the
+  encoder concatenated, with attention kept within each sequence (:mod:`pretrain.unpadded`,
+  kernels in :mod:`pretrain.attention`). ``attention="hf_sdpa"`` / ``"hf_eager"`` run transformers'
+  own padded forward instead: the reference the equivalence tests compare against.
+* **Masked positions only**: BERT masks 15% of the tokens, and projecting every position onto a
+  30k vocabulary is the single largest matrix multiply of the step, so the MLM head runs on the
+  masked positions' hidden states alone (the same loss, about a seventh of the head's work).
 """
 
 from __future__ import annotations
@@ -17,16 +21,26 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pretrain import unpadded
+from pretrain.attention import PADDED
+
 IGNORE_INDEX = -100
 
 
 def build_bert(model_fields: dict, vocab_size: int, pad_token_id: int, attn_implementation: str = "sdpa"):
-    """A freshly initialized ``BertForPreTraining`` from BertConfig fields and the tokenizer's size."""
+    """A freshly initialized ``BertForPreTraining`` from BertConfig fields and the tokenizer's size
+    (``attn_implementation`` is transformers' own: see :func:`hf_attention`)."""
     from transformers import BertConfig, BertForPreTraining
 
     config = BertConfig(**model_fields, vocab_size=vocab_size, pad_token_id=pad_token_id)
     config.architectures = ["BertForPreTraining"]
     return BertForPreTraining._from_config(config, attn_implementation=attn_implementation)
+
+
+def hf_attention(attention: str) -> str:
+    """transformers' ``attn_implementation`` for a model run with ``attention`` (what its padded
+    forward and its export use; the unpadded kernels do not go through it)."""
+    return "eager" if attention == "hf_eager" else "sdpa"
 
 
 @dataclass
@@ -40,32 +54,85 @@ class PretrainingOutput:
     mlm_count: torch.Tensor
     nsp_correct: torch.Tensor
     nsp_count: torch.Tensor
+    real_tokens: int = 0  # tokens of the micro-batch that are not padding
+    computed_positions: int = 0  # positions the encoder ran on (padding included)
+
+
+@dataclass
+class PaddedBatch:
+    """A micro-batch as the collator made it, for transformers' own padded forward."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    token_type_ids: torch.Tensor
+    labels: torch.Tensor | None
 
 
 class PretrainingModel(nn.Module):
-    """Wraps a ``BertForPreTraining``; ``self.bert`` is what gets exported."""
+    """Wraps a ``BertForPreTraining``; ``self.bert`` is what gets exported.
 
-    def __init__(self, bert: nn.Module, nsp: bool = True):
+    ``attention`` is a resolved kernel name (:func:`pretrain.attention.choose_kernel`);
+    ``pad_to_multiple_of`` rounds the unpadded token count up (bounded shapes for ``torch.compile``)."""
+
+    def __init__(self, bert: nn.Module, nsp: bool = True, attention: str = "sdpa_loop",
+                 pad_to_multiple_of: int | None = None):
         super().__init__()
         self.bert = bert
         self.nsp = nsp
+        self.attention = attention
+        self.pad_to_multiple_of = pad_to_multiple_of
+
+    @property
+    def unpadded(self) -> bool:
+        return self.attention not in PADDED
+
+    def prepare(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
+                labels: torch.Tensor | None = None) -> "PaddedBatch | unpadded.VarlenBatch":
+        """The micro-batch in the layout the encoder runs on."""
+        if not self.unpadded:
+            return PaddedBatch(input_ids, attention_mask, token_type_ids, labels)
+        return unpadded.unpad(input_ids, attention_mask, token_type_ids, labels,
+                              pad_to_multiple_of=self.pad_to_multiple_of,
+                              pad_token_id=self.bert.config.pad_token_id or 0)
+
+    def word_embeddings(self, batch: "PaddedBatch | unpadded.VarlenBatch") -> torch.Tensor:
+        return self.bert.get_input_embeddings()(batch.input_ids)
+
+    def encode(self, batch: "PaddedBatch | unpadded.VarlenBatch", inputs_embeds: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Last hidden states (one row per token of ``batch``'s layout) and the pooled [CLS] states."""
+        if isinstance(batch, PaddedBatch):
+            ids = None if inputs_embeds is not None else batch.input_ids
+            out = self.bert.bert(input_ids=ids, inputs_embeds=inputs_embeds, attention_mask=batch.attention_mask,
+                                 token_type_ids=batch.token_type_ids)
+            return out[0], out[1]
+        hidden = unpadded.encode(self.bert.bert, batch, self.attention, inputs_embeds)
+        return hidden, unpadded.pool(self.bert.bert, hidden, batch)
+
+    def masked_logits(self, batch: "PaddedBatch | unpadded.VarlenBatch", inputs_embeds: torch.Tensor | None = None
+                      ) -> torch.Tensor:
+        """MLM logits at the masked positions, in the padded batch's row-major order (ALUM's forward)."""
+        hidden, _ = self.encode(batch, inputs_embeds)
+        return self.bert.cls.predictions(hidden[batch.labels != IGNORE_INDEX])
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
                 labels: torch.Tensor, next_sentence_label: torch.Tensor | None = None) -> PretrainingOutput:
-        encoder = self.bert.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-        sequence_output, pooled_output = encoder[0], encoder[1]
-        heads = self.bert.cls
+        return self.losses(self.prepare(input_ids, attention_mask, token_type_ids, labels), next_sentence_label)
 
-        masked = labels != IGNORE_INDEX
-        targets = labels[masked]
+    def losses(self, batch: "PaddedBatch | unpadded.VarlenBatch", next_sentence_label: torch.Tensor | None
+               ) -> PretrainingOutput:
+        sequence_output, pooled_output = self.encode(batch)
+        heads, device = self.bert.cls, sequence_output.device
+        masked = batch.labels != IGNORE_INDEX
+        targets = batch.labels[masked]
         mlm_count = targets.numel()
         if mlm_count:
             logits = heads.predictions(sequence_output[masked])
             mlm_loss = F.cross_entropy(logits.float(), targets)
             mlm_correct = (logits.argmax(-1) == targets).sum()
         else:  # keeps every parameter in the graph, so data-parallel gradient reduction still works
-            mlm_loss = heads.predictions(sequence_output[:1, 0]).sum() * 0.0
-            mlm_correct = torch.zeros((), dtype=torch.long, device=input_ids.device)
+            mlm_loss = heads.predictions(sequence_output.flatten(0, -2)[:1]).sum() * 0.0
+            mlm_correct = torch.zeros((), dtype=torch.long, device=device)
 
         nsp_logits = heads.seq_relationship(pooled_output)
         has_nsp = self.nsp and next_sentence_label is not None and bool((next_sentence_label != IGNORE_INDEX).any())
@@ -76,13 +143,20 @@ class PretrainingModel(nn.Module):
             nsp_count = int(valid.sum())
         else:
             nsp_loss = nsp_logits.sum() * 0.0
-            nsp_correct = torch.zeros((), dtype=torch.long, device=input_ids.device)
+            nsp_correct = torch.zeros((), dtype=torch.long, device=device)
             nsp_count = 0
-        device = input_ids.device
         return PretrainingOutput(
             loss=mlm_loss + nsp_loss, mlm_loss=mlm_loss.detach(), nsp_loss=nsp_loss.detach(),
             mlm_correct=mlm_correct, mlm_count=torch.tensor(mlm_count, device=device),
-            nsp_correct=nsp_correct, nsp_count=torch.tensor(nsp_count, device=device))
+            nsp_correct=nsp_correct, nsp_count=torch.tensor(nsp_count, device=device),
+            **_positions(batch))
+
+
+def _positions(batch: "PaddedBatch | unpadded.VarlenBatch") -> dict[str, int]:
+    if isinstance(batch, PaddedBatch):
+        return {"real_tokens": int(batch.attention_mask.sum()), "computed_positions": batch.input_ids.numel()}
+    total = batch.sequences.offsets[-1]
+    return {"real_tokens": total - batch.padding, "computed_positions": total}
 
 
 def count_parameters(model: nn.Module) -> int:

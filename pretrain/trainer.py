@@ -43,7 +43,8 @@ from pretrain.config import (DataArguments, ModelArguments, PretrainConfigError,
                              load_model_preset, mask_rate_schedule, resolve_batch)
 from pretrain.divergence import DivergenceGuard, Verdict
 from pretrain.metrics import MetricsLogger, peak_flops
-from pretrain.modeling import PretrainingModel, count_parameters, flops_per_token
+from pretrain.attention import PADDED
+from pretrain.modeling import PretrainingModel, count_parameters, flops_per_token, hf_attention
 from pretrain.preemption import StopRequests, ignore_stop_signals
 from pretrain.resume import apply_learning_rate, compare_signatures, run_signature
 from pretrain.sampler import BatchPlan
@@ -206,7 +207,6 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
     import deepspeed
     import torch.distributed as dist
 
-    from pretrain.adversarial import AdversarialPretrainingModel
     from pretrain.data import load_pretraining_data
     from pretrain.initialization import initialize_model, load_checkpoint_config
     from tokenization.tokenizer_io import load_tokenizer
@@ -241,17 +241,13 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
     torch.manual_seed(train_args.seed)  # identical initial weights on every rank
     bert, init_report = initialize_model(model_args.init, tokenizer=tokenizer, model_fields=model_fields,
                                          init_checkpoint=model_args.init_checkpoint or None,
-                                         attn_implementation=model_args.attn_implementation)
+                                         attn_implementation=hf_attention(model_args.attn_implementation))
     signature = run_signature(model_args=model_args, data_args=data_args, train_args=train_args,
                               adversarial=adversarial, world_size=world_size, data_meta=data_meta,
                               architecture=_architecture(bert.config))
     config_changes = compare_signatures(selection.manifest["signature"], signature,
                                         allow_change=train_args.allow_config_change) if selection.tag else {}
-    if adversarial is not None and adversarial.adversarial:
-        model = AdversarialPretrainingModel(bert, nsp=data_args.nsp, adversarial=adversarial)
-    else:
-        model = PretrainingModel(bert, nsp=data_args.nsp)
-    model.to(device)
+    model, execution = _pretraining_model(bert, model_args, data_args, train_args, adversarial, device)
     engine, gate, optimizer_impl = _build_engine(model, train_args, world_size, device)
     torch.manual_seed(train_args.seed + rank)  # dropout differs across ranks, reproducibly
 
@@ -275,7 +271,8 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
     run_config = {"model": dataclasses.asdict(model_args), "data": dataclasses.asdict(data_args),
                   "train": dataclasses.asdict(train_args), "world_size": world_size,
                   "adversarial": dataclasses.asdict(adversarial) if adversarial is not None else None,
-                  "optimizer_impl": optimizer_impl, "parameters": count_parameters(bert),
+                  "optimizer_impl": optimizer_impl, "execution": dataclasses.asdict(execution),
+                  "parameters": count_parameters(bert),
                   "initialization": init_report.as_dict(), "data_meta": data_meta,
                   "resumes": _resume_history(run_dir, rank, selection, config_changes, state)}
     logger = MetricsLogger(run_dir, enabled=rank == 0, wandb_mode=train_args.wandb_mode,
@@ -292,6 +289,7 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
                            f"{train_args.learning_rate:g} (overrides the checkpoint's scheduler state)")
     else:
         logger.message(init_report.describe())
+    logger.message(execution.describe())
     logger.message(f"{count_parameters(bert) / 1e6:.1f}M parameters, {len(dataset):,} instances, global batch "
                    f"{train_args.global_batch_size} ({world_size} rank(s) × {train_args.micro_batch_size} × "
                    f"{train_args.gradient_accumulation_steps}), optimizer {optimizer_impl}, device {device}")
@@ -303,6 +301,55 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
                flops_token=flops_per_token(bert.config, int(data_meta.get("max_seq_length", max_positions))),
                peak=peak_flops(torch.cuda.get_device_name(device), train_args.precision)
                if device.type == "cuda" else None)
+
+
+@dataclasses.dataclass
+class Execution:
+    """How the model runs: the layout, the attention kernel (and why faster ones were passed over),
+    compilation and its token bucketing. Recorded in run_config.json and said in the run log."""
+
+    attention: str
+    passed_over: list[str]
+    unpadded: bool
+    compiled: bool
+    bucket_tokens: int | None
+
+    def describe(self) -> str:
+        layout = "unpadded (real tokens only)" if self.unpadded else "padded (transformers' forward)"
+        text = f"execution: {layout}, attention {self.attention}"
+        if self.passed_over:
+            text += f" (passed over: {'; '.join(self.passed_over)})"
+        if self.compiled:
+            text += f", torch.compile on the dense blocks, token counts rounded up to a multiple of {self.bucket_tokens}"
+        return text
+
+
+def _pretraining_model(bert, model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments,
+                       adversarial: AdversarialConfig | None, device: torch.device):
+    """The trained module around ``bert``: the attention kernel chosen for this device and precision,
+    compiled when asked, ALUM's wrapper when on; moved to ``device``."""
+    from pretrain.adversarial import AdversarialPretrainingModel
+    from pretrain.attention import choose_kernel
+    from pretrain.compiling import compile_dense_blocks, should_compile
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(train_args.precision, torch.float32)
+    try:
+        attention, passed_over = choose_kernel(model_args.attn_implementation, device, dtype,
+                                               float(bert.config.attention_probs_dropout_prob))
+    except ValueError as err:
+        raise PretrainConfigError(str(err)) from None
+    compiled = should_compile(model_args.compile, device.type)
+    execution = Execution(attention, passed_over, unpadded=attention not in PADDED, compiled=compiled,
+                          bucket_tokens=model_args.bucket_tokens if compiled and attention not in PADDED else None)
+    layout = {"attention": attention, "pad_to_multiple_of": execution.bucket_tokens}
+    if adversarial is not None and adversarial.adversarial:
+        model = AdversarialPretrainingModel(bert, nsp=data_args.nsp, adversarial=adversarial, **layout)
+    else:
+        model = PretrainingModel(bert, nsp=data_args.nsp, **layout)
+    model.to(device)
+    if compiled:
+        compile_dense_blocks(bert)
+    return model, execution
 
 
 def _select_resume_checkpoint(run_dir: Path, train_args: TrainArguments, rank: int) -> Selection:
@@ -403,14 +450,15 @@ def _accumulate_step(run: Run, step: int) -> tuple[StepTotals, Verdict, float, f
     for micro in range(accumulation):
         batch = next(run.batches)
         assert int(batch.pop("step")) == step, "data stream out of step"
-        totals.add(mask_rate=float(batch.pop("mlm_probability")) / accumulation)
+        totals.add(mask_rate=float(batch.pop("mlm_probability")) / accumulation, **_shape_counts(batch))
         batch = {k: v.to(run.device, non_blocking=True) for k, v in batch.items()}
         out = engine(**batch)
+        totals.add(positions=out.computed_positions)
         if torch.isfinite(out.loss.detach()):
             engine.backward(out.loss)
             totals.add(mlm_loss=out.mlm_loss.item(), nsp_loss=out.nsp_loss.item(), mlm_correct=out.mlm_correct.item(),
                        mlm_count=out.mlm_count.item(), nsp_correct=out.nsp_correct.item(),
-                       nsp_count=out.nsp_count.item(), tokens=batch["attention_mask"].sum().item())
+                       nsp_count=out.nsp_count.item())
             if run.adversarial:
                 totals.add(adv_kl=out.adv_kl.item(), adv_nonfinite=out.adv_nonfinite.item())
         else:  # keep DeepSpeed's hooks and counters in step; the verdict skips the update
@@ -418,13 +466,21 @@ def _accumulate_step(run: Run, step: int) -> tuple[StepTotals, Verdict, float, f
             engine.backward(sum(p.sum() for p in engine.module.parameters()) * 0.0)
         if micro == accumulation - 1:
             totals.add(stop=float(run.stops.reason() is not None))
-            totals.all_reduce(dist)
+            totals.all_reduce(dist, run.device)
             lr = engine.get_lr()[0]  # the rate this step's update uses
             grad_norm = _gradient_norm(engine)
             verdict = run.guard.judge(totals.mean_loss(accumulation * run.world_size), grad_norm)
             run.gate.closed = verdict.skip
         engine.step()
     return totals, verdict, lr, grad_norm, time.perf_counter() - started
+
+
+def _shape_counts(batch: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Real tokens, sequences and Σ length² of a micro-batch (for throughput and attention FLOPs),
+    read off the host-side mask before the batch moves to the device."""
+    lengths = batch["attention_mask"].sum(dim=1)
+    return {"tokens": float(lengths.sum()), "sequences": float(lengths.numel()),
+            "attention_pairs": float((lengths.double() ** 2).sum())}
 
 
 def _account_step(run: Run, step: int, totals: StepTotals, verdict: Verdict, lr: float, grad_norm: float | None,
@@ -494,7 +550,8 @@ def _metrics_record(run: Run, step: int, totals: StepTotals, verdict: Verdict, l
         "nsp_accuracy": totals["nsp_correct"] / totals["nsp_count"] if totals["nsp_count"] else None,
         "lr": lr,
         "grad_norm": _finite_or_none(grad_norm),
-        "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
+        "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,  # real tokens, padding not counted
+        "padding_fraction": 1.0 - tokens / totals["positions"] if totals["positions"] else 0.0,
         "step_seconds": elapsed,
         "mask_rate": totals["mask_rate"] / run.world_size,
         "skipped_steps": run.state["skipped_steps"],
@@ -518,7 +575,8 @@ class StepTotals:
     """Per-step sums over this rank's micro-batches, by name, reduced over ranks in one call."""
 
     FIELDS = ("mlm_loss", "nsp_loss", "mlm_correct", "mlm_count", "nsp_correct", "nsp_count", "tokens",
-              "nonfinite_micro", "stop", "adv_kl", "adv_nonfinite", "mask_rate")
+              "positions", "sequences", "attention_pairs", "nonfinite_micro", "stop", "adv_kl", "adv_nonfinite",
+              "mask_rate")
     _INDEX = {name: i for i, name in enumerate(FIELDS)}
 
     def __init__(self) -> None:
@@ -531,8 +589,10 @@ class StepTotals:
     def __getitem__(self, name: str) -> float:
         return float(self.values[self._INDEX[name]])
 
-    def all_reduce(self, dist) -> None:
-        dist.all_reduce(self.values, op=dist.ReduceOp.SUM)
+    def all_reduce(self, dist, device: torch.device) -> None:
+        values = self.values.to(device)  # NCCL reduces device tensors only
+        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+        self.values = values.cpu()
 
     def mean_loss(self, micro_batches: int) -> float:
         """The step's loss over every rank's micro-batches; NaN when any of them was not finite."""

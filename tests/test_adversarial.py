@@ -52,10 +52,9 @@ def make_batch(seed: int = 0, batch: int = 4, seq: int = 24, pad: int = 4) -> di
 
 
 def clean_masked_logits(model: PretrainingModel, batch) -> torch.Tensor:
-    """The clean pass the wrapper captures, recomputed the plain way."""
-    out = model.bert.bert(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                          token_type_ids=batch["token_type_ids"])
-    return model.bert.cls.predictions(out[0][batch["labels"] != IGNORE_INDEX])
+    """The clean pass the wrapper captures, recomputed through the model's own layout."""
+    return model.masked_logits(model.prepare(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+                                             batch["labels"]))
 
 
 def config(**overrides) -> AdversarialConfig:

@@ -59,6 +59,34 @@ def test_straight_run_exports_a_loadable_model(straight_run):
     assert_fine_tuning_module_loads(model_dir)
 
 
+def test_the_default_unpadded_run_equals_the_padded_reference_run(pretraining_inputs, tmp_path):
+    """By default the batch runs unpadded (auto: sdpa_loop on CPU); transformers' padded forward on the
+    same data gives the same losses to rounding (dropout off: its masks depend on the layout's
+    shape), and the log and run_config.json say which ran, the metrics how much was padding."""
+    import yaml
+
+    preset = yaml.safe_load((REPO / "configs" / "model" / "bert-tiny.yaml").read_text())
+    preset.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    (tmp_path / "tiny-no-dropout.yaml").write_text(yaml.safe_dump(preset))
+    runs = {}
+    for name, extra in (("unpadded", ()), ("padded", ("--attn-implementation", "hf_sdpa"))):
+        args = pretrain_args(pretraining_inputs, tmp_path / name, "--max-steps", "6", *extra)
+        args[args.index("--model") + 1] = str(tmp_path / "tiny-no-dropout.yaml")
+        runs[name] = run(args)
+        assert runs[name].returncode == 0, runs[name].stderr[-3000:]
+    unpadded, padded = losses(tmp_path / "unpadded"), losses(tmp_path / "padded")
+    assert sorted(unpadded) == sorted(padded) == list(range(1, 7))
+    for step in unpadded:
+        assert abs(unpadded[step] - padded[step]) < 1e-4, (step, unpadded[step], padded[step])
+    execution = json.loads((tmp_path / "unpadded" / "run_config.json").read_text())["execution"]
+    assert execution["attention"] == "sdpa_loop" and execution["unpadded"] and not execution["compiled"]
+    assert "execution: unpadded (real tokens only), attention sdpa_loop" in runs["unpadded"].stderr
+    assert "execution: padded (transformers' forward), attention hf_sdpa" in runs["padded"].stderr
+    fractions = {name: [json.loads(line)["padding_fraction"] for line in (tmp_path / name / "metrics.jsonl")
+                        .read_text().splitlines()] for name in runs}
+    assert set(fractions["unpadded"]) == {0.0} and max(fractions["padded"]) > 0.0
+
+
 def kill_after_first_checkpoint_and_resume(args: list[str], out: Path, first_tag: str) -> subprocess.CompletedProcess:
     process = subprocess.Popen([PYTHON, str(REPO / "launch" / "pretrain.py"), *args],
                                cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -1,0 +1,232 @@
+"""Attention over the unpadded (varlen) layout: every kernel, and the choice among them.
+
+The encoder (:mod:`pretrain.unpadded`) hands each layer's queries, keys and values as
+``(total_tokens, heads, head_dim)`` tensors holding only real tokens, the micro-batch's sequences
+one after another, with ``cu_seqlens`` marking where each starts. A kernel returns the attention
+output in the same layout; attention never crosses a sequence boundary. One function per kernel,
+one table (:data:`KERNELS`) saying what each needs, and :func:`choose_kernel` picking the fastest
+that applies — no branching on kernel names anywhere else.
+
+``hf_sdpa`` and ``hf_eager`` are not varlen kernels: they name transformers' own padded forward,
+kept as the reference the equivalence tests and benchmarks compare against.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Callable, get_args
+
+import torch
+import torch.nn.functional as F
+
+from pretrain.config import AttentionImplementation
+
+PADDED = ("hf_sdpa", "hf_eager")
+
+
+@dataclass(frozen=True)
+class Sequences:
+    """Where the sequences of a varlen batch lie: ``cu_seqlens`` (int32, ``n + 1`` offsets, on the
+    device), the same offsets and lengths as Python ints (kernels that loop or build masks need
+    them without a device sync each layer), and the longest length."""
+
+    cu_seqlens: torch.Tensor
+    offsets: tuple[int, ...]
+    max_length: int
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        return tuple(b - a for a, b in zip(self.offsets[:-1], self.offsets[1:]))
+
+    @functools.cached_property
+    def document_ids(self) -> torch.Tensor:
+        """Each token's sequence number (FlexAttention's document mask)."""
+        lengths = torch.tensor(self.lengths, device=self.cu_seqlens.device)
+        return torch.repeat_interleave(torch.arange(len(self.lengths), device=lengths.device), lengths)
+
+
+    @functools.cached_property
+    def length_groups(self) -> tuple[list[tuple[int, int, torch.Tensor | None]], torch.Tensor | None]:
+        """Sequences grouped by length, for batched per-length attention: (length, count, token
+        indices or None for a lone sequence read by slicing) per group, and the permutation that puts
+        the groups' outputs back in token order (None when the order is already the tokens')."""
+        by_length: dict[int, list[int]] = {}
+        for start, end in zip(self.offsets[:-1], self.offsets[1:]):
+            by_length.setdefault(end - start, []).append(start)
+        device = self.cu_seqlens.device
+        groups, order = [], []
+        for length, starts in by_length.items():
+            index = (torch.tensor(starts, device=device)[:, None] + torch.arange(length, device=device)).flatten()
+            groups.append((length, len(starts), index))
+            order.append(index)
+        permutation = torch.cat(order)
+        if torch.equal(permutation, torch.arange(permutation.numel(), device=device)):
+            return groups, None
+        return groups, torch.empty_like(permutation).scatter_(0, permutation, torch.arange(permutation.numel(),
+                                                                                              device=device))
+
+
+Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Sequences, float, float], torch.Tensor]
+
+
+def sdpa_loop(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqs: Sequences, dropout_p: float,
+              scale: float) -> torch.Tensor:
+    """PyTorch's SDPA over the sequences, one batched call per distinct length (BERT's instances are
+    mostly of the maximum length, so a handful of calls per layer): every device, any dtype,
+    attention dropout; the CPU's fastest (its SDPA kernels take no varlen input)."""
+    groups, inverse = seqs.length_groups
+    outputs = []
+    for length, count, index in groups:
+        q_g, k_g, v_g = (t.index_select(0, index).view(count, length, *t.shape[1:]).transpose(1, 2)
+                         for t in (q, k, v))
+        out = F.scaled_dot_product_attention(q_g, k_g, v_g, dropout_p=dropout_p, scale=scale)
+        outputs.append(out.transpose(1, 2).reshape(count * length, *q.shape[1:]))
+    out = torch.cat(outputs)
+    return out if inverse is None else out.index_select(0, inverse)
+
+
+def sdpa_nested(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqs: Sequences, dropout_p: float,
+                scale: float) -> torch.Tensor:
+    """SDPA on nested (jagged) tensors: on CUDA PyTorch dispatches it to its varlen flash /
+    memory-efficient kernels, attention dropout included; on CPU it is a slow reference."""
+    offsets = seqs.cu_seqlens.long()
+
+    def nested(t: torch.Tensor) -> torch.Tensor:
+        return torch.nested.nested_tensor_from_jagged(t, offsets=offsets, max_seqlen=seqs.max_length).transpose(1, 2)
+
+    out = F.scaled_dot_product_attention(nested(q), nested(k), nested(v), dropout_p=dropout_p, scale=scale)
+    return out.transpose(1, 2).values()
+
+
+def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqs: Sequences, dropout_p: float,
+           scale: float) -> torch.Tensor:
+    """``torch.nn.attention.varlen.varlen_attn`` (flash attention on CUDA, fp16/bf16; no dropout)."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    if dropout_p:
+        raise ValueError("varlen attention applies no attention dropout")
+    return varlen_attn(q, k, v, seqs.cu_seqlens, seqs.cu_seqlens, seqs.max_length, seqs.max_length, scale=scale)
+
+
+def flash_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqs: Sequences, dropout_p: float,
+               scale: float) -> torch.Tensor:
+    """The ``flash-attn`` package's varlen kernel (CUDA, fp16/bf16, attention dropout)."""
+    from flash_attn import flash_attn_varlen_func
+
+    return flash_attn_varlen_func(q, k, v, seqs.cu_seqlens, seqs.cu_seqlens, seqs.max_length, seqs.max_length,
+                                  dropout_p=dropout_p, softmax_scale=scale)
+
+
+def flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqs: Sequences, dropout_p: float,
+         scale: float) -> torch.Tensor:
+    """FlexAttention over the whole micro-batch as one row with a document mask (block-sparse:
+    blocks between sequences are skipped). Fast compiled on CUDA; no dropout."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    if dropout_p:
+        raise ValueError("FlexAttention applies no attention dropout")
+    documents = seqs.document_ids
+    total = q.shape[0]
+
+    def same_document(batch, head, q_index, kv_index):
+        return documents[q_index] == documents[kv_index]
+
+    compiled = q.device.type == "cuda"  # unfused (the full score matrix) otherwise: fine for CPU tests only
+    mask = create_block_mask(same_document, None, None, total, total, device=q.device, _compile=compiled)
+    attention = _compiled_flex_attention() if compiled else flex_attention
+    out = attention(*(t.transpose(0, 1).unsqueeze(0) for t in (q, k, v)), block_mask=mask, scale=scale)
+    return out.squeeze(0).transpose(0, 1)
+
+
+@functools.lru_cache(maxsize=1)
+def _compiled_flex_attention():
+    """FlexAttention is a fused kernel only when compiled; one compiled function, made on first use."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=True)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """What a kernel needs: the devices it runs on at all and those it is fast on (``auto`` picks
+    only those), a half-precision dtype, an importable module; whether it applies attention dropout
+    (BERT's recipe uses 0.1; a kernel without it would train another model)."""
+
+    function: Kernel
+    runs_on: tuple[str, ...]
+    fast_on: tuple[str, ...]
+    half_only: bool
+    dropout: bool
+    module: str | None = None
+
+
+KERNELS: dict[str, KernelSpec] = {  # in the order auto tries them
+    "flash_attn": KernelSpec(flash_attn, ("cuda",), ("cuda",), half_only=True, dropout=True, module="flash_attn"),
+    "sdpa_nested": KernelSpec(sdpa_nested, ("cuda", "cpu"), ("cuda",), half_only=False, dropout=True),
+    "varlen": KernelSpec(varlen, ("cuda",), ("cuda",), half_only=True, dropout=False,
+                         module="torch.nn.attention.varlen"),
+    # FlexAttention has no CPU backward (torch 2.13); its forward runs on CPU (tested there).
+    "flex": KernelSpec(flex, ("cuda",), ("cuda",), half_only=False, dropout=False,
+                       module="torch.nn.attention.flex_attention"),
+    "sdpa_loop": KernelSpec(sdpa_loop, ("cuda", "cpu"), ("cuda", "cpu"), half_only=False, dropout=True),
+}
+
+
+assert set(get_args(AttentionImplementation)) == {"auto", *PADDED, *KERNELS}  # one choice set, defined once
+
+
+def why_not(name: str, device: torch.device, dtype: torch.dtype, attention_dropout: float) -> str | None:
+    """Why kernel ``name`` cannot run here (None when it can)."""
+    spec = KERNELS[name]
+    if device.type not in spec.runs_on:
+        return f"runs on {' or '.join(spec.runs_on)} only"
+    if spec.half_only and dtype not in (torch.float16, torch.bfloat16):
+        return f"needs fp16 or bf16 (the run computes in {str(dtype).removeprefix('torch.')})"
+    if attention_dropout and not spec.dropout:
+        return (f"applies no attention dropout, and the model's attention_probs_dropout_prob is {attention_dropout} "
+                "(set it to 0 in the model preset, as MosaicBERT and ModernBERT do, to use it)")
+    if spec.module is not None and not _importable(spec.module):
+        return f"{spec.module} is not installed"
+    return None
+
+
+def choose_kernel(requested: str, device: torch.device, dtype: torch.dtype, attention_dropout: float
+                  ) -> tuple[str, list[str]]:
+    """The kernel to run and, for ``auto``, why each faster one was passed over (for the log).
+
+    ``requested`` other than ``auto`` is taken as given if it can run, else ValueError saying why."""
+    if requested in PADDED:
+        return requested, []
+    if requested != "auto":
+        reason = why_not(requested, device, dtype, attention_dropout)
+        if reason is not None:
+            raise ValueError(f"attn_implementation {requested!r} cannot run: it {reason}")
+        return requested, []
+    passed = []
+    for name, spec in KERNELS.items():
+        reason = f"slow on {device.type}" if device.type not in spec.fast_on else \
+            why_not(name, device, dtype, attention_dropout)
+        if reason is None:
+            return name, passed
+        passed.append(f"{name}: {reason}")
+    raise AssertionError("sdpa_loop runs everywhere")  # pragma: no cover
+
+
+def attend(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqs: Sequences, dropout_p: float,
+           scale: float | None = None) -> torch.Tensor:
+    """Kernel ``name`` on ``(total_tokens, heads, head_dim)`` inputs."""
+    scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    return KERNELS[name].function(q, k, v, seqs, dropout_p, scale)
+
+
+@functools.lru_cache(maxsize=None)
+def _importable(module: str) -> bool:
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except Exception:  # noqa: BLE001 - a broken optional install is as good as none
+        return False
+    return True

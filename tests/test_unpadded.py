@@ -1,0 +1,217 @@
+"""The unpadded (varlen) forward is the padded model, to rounding: losses and every parameter's
+gradient within 1e-5 (fp32, CPU) on the same masked batch — whole-word and token masking, NSP on and
+off, sequences up to 128 and 512, with ALUM — and every attention kernel that runs on CPU agrees
+with eager attention."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pretrain.adversarial import AdversarialConfig, AdversarialPretrainingModel
+from pretrain.attention import KERNELS, Sequences, attend, choose_kernel, why_not
+from pretrain.masking import MaskingConfig, PretrainingCollator
+from pretrain.modeling import PretrainingModel
+from pretrain.unpadded import pad_back, unpad
+
+VOCAB, PAD, CLS, SEP, MASK = 120, 0, 2, 3, 4
+TOLERANCE = 1e-5
+
+
+def tiny_bert(max_positions: int = 512, dropout: float = 0.0, seed: int = 0):
+    from transformers import BertConfig, BertForPreTraining
+
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=max_positions, hidden_dropout_prob=dropout,
+                        attention_probs_dropout_prob=dropout, pad_token_id=PAD)
+    return BertForPreTraining._from_config(config, attn_implementation="eager")
+
+
+def instances(lengths: list[int], seed: int) -> list[dict]:
+    """NSP-style pairs: [CLS] A [SEP] B [SEP], word starts marked on about two in three pieces."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for n in lengths:
+        body = torch.randint(10, VOCAB, (n - 3,), generator=g).tolist()
+        cut = max(1, (n - 3) // 2)
+        ids = [CLS, *body[:cut], SEP, *body[cut:], SEP]
+        types = [0] * (cut + 2) + [1] * (n - cut - 2)
+        starts = [1] + (torch.rand(n - 2, generator=g) < 0.66).long().tolist() + [1]
+        out.append({"input_ids": ids, "token_type_ids": types, "word_starts": starts,
+                    "next_sentence_label": int(torch.randint(2, (1,), generator=g))})
+    return out
+
+
+def masked_batch(lengths: list[int], whole_word: bool, seed: int = 0) -> dict[str, torch.Tensor]:
+    collator = PretrainingCollator(pad_token_id=PAD, cls_token_id=CLS, sep_token_id=SEP, mask_token_id=MASK,
+                                   vocab_size=VOCAB, config=MaskingConfig(whole_word=whole_word))
+    return dict(collator(instances(lengths, seed), generator=torch.Generator().manual_seed(seed + 1)))
+
+
+def losses_and_grads(model: PretrainingModel, batch: dict, nsp: bool) -> tuple[dict[str, float], dict]:
+    model.zero_grad()
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids", "labels")}
+    out = model(**inputs, next_sentence_label=batch["next_sentence_label"] if nsp else None)
+    out.loss.backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return {"loss": out.loss.item(), "mlm": out.mlm_loss.item(), "nsp": out.nsp_loss.item()}, grads
+
+
+def assert_same(padded: tuple, unpadded: tuple) -> None:
+    (loss_p, grads_p), (loss_u, grads_u) = padded, unpadded
+    for key in loss_p:
+        assert abs(loss_p[key] - loss_u[key]) <= TOLERANCE, (key, loss_p[key], loss_u[key])
+    assert grads_p.keys() == grads_u.keys()
+    for name in grads_p:
+        assert torch.allclose(grads_p[name], grads_u[name], atol=TOLERANCE, rtol=TOLERANCE), \
+            (name, (grads_p[name] - grads_u[name]).abs().max().item())
+
+
+def length_mix(max_length: int, count: int, seed: int) -> list[int]:
+    """BERT's mix: most sequences near the maximum, some short (short_seq_prob, document ends)."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = [max_length if torch.rand(1, generator=g) < 0.5 else int(torch.randint(8, max_length, (1,),
+                                                                                     generator=g))
+               for _ in range(count)]
+    lengths[0] = max_length - 5  # never a full row everywhere: padding must exist
+    return lengths
+
+
+@pytest.mark.parametrize("max_length,count", [(128, 6), (512, 3)])
+@pytest.mark.parametrize("whole_word", [True, False], ids=["whole-word", "token"])
+@pytest.mark.parametrize("nsp", [True, False], ids=["nsp", "no-nsp"])
+def test_unpadded_losses_and_gradients_equal_the_padded_models(max_length, count, whole_word, nsp):
+    bert = tiny_bert()
+    batch = masked_batch(length_mix(max_length, count, seed=max_length), whole_word)
+    padded = PretrainingModel(copy.deepcopy(bert), nsp=nsp, attention="hf_eager")
+    unpadded = PretrainingModel(copy.deepcopy(bert), nsp=nsp, attention="sdpa_loop")
+    assert_same(losses_and_grads(padded, batch, nsp), losses_and_grads(unpadded, batch, nsp))
+
+
+def test_bucketed_unpadded_layout_equals_the_padded_model():
+    """Rounding the token count up for torch.compile adds a sequence of padding that changes nothing."""
+    bert = tiny_bert()
+    batch = masked_batch([37, 64, 11], whole_word=True)
+    padded = PretrainingModel(copy.deepcopy(bert), attention="hf_sdpa")
+    bucketed = PretrainingModel(copy.deepcopy(bert), attention="sdpa_loop", pad_to_multiple_of=64)
+    assert_same(losses_and_grads(padded, batch, True), losses_and_grads(bucketed, batch, True))
+    out = bucketed(**{k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids", "labels")})
+    assert (out.real_tokens, out.computed_positions) == (112, 128)
+
+
+def test_unpadded_alum_equals_the_padded_alum():
+    """ALUM's noise is drawn in the padded shape either way, so both layouts take the same δ."""
+    bert = tiny_bert()
+    batch = masked_batch(length_mix(128, 4, seed=3), whole_word=True)
+    adversarial = AdversarialConfig(adversarial=True, adv_alpha=1.0, adv_epsilon=1e-3, adv_step_size=1e-3)
+    results = []
+    for attention in ("hf_eager", "sdpa_loop"):
+        model = AdversarialPretrainingModel(copy.deepcopy(bert), adversarial=adversarial, attention=attention)
+        torch.manual_seed(7)  # δ's noise comes from the global RNG, as in training
+        loss, grads = losses_and_grads(model, batch, nsp=True)
+        results.append((loss, grads))
+    assert_same(*results)
+
+
+def test_unpad_keeps_positions_types_and_cls_of_each_sequence():
+    batch = masked_batch([5, 9, 7], whole_word=False)
+    varlen = unpad(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["labels"])
+    assert varlen.sequences.offsets == (0, 5, 14, 21) and varlen.sequences.max_length == 9
+    assert varlen.position_ids.tolist() == [*range(5), *range(9), *range(7)]
+    assert varlen.input_ids[varlen.cls_positions].tolist() == [CLS, CLS, CLS]
+    assert torch.equal(pad_back(varlen.token_type_ids, varlen), batch["token_type_ids"])
+    assert torch.equal(pad_back(varlen.labels, varlen, fill=-100), batch["labels"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(3, 40), min_size=1, max_size=6), multiple=st.sampled_from([None, 8, 64]))
+def test_unpad_then_pad_back_is_the_identity_on_real_tokens(lengths, multiple):
+    batch = masked_batch(lengths, whole_word=True)
+    varlen = unpad(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["labels"],
+                   pad_to_multiple_of=multiple)
+    total = varlen.sequences.offsets[-1]
+    assert total - varlen.padding == sum(lengths)
+    assert multiple is None or total % multiple == 0
+    assert varlen.padding < (multiple or 1)
+    assert torch.equal(pad_back(varlen.input_ids, varlen), batch["input_ids"])
+    assert (varlen.labels[sum(lengths):] == -100).all()
+
+
+# -------------------------------------------------------------------------------- kernels
+
+def _eager_reference(q, k, v, seqs: Sequences) -> torch.Tensor:
+    out = []
+    for a, b in zip(seqs.offsets[:-1], seqs.offsets[1:]):
+        scores = torch.einsum("qhd,khd->hqk", q[a:b], k[a:b]) / q.shape[-1] ** 0.5
+        out.append(torch.einsum("hqk,khd->qhd", scores.softmax(-1), v[a:b]))
+    return torch.cat(out)
+
+
+CPU_KERNELS = [name for name, spec in KERNELS.items() if "cpu" in spec.runs_on]
+
+
+@pytest.mark.parametrize("kernel", CPU_KERNELS)
+def test_every_cpu_kernel_matches_eager_attention_and_its_gradients(kernel):
+    lengths = [13, 1, 40, 7]
+    offsets = [0]
+    for n in lengths:
+        offsets.append(offsets[-1] + n)
+    seqs = Sequences(torch.tensor(offsets, dtype=torch.int32), tuple(offsets), max(lengths))
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(offsets[-1], 4, 8, generator=g, requires_grad=True) for _ in range(3))
+    out = attend(kernel, q, k, v, seqs, 0.0)
+    reference = _eager_reference(q, k, v, seqs)
+    assert torch.allclose(out, reference, atol=1e-5)
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+    expected = torch.autograd.grad(reference.square().sum(), (q, k, v))
+    for got, want in zip(grads, expected):
+        assert torch.allclose(got, want, atol=1e-4)
+
+
+def test_flex_document_mask_matches_eager_attention_forward_on_cpu():
+    """FlexAttention trains on CUDA only; its document mask is checked here on CPU, forward."""
+    from pretrain.attention import flex
+
+    offsets = (0, 13, 14, 54, 61)
+    seqs = Sequences(torch.tensor(offsets, dtype=torch.int32), offsets, 40)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(61, 4, 8, generator=g) for _ in range(3))
+    assert torch.allclose(flex(q, k, v, seqs, 0.0, 8 ** -0.5), _eager_reference(q, k, v, seqs), atol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", CPU_KERNELS + ["hf_sdpa"])
+def test_every_cpu_attention_gives_eagers_losses_on_a_two_layer_model(kernel):
+    bert = tiny_bert()
+    batch = masked_batch([20, 33, 9], whole_word=True)
+    reference = losses_and_grads(PretrainingModel(copy.deepcopy(bert), attention="hf_eager"), batch, True)
+    assert_same(reference, losses_and_grads(PretrainingModel(copy.deepcopy(bert), attention=kernel), batch, True))
+
+
+def test_auto_picks_the_cpu_loop_and_says_why_not_the_others():
+    name, passed = choose_kernel("auto", torch.device("cpu"), torch.float32, 0.1)
+    assert name == "sdpa_loop"
+    assert [p.split(":")[0] for p in passed] == ["flash_attn", "sdpa_nested", "varlen", "flex"]
+    assert all("slow on cpu" in p for p in passed)
+
+
+def test_forcing_a_kernel_that_cannot_run_names_the_reason():
+    with pytest.raises(ValueError, match="varlen.*runs on cuda only"):
+        choose_kernel("varlen", torch.device("cpu"), torch.float32, 0.0)
+    with pytest.raises(ValueError, match="flex.*applies no attention dropout.*attention_probs_dropout_prob is 0.1"):
+        choose_kernel("flex", torch.device("cuda"), torch.float32, 0.1)
+    assert choose_kernel("sdpa_nested", torch.device("cpu"), torch.float32, 0.1) == ("sdpa_nested", [])
+    assert why_not("varlen", torch.device("cuda"), torch.float32, 0.0).startswith("needs fp16 or bf16")
+
+
+def test_auto_on_cuda_prefers_kernels_in_order():
+    """Without running CUDA: the decision alone (flash-attn absent here, dropout decides the rest)."""
+    cuda = torch.device("cuda")
+    with_dropout, passed = choose_kernel("auto", cuda, torch.bfloat16, 0.1)
+    assert with_dropout == "sdpa_nested" and passed[0].startswith("flash_attn")
+    no_dropout, _ = choose_kernel("auto", cuda, torch.bfloat16, 0.0)
+    assert no_dropout == "sdpa_nested"  # dispatches to PyTorch's own varlen flash kernel
