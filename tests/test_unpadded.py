@@ -215,3 +215,21 @@ def test_auto_on_cuda_prefers_kernels_in_order():
     assert with_dropout == "sdpa_nested" and passed[0].startswith("flash_attn")
     no_dropout, _ = choose_kernel("auto", cuda, torch.bfloat16, 0.0)
     assert no_dropout == "sdpa_nested"  # dispatches to PyTorch's own varlen flash kernel
+
+
+def test_compiled_dense_blocks_give_the_same_gradients_with_a_bounded_number_of_graphs():
+    """Compiled in place (aot_eager here: the tracing and graph capture of inductor without its
+    C++ build), with token counts bucketed: the same numbers, the same parameter names, and one
+    graph per block type whatever the batch's lengths."""
+    from pretrain.compiling import compile_dense_blocks, compiled_graphs
+
+    bert = tiny_bert()
+    reference = PretrainingModel(copy.deepcopy(bert), attention="sdpa_loop", pad_to_multiple_of=64)
+    compiled = PretrainingModel(copy.deepcopy(bert), attention="sdpa_loop", pad_to_multiple_of=64)
+    assert compile_dense_blocks(compiled.bert, backend="aot_eager") == 2 * 3 + 1
+    before = compiled_graphs()
+    for seed, lengths in enumerate(([20, 33, 9], [50, 60], [12, 13, 14, 15], [100, 7])):
+        batch = masked_batch(lengths, whole_word=True, seed=seed)
+        assert_same(losses_and_grads(reference, batch, True), losses_and_grads(compiled, batch, True))
+    assert compiled_graphs() - before <= 4  # one per block type, not one per shape
+    assert list(compiled.state_dict()) == list(reference.state_dict())
