@@ -87,6 +87,19 @@ def test_the_default_unpadded_run_equals_the_padded_reference_run(pretraining_in
     assert set(fractions["unpadded"]) == {0.0} and max(fractions["padded"]) > 0.0
 
 
+def test_bf16_autocasts_and_keeps_fp32_weights(straight_run, pretraining_inputs, tmp_path):
+    """bf16 runs the matrix multiplies in bf16 under autocast while weights, gradients (accumulated
+    over micro-batches) and the optimizer stay fp32: the export is fp32, the losses track fp32's."""
+    from safetensors import safe_open
+
+    result = run(pretrain_args(pretraining_inputs, tmp_path / "bf16", "--precision", "bf16", "--max-steps", "4"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    with safe_open(str(tmp_path / "bf16" / "model" / "model.safetensors"), "pt") as weights:
+        assert {weights.get_tensor(name).dtype for name in weights.keys()} == {__import__("torch").float32}
+    bf16, fp32 = losses(tmp_path / "bf16"), losses(straight_run)
+    assert abs(bf16[1] - fp32[1]) < 0.01 and all(map(math.isfinite, bf16.values()))  # same weights at step 1
+
+
 def kill_after_first_checkpoint_and_resume(args: list[str], out: Path, first_tag: str) -> subprocess.CompletedProcess:
     process = subprocess.Popen([PYTHON, str(REPO / "launch" / "pretrain.py"), *args],
                                cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
