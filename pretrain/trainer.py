@@ -204,38 +204,12 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
                  adversarial: AdversarialConfig | None) -> Run:
     """Check the inputs, build the model and engine, and restore the newest verified checkpoint;
     everything that can be wrong is found here, before any training."""
-    import deepspeed
-    import torch.distributed as dist
+    from pretrain.initialization import initialize_model
 
-    from pretrain.data import load_pretraining_data
-    from pretrain.initialization import initialize_model, load_checkpoint_config
-    from tokenization.tokenizer_io import load_tokenizer
-
-    if not train_args.output_dir:
-        raise PretrainConfigError("output_dir is required")
-    if not data_args.data_dir or not data_args.tokenizer:
-        raise PretrainConfigError("data_dir and tokenizer are required")
-    if model_args.init == "scratch":  # a bad preset is refused before DeepSpeed starts
-        model_fields = load_model_preset(model_args.model or "bert-base")
-        max_positions = int(model_fields.get("max_position_embeddings", 512))
-    else:
-        model_fields = load_model_preset(model_args.model) if model_args.model else None
-        max_positions = load_checkpoint_config(model_args.init_checkpoint).max_position_embeddings
-    ensure_distributed_env()
-    deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo", verbose=False)
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    device = _device(int(os.environ.get("LOCAL_RANK", "0")))
-    resolve_batch(train_args, world_size)
+    model_fields, max_positions = _check_arguments(model_args, data_args, train_args)
+    rank, world_size, device = _start_distributed(train_args)
     run_dir = Path(train_args.output_dir)
-
-    tokenizer = load_tokenizer(data_args.tokenizer)
-    dataset, data_meta = load_pretraining_data(data_args.data_dir, tokenizer=tokenizer,
-                                               max_position_embeddings=max_positions, expect_nsp=data_args.nsp)
-    data_meta = {k: v for k, v in data_meta.items() if k != "summary"}
-    data_meta.setdefault("instances", len(dataset))
-    data_meta.setdefault("fingerprint", getattr(dataset, "_fingerprint", None))
-    plan = BatchPlan(len(dataset), train_args.micro_batch_size, train_args.gradient_accumulation_steps,
-                     world_size, rank, train_args.seed)
+    tokenizer, dataset, data_meta = _load_data(data_args, max_positions)
     selection = _select_resume_checkpoint(run_dir, train_args, rank)
 
     torch.manual_seed(train_args.seed)  # identical initial weights on every rank
@@ -250,57 +224,118 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
     model, execution = _pretraining_model(bert, model_args, data_args, train_args, adversarial, device)
     engine, gate, optimizer_impl = _build_engine(model, train_args, world_size, device)
     torch.manual_seed(train_args.seed + rank)  # dropout differs across ranks, reproducibly
-
-    state = {"step": 0, "skipped_steps": 0, "consecutive_skips": 0, "adversarial_fallbacks": 0, "tokens": 0,
-             "train_seconds": 0.0, "lr_scale": 1.0, "guard": {}}
-    if selection.tag is not None:
-        state.update(load_checkpoint(engine, run_dir, selection.tag, rank)["trainer_state"])
-    saved_scale = state["lr_scale"]
-    lr_scale = saved_scale if train_args.resume_lr_scale is None else train_args.resume_lr_scale
-    if selection.tag is not None and (lr_scale != saved_scale or lr_scale != 1.0
-                                      or "train.learning_rate" in config_changes):
-        apply_learning_rate(engine.optimizer, engine.lr_scheduler, learning_rate=train_args.learning_rate,
-                            scale=lr_scale)
-    state["lr_scale"] = lr_scale
-    guard = DivergenceGuard(loss_spike_factor=train_args.loss_spike_factor,
-                            grad_norm_spike_factor=0.0 if train_args.precision == "fp16" else
-                            train_args.grad_norm_spike_factor,  # fp16 gradients are loss-scaled
-                            window=train_args.spike_window, warmup_steps=train_args.spike_warmup_steps)
-    guard.load_state_dict(state["guard"])
+    state = _restore(engine, run_dir, selection, train_args, config_changes, rank)
 
     run_config = {"model": dataclasses.asdict(model_args), "data": dataclasses.asdict(data_args),
                   "train": dataclasses.asdict(train_args), "world_size": world_size,
                   "adversarial": dataclasses.asdict(adversarial) if adversarial is not None else None,
                   "optimizer_impl": optimizer_impl, "execution": dataclasses.asdict(execution),
-                  "parameters": count_parameters(bert),
-                  "initialization": init_report.as_dict(), "data_meta": data_meta,
-                  "resumes": _resume_history(run_dir, rank, selection, config_changes, state)}
+                  "parameters": count_parameters(bert), "initialization": init_report.as_dict(),
+                  "data_meta": data_meta, "resumes": _resume_history(run_dir, rank, selection, config_changes, state)}
     logger = MetricsLogger(run_dir, enabled=rank == 0, wandb_mode=train_args.wandb_mode,
                            wandb_project=train_args.wandb_project, run_name=train_args.run_name,
                            config=run_config, total_steps=train_args.max_steps, initial_step=state["step"])
-    for note in selection.notes:
-        logger.message(f"warning: {note}")
-    if selection.tag is not None:
-        logger.message(f"resumed from {run_dir / 'checkpoints' / selection.tag} at step {state['step']} (verified)")
-        for key, change in config_changes.items():
-            logger.message(f"setting changed on resume: {key}: {change['checkpoint']!r} -> {change['now']!r}")
-        if lr_scale != 1.0:
-            logger.message(f"learning rate: the rest of the schedule peaks at {lr_scale:g} × "
-                           f"{train_args.learning_rate:g} (overrides the checkpoint's scheduler state)")
-    else:
-        logger.message(init_report.describe())
+    _log_start(logger, selection, state, config_changes, init_report, train_args, run_dir)
     logger.message(execution.describe())
     logger.message(f"{count_parameters(bert) / 1e6:.1f}M parameters, {len(dataset):,} instances, global batch "
                    f"{train_args.global_batch_size} ({world_size} rank(s) × {train_args.micro_batch_size} × "
                    f"{train_args.gradient_accumulation_steps}), optimizer {optimizer_impl}, device {device}")
-    stops = StopRequests(train_args.stop_after_hours).install()
+    plan = BatchPlan(len(dataset), train_args.micro_batch_size, train_args.gradient_accumulation_steps,
+                     world_size, rank, train_args.seed)
     return Run(model_args=model_args, data_args=data_args, train_args=train_args, rank=rank, world_size=world_size,
                device=device, run_dir=run_dir, bert=bert, model=model, tokenizer=tokenizer, engine=engine, gate=gate,
-               guard=guard, stops=stops, batches=_batches(dataset, plan, data_args, train_args, tokenizer, state["step"]),
+               guard=_divergence_guard(train_args, state), stops=StopRequests(train_args.stop_after_hours).install(),
+               batches=_batches(dataset, plan, data_args, train_args, tokenizer, state["step"]),
                logger=logger, state=state, signature=signature,
                flops_token=flops_per_token(bert.config, int(data_meta.get("max_seq_length", max_positions))),
                peak=peak_flops(torch.cuda.get_device_name(device), train_args.precision)
                if device.type == "cuda" else None)
+
+
+def _check_arguments(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments
+                     ) -> tuple[dict | None, int]:
+    """The model preset's fields and the position limit; a bad preset is refused before DeepSpeed starts."""
+    from pretrain.initialization import load_checkpoint_config
+
+    if not train_args.output_dir:
+        raise PretrainConfigError("output_dir is required")
+    if not data_args.data_dir or not data_args.tokenizer:
+        raise PretrainConfigError("data_dir and tokenizer are required")
+    if model_args.init == "scratch":
+        model_fields = load_model_preset(model_args.model or "bert-base")
+        return model_fields, int(model_fields.get("max_position_embeddings", 512))
+    model_fields = load_model_preset(model_args.model) if model_args.model else None
+    return model_fields, load_checkpoint_config(model_args.init_checkpoint).max_position_embeddings
+
+
+def _start_distributed(train_args: TrainArguments) -> tuple[int, int, torch.device]:
+    """Join the process group (gloo on CPU, NCCL on GPUs); the batch is resolved for its size."""
+    import deepspeed
+    import torch.distributed as dist
+
+    ensure_distributed_env()
+    deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo", verbose=False)
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    resolve_batch(train_args, world_size)
+    return rank, world_size, _device(int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def _load_data(data_args: DataArguments, max_positions: int):
+    """The tokenizer, the instances and their metadata (checked against the tokenizer and model)."""
+    from pretrain.data import load_pretraining_data
+    from tokenization.tokenizer_io import load_tokenizer
+
+    tokenizer = load_tokenizer(data_args.tokenizer)
+    dataset, data_meta = load_pretraining_data(data_args.data_dir, tokenizer=tokenizer,
+                                               max_position_embeddings=max_positions, expect_nsp=data_args.nsp)
+    data_meta = {k: v for k, v in data_meta.items() if k != "summary"}
+    data_meta.setdefault("instances", len(dataset))
+    data_meta.setdefault("fingerprint", getattr(dataset, "_fingerprint", None))
+    return tokenizer, dataset, data_meta
+
+
+def _restore(engine, run_dir: Path, selection: Selection, train_args: TrainArguments,
+             config_changes: dict[str, Any], rank: int) -> dict[str, Any]:
+    """The trainer state: fresh, or the checkpoint's with the learning-rate override applied."""
+    state = {"step": 0, "skipped_steps": 0, "consecutive_skips": 0, "adversarial_fallbacks": 0, "tokens": 0,
+             "train_seconds": 0.0, "lr_scale": 1.0, "guard": {}}
+    if selection.tag is None:
+        if train_args.resume_lr_scale is not None:
+            state["lr_scale"] = train_args.resume_lr_scale
+        return state
+    state.update(load_checkpoint(engine, run_dir, selection.tag, rank)["trainer_state"])
+    saved_scale = state["lr_scale"]
+    lr_scale = saved_scale if train_args.resume_lr_scale is None else train_args.resume_lr_scale
+    if lr_scale != saved_scale or lr_scale != 1.0 or "train.learning_rate" in config_changes:
+        apply_learning_rate(engine.optimizer, engine.lr_scheduler, learning_rate=train_args.learning_rate,
+                            scale=lr_scale)
+    state["lr_scale"] = lr_scale
+    return state
+
+
+def _divergence_guard(train_args: TrainArguments, state: dict[str, Any]) -> DivergenceGuard:
+    guard = DivergenceGuard(loss_spike_factor=train_args.loss_spike_factor,
+                            grad_norm_spike_factor=0.0 if train_args.precision == "fp16" else
+                            train_args.grad_norm_spike_factor,  # fp16 gradients are loss-scaled
+                            window=train_args.spike_window, warmup_steps=train_args.spike_warmup_steps)
+    guard.load_state_dict(state["guard"])
+    return guard
+
+
+def _log_start(logger: MetricsLogger, selection: Selection, state: dict[str, Any], config_changes: dict[str, Any],
+               init_report, train_args: TrainArguments, run_dir: Path) -> None:
+    """What the run starts from: the checkpoint and what changed since, or the initialization."""
+    for note in selection.notes:
+        logger.message(f"warning: {note}")
+    if selection.tag is None:
+        logger.message(init_report.describe())
+        return
+    logger.message(f"resumed from {run_dir / 'checkpoints' / selection.tag} at step {state['step']} (verified)")
+    for key, change in config_changes.items():
+        logger.message(f"setting changed on resume: {key}: {change['checkpoint']!r} -> {change['now']!r}")
+    if state["lr_scale"] != 1.0:
+        logger.message(f"learning rate: the rest of the schedule peaks at {state['lr_scale']:g} × "
+                       f"{train_args.learning_rate:g} (overrides the checkpoint's scheduler state)")
 
 
 @dataclasses.dataclass

@@ -16,6 +16,11 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 SAMPLE_DIR = REPO / "data" / "sample"
 
 
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "gpu: needs a CUDA device and skips without one; on a GPU machine run "
+                                       "`.venv/bin/python -m pytest -m gpu tests/test_gpu.py`")
+
+
 @pytest.fixture
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

@@ -1,0 +1,110 @@
+"""The GPU path: tests that need CUDA carry the ``gpu`` marker and skip cleanly without it.
+
+On a GPU machine: ``.venv/bin/python -m pytest -m gpu tests/test_gpu.py -v`` (the README names it).
+What runs on CPU of the same code — every CPU kernel against eager, the padded/unpadded equivalence
+in fp32, the compiled blocks — is tests/test_unpadded.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from pretrain.attention import KERNELS, attend, why_not
+from pretrain.modeling import PretrainingModel
+from tests.conftest import REPO, free_port
+from tests.test_unpadded import _eager_reference, losses_and_grads, masked_batch, tiny_bert
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+BF16_TOLERANCE = 2e-2  # bf16 keeps 8 bits of mantissa: about 4e-3 relative per rounding
+
+
+def _sequences(lengths: list[int]):
+    from pretrain.attention import Sequences
+
+    offsets = [0]
+    for n in lengths:
+        offsets.append(offsets[-1] + n)
+    return Sequences(torch.tensor(offsets, dtype=torch.int32, device="cuda"), tuple(offsets), max(lengths))
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
+def test_each_cuda_kernel_matches_eager_attention_in_bf16(kernel):
+    reason = why_not(kernel, torch.device("cuda"), torch.bfloat16, 0.0)
+    if reason is not None:
+        pytest.skip(f"{kernel} {reason}")
+    seqs = _sequences([128, 1, 77, 512, 300])
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(seqs.offsets[-1], 12, 64, generator=g, device="cuda", dtype=torch.bfloat16)
+               .requires_grad_() for _ in range(3))
+    out = attend(kernel, q, k, v, seqs, 0.0)
+    reference = _eager_reference(q.float(), k.float(), v.float(), seqs)
+    assert torch.allclose(out.float(), reference, atol=BF16_TOLERANCE, rtol=BF16_TOLERANCE)
+    grads = torch.autograd.grad(out.float().square().sum(), (q, k, v))
+    expected = torch.autograd.grad(reference.square().sum(), (q, k, v))
+    for got, want in zip(grads, expected):
+        assert torch.allclose(got.float(), want.float(), atol=0.1, rtol=BF16_TOLERANCE)
+
+
+def test_unpadded_equals_padded_loss_under_bf16_autocast():
+    bert = tiny_bert().cuda()
+    batch = {k: v.cuda() for k, v in masked_batch([100, 128, 31, 64], whole_word=True).items()}
+    results = []
+    for attention in ("hf_sdpa", "sdpa_nested", "sdpa_loop"):
+        model = PretrainingModel(copy.deepcopy(bert), attention=attention)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            results.append(losses_and_grads(model, batch, nsp=True)[0])
+    for other in results[1:]:
+        for key in results[0]:
+            assert abs(results[0][key] - other[key]) < 5e-2, (results[0], other)
+
+
+def test_fused_optimizer_step_matches_the_cpu_implementation():
+    from pretrain.optim import build_optimizer
+
+    torch.manual_seed(0)
+    params = [torch.randn(256, 256), torch.randn(256)]
+    grads = [torch.randn_like(p) for p in params]
+    after = {}
+    for device in ("cpu", "cuda"):
+        tensors = [p.clone().to(device).requires_grad_() for p in params]
+        for tensor, grad in zip(tensors, grads):
+            tensor.grad = grad.to(device)
+        built = build_optimizer("adamw", tensors, lr=1e-3, device=device)
+        built.optimizer.step()
+        after[device] = ([t.detach().cpu() for t in tensors], built.implementation)
+    assert "fused" in after["cuda"][1].lower() or "Fused" in after["cuda"][1]
+    for cpu, cuda in zip(after["cpu"][0], after["cuda"][0]):
+        assert torch.allclose(cpu, cuda, atol=1e-6)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_two_gpu_deepspeed_pretraining_steps(tmp_path):
+    from tests.pretrain_runs import deepspeed_launcher, make_pretraining_inputs, pretrain_args
+
+    launcher = deepspeed_launcher()
+    if launcher is None:
+        pytest.skip("the deepspeed launcher is not installed")
+    inputs = make_pretraining_inputs(tmp_path / "inputs")
+    args = pretrain_args(inputs, tmp_path / "run", "--precision", "bf16", "--max-steps", "4")
+    done = subprocess.run([launcher, "--num_gpus", "2", "--master_port", str(free_port()),
+                           str(REPO / "launch" / "pretrain.py"), *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=900, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "run" / "model" / "model.safetensors").is_file()
+
+
+def test_bench_gpu_runs_on_the_gpu(tmp_path):
+    script = REPO / "benchmarks" / "bench_gpu.py"
+    if not script.is_file():
+        pytest.skip("benchmarks/bench_gpu.py is not there yet")
+    done = subprocess.run([sys.executable, str(script), "--quick", "--out", str(tmp_path / "gpu.json")], cwd=REPO,
+                          capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
