@@ -17,22 +17,6 @@ from typing import Any
 
 LOG = logging.getLogger(__name__)
 
-# Dense peak throughput per GPU in FLOP/s, for the model-FLOPs-utilisation estimate.
-PEAK_FLOPS = {
-    ("H100", "bf16"): 989e12, ("H100", "fp16"): 989e12, ("H100", "fp32"): 67e12,
-    ("H200", "bf16"): 989e12, ("H200", "fp16"): 989e12, ("H200", "fp32"): 67e12,
-    ("A100", "bf16"): 312e12, ("A100", "fp16"): 312e12, ("A100", "fp32"): 19.5e12,
-    ("V100", "fp16"): 125e12, ("V100", "fp32"): 15.7e12,
-}
-
-
-def peak_flops(device_name: str, precision: str) -> float | None:
-    for (model, prec), value in PEAK_FLOPS.items():
-        if model in device_name and prec == precision:
-            return value
-    return None
-
-
 class MetricsLogger:
     def __init__(self, run_dir: str | os.PathLike, enabled: bool, wandb_mode: str, wandb_project: str,
                  run_name: str, config: dict[str, Any], total_steps: int, initial_step: int):

@@ -161,13 +161,3 @@ def _positions(batch: "PaddedBatch | unpadded.VarlenBatch") -> dict[str, int]:
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-def flops_per_token(config, seq_length: int) -> float:
-    """Training FLOPs per token (forward + backward ≈ 3 × forward), for the MFU estimate:
-    6 × non-embedding parameters plus attention's 12 × layers × hidden × sequence length
-    (Kaplan et al. 2020; the MLM head is counted as if it ran on every position, an upper bound)."""
-    h, layers = config.hidden_size, config.num_hidden_layers
-    per_layer = 4 * h * h + 2 * h * config.intermediate_size
-    dense = layers * per_layer + h * config.vocab_size
-    return 6.0 * dense + 12.0 * layers * h * seq_length

@@ -42,9 +42,10 @@ from pretrain.checkpoint import (CheckpointError, Selection, checkpoint_tags, la
 from pretrain.config import (DataArguments, ModelArguments, PretrainConfigError, TrainArguments, create_ds_config,
                              load_model_preset, mask_rate_schedule, resolve_batch)
 from pretrain.divergence import DivergenceGuard, Verdict
-from pretrain.metrics import MetricsLogger, peak_flops
+from pretrain.flops import mfu, peak_flops, step_flops_from_counts
+from pretrain.metrics import MetricsLogger
 from pretrain.attention import PADDED
-from pretrain.modeling import PretrainingModel, count_parameters, flops_per_token, hf_attention
+from pretrain.modeling import PretrainingModel, count_parameters, hf_attention
 from pretrain.preemption import StopRequests, ignore_stop_signals
 from pretrain.resume import apply_learning_rate, compare_signatures, run_signature
 from pretrain.sampler import BatchPlan
@@ -149,8 +150,7 @@ class Run:
     logger: MetricsLogger
     state: dict[str, Any]
     signature: dict[str, Any]
-    flops_token: float
-    peak: float | None
+    peak: float | None  # the device's dense FLOP/s at the run's precision; None where unknown (MFU not reported)
 
     @property
     def adversarial(self) -> bool:
@@ -247,9 +247,7 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
                guard=_divergence_guard(train_args, state), stops=StopRequests(train_args.stop_after_hours).install(),
                batches=_batches(dataset, plan, data_args, train_args, tokenizer, state["step"]),
                logger=logger, state=state, signature=signature,
-               flops_token=flops_per_token(bert.config, int(data_meta.get("max_seq_length", max_positions))),
-               peak=peak_flops(torch.cuda.get_device_name(device), train_args.precision)
-               if device.type == "cuda" else None)
+               peak=peak_flops(train_args.precision, device) if device.type == "cuda" else None)
 
 
 def _check_arguments(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments
@@ -352,8 +350,13 @@ class Execution:
     def describe(self) -> str:
         layout = "unpadded (real tokens only)" if self.unpadded else "padded (transformers' forward)"
         text = f"execution: {layout}, attention {self.attention}"
-        if self.passed_over:
-            text += f" (passed over: {'; '.join(self.passed_over)})"
+        if self.passed_over:  # "name: reason" each; kernels passed over for the same reason said once
+            by_reason: dict[str, list[str]] = {}
+            for entry in self.passed_over:
+                name, _, reason = entry.partition(": ")
+                by_reason.setdefault(reason, []).append(name)
+            text += " (passed over: " + "; ".join(f"{', '.join(names)}: {reason}"
+                                                  for reason, names in by_reason.items()) + ")"
         if self.compiled:
             text += f", torch.compile on the dense blocks, token counts rounded up to a multiple of {self.bucket_tokens}"
         return text
@@ -597,8 +600,10 @@ def _metrics_record(run: Run, step: int, totals: StepTotals, verdict: Verdict, l
     if run.adversarial:
         record["adv_symmetric_kl"] = None if nonfinite else totals["adv_kl"] / n
         record["adv_fallbacks"] = run.state["adversarial_fallbacks"]
-    if run.peak:
-        record["mfu"] = run.flops_token * tokens / elapsed / (run.peak * run.world_size)
+    if run.peak and elapsed > 0:  # model FLOPs of the real tokens and the masked positions only
+        flops = step_flops_from_counts(run.bert.config, totals["tokens"], totals["attention_pairs"],
+                                       totals["mlm_count"], totals["nsp_count"])
+        record["mfu"] = mfu(flops, elapsed, run.peak, run.world_size)
     return record
 
 
