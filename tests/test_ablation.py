@@ -92,13 +92,18 @@ def _learnable_ncbi(root: Path) -> None:
     rng = random.Random(0)
     diseases = [["cancer"], ["asthma"], ["diabetes"], ["breast", "cancer"], ["colorectal", "cancer"], ["ataxia"]]
     frames = [("Patients", "with"), ("Risk", "of"), ("Treatment", "for"), ("Genes", "in")]
+    # Half the test sentences name diseases and contexts training never showed: how a model tags
+    # them depends on its pretraining and seed, so the scores are not all 100.
+    unseen = [["lupus"], ["glioma"], ["sepsis"], ["psoriasis"], ["renal", "failure"]]
+    unseen_frames = [("Mutations", "near"), ("Deaths", "from"), ("Cases", "like")]
     out = root / "NCBI-disease"
     out.mkdir(parents=True)
     for name, count in (("train.tsv", 64), ("devel.tsv", 16), ("test.tsv", 16)):
         sentences = []
-        for _ in range(count):
-            first, second = rng.choice(frames)
-            disease = rng.choice(diseases)
+        for index in range(count):
+            held_out = name == "test.tsv" and index % 2 == 1
+            first, second = rng.choice(unseen_frames if held_out else frames)
+            disease = rng.choice(unseen if held_out else diseases)
             tags = ["B-Disease"] + ["I-Disease"] * (len(disease) - 1)
             rows = [(first, "O"), (second, "O"), *zip(disease, tags), ("was", "O"), ("studied", "O"), (".", "O")]
             sentences.append("\n".join(f"{w}\t{t}" for w, t in rows))
