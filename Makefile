@@ -35,7 +35,8 @@ demo: $(STAMP)
 	$(PY) launch/demo.py --output-dir $(DEMO_OUT)
 
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	# Most tests wait on pretraining subprocesses (start-up is imports): two workers halve the wall time.
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadgroup tests
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py

@@ -37,7 +37,7 @@ setup(
         "statsmodels>=0.14",
     ],
     extras_require={
-        "dev": ["pytest>=8", "hypothesis>=6", "pytest-timeout", "accelerate>=1.1"],  # accelerate: the HF Trainer baseline of bench_finetune
+        "dev": ["pytest>=8", "hypothesis>=6", "pytest-timeout", "pytest-xdist>=3.5", "accelerate>=1.1"],  # accelerate: the HF Trainer baseline of bench_finetune
         # Install DeepSpeed with --no-build-isolation after torch (see the Makefile and docker/).
         "pretrain": ["deepspeed>=0.14", "wandb"],
         "tracking": ["wandb"],

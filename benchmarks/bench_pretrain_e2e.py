@@ -19,7 +19,7 @@ reads them with ``train_sampling_strategy="sequential"``), so both see exactly t
 
 - ``ours``: ``launch/pretrain.py`` as a one-rank subprocess (RANK/WORLD_SIZE/MASTER_* set), with a
   generated YAML config; whole-word masking; one checkpoint at the last step and the final export.
-- ``hf_whole_word``: ``DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15,
+- ``hf_whole_word``: ``DataCollatorForLanguageModeling(tokenizer, mlm_probability=MASK_RATE,
   whole_word_mask=True)`` (transformers 5 removed ``DataCollatorForWholeWordMask``). It finds words
   from ``offset_mapping``, which ``tokenizer.pad`` does not pad, so variable-length instances fail
   to collate; the one piece of glue here derives offsets from the instances' word starts and pads
@@ -59,6 +59,7 @@ SYSTEMS = ("ours", "hf_whole_word", "hf_token")
 BASELINES = ("hf_whole_word", "hf_token")
 DEFAULT_STEPS = {128: 20, 512: 10}
 DEFAULT_BATCH = {128: 16, 512: 8}
+MASK_RATE = 0.15  # both systems
 QUICK_MODEL = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 256}
 LEARNING_RATE, WEIGHT_DECAY, ADAM_EPSILON, MAX_GRAD_NORM, WARMUP_RATIO = 6e-4, 0.01, 1e-6, 1.0, 0.1
 POLL_S = 0.01
@@ -178,6 +179,24 @@ class Plan:
     def padded_positions(self, first: int, last: int) -> int:
         return sum(len(batch) * max(self.lengths[i] for i in batch) for batch in self.batches(first, last))
 
+    def work_ratio(self, config: Any, first: int, last: int, mask_rate: float) -> float:
+        """Model FLOPs HF's recipe computes over ours on the same steps (``pretrain.flops``): HF runs
+        every padded position through the encoder, attention over each batch's longest length and
+        the MLM head on every position; ours runs real tokens, each sequence's own length and the
+        head on the masked tokens (``mask_rate`` of the real ones). The speed-up that doing less
+        work alone allows, so the measured ratio has something to be read against."""
+        from pretrain.flops import step_flops_from_counts
+
+        batches = self.batches(first, last)
+        real = [self.lengths[i] for batch in batches for i in batch]
+        longest = [max(self.lengths[i] for i in batch) for batch in batches]
+        padded = sum(len(batch) * n for batch, n in zip(batches, longest))
+        hf = step_flops_from_counts(config, padded, sum(len(b) * n * n for b, n in zip(batches, longest)),
+                                    padded, len(real))
+        ours = step_flops_from_counts(config, sum(real), sum(n * n for n in real), mask_rate * sum(real),
+                                      len(real))
+        return hf / ours
+
 
 def make_plan(data_dir: Path, batch_size: int, total_steps: int, seed: int) -> Plan:
     """The order pretrain.sampler.BatchPlan gives one rank with no accumulation: what ours reads."""
@@ -233,6 +252,21 @@ class Finished:
     ended: float
     max_rss_kib: int      # ru_maxrss from wait4: the process and the children it reaped (DataLoader workers)
     hwm_kib: int          # VmHWM of the process itself, last sample
+    cpu_s: float          # its user + system CPU time, reaped children included
+    machine_busy_s: float  # CPU time every process on the machine used meanwhile (/proc/stat)
+
+    @property
+    def others_cpu_share(self) -> float:
+        """Share of the machine's CPU that other processes took during the run: a shared machine
+        slows every system, and the table says how much of that there was."""
+        wall = (self.ended - self.started) * (os.cpu_count() or 1)
+        return max(0.0, self.machine_busy_s - self.cpu_s) / wall if wall > 0 else 0.0
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all processes have used since boot (everything but idle and iowait in /proc/stat)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def read_hwm(pid: int) -> int:
@@ -250,7 +284,7 @@ def run_monitored(command: list[str], env: dict[str, str], log: Path, on_poll: C
     """Run ``command``, calling ``on_poll`` every 10 ms while it runs; reaped with ``wait4`` so its own
     peak RSS is known exactly (``RUSAGE_CHILDREN`` would mix all runs of this script)."""
     with open(log, "w", encoding="utf-8") as out:
-        started = time.time()
+        busy, started = machine_busy_seconds(), time.time()
         proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
         hwm = 0
         while True:
@@ -263,7 +297,8 @@ def run_monitored(command: list[str], env: dict[str, str], log: Path, on_poll: C
             time.sleep(POLL_S)
     proc.returncode = os.waitstatus_to_exitcode(status)
     on_poll()
-    return Finished(proc.returncode, started, ended, usage.ru_maxrss, hwm)
+    return Finished(proc.returncode, started, ended, usage.ru_maxrss, hwm, usage.ru_utime + usage.ru_stime,
+                    machine_busy_seconds() - busy)
 
 
 class MetricsTail:
@@ -331,7 +366,7 @@ def ours_config(s: Setting, out: Path) -> dict[str, Any]:
             "gradient_accumulation_steps": 1, "optimizer": "adamw", "learning_rate": LEARNING_RATE,
             "weight_decay": WEIGHT_DECAY, "adam_epsilon": ADAM_EPSILON, "max_grad_norm": MAX_GRAD_NORM,
             "warmup_ratio": WARMUP_RATIO, "schedule": "slanted_triangular", "precision": "fp32",
-            "whole_word_masking": True, "mlm_probability": 0.15, "checkpoint_every": s.total, "keep_last": 1,
+            "whole_word_masking": True, "mlm_probability": MASK_RATE, "checkpoint_every": s.total, "keep_last": 1,
             "log_every": 1, "num_workers": s.num_workers, "seed": s.seed, "wandb_mode": "disabled"}
 
 
@@ -401,7 +436,8 @@ def timing_summary(finished: Finished, *, start_first_step: float, warmup_end: f
             "export_s": export_s, "checkpoint_export_s": checkpoint_s + export_s,
             "after_export_s": finished.ended - (last_step_end + checkpoint_s + export_s),
             "total_s": finished.ended - finished.started, "peak_rss_mib": finished.hwm_kib / 1024,
-            "peak_rss_with_workers_mib": finished.max_rss_kib / 1024,
+            "peak_rss_with_workers_mib": finished.max_rss_kib / 1024, "cpu_s": finished.cpu_s,
+            "others_cpu_share": finished.others_cpu_share,
             "final_loss": final_loss, "mean_timed_loss": sum(finite) / len(finite) if finite else None,
             "padding_fraction": padding_fraction, "padding_source": padding_source, **(extra or {})}
 
@@ -530,7 +566,7 @@ def build_hf_trainer(spec: dict[str, Any], timeline: dict[str, Any]):
     config = BertConfig(**spec["model_fields"], vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
     torch.manual_seed(spec["seed"])
     model = AutoModelForPreTraining.from_config(config, attn_implementation="sdpa")
-    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, whole_word_mask=spec["whole_word"])
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=MASK_RATE, whole_word_mask=spec["whole_word"])
     return Trainer(model=model, args=hf_training_args(spec), train_dataset=dataset, processing_class=tokenizer,
                    data_collator=HFCollatorInput(collator, spec["whole_word"]), callbacks=[clock_callback(timeline)])
 
@@ -571,20 +607,32 @@ def ratios(systems: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
 def print_table(length: int, entry: dict[str, Any]) -> None:
     """One length's systems side by side, then the ratios (what the lead copies into the README)."""
     columns = ("system", "tok/s", "start-up s", "warm-up s", "steps s", "ckpt+export s", "total s",
-               "peak RSS MiB", "final loss", "padding")
+               "peak RSS MiB", "final loss", "padding", "others' CPU")
     rows = [columns]
     for name, r in entry["systems"].items():
         loss = f"{r['final_loss']:.3f}" if r["final_loss"] is not None else "–"
         rows.append((name, f"{r['tokens_per_s']:,.0f}", f"{r['startup_s']:.1f}", f"{r['warmup_steps_s']:.2f}",
                      f"{r['steps_s']:.2f}", f"{r['checkpoint_export_s']:.2f}", f"{r['total_s']:.1f}",
-                     f"{r['peak_rss_mib']:,.0f}", loss, f"{100 * r['padding_fraction']:.1f}%"))
+                     f"{r['peak_rss_mib']:,.0f}", loss, f"{100 * r['padding_fraction']:.1f}%",
+                     f"{100 * r['others_cpu_share']:.0f}%"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
     print(f"\nseq {length}, batch {entry['batch_size']}, {entry['steps']} timed steps after {entry['warmup_steps']} "
-          f"warm-up, {entry['timed_real_tokens']:,} real tokens timed")
+          f"warm-up, {entry['timed_real_tokens']:,} real tokens timed; HF's recipe computes "
+          f"×{entry['work_ratio_hf_vs_ours']:.2f} ours' model FLOPs on them")
     for row in rows:
         print("  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))))
     for pair, values in entry["ratios"].items():
         print(f"  {pair}: " + ", ".join(f"{k} ×{v:.2f}" for k, v in values.items()))
+
+
+def model_config(model: str, paths: dict[str, Path]) -> Any:
+    """The benchmarked model's ``BertConfig`` (its preset and the vocabulary's size)."""
+    from transformers import BertConfig
+
+    from pretrain.config import load_model_preset
+
+    vocab_size = sum(1 for _ in open(paths["vocab"] / "vocab.txt", encoding="utf-8"))
+    return BertConfig(**load_model_preset(model), vocab_size=vocab_size)
 
 
 def machine_info(threads: int) -> dict[str, Any]:
@@ -610,6 +658,9 @@ NOTES = [
     "it also forces mask_replace_prob=1 (every selected token becomes [MASK], no 10% random / 10% kept)",
     "peak_rss_mib: VmHWM of the training process (sampled every 10 ms); peak_rss_with_workers_mib: ru_maxrss of "
     "wait4 (the process or any child it reaped, e.g. its DataLoader worker)",
+    "others_cpu_share: CPU time used by other processes during the run (/proc/stat busy time minus the run's own "
+    "CPU time, this script's polling and kernel threads included: about 3% on an idle 2-core machine) over wall "
+    "time × cores; well above that, the run shared the machine and its ratios are not reliable",
 ]
 
 
@@ -627,8 +678,10 @@ def measure_length(args: argparse.Namespace, work: Path, paths: dict[str, Path],
     for system in args.systems:
         print(f"seq {length}: {system} ...", flush=True)
         systems[system] = run_ours(s) if system == "ours" else run_hf(s, system)
+    timed = (args.warmup_steps, args.warmup_steps + steps)
     entry = {"batch_size": batch, "steps": steps, "warmup_steps": args.warmup_steps,
-             "timed_real_tokens": plan.real_tokens(args.warmup_steps, args.warmup_steps + steps),
+             "timed_real_tokens": plan.real_tokens(*timed),
+             "work_ratio_hf_vs_ours": plan.work_ratio(model_config(model, paths), *timed, MASK_RATE),
              "systems": systems, "ratios": ratios(systems)}
     if "ours" in systems:
         entry["same_tokens_as_plan"] = systems["ours"]["timed_tokens"] == entry["timed_real_tokens"]

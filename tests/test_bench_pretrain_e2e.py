@@ -18,6 +18,8 @@ from tests.conftest import REPO, SAMPLE_DIR
 
 SCRIPT = REPO / "benchmarks" / "bench_pretrain_e2e.py"
 SYSTEMS = ("ours", "hf_whole_word", "hf_token")
+# One xdist worker runs this module: its runs share the benchmark's cached inputs on disk.
+pytestmark = pytest.mark.xdist_group("bench_pretrain_e2e")
 
 
 @pytest.fixture(scope="module")
