@@ -35,12 +35,16 @@ Whole-word masking (default)
     128 and 512 tokens hit ``n_mask`` exactly (``benchmarks/bench_masking.py`` measures it).
 
 Replacement (80/10/10)
-    Decided per *unit* — a word under whole-word masking (all its pieces get the same treatment,
-    as in Google's WWM), a token otherwise — independently, with probabilities
+    Decided per *unit* — a word under whole-word masking (all its pieces get the same treatment),
+    a token otherwise — independently, with probabilities
     ``mask_replace_prob`` ([MASK]), ``random_replace_prob`` (random token) and the rest (kept
     unchanged). The split is therefore exact in expectation over the batch, not per sequence:
     a sequence with two masked words cannot be split 80/10/10. Each randomly replaced piece gets
     its own id, drawn uniformly from ``random_token_ids`` (never a special or ``[unused*]`` id).
+    Google's ``create_pretraining_data.py`` differs here: it selects whole words but decides
+    80/10/10 for each piece on its own, so a word can come out half [MASK], half original. Per
+    word is what masking the word means (the model never sees part of a selected word), and the
+    share of [MASK] pieces is the same 80% in expectation.
 
 Labels follow Hugging Face's convention: the original id where a token was selected (whatever its
 replacement), ``-100`` elsewhere.
