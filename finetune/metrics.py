@@ -125,29 +125,35 @@ def _seqeval_entities(seqs: list[list[str]], scheme: str, mode: str) -> set[tupl
     return found
 
 
+NER_F1_MODES = ("conlleval", "strict")  # the first is the default everywhere
+
+
 def entity_f1(gold_tag_seqs: Sequence[Sequence[str]], pred_tag_seqs: Sequence[Sequence[str]],
-              scheme: str = "bio", strict: bool = True) -> dict[str, Any]:
+              scheme: str = "bio", mode: str = "conlleval") -> dict[str, Any]:
     """Entity-level exact-match micro F1 (BLURB's NER metric), with precision and recall.
 
     An entity counts as correct only if its type, first and last token all match a gold entity;
     counts are pooled over all sequences and types (micro average), as in conlleval.
 
-    ``strict=True`` (default) scores with seqeval's strict mode and the scheme's own grammar
-    (``IOB2`` for BIO, ``BILOU`` for BIOUL): an ill-formed predicted chunk — a BIO ``I-X`` that
-    continues nothing, a BIOUL entity never closed by ``L-X`` — is not an entity at all, so a
-    model is not credited for tags its own scheme forbids. ``strict=False`` uses seqeval's default
-    (conlleval) reading, which turns such chunks into entities (``I-X`` read as ``B-X``), the
-    reading of :func:`finetune.tagging.to_spans`. The two agree on valid sequences;
-    ``n_invalid_pred_sequences`` says how many predictions they can disagree on. IO has no
-    ill-formed sequences (a run of ``I-X`` is one entity), so it is always scored in the default
-    mode. To score repaired predictions strictly, pass them through
-    :func:`finetune.tagging.repair_tags` first.
+    ``mode="conlleval"`` (default) is seqeval's default mode, conlleval's reading and the one the
+    field's numbers use (BLURB, the HF ``run_ner`` recipe): an ill-formed predicted chunk becomes
+    an entity (an ``I-X`` that continues nothing is read as ``B-X``; a type change inside a span
+    starts a new entity), the reading of :func:`finetune.tagging.to_spans`. ``mode="strict"``
+    scores with seqeval's strict mode and the scheme's own grammar (``IOB2`` for BIO, ``BILOU``
+    for BIOUL): an ill-formed chunk is no entity at all, so a model is not credited for tags its
+    scheme forbids — lower scores on ill-formed predictions, which biases a tagging-scheme
+    ablation toward IO. The two agree on valid sequences; ``n_invalid_pred_sequences`` says how
+    many predictions they can disagree on. IO has no ill-formed sequences (a run of ``I-X`` is
+    one entity), so it is always scored in the conlleval mode; the result's ``mode`` says which
+    reading scored it.
 
     Gold sequences must be valid in ``scheme`` (TagSequenceError otherwise: a gold sequence the
     strict reading would silently truncate is a data bug). Tags outside the scheme's alphabet
     raise in gold and pred alike.
     """
     scheme = normalize_scheme(scheme)
+    if mode not in NER_F1_MODES:
+        raise ValueError(f"NER F1 mode must be one of {', '.join(NER_F1_MODES)}, not {mode!r}")
     gold = _tag_sequences(gold_tag_seqs, "gold")
     pred = _tag_sequences(pred_tag_seqs, "pred")
     if len(gold) != len(pred):
@@ -167,7 +173,7 @@ def entity_f1(gold_tag_seqs: Sequence[Sequence[str]], pred_tag_seqs: Sequence[Se
             n_invalid += not is_valid_tags(pred_seq, scheme)
         except TagSequenceError as err:
             raise TagSequenceError(f"pred sequence {k}, {err}", err.position) from None
-    mode = "strict" if strict and scheme != "io" else "conlleval"
+    mode = "conlleval" if scheme == "io" else mode
     gold_entities = _seqeval_entities(gold, scheme, mode)
     pred_entities = _seqeval_entities(pred, scheme, mode)
     counts = _prf(len(gold_entities & pred_entities), len(pred_entities), len(gold_entities))

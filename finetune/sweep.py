@@ -106,6 +106,7 @@ class SweepArgs:
     dropout: float = 0.1
     tagging_scheme: str = "bio"
     tagging_layer: str = "linear"
+    ner_f1_mode: str = "conlleval"
     relation_transformation: str = "dummify"
     relation_representation: str = "cls"
     allow_missing_train: bool = field(default=False, metadata={
@@ -216,7 +217,8 @@ def plan_sweep(args: SweepArgs) -> SweepPlan:
                         learning_rate=learning_rate, batch_size=batch_size, epochs=epochs, seed=seed,
                         max_length=args.max_length_for(dataset), warmup_ratio=args.warmup_ratio,
                         weight_decay=args.weight_decay, dropout=args.dropout, tagging_scheme=args.tagging_scheme,
-                        tagging_layer=args.tagging_layer, relation_transformation=args.relation_transformation,
+                        tagging_layer=args.tagging_layer, ner_f1_mode=args.ner_f1_mode,
+                        relation_transformation=args.relation_transformation,
                         relation_representation=args.relation_representation,
                         allow_missing_train=args.allow_missing_train and BLURB_TASK_OF[dataset] == "ner",
                         max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,

@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 
 from finetune.datasets import (CLASSIFICATION, DEV, NER, PICO, QA, RELATION, SIMILARITY, TASK_TYPES, TEST,
                                TRAIN, BlurbDataset, load_blurb_dataset, load_generic_dataset)
-from finetune.metrics import compute_metric
+from finetune.metrics import NER_F1_MODES, compute_metric
 from finetune.model_check import CheckedModel, check_model
 from finetune.modeling import (IGNORE_INDEX, MultiTokenTaggingModel, SequenceClassificationModel,
                                TokenTaggingModel, load_encoder, REPRESENTATIONS, TAGGING_LAYERS)
@@ -60,6 +60,8 @@ QA_MAX_LENGTH = 512  # BLURB's QA inputs are a question plus an abstract: 128 to
 MAX_GRAD_NORM = 1.0
 # Settings that do not change the result; a finished run with other values of these is still the same run.
 _NOT_RESULT_SETTINGS = ("num_workers", "output_dir", "data_dir", "local_rank")
+# What a record written before a setting existed was run with, where that is not today's default.
+_BEFORE_RECORDED = {"ner_f1_mode": "strict"}
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
@@ -91,6 +93,9 @@ class FinetuneArgs:
     dropout: float = 0.1
     tagging_scheme: str = field(default="bio", metadata={"help": f"NER tags: {', '.join(SCHEMES)}"})
     tagging_layer: str = field(default="linear", metadata={"help": f"NER head: {', '.join(TAGGING_LAYERS)}"})
+    ner_f1_mode: str = field(default="conlleval", metadata={
+        "help": f"NER entity F1 reading: {', '.join(NER_F1_MODES)} (conlleval: seqeval's default mode, the "
+                "field's convention; strict: ill-formed predicted chunks are no entities)"})
     relation_transformation: str = field(default="dummify", metadata={"help": ", ".join(TRANSFORMATIONS)})
     relation_representation: str = field(default="cls", metadata={"help": ", ".join(REPRESENTATIONS)})
     max_train_examples: int | None = field(default=None, metadata={"help": "first N training examples only"})
@@ -130,7 +135,7 @@ class FinetuneArgs:
         except ValueError as err:
             raise InputError(f"tagging_scheme: {err}") from None
         choices = {"tagging_layer": TAGGING_LAYERS, "relation_transformation": TRANSFORMATIONS,
-                   "relation_representation": REPRESENTATIONS}
+                   "relation_representation": REPRESENTATIONS, "ner_f1_mode": NER_F1_MODES}
         for name, valid in choices.items():
             if getattr(self, name) not in valid:
                 raise InputError(f"{name} must be one of {', '.join(valid)}, got {getattr(self, name)!r}")
@@ -304,7 +309,7 @@ def _build_task(args: FinetuneArgs, dataset: BlurbDataset, tokenizer) -> _Task:
             return [index[t] for t in to_model_tags(example.tags)]
 
         return _Task(task_type, labels, lambda exs: _tagging_features(exs, tokenizer, max_length, encode),
-                     lambda fs: _pad_tagging(fs, pad_id, None), {"scheme": args.tagging_scheme}, stats,
+                     lambda fs: _pad_tagging(fs, pad_id, None), {"scheme": args.tagging_scheme, "mode": args.ner_f1_mode}, stats,
                      to_model_tags)
     if task_type == PICO:
         elements = dataset.labels
@@ -474,11 +479,12 @@ def _settings(args: FinetuneArgs) -> dict[str, Any]:
 
 
 def _changed_settings(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """Settings that differ; one a record predates counts as its default (records stay valid when a
-    setting is added)."""
+    """Settings that differ; one a record predates counts as what such records were run with (its
+    default then), so records stay valid when a setting is added."""
     defaults = {f.name: f.default for f in fields(FinetuneArgs)}
+    before = {**defaults, **_BEFORE_RECORDED}
     return sorted(k for k in set(recorded) | set(current)
-                  if recorded.get(k, defaults.get(k)) != current.get(k, defaults.get(k)))
+                  if recorded.get(k, before.get(k)) != current.get(k, defaults.get(k)))
 
 
 def is_complete_run(path: str | Path) -> bool:

@@ -191,6 +191,22 @@ def test_a_run_directory_is_fine_tuned_through_its_export(tiny_bert, tmp_path):
         run_finetune(_args(run, data, tmp_path / "ft", resize_embeddings=True), log=lambda m: None)
 
 
+def test_ner_is_scored_the_conlleval_way_and_older_records_count_as_strict(tiny_bert, tmp_path):
+    data = ncbi_slice(tmp_path, train=16, eval_=8)
+    result = run_finetune(_args(tiny_bert, data, tmp_path / "ft"), log=lambda m: None)
+    assert result.record["test"]["mode"] == "conlleval" and result.record["settings"]["ner_f1_mode"] == "conlleval"
+    assert result.record["best_dev"]["mode"] == "conlleval"
+    # Records written before the setting existed were scored in strict mode: not today's default.
+    record = json.loads(result.path.read_text(encoding="utf-8"))
+    del record["settings"]["ner_f1_mode"]
+    result.path.write_text(json.dumps(record), encoding="utf-8")
+    with pytest.raises(InputError, match=r"different settings \(ner_f1_mode\)"):
+        run_finetune(_args(tiny_bert, data, tmp_path / "ft"), log=lambda m: None)
+    assert run_finetune(_args(tiny_bert, data, tmp_path / "ft", ner_f1_mode="strict"), log=lambda m: None).skipped
+    with pytest.raises(InputError, match="ner_f1_mode must be one of conlleval, strict"):
+        _args(tiny_bert, data, tmp_path / "bad", ner_f1_mode="lenient")
+
+
 def _launch(script: str, *flags: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(REPO / "launch" / script), *flags], cwd=REPO, capture_output=True,
                           text=True, timeout=600)

@@ -46,7 +46,7 @@ def test_entity_f1_hand_example():
     assert result["recall"] == pytest.approx(2 / 3)
     assert result["score"] == pytest.approx(4 / 7)
     assert (result["n_gold"], result["n_pred"], result["n_correct"]) == (3, 4, 2)
-    assert result["mode"] == "strict" and result["n_invalid_pred_sequences"] == 0
+    assert result["mode"] == "conlleval" and result["n_invalid_pred_sequences"] == 0
 
 
 def test_entity_f1_needs_the_type_to_match():
@@ -59,18 +59,18 @@ def test_strict_and_conlleval_differ_on_an_invalid_i():
     pred = [["O", "I-X", "O", "B-Y"]]          # I-X at 1 continues nothing
     # strict (IOB2): the ill-formed chunk is no entity; pred = {Y(3,4)}:
     #   P = 1/1, R = 1/2, F1 = 2*1/(1+2) = 2/3
-    strict = entity_f1(gold, pred)
+    strict = entity_f1(gold, pred, mode="strict")
     assert (strict["precision"], strict["recall"]) == (1.0, 0.5)
     assert strict["score"] == pytest.approx(2 / 3)
     assert strict["n_invalid_pred_sequences"] == 1
     # conlleval: I-X is read as B-X; pred = {X(1,2), Y(3,4)}: P = 1/2, R = 1/2, F1 = 1/2
-    conll = entity_f1(gold, pred, strict=False)
+    conll = entity_f1(gold, pred)
     assert (conll["precision"], conll["recall"], conll["score"]) == (0.5, 0.5, 0.5)
     assert conll["mode"] == "conlleval"
     # And the other way: a whole entity tagged I-X I-X is right for conlleval, absent for strict.
     gold, pred = [["B-X", "I-X", "O"]], [["I-X", "I-X", "O"]]
-    assert entity_f1(gold, pred)["score"] == 0.0                 # 0 predicted -> P = R = F1 = 0
-    assert entity_f1(gold, pred, strict=False)["score"] == 1.0   # X(0,2) matches
+    assert entity_f1(gold, pred, mode="strict")["score"] == 0.0  # 0 predicted -> P = R = F1 = 0
+    assert entity_f1(gold, pred)["score"] == 1.0                 # X(0,2) matches
     # Both readings agree with seqeval's own scorers.
     assert seqeval_f1(gold, pred, mode="strict", scheme=IOB2, zero_division=0) == 0.0
     assert seqeval_f1(gold, pred) == 1.0
@@ -81,8 +81,31 @@ def test_entity_f1_bioul_strict():
     assert entity_f1(gold, gold, scheme="bioul")["score"] == 1.0
     pred = [["B-X", "I-X", "U-Y", "O"]]     # X never closed by L-X
     # strict: pred = {Y}: P = 1, R = 1/2, F1 = 2/3; conlleval: X(0,2) and Y both match: F1 = 1
-    assert entity_f1(gold, pred, scheme="bioul")["score"] == pytest.approx(2 / 3)
-    assert entity_f1(gold, pred, scheme="bioul", strict=False)["score"] == 1.0
+    assert entity_f1(gold, pred, scheme="bioul", mode="strict")["score"] == pytest.approx(2 / 3)
+    assert entity_f1(gold, pred, scheme="bioul")["score"] == 1.0
+
+
+def test_the_default_is_conlleval_and_the_modes_differ_where_the_field_says():
+    """Hand-made predictions on which seqeval's default (conlleval) and strict readings differ."""
+    cases = [  # (scheme, gold, pred, conlleval F1, strict F1)
+        # I- without B-: conlleval reads I-X as B-X (the entity is found), strict drops it
+        ("bio", [["O", "B-X", "I-X", "O"]], [["O", "I-X", "I-X", "O"]], 1.0, 0.0),
+        # a type change inside a span: conlleval splits it into X(1,2) and Y(2,3); strict keeps X
+        # and drops the ill-formed I-Y, so it predicts one entity where conlleval predicts two
+        ("bio", [["O", "B-X", "B-Y", "O"]], [["O", "B-X", "I-Y", "O"]], 1.0, 2 / 3),
+        # BIOUL singletons: a lone B-X (never closed) and a lone L-X are entities for conlleval
+        # (read as U-X), none for strict
+        ("bioul", [["U-X", "O", "U-X"]], [["B-X", "O", "L-X"]], 1.0, 0.0),
+        # a well-formed BIOUL singleton scores the same in both readings
+        ("bioul", [["U-X", "O", "O"]], [["U-X", "O", "O"]], 1.0, 1.0),
+    ]
+    for scheme, gold, pred, conll, strict in cases:
+        default = entity_f1(gold, pred, scheme=scheme)
+        assert default["mode"] == "conlleval"
+        assert default["score"] == pytest.approx(conll), (scheme, pred)
+        assert entity_f1(gold, pred, scheme=scheme, mode="strict")["score"] == pytest.approx(strict), (scheme, pred)
+    with pytest.raises(ValueError, match="conlleval, strict"):
+        entity_f1([["B-X"]], [["B-X"]], mode="lenient")
 
 
 def test_entity_f1_io():
@@ -139,7 +162,7 @@ def gold_and_pred(draw, scheme):
     lambda s: st.tuples(st.just(s), gold_and_pred(s))), st.booleans())
 def test_entity_f1_agrees_with_seqeval(data, strict):
     scheme, (gold, pred) = data
-    result = entity_f1(gold, pred, scheme=scheme, strict=strict)
+    result = entity_f1(gold, pred, scheme=scheme, mode="strict" if strict else "conlleval")
     if strict and scheme != "io":
         kw = {"mode": "strict", "scheme": IOB2 if scheme == "bio" else BILOU}
     else:
@@ -159,7 +182,7 @@ def test_entity_f1_does_not_depend_on_the_encoding(data):
     # Valid gold and conll-repaired predictions carry the same entities in BIO and BIOUL, and in
     # IO whenever no two same-type entities touch.
     gold, pred = data
-    conll = entity_f1(gold, pred, scheme="bio", strict=False)["score"]
+    conll = entity_f1(gold, pred, scheme="bio")["score"]
     to = lambda seqs, target: [convert_tags(s, "bio", target) for s in seqs]  # noqa: E731
     assert entity_f1(to(gold, "bioul"), to(pred, "bioul"), scheme="bioul")["score"] == \
         pytest.approx(conll)

@@ -153,7 +153,7 @@ def test_ner_schemes_and_layers(tiny_bert, ner_data, tmp_path, predictions, sche
     assert record["features"]["test"] > n  # the long sentence is windowed
     test = record["test"]
     assert 0.0 <= test["score"] <= 1.0 and test["n_sequences"] == n
-    assert test["scheme"] == scheme and test["mode"] == ("conlleval" if scheme == "io" else "strict")
+    assert test["scheme"] == scheme and test["mode"] == "conlleval"  # the field's reading, the default
 
     # The model's labels are the scheme's tags, and the test predictions are well-formed.
     call = predictions[-1]
