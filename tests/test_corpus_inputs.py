@@ -40,7 +40,7 @@ def cli(tmp_path, capsys, *inputs, extra: tuple[str, ...] = (), out: str = "out"
 
 
 @pytest.mark.parametrize("name,content", [("empty.txt", b""), ("empty.jsonl", b""),
-                                          ("empty.txt.gz", gzip.compress(b"")), ("blank.txt", b"\n \n\n")])
+                                          ("empty.txt.gz", gzip.compress(b"", mtime=0)), ("blank.txt", b"\n \n\n")])
 def test_an_empty_input_alone_exits_2_without_a_dataset(tmp_path, capsys, name, content):
     path = tmp_path / name
     path.write_bytes(content)
