@@ -308,9 +308,9 @@ def _build_task(args: FinetuneArgs, dataset: BlurbDataset, tokenizer) -> _Task:
         def encode(example):
             return [index[t] for t in to_model_tags(example.tags)]
 
+        metric_kwargs = {"scheme": args.tagging_scheme, "mode": args.ner_f1_mode}
         return _Task(task_type, labels, lambda exs: _tagging_features(exs, tokenizer, max_length, encode),
-                     lambda fs: _pad_tagging(fs, pad_id, None), {"scheme": args.tagging_scheme, "mode": args.ner_f1_mode}, stats,
-                     to_model_tags)
+                     lambda fs: _pad_tagging(fs, pad_id, None), metric_kwargs, stats, to_model_tags)
     if task_type == PICO:
         elements = dataset.labels
 
