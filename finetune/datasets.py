@@ -45,6 +45,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Iterable, Iterator, Mapping, Sequence, Union
 
+from finetune.relation_inputs import (PLACEHOLDER_PAIRS, PlaceholderPair, entities_from_placeholders,
+                                      pair_from_placeholders)
 from tokenization.instances import DatasetFormatError as _InstanceFormatError
 from tokenization.instances import InputError, json_lines, numbered_lines
 
@@ -52,12 +54,13 @@ __all__ = [
     "NER", "PICO", "RELATION", "SIMILARITY", "CLASSIFICATION", "QA", "TASK_TYPES",
     "ENTITY_F1", "PICO_TOKEN_MACRO_F1", "MICRO_F1_POSITIVE", "F1_POSITIVE", "PEARSON", "MICRO_F1_MULTILABEL",
     "ACCURACY", "METRICS", "TRAIN", "DEV", "TEST", "SPLITS", "DEFAULT_SPLIT_SEED", "CARVED_DEV_FRACTION",
-    "MAX_OFFSET_SHIFT", "PICO_ELEMENTS", "HOC_HALLMARKS", "HOC_BLURB_SIZES", "PUBMEDQA_BLURB_SIZES",
+    "MAX_OFFSET_SHIFT", "DEFAULT_MAX_LENGTH", "QA_MAX_LENGTH", "PICO_ELEMENTS", "HOC_HALLMARKS", "HOC_BLURB_SIZES",
+    "PUBMEDQA_BLURB_SIZES",
     "DatasetFormatError", "UnknownDatasetError", "MissingDatasetFileError",
     "TokenTaggingExample", "PicoExample", "Entity", "RelationExample", "SentencePairExample", "DocumentExample",
     "QAExample", "Example", "BlurbDataset", "DatasetSpec", "BLURB_DATASETS",
-    "blurb_dataset_names", "canonical_dataset_name", "blurb_spec", "load_blurb_dataset", "load_generic_dataset",
-    "seeded_partition",
+    "blurb_dataset_names", "canonical_dataset_name", "blurb_spec", "default_max_length", "load_blurb_dataset",
+    "load_generic_dataset", "seeded_partition",
 ]
 
 # ----------------------------------------------------------------------------------- constants
@@ -84,6 +87,14 @@ TRAIN, DEV, TEST = "train", "dev", "test"
 SPLITS = (TRAIN, DEV, TEST)
 
 DEFAULT_SPLIT_SEED = 42
+
+# Sub-words per input when a run sets none (DatasetSpec.max_length holds each dataset's value). The
+# paper (section 2.4) pads or truncates GAD to 128, ChemProt and DDI to 256 and QA to 512; it states
+# no length for the other datasets, which get 128 (NER and PICO sentences are cut into windows,
+# never dropped) except BIOSSES, 256, so that no pair is cut (4 of the 100 exceed 128 sub-words with
+# bert-base-uncased's vocabulary), and HoC, 512, as its inputs are whole abstracts.
+DEFAULT_MAX_LENGTH = 128
+QA_MAX_LENGTH = 512
 CARVED_DEV_FRACTION = Fraction(1, 10)  # the dev split carved from a training file where none is given
 
 PICO_ELEMENTS = ("PAR", "INT", "OUT")  # participants, interventions, outcomes (EBM-NLP's names)
@@ -607,7 +618,30 @@ def _read_pico(path: Path, element_check: Callable[[str], frozenset[str]]) -> li
 
 # ------------------------------------------------------------------------------- relation files
 
-def _read_relation_tsv(path: Path, label_check: LabelCheck) -> list[_Row]:
+SentenceCheck = Callable[[str], str]
+
+
+def _placeholder_check(pair: PlaceholderPair | None, rewrite: Callable[[str], str] | None = None,
+                       hint: str = "") -> SentenceCheck:
+    """A check that a pre-dummified sentence holds its entity pair the way fine-tuning will look for
+    it (a BLURB dataset's ``pair``, or any two placeholders), after ``rewrite``; returns the sentence
+    to keep. A sentence without its pair cannot be featurized, so it is refused here, with its line."""
+    def check(text: str) -> str:
+        if rewrite is not None:
+            text = rewrite(text)
+        try:
+            if pair is None:
+                entities_from_placeholders(text)
+            else:
+                pair_from_placeholders(text, pair)
+        except ValueError as err:
+            raise _FieldError("sentence", f"{err}{hint}") from None
+        return text
+
+    return check
+
+
+def _read_relation_tsv(path: Path, label_check: LabelCheck, sentence_check: SentenceCheck) -> list[_Row]:
     """``sentence<TAB>label`` or ``id<TAB>sentence<TAB>label``, entities already dummified, with an
     optional header row (GAD's ``sentence<TAB>label``, BLUE's ``index<TAB>sentence<TAB>label``)."""
     rows: list[_Row] = []
@@ -635,6 +669,7 @@ def _read_relation_tsv(path: Path, label_check: LabelCheck) -> list[_Row]:
             text = fields[columns["sentence"]].strip()
             if not text:
                 raise _FieldError("sentence", "is empty")
+            text = sentence_check(text)
             label = label_check(_label_value(fields[columns["label"]]))
             example_id = fields[columns["id"]].strip() if "id" in columns else f"{_split_stem(path)}-{line_no}"
             if not example_id:
@@ -751,9 +786,12 @@ def _read_relation_jsonl(path: Path, label_check: LabelCheck) -> list[_Row]:
     return rows
 
 
-def _read_relation(path: Path, label_check: LabelCheck) -> list[_Row]:
-    reader = _read_relation_jsonl if path.name.lower().endswith(".jsonl") else _read_relation_tsv
-    return reader(path, label_check)
+def _read_relation(path: Path, label_check: LabelCheck, sentence_check: SentenceCheck) -> list[_Row]:
+    """A JSONL file (entities with offsets) or a TSV file (pre-dummified sentences, each checked by
+    ``sentence_check``)."""
+    if path.name.lower().endswith(".jsonl"):
+        return _read_relation_jsonl(path, label_check)
+    return _read_relation_tsv(path, label_check, sentence_check)
 
 
 def _correction_notes(path: Path, rows: Sequence[_Row]) -> list[str]:
@@ -1143,7 +1181,9 @@ class DatasetSpec:
     """One BLURB dataset: what it is, its labels and metric, and the files its directory holds.
 
     ``blurb_sizes`` are the paper's Table 3 counts (train, dev, test) in the paper's units: entity
-    mentions for NER, PIO element tokens for PICO, examples otherwise.
+    mentions for NER, PIO element tokens for PICO, examples otherwise. ``max_length`` is the
+    sub-words per input a run uses unless told otherwise (see :data:`DEFAULT_MAX_LENGTH`); the
+    sweep and a single run both read it here.
     """
 
     name: str
@@ -1155,6 +1195,7 @@ class DatasetSpec:
     blurb_sizes: tuple[int, int, int]
     loader: Callable[[DatasetSpec, Path, int, bool], BlurbDataset] = field(repr=False, compare=False)
     negative_label: str | None = None
+    max_length: int = DEFAULT_MAX_LENGTH
 
 
 def _dataset(spec: DatasetSpec, splits: dict[str, list[Example]], notes: list[str]) -> BlurbDataset:
@@ -1227,8 +1268,30 @@ def _load_pico(spec: DatasetSpec, data_dir: Path, seed: int, allow_missing_train
     return _dataset(spec, splits, notes)
 
 
+# ChemProt as BLURB distributes it writes the pair's mentions as the words BC6ENTC (the chemical) and
+# BC6ENTG (the gene) where other distributions write @CHEMICAL$ and @GENE$. Reading them as those
+# placeholders gives the model the same input from either file. Any other mention in the sentence is
+# BC6OTHER there (its own words elsewhere): it is left as the word it is, because it is not part of
+# the pair (a placeholder would make it look like one) and its original words are not in the file.
+_BC6_PAIR_MARKERS = MappingProxyType({"BC6ENTC": "@CHEMICAL$", "BC6ENTG": "@GENE$"})
+_BC6_PAIR_PATTERN = re.compile(r"BC6ENT[CG]", re.IGNORECASE)  # lower-cased copies exist too
+
+
 def _load_relation(spec: DatasetSpec, data_dir: Path, seed: int, allow_missing_train: bool) -> BlurbDataset:
     check = _closed_labels(spec.labels, case_insensitive=True)
+    bc6_sentences = 0
+
+    def bc6_as_placeholders(text: str) -> str:
+        nonlocal bc6_sentences
+        text, replaced = _BC6_PAIR_PATTERN.subn(lambda m: _BC6_PAIR_MARKERS[m.group(0).upper()], text)
+        bc6_sentences += replaced > 0
+        return text
+
+    if spec.name == "chemprot":
+        sentence_check = _placeholder_check(PLACEHOLDER_PAIRS["chemprot"], bc6_as_placeholders,
+                                            " (BC6ENTC/BC6ENTG are read as @CHEMICAL$/@GENE$)")
+    else:
+        sentence_check = _placeholder_check(PLACEHOLDER_PAIRS[spec.name])
     splits, names, corrections = {}, [], []
     for split in SPLITS:
         found = [p for p in (_find_split_file(data_dir, split, (ext,)) for ext in ("tsv", "jsonl")) if p is not None]
@@ -1237,13 +1300,16 @@ def _load_relation(spec: DatasetSpec, data_dir: Path, seed: int, allow_missing_t
         if not found:
             raise MissingDatasetFileError(f"{spec.name}: no {split} file: expected "
                                           f"{_expected(data_dir, split, ('tsv', 'jsonl'))}")
-        rows = _finish(found[0], _read_relation(found[0], check))
+        rows = _finish(found[0], _read_relation(found[0], check, sentence_check))
         splits[split] = _examples(rows)
         names.append(found[0].name)
         corrections.extend(_correction_notes(found[0], rows))
     notes = [f"splits as distributed: {', '.join(names)}", *corrections]
     if any(n.lower().endswith(".tsv") for n in names):
         notes.append("TSV files hold the dummified sentence only: text = masked_text, entity offsets unknown")
+    if bc6_sentences:
+        notes.append(f"{bc6_sentences} sentence(s) wrote the pair as BC6ENTC/BC6ENTG: read as @CHEMICAL$/@GENE$; "
+                     "BC6OTHER (an entity outside the pair) is kept as the word it is")
     return _dataset(spec, splits, notes)
 
 
@@ -1360,32 +1426,32 @@ BLURB_DATASETS: Mapping[str, DatasetSpec] = MappingProxyType({spec.name: spec fo
                 ("False", "CPR:3", "CPR:4", "CPR:5", "CPR:6", "CPR:9"),
                 "{train,dev,test}.tsv (sentence<TAB>label, @CHEMICAL$/@GENE$ dummified, optional header/id "
                 "column) or {train,dev,test}.jsonl (DDI-style records)",
-                (18035, 11268, 15745), loader=_load_relation, negative_label="False"),
+                (18035, 11268, 15745), loader=_load_relation, negative_label="False", max_length=256),
     DatasetSpec("ddi", "DDI", RELATION, MICRO_F1_POSITIVE,
                 ("DDI-false", "DDI-mechanism", "DDI-effect", "DDI-advise", "DDI-int"),
                 "{train,dev,test}.jsonl or ddi_blurb_{train,dev,test}.jsonl: {id, sentence, masked, e1, e2, label}, "
                 "entity offsets 'start-end' with inclusive end (or .tsv like GAD)",
-                (25296, 2496, 5716), loader=_load_relation, negative_label="DDI-false"),
+                (25296, 2496, 5716), loader=_load_relation, negative_label="DDI-false", max_length=256),
     DatasetSpec("gad", "GAD", RELATION, F1_POSITIVE, ("0", "1"),
                 "{train,dev,test}.tsv or gad_blurb_{train,dev,test}.tsv: sentence<TAB>label (1/0), "
                 "@GENE$/@DISEASE$ dummified, optional header",
-                (4261, 535, 534), loader=_load_relation, negative_label="0"),
+                (4261, 535, 534), loader=_load_relation, negative_label="0", max_length=128),
     DatasetSpec("biosses", "BIOSSES", SIMILARITY, PEARSON, (),
                 "{train,dev,test}.tsv: BLUE's TSV with a header naming sentence1, sentence2, score (fields may be "
                 "quoted)",
-                (64, 16, 20), loader=_load_biosses),
+                (64, 16, 20), loader=_load_biosses, max_length=256),
     DatasetSpec("hoc", "HoC", CLASSIFICATION, MICRO_F1_MULTILABEL, HOC_HALLMARKS,
                 "hoc_combined.jsonl: {pmid, sentences, sentence_labels[, doc_hallmarks]} per abstract (split "
                 "derived), or {train,dev,test}.jsonl in the same format",
-                (1295, 186, 371), loader=_load_hoc),
+                (1295, 186, 371), loader=_load_hoc, max_length=512),
     DatasetSpec("pubmedqa", "PubMedQA", QA, ACCURACY, ("yes", "no", "maybe"),
                 "ori_pqal.json (PMID -> {QUESTION, CONTEXTS, final_decision, ...}) and test_ground_truth.json "
                 "(PMID -> answer)",
-                (450, 50, 500), loader=_load_pubmedqa),
+                (450, 50, 500), loader=_load_pubmedqa, max_length=QA_MAX_LENGTH),
     DatasetSpec("bioasq", "BioASQ", QA, ACCURACY, ("yes", "no"),
                 "{train,test}.tsv (dev.tsv optional) or *_train.tsv/*_test.tsv: label<TAB>question<TAB>context, "
                 "labels 1/0 or yes/no, optional header",
-                (670, 75, 140), loader=_load_bioasq),
+                (670, 75, 140), loader=_load_bioasq, max_length=QA_MAX_LENGTH),
 )})
 
 _ALIASES = MappingProxyType({
@@ -1421,6 +1487,14 @@ def blurb_spec(name: str) -> DatasetSpec:
     return BLURB_DATASETS[canonical_dataset_name(name)]
 
 
+def default_max_length(dataset: str, task_type: str | None = None) -> int:
+    """Sub-words per input for a run that sets none: the BLURB dataset's own (:class:`DatasetSpec`),
+    or for a generic dataset (``task_type`` given) its task type's: 512 for QA, else 128."""
+    if task_type is not None:
+        return QA_MAX_LENGTH if task_type == QA else DEFAULT_MAX_LENGTH
+    return blurb_spec(dataset).max_length
+
+
 def load_blurb_dataset(name: str, data_dir: str | Path, *, split_seed: int = DEFAULT_SPLIT_SEED,
                        allow_missing_train: bool = False) -> BlurbDataset:
     """Read one of the 13 BLURB datasets from its own directory (``.../ner/NCBI-disease``).
@@ -1452,7 +1526,7 @@ def _generic_reader(task_type: str, labels: Sequence[str] | None, *,
         elements = _pico_check(labels, case_insensitive=False)
         return lambda path: _read_pico(path, elements)
     if task_type == RELATION:
-        return lambda path: _read_relation(path, label_check)
+        return lambda path: _read_relation(path, label_check, _placeholder_check(None))
     if task_type == SIMILARITY:
         return _read_similarity
     if task_type == CLASSIFICATION:

@@ -29,9 +29,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
-import torch
+if TYPE_CHECKING:  # torch is imported where tensors are made, so the dataset readers can check placeholders
+    import torch  # without loading it
 
 Transformation = Literal["dummify", "markers", "original"]
 TRANSFORMATIONS: tuple[str, ...] = ("dummify", "markers", "original")
@@ -51,6 +52,24 @@ CHEMPROT_TYPE_MAP: Mapping[str, str] = MappingProxyType(
 GAD_TYPE_MAP: Mapping[str, str] = MappingProxyType({"GENE": "GENE", "DISEASE": "DISEASE"})
 TYPE_MAPS: Mapping[str, Mapping[str, str]] = MappingProxyType(
     {"ddi": DDI_TYPE_MAP, "chemprot": CHEMPROT_TYPE_MAP, "gad": GAD_TYPE_MAP})
+
+
+class PlaceholderPair(NamedTuple):
+    """The placeholders a BLURB dataset's pre-dummified sentences hold: E1's type, E2's type, and the
+    one combined placeholder that stands for both when the mentions overlap."""
+
+    first: str
+    second: str
+    overlap: str
+
+
+# ChemProt's relations are directed (chemical → gene), so the chemical is E1 wherever it stands, as
+# in the JSONL files' e1/e2; GAD puts the gene first for the same reason of one fixed order.
+PLACEHOLDER_PAIRS: Mapping[str, PlaceholderPair] = MappingProxyType({
+    "chemprot": PlaceholderPair("CHEMICAL", "GENE", "CHEM-GENE"),
+    "ddi": PlaceholderPair("DRUG", "DRUG", "DRUG-DRUG"),
+    "gad": PlaceholderPair("GENE", "DISEASE", "GENE-DISEASE"),
+})
 
 #: The model inputs :func:`encode_relation_example` returns (the rest of its keys are flags).
 MODEL_INPUT_KEYS: tuple[str, ...] = ("input_ids", "attention_mask", "token_type_ids", "entity_spans", "entity_starts")
@@ -255,6 +274,24 @@ def entities_from_placeholders(text: str, type_order: Sequence[str] | None = Non
     return found[0], found[1]
 
 
+def pair_from_placeholders(text: str, pair: PlaceholderPair) -> tuple[Entity, Entity]:
+    """A dataset's entity pair in a pre-dummified sentence, E1 first: exactly one placeholder of each
+    of the pair's types (two ``@DRUG$`` for DDI), or its one overlap placeholder alone. Anything else
+    (a missing or third placeholder, a type of another dataset) is a ValueError saying what was found,
+    so a reader can refuse the line instead of training on a sentence without its pair."""
+    found = [Entity(match.start(), match.end(), match.group(1)) for match in PLACEHOLDER_PATTERN.finditer(text)]
+    types = [entity.type for entity in found]
+    if types == [pair.overlap]:
+        return Entity(found[0].start, found[0].end, pair.first), Entity(found[0].start, found[0].end, pair.second)
+    if sorted(types) != sorted((pair.first, pair.second)):
+        wanted = f"@{pair.first}$ and @{pair.second}$ (or one @{pair.overlap}$)"
+        seen = ", ".join(f"@{t}$" for t in types) if types else "no placeholder"
+        raise ValueError(f"expected the entity pair as {wanted}, found {seen}")
+    first = next(entity for entity in found if entity.type == pair.first)
+    second = next(entity for entity in found if entity.type == pair.second and entity is not first)
+    return first, second
+
+
 def add_marker_tokens(tokenizer, markers: Sequence[str] = ENTITY_MARKERS) -> list[str]:
     """Add the entity markers to the tokenizer as special tokens; return the markers.
 
@@ -379,6 +416,8 @@ def collate_relation_features(features: Sequence[Mapping], pad_token_id: int) ->
     Only :data:`MODEL_INPUT_KEYS` are kept (the flags are not model inputs); a ``labels`` key is
     stacked when every feature has one.
     """
+    import torch
+
     if not features:
         raise ValueError("cannot collate an empty batch")
     length = max(len(feature["input_ids"]) for feature in features)

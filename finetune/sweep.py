@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from finetune.datasets import UnknownDatasetError, canonical_dataset_name
+from finetune.datasets import UnknownDatasetError, canonical_dataset_name, default_max_length
 from finetune.metrics import BLURB_DATASETS, BLURB_TASK_OF, BLURB_TASK_TYPES, MeanStd, blurb_score, mean_std
 from finetune.model_check import check_model
-from finetune.trainer import PRECISIONS, QA_MAX_LENGTH, RUN_RECORD, FinetuneArgs, is_complete_run, run_finetune
+from finetune.trainer import PRECISIONS, RUN_RECORD, FinetuneArgs, is_complete_run, run_finetune
 from tokenization.instances import InputError
 
 __all__ = ["DatasetProtocol", "PROTOCOL", "SweepArgs", "SweepPlan", "PlannedRun", "plan_sweep", "run_sweep",
@@ -45,11 +45,12 @@ TABLE_FILE = "blurb.md"
 class DatasetProtocol:
     """Per-dataset defaults of the sweep. The paper searched epochs in 2–60 without publishing a
     value per dataset; these are ours, chosen in that range by dataset size (small datasets get
-    more epochs). ``max_length`` None means the trainer's default (128; 512 for QA)."""
+    more epochs). Seeds are the paper's (section 2.5): 10 for BIOSSES, BioASQ and PubMedQA, 5 for
+    the rest. The input length is not here: a dataset has one, in its
+    :class:`finetune.datasets.DatasetSpec`, which a single run reads too (:meth:`SweepArgs.max_length_for`)."""
 
     epochs: int
     num_seeds: int
-    max_length: int | None = None
     directories: tuple[str, ...] = ()  # where the dataset lies under data_root, first match wins
 
 
@@ -66,11 +67,9 @@ PROTOCOL: Mapping[str, DatasetProtocol] = {
     "gad": DatasetProtocol(10, 5, directories=("re/gad", "gad", "re/GAD", "GAD")),
     "biosses": DatasetProtocol(30, 10, directories=("similarity/biosses", "biosses", "similarity/BIOSSES",
                                                     "BIOSSES")),
-    "hoc": DatasetProtocol(20, 5, max_length=512, directories=("classification/hoc", "hoc", "classification/HoC",
-                                                               "HoC")),
-    "pubmedqa": DatasetProtocol(20, 10, max_length=QA_MAX_LENGTH, directories=("qa/pubmedqa", "pubmedqa",
-                                                                                "qa/PubMedQA", "PubMedQA")),
-    "bioasq": DatasetProtocol(20, 10, max_length=QA_MAX_LENGTH, directories=(
+    "hoc": DatasetProtocol(20, 5, directories=("classification/hoc", "hoc", "classification/HoC", "HoC")),
+    "pubmedqa": DatasetProtocol(20, 10, directories=("qa/pubmedqa", "pubmedqa", "qa/PubMedQA", "PubMedQA")),
+    "bioasq": DatasetProtocol(20, 10, directories=(
         "qa/bioasq", "bioasq", "qa/BioASQ", "BioASQ", "qa/bioasq-yesno-proxy", "bioasq-yesno-proxy")),
 }
 assert tuple(PROTOCOL) == BLURB_DATASETS  # one entry per BLURB dataset, in the paper's order
@@ -156,8 +155,9 @@ class SweepArgs:
         count = self.num_seeds if self.num_seeds is not None else PROTOCOL[dataset].num_seeds
         return list(range(self.first_seed, self.first_seed + count))
 
-    def max_length_for(self, dataset: str) -> int | None:
-        return self.max_length if self.max_length is not None else PROTOCOL[dataset].max_length
+    def max_length_for(self, dataset: str) -> int:
+        """``max_length``, else the dataset's own: the same default a single run takes."""
+        return self.max_length if self.max_length is not None else default_max_length(dataset)
 
 
 # ---------------------------------------------------------------------------------- planning

@@ -40,14 +40,16 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from finetune.datasets import (CLASSIFICATION, DEV, NER, PICO, QA, RELATION, SIMILARITY, TASK_TYPES, TEST,
-                               TRAIN, BlurbDataset, load_blurb_dataset, load_generic_dataset)
+from finetune.datasets import (CLASSIFICATION, DEV, NER, PICO, QA_MAX_LENGTH, RELATION, SIMILARITY, TASK_TYPES,
+                               TEST, TRAIN, BlurbDataset, default_max_length, load_blurb_dataset,
+                               load_generic_dataset)
 from finetune.metrics import NER_F1_MODES, compute_metric
 from finetune.model_check import CheckedModel, check_model
 from finetune.modeling import (IGNORE_INDEX, MultiTokenTaggingModel, SequenceClassificationModel,
                                TokenTaggingModel, load_encoder, REPRESENTATIONS, TAGGING_LAYERS)
-from finetune.relation_inputs import (TRANSFORMATIONS, TYPE_MAPS, add_marker_tokens, collate_relation_features,
-                                      encode_relation_example, entities_from_placeholders)
+from finetune.relation_inputs import (PLACEHOLDER_PAIRS, TRANSFORMATIONS, TYPE_MAPS, add_marker_tokens,
+                                      collate_relation_features, encode_relation_example, entities_from_placeholders,
+                                      pair_from_placeholders)
 from finetune.tagging import SCHEMES, convert_tags, normalize_scheme, split_tag, tag_labels
 from pretrain.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
 from tokenization.instances import InputError
@@ -56,7 +58,6 @@ __all__ = ["FinetuneArgs", "RunResult", "run_finetune", "load_dataset_for", "wor
            "train_epoch", "finetune_ds_config", "RUN_RECORD", "QA_MAX_LENGTH", "PRECISIONS"]
 
 RUN_RECORD = "run.json"
-QA_MAX_LENGTH = 512  # BLURB's QA inputs are a question plus an abstract: 128 tokens would cut most contexts
 MAX_GRAD_NORM = 1.0
 # Settings that do not change the result; a finished run with other values of these is still the same run.
 _NOT_RESULT_SETTINGS = ("num_workers", "output_dir", "data_dir", "local_rank")
@@ -86,8 +87,8 @@ class FinetuneArgs:
     batch_size: int = 32
     epochs: int = 3
     seed: int = 42
-    max_length: int | None = field(default=None, metadata={"help": f"sub-words per input; default 128, "
-                                                                    f"{QA_MAX_LENGTH} for QA"})
+    max_length: int | None = field(default=None, metadata={"help": "sub-words per input; default: the dataset's "
+                                                                    "own (docs/datasets.md)"})
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
     dropout: float = 0.1
@@ -151,8 +152,9 @@ class FinetuneArgs:
         if self.zero_stage not in (0, 1, 2):
             raise InputError(f"zero_stage must be 0, 1 or 2, got {self.zero_stage}")
 
-    def effective_max_length(self, task_type: str) -> int:
-        return self.max_length if self.max_length is not None else (QA_MAX_LENGTH if task_type == QA else 128)
+    def effective_max_length(self) -> int:
+        """``max_length``, or the dataset's default (:func:`finetune.datasets.default_max_length`)."""
+        return self.max_length if self.max_length is not None else default_max_length(self.dataset, self.task_type)
 
 
 @dataclass
@@ -287,7 +289,7 @@ def _bioes_as_bioul(tags: Sequence[str]) -> list[str]:
 
 
 def _build_task(args: FinetuneArgs, dataset: BlurbDataset, tokenizer) -> _Task:
-    task_type, max_length = dataset.task_type, args.effective_max_length(dataset.task_type)
+    task_type, max_length = dataset.task_type, args.effective_max_length()
     pad_id = tokenizer.pad_token_id
     stats: dict[str, int] = {}
 
@@ -322,6 +324,7 @@ def _build_task(args: FinetuneArgs, dataset: BlurbDataset, tokenizer) -> _Task:
     if task_type == RELATION:
         label_index = {label: i for i, label in enumerate(dataset.labels)}
         type_map = TYPE_MAPS.get(dataset.name)
+        pair = PLACEHOLDER_PAIRS.get(dataset.name) if args.task_type is None else None  # its reader checked it
         if args.relation_transformation == "markers":
             add_marker_tokens(tokenizer)
 
@@ -332,7 +335,8 @@ def _build_task(args: FinetuneArgs, dataset: BlurbDataset, tokenizer) -> _Task:
                     text, entities, transformation = example.text, example.entities, args.relation_transformation
                     mapping = type_map
                 else:  # distributed already dummified: the placeholders are the mentions
-                    text, entities = example.text, entities_from_placeholders(example.text)
+                    text = example.text
+                    entities = pair_from_placeholders(text, pair) if pair else entities_from_placeholders(text)
                     transformation = "original" if args.relation_transformation == "dummify" \
                         else args.relation_transformation
                     mapping = None
@@ -653,7 +657,10 @@ def run_finetune(args: FinetuneArgs, log=print) -> RunResult:
     record_path = output_dir / RUN_RECORD
     if is_complete_run(record_path):
         record = json.loads(record_path.read_text(encoding="utf-8"))
-        changed = _changed_settings(record.get("settings") or {}, _settings(args))
+        # max_length by the length a run used: a record's None meant the default of its day
+        recorded = dict(record.get("settings") or {})
+        recorded["max_length"] = (record.get("hyperparameters") or {}).get("max_length", recorded.get("max_length"))
+        changed = _changed_settings(recorded, {**_settings(args), "max_length": args.effective_max_length()})
         if changed:
             raise InputError(f"{record_path} holds a finished run with different settings ({', '.join(changed)}); "
                              "use another output_dir")
@@ -728,7 +735,7 @@ def run_finetune(args: FinetuneArgs, log=print) -> RunResult:
         "hyperparameters": {k: getattr(args, k) for k in (
             "learning_rate", "batch_size", "epochs", "warmup_ratio", "weight_decay", "dropout", "tagging_scheme",
             "tagging_layer", "relation_transformation", "relation_representation")}
-        | {"max_length": args.effective_max_length(dataset.task_type), "max_grad_norm": MAX_GRAD_NORM,
+        | {"max_length": args.effective_max_length(), "max_grad_norm": MAX_GRAD_NORM,
            "optimizer": "adamw", "lr_schedule": "slanted_triangular"},
         "settings": _settings(args),
         "examples": {split: len(exs) for split, exs in examples.items()},

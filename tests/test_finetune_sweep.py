@@ -6,6 +6,7 @@ end to end with a tiny random BERT on a slice of the committed NCBI-disease file
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -20,7 +21,8 @@ import finetune.sweep as sweep  # noqa: E402
 from finetune.metrics import BLURB_DATASETS  # noqa: E402
 from finetune.sweep import (PROTOCOL, SweepArgs, collect_runs, format_table, plan_sweep, run_sweep,  # noqa: E402
                             summarize)
-from finetune.trainer import RUN_RECORD  # noqa: E402
+from finetune.datasets import blurb_spec  # noqa: E402
+from finetune.trainer import RUN_RECORD, FinetuneArgs, run_finetune  # noqa: E402
 from tokenization.instances import InputError  # noqa: E402
 
 from tests.conftest import ncbi_slice  # noqa: E402
@@ -42,6 +44,48 @@ def test_protocol_covers_blurb_with_the_papers_seed_counts():
     assert ten == {"biosses", "bioasq", "pubmedqa"}
     assert all(p.num_seeds == 5 for d, p in PROTOCOL.items() if d not in ten)
     assert all(2 <= p.epochs <= 60 for p in PROTOCOL.values())  # the paper's search range
+
+
+# Section 2.4 of the paper: "128 tokens for GAD and 256 tokens for ChemProt and DDI", QA at 512.
+PAPER_LENGTHS = {"gad": 128, "chemprot": 256, "ddi": 256, "pubmedqa": 512, "bioasq": 512}
+
+
+def test_sweep_and_single_run_take_each_datasets_length_from_one_place(tmp_path):
+    dirs = []
+    for dataset in BLURB_DATASETS:
+        (tmp_path / dataset).mkdir()
+        dirs.append(f"{dataset}={tmp_path / dataset}")
+    args = SweepArgs(model="m", output_dir=str(tmp_path / "out"), data_dirs=dirs, learning_rates=[1e-5],
+                     batch_sizes=[16], num_seeds=1)
+    planned = {run.dataset: run.args.max_length for run in plan_sweep(args).runs}
+    single = {d: FinetuneArgs(model="m", dataset=d, data_dir="d", output_dir="o").effective_max_length()
+              for d in BLURB_DATASETS}
+    assert planned == single == {d: blurb_spec(d).max_length for d in BLURB_DATASETS}
+    assert {d: planned[d] for d in PAPER_LENGTHS} == PAPER_LENGTHS
+    assert planned["biosses"] == 256 and planned["hoc"] == 512 and planned["ncbi-disease"] == 128
+    assert FinetuneArgs(model="m", dataset="ChemProt", data_dir="d", output_dir="o").effective_max_length() == 256
+    flagged = SweepArgs(model="m", output_dir="o", datasets=["chemprot"], max_length=64)
+    assert flagged.max_length_for("chemprot") == 64
+
+
+@pytest.mark.parametrize("dataset, used, verdict", [("ncbi-disease", 128, "skipped"), ("chemprot", 128, "refused"),
+                                                    ("pubmedqa", 512, "skipped")])
+def test_a_record_made_under_an_older_default_length_is_judged_by_the_length_it_used(tmp_path, dataset, used,
+                                                                                     verdict):
+    """Before per-dataset lengths a run left max_length None and used 128 (512 for QA): a ChemProt
+    record of that kind is not today's 256-token run, an NCBI-disease one is the same run."""
+    finetune_args = FinetuneArgs(model="m", dataset=dataset, data_dir=str(tmp_path), output_dir=str(tmp_path / "run"))
+    settings = {k: v for k, v in dataclasses.asdict(finetune_args).items()
+                if k not in ("num_workers", "output_dir", "data_dir", "local_rank")}
+    record = {"status": "complete", "settings": settings, "hyperparameters": {"max_length": used},
+              "test": {"score": 0.5}}
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / RUN_RECORD).write_text(json.dumps(record), encoding="utf-8")
+    if verdict == "skipped":
+        assert run_finetune(finetune_args, log=lambda message: None).skipped
+    else:
+        with pytest.raises(InputError, match=r"different settings \(max_length\)"):
+            run_finetune(finetune_args, log=lambda message: None)
 
 
 def test_selection_uses_mean_dev_over_seeds_and_reports_test_mean_std():
