@@ -1424,8 +1424,8 @@ BLURB_DATASETS: Mapping[str, DatasetSpec] = MappingProxyType({spec.name: spec fo
                 (339167, 85321, 16364), loader=_load_pico),
     DatasetSpec("chemprot", "ChemProt", RELATION, MICRO_F1_POSITIVE,
                 ("False", "CPR:3", "CPR:4", "CPR:5", "CPR:6", "CPR:9"),
-                "{train,dev,test}.tsv (sentence<TAB>label, @CHEMICAL$/@GENE$ dummified, optional header/id "
-                "column) or {train,dev,test}.jsonl (DDI-style records)",
+                "{train,dev,test}.tsv (sentence<TAB>label, the pair as @CHEMICAL$/@GENE$ or BC6ENTC/BC6ENTG, "
+                "optional header/id column) or {train,dev,test}.jsonl (DDI-style records)",
                 (18035, 11268, 15745), loader=_load_relation, negative_label="False", max_length=256),
     DatasetSpec("ddi", "DDI", RELATION, MICRO_F1_POSITIVE,
                 ("DDI-false", "DDI-mechanism", "DDI-effect", "DDI-advise", "DDI-int"),
