@@ -45,8 +45,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Iterable, Iterator, Mapping, Sequence, Union
 
-from finetune.relation_inputs import (PLACEHOLDER_PAIRS, PlaceholderPair, entities_from_placeholders,
-                                      pair_from_placeholders)
+from finetune.relation_inputs import (PLACEHOLDER_PAIRS, TYPE_MAPS, PlaceholderPair, entities_from_placeholders,
+                                      normalize_type, pair_from_placeholders)
 from tokenization.instances import DatasetFormatError as _InstanceFormatError
 from tokenization.instances import InputError, json_lines, numbered_lines
 
@@ -731,6 +731,8 @@ def _entity_from_span(entity: Mapping, text: str, key: str) -> tuple[Entity, Non
             raise _FieldError(f"{key}.{name}", f"expected an integer character offset, got {value!r}")
     if not 0 <= start < end <= len(text):
         raise _FieldError(f"{key}.end", f"span {start}-{end} is not inside the text ({len(text)} characters)")
+    if not text[start:end].strip():  # no token would cover it: the entity could not be located after tokenizing
+        raise _FieldError(f"{key}.end", f"span {start}-{end} holds only whitespace ({text[start:end]!r})")
     entity_type = _string(entity, "type")
     mention = _string(entity, "text", required=False)
     if mention is not None and text[start:end] != mention:
@@ -752,21 +754,33 @@ def _within(key: str, parse: Callable[[Mapping, str, str], tuple[Entity, str | N
         raise _FieldError(name, err.message) from None
 
 
-def _relation_record(record: Mapping, fallback_id: str, label_check: LabelCheck) -> tuple[RelationExample, str | None]:
+def _relation_record(record: Mapping, fallback_id: str, label_check: LabelCheck,
+                     type_map: Mapping[str, str] | None) -> tuple[RelationExample, str | None]:
     """The generic ``{"id", "text", "entities": [...], "label"}`` or DDI's ``{"id", "sentence",
     "masked", "e1", "e2", "label"}`` (one reader, so ChemProt and GAD may come in either shape), and
-    the offset corrections it needed (None when none)."""
+    the offset corrections it needed (None when none). Each entity type must make a placeholder
+    (:func:`finetune.relation_inputs.normalize_type` with the dataset's ``type_map``), as
+    dummifying will need it."""
     _, text = _one_of(record, ("text", "sentence"))
     _, masked = _one_of(record, ("masked_text", "masked"), required=False)
     if "entities" in record:
         raw = record["entities"]
         if not isinstance(raw, list):
             raise _FieldError("entities", "expected a list of objects {start, end, type}")
-        parsed = [_within(f"entities[{i}]", _entity_from_span, e, text) for i, e in enumerate(raw)]
+        keys = [f"entities[{i}]" for i in range(len(raw))]
+        parsed = [_within(key, _entity_from_span, e, text) for key, e in zip(keys, raw)]
+        if len(raw) != 2:  # a relation instance is one pair; which two of more would be a guess
+            raise _FieldError("entities", f"expected the relation's two entities, got {len(raw)}")
     elif "e1" in record or "e2" in record:
-        parsed = [_within(key, _entity_from_offsets, record.get(key), text) for key in ("e1", "e2")]
+        keys = ["e1", "e2"]
+        parsed = [_within(key, _entity_from_offsets, record.get(key), text) for key in keys]
     else:
         raise _FieldError("entities", "missing: give 'entities' (a list of {start, end, type}) or 'e1' and 'e2'")
+    for key, (entity, _) in zip(keys, parsed):
+        try:
+            normalize_type(entity.type, type_map)
+        except ValueError as err:
+            raise _FieldError(f"{key}.type", str(err)) from None
     if "label" not in record:
         raise _FieldError("label", "missing")
     label = label_check(_label_value(record["label"]))
@@ -775,22 +789,23 @@ def _relation_record(record: Mapping, fallback_id: str, label_check: LabelCheck)
     return example, ("; ".join(corrections) if corrections else None)
 
 
-def _read_relation_jsonl(path: Path, label_check: LabelCheck) -> list[_Row]:
+def _read_relation_jsonl(path: Path, label_check: LabelCheck, type_map: Mapping[str, str] | None) -> list[_Row]:
     rows = []
     for line_no, record in json_lines(path, DatasetFormatError):
         try:
-            example, correction = _relation_record(record, f"{_split_stem(path)}-{line_no}", label_check)
+            example, correction = _relation_record(record, f"{_split_stem(path)}-{line_no}", label_check, type_map)
         except _FieldError as err:
             raise _reraise(path, line_no, err) from None
         rows.append(_Row(example, line_no, example.id, correction))
     return rows
 
 
-def _read_relation(path: Path, label_check: LabelCheck, sentence_check: SentenceCheck) -> list[_Row]:
-    """A JSONL file (entities with offsets) or a TSV file (pre-dummified sentences, each checked by
-    ``sentence_check``)."""
+def _read_relation(path: Path, label_check: LabelCheck, sentence_check: SentenceCheck,
+                   type_map: Mapping[str, str] | None = None) -> list[_Row]:
+    """A JSONL file (entities with offsets, types through ``type_map``) or a TSV file (pre-dummified
+    sentences, each checked by ``sentence_check``)."""
     if path.name.lower().endswith(".jsonl"):
-        return _read_relation_jsonl(path, label_check)
+        return _read_relation_jsonl(path, label_check, type_map)
     return _read_relation_tsv(path, label_check, sentence_check)
 
 
@@ -1300,7 +1315,7 @@ def _load_relation(spec: DatasetSpec, data_dir: Path, seed: int, allow_missing_t
         if not found:
             raise MissingDatasetFileError(f"{spec.name}: no {split} file: expected "
                                           f"{_expected(data_dir, split, ('tsv', 'jsonl'))}")
-        rows = _finish(found[0], _read_relation(found[0], check, sentence_check))
+        rows = _finish(found[0], _read_relation(found[0], check, sentence_check, TYPE_MAPS[spec.name]))
         splits[split] = _examples(rows)
         names.append(found[0].name)
         corrections.extend(_correction_notes(found[0], rows))

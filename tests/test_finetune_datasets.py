@@ -396,7 +396,8 @@ def test_gad_tsv_with_and_without_header(tmp_path):
 
 
 @pytest.mark.parametrize("line, field", [("@GENE$ and @DISEASE$.\t2", "label"), ("@GENE$\t1\textra", None),
-                                         ("\t1", "sentence")])
+                                         ("\t1", "sentence"), ("@GENE$ and @GENE$.\t1", "sentence"),
+                                         ("No placeholder here.\t0", "sentence")])
 def test_relation_tsv_malformed_line(tmp_path, line, field):
     root = relation_dir(tmp_path, {"train.tsv": "sentence\tlabel\nok @GENE$ @DISEASE$\t1\n" + line + "\n",
                                    "dev.tsv": "a\t0\n", "test.tsv": "b\t1\n"})
@@ -456,6 +457,7 @@ def test_ddi_offset_one_off_is_corrected_and_noted(tmp_path):
     ({"e1": "aspirin"}, "e1"),
     ({"label": "DDI-maybe"}, "label"),
     ({"sentence": 3}, "sentence"),
+    ({"e2": {"text": "aspirin", "type": "DRUG", "offset": "46-52"}}, "e2.type"),  # not one of DDI's types
 ])
 def test_ddi_malformed_record(tmp_path, change, field):
     root = ddi_dir(tmp_path, DDI_RECORD)
@@ -493,6 +495,32 @@ def test_generic_relation_jsonl(tmp_path):
     write(tmp_path, "train.jsonl", jsonl([dict(record, entities=[{"start": 0, "end": 99, "type": "gene"}])]))
     with pytest.raises(DatasetFormatError, match=format_error(tmp_path / "train.jsonl", 1, "entities[0].end")):
         load_generic_dataset("relation", tmp_path)
+
+
+GENERIC_PAIR = [{"start": 0, "end": 5, "type": "gene"}, {"start": 13, "end": 26, "type": "disease"}]
+
+
+@pytest.mark.parametrize("entities, field, message", [
+    (GENERIC_PAIR + [{"start": 6, "end": 12, "type": "verb"}], "entities", "two entities, got 3"),
+    (GENERIC_PAIR[:1], "entities", "two entities, got 1"),
+    ([GENERIC_PAIR[0], {"start": 12, "end": 13, "type": "disease"}], "entities[1].end", "only whitespace"),
+    ([GENERIC_PAIR[0], dict(GENERIC_PAIR[1], type="a disease")], "entities[1].type", "upper-case letters"),
+])
+def test_generic_relation_record_fine_tuning_could_not_use(tmp_path, entities, field, message):
+    """What encoding a relation needs (two entities, each covering a token, each type a placeholder
+    name) is checked where the line is read, not found out by a ValueError during featurization."""
+    record = {"id": "r1", "text": "BRCA1 causes breast cancer.", "label": "causes", "entities": GENERIC_PAIR}
+    write(tmp_path, "train.jsonl", jsonl([record, dict(record, id="r2", entities=entities)]))
+    with pytest.raises(DatasetFormatError, match=format_error(tmp_path / "train.jsonl", 2, field) + ".*" + message):
+        load_generic_dataset("relation", tmp_path)
+
+
+def test_generic_relation_tsv_needs_two_placeholders(tmp_path):
+    write(tmp_path, "train.tsv", "@X$ binds @Y$.\tyes\nOne @X$ only.\tno\n")
+    with pytest.raises(DatasetFormatError, match=format_error(tmp_path / "train.tsv", 2, "sentence") + ".*found 1"):
+        load_generic_dataset("relation", tmp_path)
+    write(tmp_path, "train.tsv", "@X$ binds @Y$.\tyes\nThe @X-Y$ complex.\tno\n")
+    assert len(load_generic_dataset("relation", tmp_path).splits["train"]) == 2
 
 
 # =================================================================================== similarity
