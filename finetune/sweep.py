@@ -292,6 +292,8 @@ def collect_runs(root: str | Path) -> list[dict[str, Any]]:
 def _grid_key(record: Mapping[str, Any]) -> tuple:
     """What makes runs of one dataset the same grid point: every hyperparameter but the seed."""
     settings = dict(record.get("settings") or record["hyperparameters"])
+    if "max_length" in record.get("hyperparameters", {}):  # the length used: None in older records meant a default
+        settings["max_length"] = record["hyperparameters"]["max_length"]
     for key in ("seed", "output_dir", "data_dir", "model", "dataset"):
         settings.pop(key, None)
     return tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in settings.items()))

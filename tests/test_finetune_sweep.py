@@ -88,6 +88,17 @@ def test_a_record_made_under_an_older_default_length_is_judged_by_the_length_it_
             run_finetune(finetune_args, log=lambda message: None)
 
 
+def test_seeds_run_before_and_after_the_length_default_changed_are_one_grid_point():
+    """A sweep resumed across the change: seeds 1-2 left max_length None (128 used), seed 3 names
+    128. They ran alike, so they are one grid point of three seeds."""
+    records = [_record("ncbi-disease", 3e-5, 16, seed, 0.8, 0.8) for seed in (1, 2, 3)]
+    for record, setting in zip(records, (None, None, 128)):
+        record["settings"]["max_length"] = setting
+        record["hyperparameters"]["max_length"] = 128
+    grid = summarize(records)["datasets"]["ncbi-disease"]["grid"]
+    assert len(grid) == 1 and grid[0]["seeds"] == [1, 2, 3]
+
+
 def test_selection_uses_mean_dev_over_seeds_and_reports_test_mean_std():
     records = [
         # lr 1e-5: one lucky seed (dev 0.95) but a lower mean dev (0.70)
