@@ -64,7 +64,9 @@ class PlaceholderPair(NamedTuple):
 
 
 # ChemProt's relations are directed (chemical → gene), so the chemical is E1 wherever it stands, as
-# in the JSONL files' e1/e2; GAD puts the gene first for the same reason of one fixed order.
+# in the JSONL files' e1/e2; GAD's gene is E1 likewise, so each dataset's inputs have one order
+# (the entity-start and mention representations concatenate E1 before E2). DDI's two drugs keep
+# their text order.
 PLACEHOLDER_PAIRS: Mapping[str, PlaceholderPair] = MappingProxyType({
     "chemprot": PlaceholderPair("CHEMICAL", "GENE", "CHEM-GENE"),
     "ddi": PlaceholderPair("DRUG", "DRUG", "DRUG-DRUG"),
