@@ -63,7 +63,7 @@ import scipy.linalg
 import scipy.stats
 import statsmodels.formula.api as smf
 
-__all__ = ["MultilevelResult", "fit_multilevel", "format_p"]
+__all__ = ["MultilevelResult", "fit_multilevel", "format_p", "checkpoint_column"]
 
 SEED_EFFECTS = ("variance_component", "fixed", "none")
 _Z95 = float(scipy.stats.norm.ppf(0.975))
@@ -168,6 +168,10 @@ class MultilevelResult:
     n_variants: int = 0
     n_datasets: int = 0
     n_seeds: int = 0
+    specification: str = "model-dataset-groups"  # or "checkpoints" (experiments.checkpoint_analysis)
+    n_checkpoints: int = 0
+    factor_tests: bool = True  # False: factor effects are confounded with checkpoint luck, not tested
+    caveat: str = ""           # why factor_tests is False, in plain words
     _terms: dict[str, _Term] = field(default_factory=dict, repr=False)
 
     # ---------------------------------------------------------------- tables
@@ -193,6 +197,10 @@ class MultilevelResult:
             row = by_term[label]
             ref = self.factors.get(term.variable, "?")
             avg = " on average over datasets" if self.dataset_effects is not None else ""
+            if not self.factor_tests:
+                out.append(f"{term.variable} = {term.level} (vs {ref}): {_fmt(row['estimate'])} points{avg} "
+                           f"(no p-value: this difference is confounded with the luck of the pretraining runs)")
+                continue
             out.append(f"{term.variable} = {term.level} (vs {ref}): {_fmt(row['estimate'])} points{avg} "
                        f"(SE {_fmt(row['se'], signed=False)}, {format_p(row['p'])})")
             if self.dataset_effects is not None and len(self.dataset_effects):
@@ -219,7 +227,9 @@ class MultilevelResult:
         if level1:
             out.append("Fine-tuning (level-1) variables, standardized: " + "; ".join(level1))
         vd = self.variance_decomposition
-        if vd:
+        if vd and self.specification == "checkpoints":
+            out.append(self._checkpoint_variance_reading())
+        elif vd:
             seeds = ("seeds explain " + _pct(vd.get("seeds", float("nan")))
                      if self.seed_effect == "variance_component" and "seed" in self.random_effects
                      else "seeds are not a variance component here (" +
@@ -234,7 +244,22 @@ class MultilevelResult:
                        f"{_pct(self.r_squared.get('marginal', float('nan')))} of the total variance")
         if not self.converged:
             out.append("Caveat: the optimizer did not report convergence; treat the estimates as tentative")
+        if self.caveat:
+            out.insert(0, f"Caveat: {self.caveat}")
         return out
+
+    def _checkpoint_variance_reading(self) -> str:
+        vd, re_ = self.variance_decomposition, self.random_effects
+        parts = [f"pretraining runs (one random intercept per checkpoint, shared by every dataset) "
+                 f"{_pct(vd.get('checkpoints', float('nan')))}"]
+        if "checkpoint_x_dataset" in vd:
+            parts.append(f"checkpoint × dataset {_pct(vd['checkpoint_x_dataset'])}")
+        if "seeds" in vd:
+            parts.append(f"fine-tuning seeds {_pct(vd['seeds'])}")
+        parts.append(f"run-to-run residual noise {_pct(vd.get('residual', float('nan')))}")
+        sds = ", ".join(f"{k} SD {math.sqrt(max(v, 0.0)):.2f}" for k, v in re_.items())
+        return (f"Of the variance left after the fixed effects, " + ", ".join(parts) + f" ({sds} points); the "
+                f"fixed effects explain {_pct(self.r_squared.get('marginal', float('nan')))} of the total variance")
 
     # ---------------------------------------------------------------- export
     def to_dict(self) -> dict[str, Any]:
@@ -250,25 +275,41 @@ class MultilevelResult:
             "variance_decomposition": dict(self.variance_decomposition), "r_squared": dict(self.r_squared),
             "level1_scaling": self.level1_scaling,
             "dataset_effects": self.dataset_effects if self.dataset_effects is not None else None,
+            "specification": self.specification, "n_checkpoints": self.n_checkpoints,
+            "factor_tests": self.factor_tests, "caveat": self.caveat,
             "reading": self.reading(), "notes": list(self.notes),
         })
 
+    def _units_line(self) -> str:
+        if self.specification == "checkpoints":
+            return (f"random intercept per pretraining run (checkpoint), shared by every dataset; {self.n_runs} runs "
+                    f"of {self.n_checkpoints} checkpoints ({self.n_variants} variants) × {self.n_datasets} "
+                    f"datasets, {self.n_seeds} fine-tuning seeds")
+        return (f"groups = (pretrained model, dataset) pairs (paper 000); {self.n_runs} runs in {self.n_groups} "
+                f"groups ({self.n_variants} variants × {self.n_datasets} datasets), {self.n_seeds} seeds")
+
     def to_markdown(self) -> str:
         """Markdown: model, fixed effects table, random effects, variance decomposition, reading, notes."""
-        lines = [f"## Multilevel analysis of `{self.response}` (points = score × 100)", "",
-                 f"- Model: statsmodels MixedLM, REML; groups = (variant, dataset) pairs; "
-                 f"{self.n_runs} runs in {self.n_groups} groups ({self.n_variants} variants × "
-                 f"{self.n_datasets} datasets), {self.n_seeds} seeds; converged: {'yes' if self.converged else 'no'}",
-                 f"- Fixed effects: `{self.formula}`",
-                 f"- Random effects per group: `~{self.re_formula}`"
-                 + (f"; variance components: `{self.vc_formula}`" if self.vc_formula else ""),
-                 "- Level-1 variables are standardized (centered, divided by their SD; learning rate on "
-                 "log10 scale): their coefficients are points per SD.", "",
-                 "### Fixed effects (points)", "",
-                 "| term | estimate | SE | z | p | 95% CI |", "|---|---:|---:|---:|---:|---|"]
+        lines = [f"## Multilevel analysis of `{self.response}` (points = score × 100)", ""]
+        if self.caveat:
+            lines += [f"**Caveat: {self.caveat}**", ""]
+        lines += [f"- Specification: `{self.specification}`; model: statsmodels MixedLM, REML; {self._units_line()}; "
+                  f"converged: {'yes' if self.converged else 'no'}",
+                  f"- Fixed effects: `{self.formula}`",
+                  f"- Random effects per group: `~{self.re_formula}`"
+                  + (f"; variance components: `{self.vc_formula}`" if self.vc_formula else ""),
+                  "- Level-1 variables are standardized (centered, divided by their SD; learning rate on "
+                  "log10 scale): their coefficients are points per SD.",
+                  "- Tests: Wald z where df is '—'; t with between-within degrees of freedom otherwise.", "",
+                  "### Fixed effects (points)", "",
+                  "| term | estimate | SE | z or t | df | p | 95% CI |", "|---|---:|---:|---:|---:|---:|---|"]
         for r in self.coefficients.itertuples():
+            untested = not self.factor_tests and self._terms.get(r.term, _Term("", "")).kind == "factor"
+            p_cell = "— (confounded)" if untested else _p_cell(r.p)
+            ci = "—" if untested else f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]"
+            df = "—" if not math.isfinite(r.df) else f"{r.df:.0f}"
             lines.append(f"| {r.term} | {_fmt(r.estimate)} | {_fmt(r.se, signed=False)} | "
-                         f"{_fmt(r.z, signed=False)} | {_p_cell(r.p)} | [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}] |")
+                         f"{_fmt(r.z, signed=False)} | {df} | {p_cell} | {ci} |")
         if self.dataset_effects is not None and len(self.dataset_effects):
             lines += ["", "### Factor effects per dataset (points)", "",
                       "| factor | level | dataset | estimate | SE | p |", "|---|---|---|---:|---:|---:|"]
@@ -351,6 +392,162 @@ def _usable(result) -> bool:
                 and np.all(np.isfinite(np.asarray(result.fe_params, dtype=float))))
 
 
+def checkpoint_column(frame: pd.DataFrame) -> pd.Series:
+    """Each run's pretraining run (checkpoint): ``variant / checkpoint`` where the runs name their
+    checkpoint, else the variant (one pretraining run per variant, as in paper 000)."""
+    if "checkpoint" in frame.columns and frame["checkpoint"].notna().all():
+        return frame["variant"].astype(str) + " / " + frame["checkpoint"].astype(str)
+    return frame["variant"].astype(str)
+
+
+def _prepare(rows: Any, factors: Mapping[str, str], response: str, level1: Sequence[str],
+             extra_columns: Sequence[str] = ()) -> tuple[pd.DataFrame, pd.Series, dict[str, str], list[str]]:
+    """The runs as a frame with every needed column present and complete, the response in points,
+    the factors that vary (name -> reference level) and the notes on what was dropped."""
+    if not isinstance(factors, Mapping):
+        raise ValueError("factors must map each factor column to its reference level")
+    frame = _as_frame(rows)
+    notes: list[str] = []
+    level1 = [str(v) for v in level1]
+    factors = {str(k): str(v) for k, v in factors.items()}
+    needed = ["variant", "dataset", response, *level1, *extra_columns]
+    for col in needed:
+        if col not in frame.columns:
+            raise ValueError(f"column {col!r} is not in the data (columns: {sorted(map(str, frame.columns))})")
+    reserved = {"variant", "dataset", "seed", "checkpoint", response, *level1}
+    for name in factors:
+        if name in reserved:
+            raise ValueError(f"factor {name!r} is a reserved column (variant, checkpoint, dataset, seed, the "
+                             f"response or a level-1 variable), not a pretraining factor")
+        if name not in frame.columns:
+            raise ValueError(f"factor column {name!r} is not in the data (columns: {sorted(map(str, frame.columns))})")
+
+    frame[response] = pd.to_numeric(frame[response], errors="coerce")
+    for col in level1:
+        frame[col] = pd.to_numeric(frame[col], errors="coerce")
+    used = list(dict.fromkeys(needed + list(factors)))
+    keep = frame[used].notna().all(axis=1)
+    if not keep.all():
+        bad = [c for c in used if frame[c].isna().any()]
+        notes.append(f"{int((~keep).sum())} of {len(frame)} runs dropped for missing values (in {', '.join(bad)})")
+        frame = frame[keep].reset_index(drop=True)
+    if frame.empty:
+        raise ValueError("no runs left to analyse after dropping runs with missing values")
+    y = frame[response].astype(float) * 100.0
+    if float(y.max() - y.min()) == 0.0:
+        raise ValueError(f"every run has the same {response} ({float(y.iloc[0]):.2f} points): there is no variance "
+                         "to analyse (did fine-tuning learn anything?)")
+    if float(y.abs().max()) > 150.0:
+        notes.append(f"{response} has values outside [-1.5, 1.5]; scores are expected as fractions "
+                     f"(they were multiplied by 100 to get points)")
+    for col in ("variant", "dataset", *factors):
+        frame[col] = frame[col].astype(str)
+    return frame, y, _varying_factors(frame, factors, notes), notes
+
+
+def _varying_factors(frame: pd.DataFrame, factors: Mapping[str, str], notes: list[str]) -> dict[str, str]:
+    """The factors with more than one level (a constant one is dropped with a note)."""
+    kept: dict[str, str] = {}
+    for name, ref in factors.items():
+        levels = sorted(frame[name].unique())
+        if ref not in levels:
+            raise ValueError(f"reference level {ref!r} of factor {name!r} is not in the data "
+                             f"(levels present: {levels})")
+        if len(levels) == 1:
+            notes.append(f"factor {name!r} takes the single value {ref!r} in these runs: dropped (its effect is "
+                         f"not identifiable)")
+            continue
+        if (frame.groupby("variant")[name].nunique() > 1).any():
+            notes.append(f"factor {name!r} is not constant within variants (not a pure level-2 variable)")
+        kept[name] = ref
+    return kept
+
+
+@dataclass
+class _Design:
+    """The fixed-effect columns of the model, added to ``data`` block by block, with their terms."""
+
+    data: pd.DataFrame
+    names: _Names
+    terms: dict[str, _Term] = field(default_factory=lambda: {"Intercept": _Term("intercept", "Intercept")})
+    columns: list[str] = field(default_factory=list)
+
+    def _add(self, col: str, values: Any, term: _Term) -> None:
+        self.data[col] = np.asarray(values, dtype=float)
+        self.terms[col] = term
+        self.columns.append(col)
+
+    def add_level1(self, frame: pd.DataFrame, level1: Sequence[str], notes: list[str]
+                   ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+        """Standardized fine-tuning variables (learning rate on log10 scale); constant ones, and ones
+        constant within every dataset (confounded with the dataset effects), are dropped."""
+        scaling: dict[str, dict[str, Any]] = {}
+        level1_cols: dict[str, str] = {}
+        for var in level1:
+            x = frame[var].astype(float)
+            transform = "identity"
+            if "learning_rate" in var or var in ("lr",):
+                if (x <= 0).any():
+                    raise ValueError(f"level-1 variable {var!r} must be positive (it is used on log10 scale)")
+                x, transform = np.log10(x), "log10"
+            if x.nunique() < 2:
+                notes.append(f"level-1 variable {var!r} is constant ({frame[var].iloc[0]!r}) in these runs: dropped")
+                continue
+            if (pd.Series(x.to_numpy()).groupby(frame["dataset"].to_numpy()).nunique() <= 1).all():
+                notes.append(f"level-1 variable {var!r} is constant within each dataset, so it is confounded with "
+                             f"the dataset effects: dropped")
+                continue
+            mean, sd = float(x.mean()), float(x.std(ddof=0))
+            col = self.names.make("z", "log10", var) if transform == "log10" else self.names.make("z", var)
+            label = f"log10({var}) [z]" if transform == "log10" else f"{var} [z]"
+            self._add(col, (x - mean) / sd, _Term("level1", label, variable=var))
+            scaling[var] = {"transform": transform, "mean": mean, "sd": sd, "column": col}
+            level1_cols[var] = col
+        if scaling:
+            notes.append("level-1 variables standardized (centered, divided by their SD"
+                         + ("; learning rate on log10 scale" if any(s["transform"] == "log10"
+                                                                     for s in scaling.values()) else "")
+                         + "): coefficients are points per SD")
+        return scaling, level1_cols
+
+    def add_factors(self, frame: pd.DataFrame, factors: Mapping[str, str]) -> dict[str, list[tuple[str, str]]]:
+        """Treatment dummies of each factor against its reference level."""
+        factor_cols: dict[str, list[tuple[str, str]]] = {}
+        for name, ref in factors.items():
+            factor_cols[name] = []
+            for level in sorted(frame[name].unique()):
+                if level != ref:
+                    col = self.names.make(name, level)
+                    self._add(col, frame[name] == level, _Term("factor", f"{name}[{level}]", variable=name,
+                                                               level=level))
+                    factor_cols[name].append((col, level))
+        return factor_cols
+
+    def add_datasets(self, frame: pd.DataFrame, datasets: Sequence[str], notes: list[str]) -> None:
+        """Treatment dummies of the datasets, the first sorted one as reference."""
+        for d in datasets[1:]:
+            self._add(self.names.make("dataset", d), frame["dataset"] == d,
+                      _Term("dataset", f"dataset[{d}]", level=d))
+        if len(datasets) > 1:
+            notes.append(f"dataset effects are relative to {datasets[0]!r}")
+
+    def check_identifiable(self) -> np.ndarray:
+        """The fixed-effect matrix (intercept first); ValueError naming the aliased terms if it is
+        rank-deficient."""
+        n = len(self.data)
+        exog = np.column_stack([np.ones(n)] + [self.data[c].to_numpy() for c in self.columns])
+        _, r_fac, piv = scipy.linalg.qr(exog, mode="economic", pivoting=True)
+        diag = np.abs(np.diag(r_fac))
+        rank = int((diag > diag[0] * 1e-9).sum()) if diag.size else 0
+        if rank < exog.shape[1]:
+            all_names = ["Intercept"] + self.columns
+            aliased = [self.terms[all_names[j]].label for j in sorted(piv[rank:])]
+            raise ValueError("fixed effects not identifiable: " + ", ".join(aliased) + " is/are a linear "
+                             "combination of other terms (confounded factors, or a factor level only with some "
+                             "datasets); drop one of the confounded factors")
+        return exog
+
+
 def fit_multilevel(rows: pd.DataFrame | Sequence[Mapping[str, Any]], factors: Mapping[str, str], *,
                    response: str = "test_score",
                    level1: Sequence[str] = ("learning_rate", "batch_size", "epochs"),
@@ -372,120 +569,18 @@ def fit_multilevel(rows: pd.DataFrame | Sequence[Mapping[str, Any]], factors: Ma
         raise ValueError(f"seed_effect must be one of {SEED_EFFECTS}, got {seed_effect!r}")
     if not isinstance(factors, Mapping):
         raise ValueError("factors must map each factor column to its reference level")
-    frame = _as_frame(rows)
-    notes: list[str] = []
+    frame, y, kept_factors, notes = _prepare(rows, factors, response, level1,
+                                             extra_columns=["seed"] if seed_effect != "none" else [])
     level1 = [str(v) for v in level1]
-    factors = {str(k): str(v) for k, v in factors.items()}
-
-    # ---- columns
-    needed = ["variant", "dataset", response, *level1] + (["seed"] if seed_effect != "none" else [])
-    for col in needed:
-        if col not in frame.columns:
-            raise ValueError(f"column {col!r} is not in the data (columns: {sorted(map(str, frame.columns))})")
-    reserved = {"variant", "dataset", "seed", response, *level1}
-    for name in factors:
-        if name in reserved:
-            raise ValueError(f"factor {name!r} is a reserved column (variant, dataset, seed, the response or a "
-                             f"level-1 variable), not a pretraining factor")
-        if name not in frame.columns:
-            raise ValueError(f"factor column {name!r} is not in the data (columns: {sorted(map(str, frame.columns))})")
-
-    # ---- missing values
-    frame[response] = pd.to_numeric(frame[response], errors="coerce")
-    for col in level1:
-        frame[col] = pd.to_numeric(frame[col], errors="coerce")
-    used = list(dict.fromkeys(needed + list(factors)))
-    keep = frame[used].notna().all(axis=1)
-    if not keep.all():
-        bad = [c for c in used if frame[c].isna().any()]
-        notes.append(f"{int((~keep).sum())} of {len(frame)} runs dropped for missing values (in {', '.join(bad)})")
-        frame = frame[keep].reset_index(drop=True)
-    if frame.empty:
-        raise ValueError("no runs left to analyse after dropping runs with missing values")
-    y = frame[response].astype(float) * 100.0
-    if float(y.max() - y.min()) == 0.0:
-        raise ValueError(f"every run has the same {response} ({float(y.iloc[0]):.2f} points): there is no variance "
-                         "to analyse (did fine-tuning learn anything?)")
-    if float(y.abs().max()) > 150.0:
-        notes.append(f"{response} has values outside [-1.5, 1.5]; scores are expected as fractions "
-                     f"(they were multiplied by 100 to get points)")
-
-    for col in ("variant", "dataset", *factors):
-        frame[col] = frame[col].astype(str)
-
-    # ---- factors: reference levels, constant factors
-    kept_factors: dict[str, str] = {}
-    for name, ref in factors.items():
-        levels = sorted(frame[name].unique())
-        if ref not in levels:
-            raise ValueError(f"reference level {ref!r} of factor {name!r} is not in the data "
-                             f"(levels present: {levels})")
-        if len(levels) == 1:
-            notes.append(f"factor {name!r} takes the single value {ref!r} in these runs: dropped (its effect is "
-                         f"not identifiable)")
-            continue
-        if (frame.groupby("variant")[name].nunique() > 1).any():
-            notes.append(f"factor {name!r} is not constant within variants (not a pure level-2 variable)")
-        kept_factors[name] = ref
-
     datasets = sorted(frame["dataset"].unique())
     names = _Names({"points", "grp", "seed", "dataset", "variant", "Intercept"})
     data = pd.DataFrame({"points": y.to_numpy(), "dataset": frame["dataset"].to_numpy()})
-    data["grp"] = frame["variant"] + " | " + frame["dataset"]
-    terms: dict[str, _Term] = {"Intercept": _Term("intercept", "Intercept")}
-    columns: list[str] = []
-
-    # ---- level-1 variables
-    scaling: dict[str, dict[str, Any]] = {}
-    level1_cols: dict[str, str] = {}
-    for var in level1:
-        x = frame[var].astype(float)
-        transform = "identity"
-        if "learning_rate" in var or var in ("lr",):
-            if (x <= 0).any():
-                raise ValueError(f"level-1 variable {var!r} must be positive (it is used on log10 scale)")
-            x, transform = np.log10(x), "log10"
-        if x.nunique() < 2:
-            notes.append(f"level-1 variable {var!r} is constant ({frame[var].iloc[0]!r}) in these runs: dropped")
-            continue
-        if (pd.Series(x.to_numpy()).groupby(frame["dataset"].to_numpy()).nunique() <= 1).all():
-            notes.append(f"level-1 variable {var!r} is constant within each dataset, so it is confounded with the "
-                         f"dataset effects: dropped")
-            continue
-        mean, sd = float(x.mean()), float(x.std(ddof=0))
-        col = names.make("z", "log10", var) if transform == "log10" else names.make("z", var)
-        data[col] = ((x - mean) / sd).to_numpy()
-        label = f"log10({var}) [z]" if transform == "log10" else f"{var} [z]"
-        scaling[var] = {"transform": transform, "mean": mean, "sd": sd, "column": col}
-        level1_cols[var] = col
-        terms[col] = _Term("level1", label, variable=var)
-        columns.append(col)
-    if scaling:
-        notes.append("level-1 variables standardized (centered, divided by their SD"
-                     + ("; learning rate on log10 scale" if any(s["transform"] == "log10" for s in scaling.values())
-                        else "") + "): coefficients are points per SD")
-
-    # ---- factor dummies
-    factor_cols: dict[str, list[tuple[str, str]]] = {}
-    for name, ref in kept_factors.items():
-        factor_cols[name] = []
-        for level in sorted(frame[name].unique()):
-            if level == ref:
-                continue
-            col = names.make(name, level)
-            data[col] = (frame[name] == level).astype(float).to_numpy()
-            terms[col] = _Term("factor", f"{name}[{level}]", variable=name, level=level)
-            factor_cols[name].append((col, level))
-            columns.append(col)
-
-    # ---- datasets (treatment, first sorted dataset as reference)
-    for d in datasets[1:]:
-        col = names.make("dataset", d)
-        data[col] = (frame["dataset"] == d).astype(float).to_numpy()
-        terms[col] = _Term("dataset", f"dataset[{d}]", level=d)
-        columns.append(col)
-    if len(datasets) > 1:
-        notes.append(f"dataset effects are relative to {datasets[0]!r}")
+    data["grp"] = checkpoint_column(frame) + " | " + frame["dataset"]
+    design = _Design(data, names)
+    scaling, level1_cols = design.add_level1(frame, level1, notes)
+    factor_cols = design.add_factors(frame, kept_factors)
+    design.add_datasets(frame, datasets, notes)
+    terms, columns = design.terms, design.columns
 
     # ---- seeds
     seeds = sorted(frame["seed"].unique()) if seed_effect != "none" else []
@@ -538,20 +633,11 @@ def fit_multilevel(rows: pd.DataFrame | Sequence[Mapping[str, Any]], factors: Ma
     if n_runs <= n_groups:
         raise ValueError(f"too few runs: {n_runs} runs in {n_groups} groups; the model needs several runs per "
                          f"(variant, dataset) group (hyperparameters or seeds)")
-    exog = np.column_stack([np.ones(n_runs)] + [data[c].to_numpy() for c in columns])
     n_var_params = 2 + (1 if vc_formula else 0)
-    if exog.shape[1] + n_var_params >= n_runs:
-        raise ValueError(f"too few runs: {n_runs} runs for {exog.shape[1]} fixed effects and {n_var_params} "
+    if len(columns) + 1 + n_var_params >= n_runs:
+        raise ValueError(f"too few runs: {n_runs} runs for {len(columns) + 1} fixed effects and {n_var_params} "
                          f"variance parameters")
-    _, r_fac, piv = scipy.linalg.qr(exog, mode="economic", pivoting=True)
-    diag = np.abs(np.diag(r_fac))
-    rank = int((diag > diag[0] * 1e-9).sum()) if diag.size else 0
-    if rank < exog.shape[1]:
-        all_names = ["Intercept"] + columns
-        aliased = [terms[all_names[j]].label for j in sorted(piv[rank:])]
-        raise ValueError("fixed effects not identifiable: " + ", ".join(aliased) + " is/are a linear combination "
-                         "of other terms (confounded factors, or a factor level only with some datasets); drop "
-                         "one of the confounded factors")
+    design.check_identifiable()
 
     # ---- what the random part can separate
     grouping = "group"
@@ -625,11 +711,13 @@ def fit_multilevel(rows: pd.DataFrame | Sequence[Mapping[str, Any]], factors: Ma
         if not _usable(fit):
             notes.append("the intercept-only fit did not converge cleanly: estimates are tentative")
 
-    return _collect(fit, data=data, terms=terms, columns=columns, formula=formula, re_formula=re_formula,
+    result = _collect(fit, data=data, terms=terms, columns=columns, formula=formula, re_formula=re_formula,
                     vc_formula=vc_formula, slopes=used_slopes, level1_cols=level1_cols, scaling=scaling,
                     factors=kept_factors, interaction_cols=interaction_cols, notes=notes, response=response,
                     seed_effect=seed_effect, n_variants=int(frame["variant"].nunique()),
                     n_datasets=len(datasets), n_seeds=n_seeds, grouping=grouping)
+    result.n_checkpoints = int(checkpoint_column(frame).nunique())
+    return result
 
 
 def _collect(fit, *, data, terms, columns, formula, re_formula, vc_formula, slopes, level1_cols, scaling,
@@ -643,7 +731,8 @@ def _collect(fit, *, data, terms, columns, formula, re_formula, vc_formula, slop
         z = fe.to_numpy() / se
     p = 2.0 * scipy.stats.norm.sf(np.abs(z))
     labels = [terms[n].label if n in terms else n for n in fe.index]
-    coefficients = pd.DataFrame({"term": labels, "estimate": fe.to_numpy(), "se": se, "z": z, "p": p,
+    coefficients = pd.DataFrame({"term": labels, "estimate": fe.to_numpy(), "se": se, "z": z,
+                                 "df": np.full(k_fe, np.nan), "p": p,
                                  "ci_low": fe.to_numpy() - _Z95 * se, "ci_high": fe.to_numpy() + _Z95 * se})
     label_terms = {terms[n].label: terms[n] for n in fe.index if n in terms}
 

@@ -76,7 +76,7 @@ def test_planted_factor_effects_recovered(planted):
     rows, result = planted
     assert result.converged
     assert result.n_runs == len(rows) == 8 * 4 * 18 and result.n_groups == 32
-    assert list(result.coefficients.columns) == ["term", "estimate", "se", "z", "p", "ci_low", "ci_high"]
+    assert list(result.coefficients.columns) == ["term", "estimate", "se", "z", "df", "p", "ci_low", "ci_high"]
     for term, truth in [("vocabulary[in-domain]", VOCAB_EFFECT), ("masking[whole-word]", MASKING_EFFECT),
                         ("adversarial[on]", ADVERSARIAL_EFFECT)]:
         row = coef(result, term)
@@ -146,7 +146,7 @@ def test_to_dict_and_markdown(planted):
     assert {c["term"] for c in back["coefficients"]} >= {"vocabulary[in-domain]", "masking[whole-word]"}
     assert back["reading"] == result.reading()
     md = result.to_markdown()
-    assert "| term | estimate | SE | z | p | 95% CI |" in md
+    assert "| term | estimate | SE | z or t | df | p | 95% CI |" in md
     assert "| vocabulary[in-domain] | +" in md and "### Reading" in md
     effects = result.factor_effects()
     assert set(effects["factor"]) == set(FACTORS) and set(effects["reference"]) == set(FACTORS.values())

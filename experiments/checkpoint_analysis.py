@@ -1,0 +1,239 @@
+"""The ablation analysis with the right units: a pretraining *run* (checkpoint) is what a
+pretraining factor is tested on.
+
+A pretraining run's luck (its initialization, data order and masking draws) is shared by every
+dataset it is fine-tuned on. Paper 000's model (:func:`experiments.analysis.fit_multilevel`,
+``specification: model-dataset-groups``) gives each (pretrained model, dataset) pair its own random
+intercept, so with one checkpoint per variant that shared luck looks like the factor's effect, and
+the more datasets there are the surer the model is of it. Here the model is::
+
+    y = b0 + Σ b_k·z_k (fine-tuning variables) + Σ b_f·[factor f = level] + Σ b_d·[dataset = d]
+        + c_checkpoint + (cd)_(checkpoint, dataset) + s_(checkpoint, dataset, seed) + e
+
+with ``c`` one random intercept per checkpoint (shared by every dataset), ``cd`` the checkpoint ×
+dataset component, ``s`` the fine-tuning seed's shift (shared by the hyperparameter settings run
+with that seed), all fitted by REML with statsmodels ``MixedLM``: the checkpoint is the group, the
+other two are variance components within it. Datasets are crossed with checkpoints through the
+fixed dataset effects. Fine-tuning variables enter as in paper 000 (standardized fixed effects).
+
+Tests are Wald t statistics with *between-within* degrees of freedom (Schluchter & Elashoff,
+1990; SAS ``DDFM=BETWITHIN``): a term constant within checkpoints (a pretraining factor) gets the
+number of checkpoints minus the rank of the checkpoint-level design; a term constant within
+(checkpoint, dataset) cells gets the cells' degrees of freedom; the rest the runs'. With few
+checkpoints the normal approximation would be far too optimistic; the calibration study
+(:mod:`experiments.calibration`, ``docs/calibration.md``) measures how well this holds.
+
+With one checkpoint per variant a factor's effect cannot be told from its checkpoint's luck (any
+degree of freedom left would come from assuming the factors do not interact):
+:class:`CheckpointsConfounded` is raised, and the report falls back to paper 000's specification
+with the factor p-values withheld. The same holds when the checkpoint-level df are 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import scipy.stats
+
+from experiments.analysis import (MultilevelResult, _Design, _fit_mixedlm, _Names, _prepare, _usable,
+                                  checkpoint_column, fit_multilevel)
+
+__all__ = ["CheckpointsConfounded", "fit_checkpoint_model", "analyse_runs", "SPECIFICATIONS", "CONFOUNDED_CAVEAT"]
+
+#: The analyses a report can run: this module's (the default) and paper 000's.
+SPECIFICATIONS = ("checkpoints", "model-dataset-groups")
+
+CONFOUNDED_CAVEAT = (
+    "each variant was pretrained once, so each factor's estimated effect is confounded with that one "
+    "pretraining run's luck (its initialization, data order and masking draws). The factor estimates describe "
+    "these checkpoints, not the recipes, and no p-value is given for them; pretrain every variant at least twice "
+    "(pretrain_seeds: 2 in the ablation config) to test a factor")
+
+
+class CheckpointsConfounded(ValueError):
+    """The pretraining factors use up every checkpoint-level degree of freedom (one checkpoint per
+    variant): their effects cannot be told from the checkpoints' luck."""
+
+
+def analyse_runs(rows: pd.DataFrame, factors: Mapping[str, str], specification: str = "checkpoints",
+                 **fit_options: Any) -> MultilevelResult:
+    """The report's analysis of an ablation's runs. ``checkpoints``: :func:`fit_checkpoint_model`;
+    where the checkpoints leave the factors no degree of freedom, paper 000's model describes the
+    runs with the factor tests withheld. ``model-dataset-groups``: paper 000's model
+    (:func:`experiments.analysis.fit_multilevel`, groups = checkpoint × dataset); its factor tests
+    are withheld too when there is one checkpoint per variant."""
+    if specification not in SPECIFICATIONS:
+        raise ValueError(f"specification must be one of {', '.join(SPECIFICATIONS)}, got {specification!r}")
+    if specification == "checkpoints":
+        try:
+            return fit_checkpoint_model(rows, factors, **fit_options)
+        except CheckpointsConfounded:
+            result = fit_multilevel(rows, factors, **fit_options)
+            result.factor_tests, result.caveat = False, CONFOUNDED_CAVEAT
+            result.notes.append("specification 'checkpoints' needs at least two checkpoints per variant; paper "
+                                "000's model (model-dataset-groups) describes these runs instead")
+            return result
+    result = fit_multilevel(rows, factors, **fit_options)
+    frame = pd.DataFrame(rows)
+    if checkpoint_column(frame).nunique() <= frame["variant"].nunique():
+        result.factor_tests, result.caveat = False, CONFOUNDED_CAVEAT
+    return result
+
+
+def fit_checkpoint_model(rows: pd.DataFrame | Sequence[Mapping[str, Any]], factors: Mapping[str, str], *,
+                         response: str = "test_score",
+                         level1: Sequence[str] = ("learning_rate", "batch_size", "epochs")) -> MultilevelResult:
+    """Fit the checkpoint model (module docstring) of ``response`` (fractions; reported in points).
+
+    ``rows``: one per fine-tuning run with ``variant``, ``checkpoint`` (the pretraining run within
+    the variant; absent = one per variant), ``dataset``, ``seed``, the factor columns, ``level1``
+    and ``response``. Raises :class:`CheckpointsConfounded` when no checkpoint-level degree of
+    freedom is left for the factors, ValueError for data the model cannot take (naming why)."""
+    frame, y, kept_factors, notes = _prepare(rows, factors, response, level1, extra_columns=["seed"])
+    frame["checkpoint_id"] = checkpoint_column(frame)
+    datasets = sorted(frame["dataset"].unique())
+    data = pd.DataFrame({"points": y.to_numpy(), "dataset": frame["dataset"].to_numpy(),
+                         "grp": frame["checkpoint_id"].to_numpy()})
+    data["cell"] = data["grp"] + " | " + data["dataset"]
+    data["seed_unit"] = data["cell"] + " | " + frame["seed"].astype(str).to_numpy()
+    data["seed_in_checkpoint"] = data["dataset"] + " | " + frame["seed"].astype(str).to_numpy()
+    design = _Design(data, _Names({"points", "grp", "cell", "seed_unit", "dataset", "Intercept"}))
+    scaling, level1_cols = design.add_level1(frame, [str(v) for v in level1], notes)
+    design.add_factors(frame, kept_factors)
+    design.add_datasets(frame, datasets, notes)
+    design.check_identifiable()
+
+    n_checkpoints = int(data["grp"].nunique())
+    vc_formula, units = _variance_components(data, datasets, notes)
+    df = _between_within_df(data, design.columns, units)
+    factor_cols = [c for c in design.columns if design.terms[c].kind == "factor"]
+    if factor_cols and n_checkpoints <= int(frame["variant"].nunique()):
+        # Any df left come from assuming the factors do not interact: the checkpoints' luck is then
+        # read off the interaction contrasts, which is an assumption, not a measurement.
+        raise CheckpointsConfounded(
+            f"one checkpoint per variant ({n_checkpoints} checkpoints): each factor's effect is confounded with "
+            f"the luck of its pretraining runs (set pretrain_seeds ≥ 2 in the ablation config)")
+    if factor_cols and min(df[c] for c in factor_cols) < 1:
+        raise CheckpointsConfounded(
+            f"{n_checkpoints} checkpoints leave no checkpoint-level degree of freedom for the factors' "
+            f"{len(factor_cols)} effects: each factor's effect is confounded with the luck of the pretraining "
+            f"runs (set pretrain_seeds ≥ 2 in the ablation config)")
+    if n_checkpoints < 3:
+        raise ValueError(f"too few checkpoints for a multilevel model: {n_checkpoints}; need at least 3")
+
+    formula = "points ~ " + " + ".join(["1"] + design.columns)
+    fit, messages, error = _fit_mixedlm(formula, data, "1", vc_formula)
+    if fit is None:
+        raise ValueError(f"the checkpoint model could not be fitted ({error}) with {len(data)} runs of "
+                         f"{n_checkpoints} checkpoints")
+    notes += [f"statsmodels: {m}" for m in messages]
+    if not _usable(fit):
+        notes.append("the fit did not converge cleanly: estimates are tentative")
+    notes.append("random intercept per checkpoint (shared by every dataset); variance components: "
+                 + (", ".join(vc_formula) if vc_formula else "none") + "; tests: t with between-within df")
+    pooled = _boundary_units(fit, vc_formula)
+    if pooled:
+        df = _between_within_df(data, design.columns, [u for u in units if u not in pooled])
+        notes.append("estimated at zero, so pooled with the level below for the degrees of freedom: "
+                     + ", ".join({"grp": "checkpoint", "cell": "checkpoint × dataset"}[u] for u in pooled))
+    return _result(fit, design=design, df=df, scaling=scaling, factors=kept_factors, notes=notes,
+                   formula=formula, vc_formula=vc_formula, response=response, frame=frame,
+                   n_checkpoints=n_checkpoints)
+
+
+def _variance_components(data: pd.DataFrame, datasets: Sequence[str], notes: list[str]
+                         ) -> tuple[dict[str, str] | None, list[str]]:
+    """The components the data can tell apart, and the nested units (top first) for the df."""
+    vc: dict[str, str] = {}
+    units = ["grp"]
+    if len(datasets) > 1 and (data.groupby("cell").size() > 1).any():
+        vc["checkpoint_x_dataset"] = "0 + C(dataset)"
+        units.append("cell")
+    elif len(datasets) == 1:
+        notes.append("a single dataset: the checkpoint × dataset component is the checkpoint's own")
+    else:
+        notes.append("one run per (checkpoint, dataset): the checkpoint × dataset component is in the residual")
+    if (data.groupby("seed_unit").size() > 1).any():
+        vc["seed"] = "0 + C(seed_in_checkpoint)"
+    else:
+        notes.append("one run per (checkpoint, dataset, seed): a seed's shift cannot be told from run noise, so it "
+                     "is part of the residual")
+    return (vc or None), units
+
+
+def _boundary_units(fit, vc_formula: Mapping[str, str] | None, tolerance: float = 1e-6) -> list[str]:
+    """The units whose variance REML put on the boundary (zero): the model then has no such level,
+    and its degrees of freedom pool with those of the level below."""
+    scale = float(fit.scale)
+    out = []
+    if float(np.atleast_2d(np.asarray(fit.cov_re, dtype=float))[0, 0]) <= tolerance * scale:
+        out.append("grp")
+    if vc_formula and "checkpoint_x_dataset" in vc_formula:
+        names = list(fit.model.exog_vc.names)
+        if float(np.asarray(fit.vcomp, dtype=float)[names.index("checkpoint_x_dataset")]) <= tolerance * scale:
+            out.append("cell")
+    return out
+
+
+def _between_within_df(data: pd.DataFrame, columns: Sequence[str], units: Sequence[str]) -> dict[str, float]:
+    """Degrees of freedom per fixed-effect column (and ``Intercept``): a column belongs to the
+    highest unit within which it is constant; that unit's df is its number of units less those of
+    the unit above, less the rank the unit's columns add."""
+    levels = list(units) + [None]  # None: the runs
+    counts = [int(data[u].nunique()) for u in units] + [len(data)]
+    level_of = {"Intercept": 0}
+    for col in columns:
+        level_of[col] = next(i for i, u in enumerate(levels)
+                             if u is None or bool((data.groupby(u)[col].nunique() <= 1).all()))
+    df: dict[str, float] = {}
+    previous_rank, previous_count = 0, 0
+    for i in range(len(levels)):
+        cols = [c for c, lv in level_of.items() if lv <= i]
+        matrix = np.column_stack([np.ones(len(data)) if c == "Intercept" else data[c].to_numpy() for c in cols])
+        rank = int(np.linalg.matrix_rank(matrix))
+        level_df = float(counts[i] - previous_count - (rank - previous_rank))
+        for c, lv in level_of.items():
+            if lv == i:
+                df[c] = level_df
+        previous_rank, previous_count = rank, counts[i]
+    return df
+
+
+def _result(fit, *, design: _Design, df: Mapping[str, float], scaling, factors, notes, formula, vc_formula,
+            response, frame: pd.DataFrame, n_checkpoints: int) -> MultilevelResult:
+    names = list(fit.model.exog_names)
+    k_fe = len(names)
+    estimate = np.asarray(fit.fe_params, dtype=float)
+    cov_fe = np.asarray(fit.cov_params(), dtype=float)[:k_fe, :k_fe]
+    se = np.sqrt(np.clip(np.diag(cov_fe), 0.0, None))
+    dfs = np.array([max(df.get(n, np.nan), 1.0) for n in names])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = estimate / se
+    crit = scipy.stats.t.ppf(0.975, dfs)
+    coefficients = pd.DataFrame({
+        "term": [design.terms[n].label if n in design.terms else n for n in names], "estimate": estimate,
+        "se": se, "z": t, "df": dfs, "p": 2.0 * scipy.stats.t.sf(np.abs(t), dfs),
+        "ci_low": estimate - crit * se, "ci_high": estimate + crit * se})
+
+    random_effects = {"checkpoint": float(np.atleast_2d(np.asarray(fit.cov_re, dtype=float))[0, 0])}
+    for name, value in zip(fit.model.exog_vc.names if vc_formula else [], np.asarray(fit.vcomp, dtype=float)):
+        random_effects["seed" if name == "seed" else name] = float(value)
+    random_effects["residual"] = float(fit.scale)
+    total = sum(max(v, 0.0) for v in random_effects.values())
+    shares = {"checkpoint": "checkpoints", "checkpoint_x_dataset": "checkpoint_x_dataset", "seed": "seeds",
+              "residual": "residual"}
+    decomposition = {shares[k]: max(v, 0.0) / total for k, v in random_effects.items()}
+    var_fixed = float(np.var(np.asarray(fit.model.exog, dtype=float) @ estimate))
+    grand = var_fixed + total
+    r_squared = {"marginal": var_fixed / grand, "conditional": (grand - random_effects["residual"]) / grand}
+    return MultilevelResult(
+        coefficients=coefficients, random_effects=random_effects, variance_decomposition=decomposition,
+        n_runs=int(len(design.data)), n_groups=n_checkpoints, formula=formula, notes=list(notes),
+        converged=bool(fit.converged), response=response, re_formula="1", vc_formula=vc_formula,
+        seed_effect="variance_component" if vc_formula and "seed" in vc_formula else "none",
+        factors=dict(factors), level1_scaling={k: dict(v) for k, v in scaling.items()}, r_squared=r_squared,
+        n_variants=int(frame["variant"].nunique()), n_datasets=int(frame["dataset"].nunique()),
+        n_seeds=int(frame["seed"].nunique()), specification="checkpoints", n_checkpoints=n_checkpoints,
+        _terms={design.terms[n].label: design.terms[n] for n in names if n in design.terms})

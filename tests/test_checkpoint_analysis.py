@@ -1,0 +1,85 @@
+"""experiments.checkpoint_analysis: a pretraining run (checkpoint) is the unit a pretraining factor
+is tested on. Planted effects are recovered, the degrees of freedom are the checkpoints', one
+checkpoint per variant withholds the factor tests in plain words, and paper 000's model stays
+available by name."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from experiments.calibration import AblationDesign, VarianceComponents, simulate_runs
+from experiments.checkpoint_analysis import (CONFOUNDED_CAVEAT, CheckpointsConfounded, analyse_runs,
+                                             fit_checkpoint_model)
+
+TINY_VARIANTS = tuple({"vocabulary": v, "masking": m} for v, m in itertools.product(("general", "in-domain"),
+                                                                                  ("token", "whole-word")))
+FACTORS = {"vocabulary": "general", "masking": "token"}
+QUIET = VarianceComponents(checkpoint=0.25, checkpoint_x_dataset=0.25, seed=0.25, setting=0.0, residual=0.25)
+
+
+def _design(checkpoints: int, datasets: int = 3, seeds: int = 3, settings=((1e-5, 16), (3e-5, 16), (3e-5, 32))):
+    return AblationDesign("t", TINY_VARIANTS, dict(FACTORS), checkpoints,
+                          {f"d{i}": seeds for i in range(datasets)}, tuple(settings))
+
+
+def test_planted_effect_and_components_are_recovered():
+    design = _design(checkpoints=4)
+    rows = simulate_runs(design, QUIET, effect=3.0, rng=np.random.default_rng(0))
+    result = fit_checkpoint_model(rows, FACTORS)
+    coef = result.coefficients.set_index("term")
+    assert coef.loc["vocabulary[in-domain]", "estimate"] == pytest.approx(3.0, abs=0.6)
+    assert coef.loc["vocabulary[in-domain]", "p"] < 1e-3
+    assert coef.loc["masking[whole-word]", "estimate"] == pytest.approx(0.0, abs=0.6)
+    # 16 checkpoints, 3 checkpoint-level parameters (intercept, two factor dummies): 13 df
+    assert coef.loc["vocabulary[in-domain]", "df"] == 13 and coef.loc["Intercept", "df"] == 13
+    assert set(result.random_effects) == {"checkpoint", "checkpoint_x_dataset", "seed", "residual"}
+    assert result.random_effects["residual"] == pytest.approx(0.25, rel=0.3)
+    assert result.n_checkpoints == 16 and result.specification == "checkpoints" and result.factor_tests
+    assert sum(result.variance_decomposition.values()) == pytest.approx(1.0)
+    text = result.to_markdown()
+    assert "Specification: `checkpoints`" in text and "| vocabulary[in-domain] |" in text
+    assert any("pretraining runs (one random intercept per checkpoint" in s for s in result.reading())
+
+
+def test_one_checkpoint_per_variant_is_confounded_and_said_so():
+    rows = simulate_runs(_design(checkpoints=1), QUIET, effect=3.0, rng=np.random.default_rng(1))
+    with pytest.raises(CheckpointsConfounded, match="one checkpoint per variant"):
+        fit_checkpoint_model(rows, FACTORS)
+    for specification in ("checkpoints", "model-dataset-groups"):
+        result = analyse_runs(rows, FACTORS, specification)
+        assert not result.factor_tests and result.caveat == CONFOUNDED_CAVEAT
+        reading = result.reading()
+        assert reading[0].startswith("Caveat: each variant was pretrained once")
+        factor_sentences = [s for s in reading if s.startswith(("vocabulary =", "masking ="))]
+        assert factor_sentences and all("no p-value" in s and "p =" not in s and "p <" not in s
+                                        for s in factor_sentences)
+        assert "— (confounded)" in result.to_markdown()
+        assert result.to_dict()["factor_tests"] is False
+
+
+def test_paper000_model_by_name_groups_checkpoint_by_dataset():
+    design = _design(checkpoints=2)
+    rows = simulate_runs(design, QUIET, effect=0.0, rng=np.random.default_rng(2))
+    result = analyse_runs(rows, FACTORS, "model-dataset-groups")
+    assert result.specification == "model-dataset-groups" and result.factor_tests
+    assert result.n_groups == 8 * 3 and result.n_checkpoints == 8
+    assert "paper 000" in result.to_markdown()
+    with pytest.raises(ValueError, match="specification must be one of"):
+        analyse_runs(rows, FACTORS, "groups")
+
+
+def test_more_datasets_do_not_make_checkpoint_luck_look_like_an_effect():
+    """The flaw the model fixes: with checkpoint luck and no true effect, paper 000's groups find
+    'effects' more often as datasets are added; the checkpoint model's df stay the checkpoints'."""
+    loud = VarianceComponents(checkpoint=4.0, checkpoint_x_dataset=0.5, seed=0.5, setting=0.0, residual=1.0)
+    design = _design(checkpoints=2, datasets=6, seeds=2, settings=((3e-5, 16),))
+    rows = simulate_runs(design, loud, effect=0.0, rng=np.random.default_rng(3))
+    ours = fit_checkpoint_model(rows, FACTORS).coefficients.set_index("term")
+    assert ours.loc["vocabulary[in-domain]", "df"] == 5
+    # the SE of a factor is at least the checkpoint-level SE: sqrt(4.0 * 2 / 4) = 1.41 for a balanced contrast
+    assert ours.loc["vocabulary[in-domain]", "se"] > 0.8
+
