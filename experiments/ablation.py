@@ -33,7 +33,17 @@ Layout of ``output_dir`` (read by :mod:`experiments.report`)::
     data/<vocabulary>-<corpus>/          launch/create_pretraining_data.py
     variants/<variant>/pretrain/         launch/pretrain.py (metrics.jsonl, model/)
     variants/<variant>/finetune/         launch/blurb.py (run.json per run, summary.json, blurb.md)
+    variants/<variant>/pretrain-run<k>/  pretraining run k > 1 (``pretrain_seeds``), and its
+    variants/<variant>/finetune-run<k>/  fine-tuning sweep
     report/                              launch/report.py
+
+A pretraining run's luck (initialization, data order, masking draws) is shared by every dataset it
+is fine-tuned on, so a pretraining factor is tested on *runs*: ``pretrain_seeds: k`` pretrains each
+variant k times (seeds seed, seed + 1, ...) and the report's analysis
+(:mod:`experiments.checkpoint_analysis`, ``analysis: {specification: checkpoints}``) gives each
+run a random intercept. With one run per variant it says the factor effects are confounded with
+that run's luck and gives no p-value for them; ``specification: model-dataset-groups`` is paper
+000's model.
 """
 
 from __future__ import annotations
@@ -134,6 +144,8 @@ class AblationConfig:
     vocab_config: str = "configs/vocab/demo.yaml"
     vocab_size: int | None = None
     continual_from: str = GENERAL                # "general" = all-MiniLM-L6-v2, or a checkpoint directory
+    pretrain_seeds: int = 1                      # pretraining runs (checkpoints) per variant, seeds seed, seed+1, ...
+    analysis: str = "checkpoints"                # experiments.checkpoint_analysis.SPECIFICATIONS
     num_proc: int = 2
     parallel_jobs: int = 1
     source: str = ""                             # the YAML file, for messages
@@ -144,7 +156,8 @@ def load_ablation_config(path: str | Path, overrides: Mapping[str, Any] | None =
     values = load_yaml_mapping(path)
     values.update({k: v for k, v in (overrides or {}).items() if v is not None})
     where = str(path)
-    top = {f.name for f in dataclasses.fields(AblationConfig)} - {"source", "vocab_config", "vocab_size"} | {"vocab"}
+    top = ({f.name for f in dataclasses.fields(AblationConfig)} - {"source", "vocab_config", "vocab_size", "analysis"}
+           | {"vocab", "analysis"})
     unknown = sorted(set(values) - top)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(top))}")
@@ -205,11 +218,34 @@ def load_ablation_config(path: str | Path, overrides: Mapping[str, Any] | None =
     if bad:
         raise ConfigError(f"{where}: unknown key(s) under vocab: {', '.join(bad)}; valid: config, vocab_size")
     return AblationConfig(
+        pretrain_seeds=_pretrain_seeds(values, where), analysis=_analysis_specification(values, where),
         name=str(values["name"]), output_dir=str(values["output_dir"]), corpora=dict(values["corpora"]),
         factors=checked, pretrain=PretrainBudget(**pretrain_values), finetune=finetune,
         vocab_config=vocab.get("config", AblationConfig.vocab_config), vocab_size=vocab.get("vocab_size"),
         continual_from=str(values.get("continual_from", GENERAL)), num_proc=int(values.get("num_proc", 2)),
         parallel_jobs=int(values.get("parallel_jobs", 1)), source=where)
+
+
+def _pretrain_seeds(values: Mapping[str, Any], where: str) -> int:
+    seeds = values.get("pretrain_seeds", 1)
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise ConfigError(f"{where}: pretrain_seeds must be a whole number ≥ 1 (pretraining runs per variant), "
+                          f"got {seeds!r}")
+    return seeds
+
+
+def _analysis_specification(values: Mapping[str, Any], where: str) -> str:
+    """``analysis: {specification: checkpoints | model-dataset-groups}`` (default checkpoints)."""
+    from experiments.checkpoint_analysis import SPECIFICATIONS
+
+    analysis = values.get("analysis") or {}
+    if not isinstance(analysis, dict) or set(analysis) - {"specification"}:
+        raise ConfigError(f"{where}: 'analysis' must be a mapping with the one key 'specification'")
+    specification = str(analysis.get("specification", SPECIFICATIONS[0]))
+    if specification not in SPECIFICATIONS:
+        raise ConfigError(f"{where}: analysis.specification: unknown {specification!r}; valid: "
+                          f"{', '.join(SPECIFICATIONS)}")
+    return specification
 
 
 # ---------------------------------------------------------------------------------- variants
@@ -269,11 +305,32 @@ class _Paths:
     def data(self, vocabulary: str, corpus: str, phase: int = 1) -> Path:
         return self.root / "data" / (f"{vocabulary}-{corpus}" + (f"-phase{phase}" if phase > 1 else ""))
 
-    def pretrain(self, variant: str, phase: int = 1) -> Path:
-        return self.variant(variant) / ("pretrain" if phase == 1 else f"pretrain_phase{phase}")
+    def pretrain(self, variant: str, phase: int = 1, run: int = 1) -> Path:
+        return self.variant(variant) / (("pretrain" if phase == 1 else f"pretrain_phase{phase}") + _run_suffix(run))
+
+    def finetune(self, variant: str, run: int = 1) -> Path:
+        return self.variant(variant) / ("finetune" + _run_suffix(run))
 
     def variant(self, name: str) -> Path:
         return self.root / "variants" / name
+
+
+def _run_suffix(run: int) -> str:
+    """Directories of a variant's first pretraining run keep the single-run layout; run k > 1
+    (``pretrain_seeds``) gets ``-run<k>``."""
+    return "" if run == 1 else f"-run{run}"
+
+
+def _pretrain_seed(phase: PretrainPhase, run: int) -> int:
+    """Pretraining run k's seed: the phase's own seed (its YAML's, or ``--seed`` in extra_args,
+    default 42) plus k − 1."""
+    base = 42
+    config = Path(phase.config) if Path(phase.config).is_file() else REPO / phase.config
+    if config.is_file():
+        base = int(load_yaml_mapping(config).get("seed", base))
+    if "--seed" in phase.extra_args[:-1]:
+        base = int(phase.extra_args[phase.extra_args.index("--seed") + 1])
+    return base + run - 1
 
 
 def _general_dir(config: AblationConfig) -> str:
@@ -298,8 +355,10 @@ def _python(script: str, *args: str) -> list[str]:
 
 
 def _pretrain_command(config: AblationConfig, variant: Variant, phase: PretrainPhase, tokenizer: str,
-                      data_dir: Path, out: Path, init_from: Path | None) -> list[str]:
-    """launch/pretrain.py for one variant and phase; ``init_from`` is phase 1's export in phase 2."""
+                      data_dir: Path, out: Path, init_from: Path | None, run: int = 1) -> list[str]:
+    """launch/pretrain.py for one variant, pretraining run and phase; ``init_from`` is phase 1's
+    export in phase 2. Run 1 uses the phase's seed as it is (its command, and so its resumption,
+    is the same as without ``pretrain_seeds``); run k > 1 adds ``--seed`` last."""
     budget = config.pretrain
     flags = ["--config", phase.config, "--data_dir", str(data_dir), "--tokenizer", tokenizer,
              "--output_dir", str(out), "--max_steps", str(phase.max_steps),
@@ -318,6 +377,8 @@ def _pretrain_command(config: AblationConfig, variant: Variant, phase: PretrainP
     else:
         flags += ["--init", variant.factors["initialization"], "--init_checkpoint", _general_dir(config)]
     flags += list(phase.extra_args)
+    if run > 1:
+        flags += ["--seed", str(_pretrain_seed(phase, run))]
     if budget.num_gpus > 1 or budget.hostfile:
         launcher = ["deepspeed", "--num_gpus", str(budget.num_gpus)]
         if budget.hostfile:
@@ -369,6 +430,26 @@ def _run_parallel(jobs: list[tuple[str, list[str]]], parallel: int, log: Callabl
     return failed
 
 
+def _pretrain_variant(config: AblationConfig, variant: Variant, run: int, phases: list[PretrainPhase],
+                      paths: _Paths, tokenizers: Mapping[tuple[str, str], str], log: Callable[[str], None]) -> None:
+    """Every phase of one pretraining run of a variant; a phase whose done-file records the same
+    command is skipped."""
+    for number, phase in enumerate(phases, start=1):
+        out = paths.pretrain(variant.name, number, run)
+        done = out / PRETRAIN_DONE
+        init_from = paths.pretrain(variant.name, number - 1, run) / "model" if number > 1 else None
+        command = _pretrain_command(config, variant, phase, tokenizers[variant.vocabulary, variant.corpus],
+                                    paths.data(variant.vocabulary, variant.corpus, number), out, init_from, run)
+        title = f"{variant.name}" + (f" run {run}" if config.pretrain_seeds > 1 else "")
+        if done.is_file() and json.loads(done.read_text(encoding="utf-8")).get("command") == command[1:]:
+            log(f"{title}: pretraining phase {number} already complete")
+            continue
+        started = time.time()
+        _run(f"pretrain {title} (phase {number} of {len(phases)})", command, log)
+        done.write_text(json.dumps({"command": command[1:], "seconds": round(time.time() - started, 1),
+                                    "factors": variant.factors, "run": run}, indent=2) + "\n", encoding="utf-8")
+
+
 def run_ablation(config: AblationConfig, log: Callable[[str], None] = print, report: bool = True) -> dict[str, Any]:
     """Run (or resume) the whole ablation; returns the plan written to ``ablation.json``."""
     variants, notes = plan_variants(config.factors)
@@ -382,7 +463,15 @@ def run_ablation(config: AblationConfig, log: Callable[[str], None] = print, rep
         "variants": {v.name: {"factors": v.factors,
                               "model": str(paths.pretrain(v.name, len(phases)) / "model"),
                               "pretrain_dir": str(paths.pretrain(v.name)),
-                              "finetune_dir": str(paths.variant(v.name) / "finetune")} for v in variants},
+                              "finetune_dir": str(paths.finetune(v.name)),
+                              "checkpoints": [{"run": run, "seed": _pretrain_seed(phases[0], run),
+                                               "model": str(paths.pretrain(v.name, len(phases), run) / "model"),
+                                               "pretrain_dir": str(paths.pretrain(v.name, 1, run)),
+                                               "finetune_dir": str(paths.finetune(v.name, run))}
+                                              for run in range(1, config.pretrain_seeds + 1)]}
+                     for v in variants},
+        "pretrain_seeds": config.pretrain_seeds,
+        "analysis": {"specification": config.analysis},
         "excluded": notes,
         "datasets": list(datasets),
         "budget": {"steps": sum(phase.max_steps for phase in phases),
@@ -395,8 +484,9 @@ def run_ablation(config: AblationConfig, log: Callable[[str], None] = print, rep
     (paths.root / ABLATION_FILE).write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
     for note in notes:
         log(note)
-    log(f"{config.name}: {len(variants)} variants ({', '.join(v.name for v in variants)}), "
-        f"{config.pretrain.sequences:,} pretraining sequences each ({' then '.join(f'{p.max_steps} steps' for p in phases)})")
+    log(f"{config.name}: {len(variants)} variants ({', '.join(v.name for v in variants)}) × {config.pretrain_seeds} "
+        f"pretraining run(s), {config.pretrain.sequences:,} pretraining sequences each "
+        f"({' then '.join(f'{p.max_steps} steps' for p in phases)})")
 
     # Shared inputs: corpora, in-domain vocabularies, pretraining instances.
     for corpus in sorted({v.corpus for v in variants}):
@@ -428,25 +518,15 @@ def run_ablation(config: AblationConfig, log: Callable[[str], None] = print, rep
                     "--tokenizer", tokenizer, "--output-dir", str(out), "--num-proc", str(config.num_proc),
                     *cache, "--overwrite"), log)
 
-    # Pretraining, one variant (and phase) at a time: each uses every device it is given.
-    for variant in variants:
-        for number, phase in enumerate(phases, start=1):
-            out = paths.pretrain(variant.name, number)
-            done = out / PRETRAIN_DONE
-            init_from = paths.pretrain(variant.name, number - 1) / "model" if number > 1 else None
-            command = _pretrain_command(config, variant, phase, tokenizers[variant.vocabulary, variant.corpus],
-                                        paths.data(variant.vocabulary, variant.corpus, number), out, init_from)
-            if done.is_file() and json.loads(done.read_text(encoding="utf-8")).get("command") == command[1:]:
-                log(f"{variant.name}: pretraining phase {number} already complete")
-                continue
-            started = time.time()
-            _run(f"pretrain {variant.name} (phase {number} of {len(phases)})", command, log)
-            done.write_text(json.dumps({"command": command[1:], "seconds": round(time.time() - started, 1),
-                                        "factors": variant.factors}, indent=2) + "\n", encoding="utf-8")
+    # Pretraining, one variant, run and phase at a time: each uses every device it is given.
+    runs = range(1, config.pretrain_seeds + 1)
+    for variant, run in itertools.product(variants, runs):
+        _pretrain_variant(config, variant, run, phases, paths, tokenizers, log)
 
-    # Fine-tuning sweeps: independent per variant.
-    jobs = [(f"fine-tune {v.name}", _sweep_command(config, paths.pretrain(v.name, len(phases)) / "model",
-                                                   paths.variant(v.name) / "finetune")) for v in variants]
+    # Fine-tuning sweeps: independent per variant and pretraining run.
+    jobs = [(f"fine-tune {v.name}" + (f" (pretraining run {run})" if config.pretrain_seeds > 1 else ""),
+             _sweep_command(config, paths.pretrain(v.name, len(phases), run) / "model", paths.finetune(v.name, run)))
+            for v, run in itertools.product(variants, runs)]
     failed = _run_parallel(jobs, config.parallel_jobs, log)
     plan["failed"] = failed
     (paths.root / ABLATION_FILE).write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")

@@ -47,7 +47,7 @@ REPORT_DIR = "report"
 METRICS_FILE = "metrics.jsonl"
 
 #: Columns of :func:`collect_rows` around the factor columns (which come right after ``variant``).
-ROW_COLUMNS = ("variant", "dataset", "task_type", "metric", "learning_rate", "batch_size", "epochs", "seed",
+ROW_COLUMNS = ("variant", "checkpoint", "dataset", "task_type", "metric", "learning_rate", "batch_size", "epochs", "seed",
                "dev_score", "test_score", "wall_time_s", "peak_rss_bytes")
 
 
@@ -58,18 +58,38 @@ class AblationError(ValueError):
 # ------------------------------------------------------------------------------------ loading
 
 @dataclass(frozen=True)
+class Checkpoint:
+    """One pretraining run of a variant (``pretrain_seeds`` of them) and its fine-tuning sweep."""
+
+    run: int
+    pretrain_dir: Path | None = None  # resolved; holds metrics.jsonl
+    finetune_dir: Path | None = None  # resolved; run.json files below it
+    seed: int | None = None
+
+    @property
+    def metrics_path(self) -> Path | None:
+        return self.pretrain_dir / METRICS_FILE if self.pretrain_dir is not None else None
+
+
+@dataclass(frozen=True)
 class Variant:
-    """One pretraining variant of the ablation: its factor levels and where its outputs lie."""
+    """One pretraining variant of the ablation: its factor levels and where its outputs lie
+    (``pretrain_dir``/``finetune_dir``: the first pretraining run's; ``checkpoints``: every run's)."""
 
     name: str
     factors: dict[str, str]
     model: str | None = None
     pretrain_dir: Path | None = None  # resolved; holds metrics.jsonl (None: not found)
     finetune_dir: Path | None = None  # resolved; run.json files below it
+    checkpoints: tuple[Checkpoint, ...] = ()
 
     @property
     def metrics_path(self) -> Path | None:
         return self.pretrain_dir / METRICS_FILE if self.pretrain_dir is not None else None
+
+    def runs(self) -> tuple[Checkpoint, ...]:
+        """Every pretraining run; an ablation.json without ``checkpoints`` has the one."""
+        return self.checkpoints or (Checkpoint(1, self.pretrain_dir, self.finetune_dir),)
 
 
 @dataclass(frozen=True)
@@ -169,7 +189,8 @@ def load_ablation(ablation_dir: str | os.PathLike) -> Ablation:
             name=str(name), factors={f: str(levels[f]) for f in factors},
             model=spec.get("model"),
             pretrain_dir=_resolve_dir(spec.get("pretrain_dir"), root, layout / "pretrain"),
-            finetune_dir=_resolve_dir(spec.get("finetune_dir"), root, layout / "finetune"))
+            finetune_dir=_resolve_dir(spec.get("finetune_dir"), root, layout / "finetune"),
+            checkpoints=_checkpoints(spec.get("checkpoints"), root, layout, f"{path}: variant {name!r}"))
 
     datasets = plan.get("datasets") or []
     budget = plan.get("budget") or {}
@@ -181,6 +202,23 @@ def load_ablation(ablation_dir: str | os.PathLike) -> Ablation:
     return Ablation(name=str(plan.get("name") or root.resolve().name), factors=factors, variants=variants,
                     datasets=[_dataset_id(str(d)) for d in datasets], budget=dict(budget), dir=root,
                     extra={k: v for k, v in plan.items() if k not in known})
+
+
+def _checkpoints(given: Any, root: Path, layout: Path, where: str) -> tuple[Checkpoint, ...]:
+    """The ``checkpoints`` list of a variant in ablation.json (absent: an older plan, one run)."""
+    if given is None:
+        return ()
+    if not isinstance(given, list) or not all(isinstance(c, dict) and isinstance(c.get("run"), int) for c in given):
+        raise AblationError(f"{where}: 'checkpoints' must be a list of objects with an integer 'run'")
+    out = []
+    for spec in given:
+        suffix = "" if spec["run"] == 1 else f"-run{spec['run']}"
+        out.append(Checkpoint(run=spec["run"], seed=spec.get("seed"),
+                              pretrain_dir=_resolve_dir(spec.get("pretrain_dir"), root, layout / f"pretrain{suffix}"),
+                              finetune_dir=_resolve_dir(spec.get("finetune_dir"), root, layout / f"finetune{suffix}")))
+    if len({c.run for c in out}) != len(out):
+        raise AblationError(f"{where}: two checkpoints with the same 'run'")
+    return tuple(out)
 
 
 def _dataset_id(name: str) -> str:
@@ -196,11 +234,21 @@ def _dataset_id(name: str) -> str:
 # --------------------------------------------------------------------------------- the runs
 
 def _records(variant: Variant) -> list[dict[str, Any]]:
+    """Every complete run record of the variant, tagged with its pretraining run (``checkpoint``).
+    With several runs, ``model`` becomes the variant's name: the results table pools the runs."""
     from finetune.sweep import collect_runs
 
-    if variant.finetune_dir is None or not variant.finetune_dir.is_dir():
-        return []
-    return collect_runs(variant.finetune_dir)
+    checkpoints = variant.runs()
+    records = []
+    for checkpoint in checkpoints:
+        if checkpoint.finetune_dir is None or not checkpoint.finetune_dir.is_dir():
+            continue
+        for record in collect_runs(checkpoint.finetune_dir):
+            record["checkpoint"] = checkpoint.run
+            if len(checkpoints) > 1:
+                record["model"] = variant.name
+            records.append(record)
+    return records
 
 
 def _variant_records(ablation: Ablation) -> dict[str, list[dict[str, Any]]]:
@@ -214,7 +262,8 @@ def _rows_of(ablation: Ablation, records: Mapping[str, list[dict[str, Any]]]) ->
             hp = r.get("hyperparameters") or {}
             rss = (r.get("memory") or {}).get("peak_rss_bytes")
             rows.append({
-                "variant": name, **variant.factors, "dataset": _dataset_id(str(r["dataset"])),
+                "variant": name, **variant.factors, "checkpoint": r.get("checkpoint", 1),
+                "dataset": _dataset_id(str(r["dataset"])),
                 "task_type": r.get("task_type"), "metric": r.get("metric"),
                 "learning_rate": float(hp.get("learning_rate", math.nan)),
                 "batch_size": hp.get("batch_size"), "epochs": r.get("epochs", hp.get("epochs")),
@@ -223,20 +272,20 @@ def _rows_of(ablation: Ablation, records: Mapping[str, list[dict[str, Any]]]) ->
                 "peak_rss_bytes": float(rss) if rss is not None else math.nan})
     columns = ["variant", *ablation.factors, *ROW_COLUMNS[1:]]
     frame = pd.DataFrame(rows, columns=columns)
-    for col in ("batch_size", "epochs", "seed"):
+    for col in ("checkpoint", "batch_size", "epochs", "seed"):
         if frame[col].notna().all():
             frame[col] = frame[col].astype("int64")
     if frame["peak_rss_bytes"].notna().all():
         frame["peak_rss_bytes"] = frame["peak_rss_bytes"].astype("int64")
     for col in ("learning_rate", "dev_score", "test_score", "wall_time_s"):
         frame[col] = frame[col].astype("float64")
-    return frame.sort_values(["variant", "dataset", "learning_rate", "batch_size", "epochs", "seed"],
+    return frame.sort_values(["variant", "checkpoint", "dataset", "learning_rate", "batch_size", "epochs", "seed"],
                              kind="stable", ignore_index=True)
 
 
 def collect_rows(ablation: Ablation) -> pd.DataFrame:
     """One row per complete fine-tuning run of every variant: ``variant``, one column per factor (the
-    variant's level), ``dataset`` (canonical BLURB name), ``task_type``, ``metric``, ``learning_rate``,
+    variant's level), ``checkpoint`` (the variant's pretraining run, 1, 2, ...), ``dataset`` (canonical BLURB name), ``task_type``, ``metric``, ``learning_rate``,
     ``batch_size``, ``epochs``, ``seed``, ``dev_score`` (the run's best dev score), ``test_score``,
     ``wall_time_s``, ``peak_rss_bytes`` (NaN when a record lacks it). Scores are fractions."""
     return _rows_of(ablation, _variant_records(ablation))
@@ -474,18 +523,20 @@ def plot_pretraining_loss(ablation: Ablation, path: Path) -> PlotResult:
     title = "Pretraining loss"
     curves, notes = {}, []
     for name, variant in ablation.variants.items():
-        mpath = variant.metrics_path
-        if mpath is None or not mpath.is_file():
-            notes.append(f"{name}: no pretraining metrics ({mpath or 'no pretrain_dir'} is absent)")
-            continue
-        frame, bad = read_pretraining_metrics(mpath)
-        if bad:
-            notes.append(f"{name}: {bad} unreadable line(s) of {mpath} skipped")
-        column = _loss_column(frame) if not frame.empty else None
-        if column is None:
-            notes.append(f"{name}: {mpath} has no loss values")
-            continue
-        curves[name] = frame[["step", column]].dropna().rename(columns={column: "loss"})
+        for checkpoint in variant.runs():
+            label = name if len(variant.runs()) == 1 else f"{name} run {checkpoint.run}"
+            mpath = checkpoint.metrics_path
+            if mpath is None or not mpath.is_file():
+                notes.append(f"{label}: no pretraining metrics ({mpath or 'no pretrain_dir'} is absent)")
+                continue
+            frame, bad = read_pretraining_metrics(mpath)
+            if bad:
+                notes.append(f"{label}: {bad} unreadable line(s) of {mpath} skipped")
+            column = _loss_column(frame) if not frame.empty else None
+            if column is None:
+                notes.append(f"{label}: {mpath} has no loss values")
+                continue
+            curves[name, checkpoint.run] = frame[["step", column]].dropna().rename(columns={column: "loss"})
     if not curves:
         return PlotResult(title, None, "skipped: no variant has pretraining metrics ("
                           + "; ".join(notes) + ")", tuple(notes))
@@ -493,9 +544,10 @@ def plot_pretraining_loss(ablation: Ablation, path: Path) -> PlotResult:
     colors = _colors(list(ablation.variants))
     fig, ax = plt.subplots(figsize=(8, 4.5))
     try:
-        for name, frame in curves.items():
+        for (name, run), frame in curves.items():  # a variant's runs share its colour, one label
             ax.plot(frame["step"], frame["loss"], color=colors[name], alpha=0.25, linewidth=0.8)
-            ax.plot(frame["step"], _smooth(frame["loss"]), color=colors[name], linewidth=1.8, label=name)
+            ax.plot(frame["step"], _smooth(frame["loss"]), color=colors[name], linewidth=1.8,
+                    linestyle=("-", "--", ":", "-.")[(run - 1) % 4], label=name if run == 1 else None)
         ax.set_xlabel("optimizer step")
         ax.set_ylabel("training loss (MLM + NSP)")
         ax.set_title(f"{ablation.name}: pretraining loss (faint: per step; line: moving average)")
@@ -633,9 +685,17 @@ def analysis_factors(ablation: Ablation, rows: pd.DataFrame) -> dict[str, str]:
     return factors
 
 
-def run_analysis(ablation: Ablation, rows: pd.DataFrame) -> AnalysisOutcome:
-    """``experiments.analysis.fit_multilevel(rows, factors=...)``; an absent module, nothing to compare,
-    or a fit that raises ValueError gives an outcome with the reason instead of a result."""
+def analysis_specification(ablation: Ablation) -> str:
+    """The ablation's ``analysis.specification`` (plans written before it: ``checkpoints``)."""
+    analysis = ablation.extra.get("analysis")
+    spec = analysis.get("specification") if isinstance(analysis, dict) else None
+    return str(spec or "checkpoints")
+
+
+def run_analysis(ablation: Ablation, rows: pd.DataFrame, specification: str | None = None) -> AnalysisOutcome:
+    """``experiments.checkpoint_analysis.analyse_runs(rows, factors, specification)`` (default: the
+    ablation's); an absent module, nothing to compare, or a fit that raises ValueError gives an
+    outcome with the reason instead of a result."""
     factors = analysis_factors(ablation, rows)
     if rows.empty:
         return AnalysisOutcome(factors, reason="no complete fine-tuning run to analyse")
@@ -643,11 +703,11 @@ def run_analysis(ablation: Ablation, rows: pd.DataFrame) -> AnalysisOutcome:
         return AnalysisOutcome(factors, reason="no factor has more than one level among the variants with "
                                                "fine-tuning runs, so there is no contrast to estimate")
     try:
-        from experiments.analysis import fit_multilevel
+        from experiments.checkpoint_analysis import analyse_runs
     except ImportError as err:
-        return AnalysisOutcome(factors, reason=f"experiments.analysis could not be imported ({err})")
+        return AnalysisOutcome(factors, reason=f"experiments.checkpoint_analysis could not be imported ({err})")
     try:
-        result = fit_multilevel(rows, factors=factors)
+        result = analyse_runs(rows, factors, specification or analysis_specification(ablation))
     except (ValueError, np.linalg.LinAlgError) as err:
         return AnalysisOutcome(factors, reason=f"the multilevel fit failed: {type(err).__name__}: {err}")
     return AnalysisOutcome(factors, result=result)
@@ -713,7 +773,8 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
-def write_report(ablation_dir: str | os.PathLike, output_dir: str | os.PathLike | None = None) -> Path:
+def write_report(ablation_dir: str | os.PathLike, output_dir: str | os.PathLike | None = None,
+                 specification: str | None = None) -> Path:
     """Write the ablation's report (see the module docstring) and return the path of ``report.md``.
 
     Raises :class:`AblationError` when ``ablation.json`` is missing or malformed. Missing data make
@@ -740,7 +801,7 @@ def write_report(ablation_dir: str | os.PathLike, output_dir: str | os.PathLike 
         if not any(p.path is not None and p.path.name == name for p in plots):
             _remove(plots_dir / name)
 
-    analysis = run_analysis(ablation, rows)
+    analysis = run_analysis(ablation, rows, specification)
     if analysis.result is not None:
         (out / "analysis.md").write_text(analysis.result.to_markdown().rstrip("\n") + "\n", encoding="utf-8")
         (out / "analysis.json").write_text(json.dumps(analysis.result.to_dict(), indent=2, default=_jsonable)
@@ -759,7 +820,8 @@ def write_report(ablation_dir: str | os.PathLike, output_dir: str | os.PathLike 
             notes += [f"{k}: {key} ({v})" for k, v in value.items()]
         elif isinstance(value, list):
             notes += [f"{key}: {v}" for v in value]
-    legend = ("Test score in percent: mean ± sample std over seeds at the grid point with the best mean "
+    pooled = " and pretraining runs" if any(len(v.runs()) > 1 for v in ablation.variants.values()) else ""
+    legend = (f"Test score in percent: mean ± sample std over seeds{pooled} at the grid point with the best mean "
               "dev score (finetune.sweep); '—': no complete run.")
     results = [f"# {ablation.name}: BLURB results per variant", "", legend, "", table.to_markdown()]
     if footnote := table.blurb_footnote():
@@ -777,14 +839,14 @@ def write_report(ablation_dir: str | os.PathLike, output_dir: str | os.PathLike 
              f"Generated {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} by `launch/report.py`.", "",
              "## Pretraining budget (the same for every variant)", "", *_budget_lines(ablation.budget), ""]
     refs = ablation.reference_levels()
-    head = ["variant", *ablation.factors, "fine-tuning runs", "pretraining steps logged", "final loss",
-            "pretraining time (sum of step times)"]
+    head = ["variant", *ablation.factors, "pretraining runs", "fine-tuning runs", "pretraining steps logged",
+            "final loss", "pretraining time (sum of step times)"]
     lines += ["## Variants", "", "| " + " | ".join(_md(h) for h in head) + " |", "|" + "---|" * len(head)]
     for name, variant in ablation.variants.items():
         pre = _pretrain_summary(variant)
         cells = [name, *(variant.factors[f] + (" (ref)" if variant.factors[f] == refs.get(f) else "")
                          for f in ablation.factors),
-                 str(len(records[name])), str(pre.get("steps", "—")),
+                 str(len(variant.runs())), str(len(records[name])), str(pre.get("steps", "—")),
                  f"{pre['final_loss']:.3f}" if "final_loss" in pre else "—",
                  _hours(pre["seconds"]) if "seconds" in pre else "—"]
         lines.append("| " + " | ".join(_md(c) for c in cells) + " |")
@@ -797,7 +859,9 @@ def write_report(ablation_dir: str | os.PathLike, output_dir: str | os.PathLike 
     lines += ["## Analysis", ""]
     if analysis.result is not None:
         reading = list(analysis.result.reading())
-        lines += [f"Multilevel model over all runs (factors and references: "
+        lines += [f"Multilevel model over all runs, specification `{analysis.result.specification}` "
+                  f"({analysis.result.n_checkpoints or len(ablation.variants)} pretraining runs of "
+                  f"{len(ablation.variants)} variants; factors and references: "
                   + ", ".join(f"{f} vs {r}" for f, r in analysis.factors.items()) + ").", ""]
         lines += [f"- {s}" + ("" if s.rstrip().endswith((".", "!", "?")) else ".") for s in reading] \
             or ["(the fit gave no reading)"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from typing import Literal
 
 from common.launch import repo_root_first
 
@@ -34,6 +35,9 @@ class ReportArgs:
     ablation_dir: str = field(default="", metadata={"help": "directory holding ablation.json (launch/ablate.py)"})
     output_dir: str | None = field(default=None, metadata={"help": "where to write the report "
                                                                    "(default: <ablation_dir>/report)"})
+    specification: Literal["checkpoints", "model-dataset-groups"] | None = field(default=None, metadata={
+        "help": "the analysis: a random intercept per pretraining run (checkpoints), or paper 000's "
+                "(pretrained model, dataset) groups (default: the ablation config's)"})
 
     def __post_init__(self) -> None:
         if not self.ablation_dir:
@@ -43,7 +47,7 @@ class ReportArgs:
 def main(argv: list[str] | None = None) -> int:
     try:
         (args,) = parse_config([ReportArgs], argv, description=__doc__)
-        report = write_report(args.ablation_dir, args.output_dir)
+        report = write_report(args.ablation_dir, args.output_dir, args.specification)
     except (ConfigError, AblationError, InputError, FileNotFoundError) as err:
         print(f"report: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT

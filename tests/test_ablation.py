@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -52,7 +53,11 @@ def test_config_errors_name_the_file_and_key(tmp_path):
                              (dict(pretrain={"max_step": 3}), "under pretrain"),
                              (dict(finetune={"datasets": ["nope"]}), "finetune"),
                              (dict(finetune={"learning_rate": 1e-3}), "finetune"),
-                             (dict(finetune={"model": "x"}), "finetune.model")):
+                             (dict(finetune={"model": "x"}), "finetune.model"),
+                             (dict(pretrain_seeds=0), "pretrain_seeds"),
+                             (dict(pretrain_seeds="two"), "pretrain_seeds"),
+                             (dict(analysis={"specification": "groups"}), "analysis.specification"),
+                             (dict(analysis={"spec": "checkpoints"}), "analysis")):
         with pytest.raises(ConfigError, match=message) as err:
             load_ablation_config(_config(tmp_path, **changes))
         assert "ablation.yaml" in str(err.value)
@@ -82,6 +87,9 @@ def test_pretrain_commands(tmp_path):
     command = _pretrain_command(config, Variant("v", factors), phase2, "tok", Path("d2"), Path("o2"), Path("p1"))
     flags = dict(zip(command[4::2], command[5::2]))
     assert flags["--init_checkpoint"] == "p1" and flags["--max_steps"] == "5"
+    assert "--seed" not in command  # run 1 keeps the phase's own seed (and its resumable command)
+    command = _pretrain_command(config, Variant("v", factors), phase1, "tok", Path("d"), Path("o"), None, run=3)
+    assert command[-2:] == ["--seed", "44"]  # configs/pretrain/demo.yaml's seed (42 by default) + 2
 
 
 def _learnable_ncbi(root: Path) -> None:
@@ -113,7 +121,7 @@ def _learnable_ncbi(root: Path) -> None:
 def test_vocabulary_x_masking_ablation_end_to_end_and_resumed(tmp_path, capsys):
     data_root = tmp_path / "blurb"
     _learnable_ncbi(data_root)
-    path = _config(tmp_path, vocab={"vocab_size": 2000},
+    path = _config(tmp_path, vocab={"vocab_size": 2000}, pretrain_seeds=2,
                    finetune={"data_root": str(data_root), "datasets": ["ncbi-disease"], "learning_rates": [3e-3],
                              "batch_sizes": [8], "epochs": 2, "num_seeds": 2, "max_length": 32})
     config = load_ablation_config(path)
@@ -125,10 +133,16 @@ def test_vocabulary_x_masking_ablation_end_to_end_and_resumed(tmp_path, capsys):
     assert plan["budget"]["sequences"] == 2 * 8
     for name, variant in plan["variants"].items():
         assert (Path(variant["model"]) / "config.json").is_file()
-        lines = (Path(variant["pretrain_dir"]) / "metrics.jsonl").read_text().splitlines()
-        assert [json.loads(line)["step"] for line in lines] == [1, 2]
-        runs = sorted((out / "variants" / name / "finetune").rglob("run.json"))
-        assert len(runs) == 2
+        assert [c["run"] for c in variant["checkpoints"]] == [1, 2]
+        assert variant["checkpoints"][0]["pretrain_dir"] == variant["pretrain_dir"]
+        losses = []
+        for checkpoint in variant["checkpoints"]:
+            assert (Path(checkpoint["model"]) / "config.json").is_file()
+            lines = (Path(checkpoint["pretrain_dir"]) / "metrics.jsonl").read_text().splitlines()
+            assert [json.loads(line)["step"] for line in lines] == [1, 2]
+            losses.append(json.loads(lines[0])["loss"])
+            assert len(sorted(Path(checkpoint["finetune_dir"]).rglob("run.json"))) == 2
+        assert losses[0] != losses[1]  # two pretraining runs with different seeds
     # the in-domain variants share one vocabulary; each vocabulary has one set of instances
     assert sorted(p.name for p in (out / "data").iterdir()) == ["general-sample", "in-domain-sample"]
     report = out / "report"
@@ -136,12 +150,21 @@ def test_vocabulary_x_masking_ablation_end_to_end_and_resumed(tmp_path, capsys):
     assert "in-domain_whole-word" in text and (report / "results.csv").is_file()
     assert (report / "plots" / "pretraining_loss.png").is_file()
     analysis = json.loads((report / "analysis.json").read_text())
-    assert analysis["n_runs"] == 8 and analysis["n_groups"] == 4
+    # 4 variants × 2 pretraining runs × 2 seeds; the checkpoint model: one group per pretraining run
+    assert analysis["n_runs"] == 16 and analysis["specification"] == "checkpoints"
+    assert analysis["n_checkpoints"] == 8 and analysis["factor_tests"] is True
+    factor_rows = [c for c in analysis["coefficients"] if c["term"].startswith(("vocabulary[", "masking["))]
+    # t tests on 8 pretraining runs less 3 checkpoint-level parameters; 16 runs less 3 when REML puts
+    # the checkpoints' variance at zero (the level then pools with the runs)
+    pooled = any("estimated at zero" in note for note in analysis["notes"])
+    assert [c["df"] for c in factor_rows] == [13.0 if pooled else 5.0] * 2
+    runs = pd.read_csv(report / "runs.csv")
+    assert sorted(runs["checkpoint"].unique()) == [1, 2] and len(runs) == 16
 
     log.clear()
     again = run_ablation(config, log=log.append, report=False)
     assert again["variants"] == plan["variants"]
     started = [line for line in log if line.startswith("\n=== ") and "fine-tune" not in line]
     assert started == []  # corpus, vocabulary, instances and pretraining were all skipped
-    assert sum("pretraining phase 1 already complete" in line for line in log) == 4
+    assert sum("pretraining phase 1 already complete" in line for line in log) == 8
     assert json.loads((out / ABLATION_FILE).read_text())["name"] == "t"

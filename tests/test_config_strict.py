@@ -295,6 +295,7 @@ def _bad_cli_cases(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
         "blurb": (["--config", str(tmp_path / "blurb.yaml"), "--model", "m", "--output_dir", out],
                   "epochs: true is not an integer or null"),
         "build_vocab": (["--inputs", "x", "--output_dir", out, "--min_frequency", "-1"], "--min_frequency: -1"),
+        "calibrate": (["--simulations", "0", "--output_dir", out], "--simulations: 0 is out of range"),
         "create_pretraining_data": (["--dupe_factor", "0"], "--dupe_factor: 0 is out of range"),
         "demo": (["--scale", "0"], "--scale: 0.0 is out of range: must be > 0"),
         "finetune": (["--config", str(tmp_path / "finetune.yaml")], "batch_size: 1.5 is not an integer"),
@@ -322,7 +323,7 @@ def test_launch_dataclass_defaults_pass_their_own_checks():
     import dataclasses
 
     types = [*PRETRAIN, PretrainingDataConfig, CorpusConfig, VocabConfig, FinetuneArgs, SweepArgs]
-    for script in ("ablate", "demo", "report", "vocab_report", "build_vocab"):
+    for script in ("ablate", "calibrate", "demo", "report", "vocab_report", "build_vocab"):
         module = _launch_module(script)
         types += [v for v in vars(module).values()
                   if dataclasses.is_dataclass(v) and isinstance(v, type) and v.__module__ == module.__name__]

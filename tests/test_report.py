@@ -279,12 +279,14 @@ def test_analysis_in_the_report(report, ablation_dir):
         assert "(analysis.md)" in text
     else:
         assert not (out / "analysis.md").exists()
-        assert "No multilevel analysis: experiments.analysis could not be imported" in text
+        assert "No multilevel analysis: experiments.checkpoint_analysis could not be imported" in text
         assert "No multilevel analysis" in (out / "results.md").read_text(encoding="utf-8")
 
 
 class _FakeResult:
     notes = ["fake note"]
+    specification = "checkpoints"
+    n_checkpoints = 0
 
     def to_dict(self):
         return {"effects": {"vocabulary": 0.045}}
@@ -297,15 +299,15 @@ class _FakeResult:
 
 
 def _fake_analysis(monkeypatch, fit):
-    module = types.ModuleType("experiments.analysis")
-    module.fit_multilevel = fit
-    monkeypatch.setitem(sys.modules, "experiments.analysis", module)
+    module = types.ModuleType("experiments.checkpoint_analysis")
+    module.analyse_runs = lambda rows, factors, specification: fit(rows, factors)
+    monkeypatch.setitem(sys.modules, "experiments.checkpoint_analysis", module)
 
 
 def test_run_analysis_reports_why_it_is_absent(ablation_dir, monkeypatch):
     ablation = load_ablation(ablation_dir)
     rows = collect_rows(ablation)
-    monkeypatch.setitem(sys.modules, "experiments.analysis", None)  # import fails
+    monkeypatch.setitem(sys.modules, "experiments.checkpoint_analysis", None)  # import fails
     assert "could not be imported" in run_analysis(ablation, rows).reason
 
     def failing(rows, factors, **kwargs):
