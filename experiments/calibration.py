@@ -339,7 +339,7 @@ def calibration_markdown(results: Sequence[CalibrationResult], minimum: Sequence
     effects = sorted({r["effect"] for result in results for r in result.rows})
     head = ["design", "runs", "analysis", "simulations"] + [
         "false positives (effect 0)" if e == 0 else f"power at {e:g} point{'s' if e != 1 else ''}" for e in effects]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] if results else []
     for result in results:
         by_effect = {r["effect"]: r for r in result.rows}
         cells = []
@@ -356,8 +356,9 @@ def calibration_markdown(results: Sequence[CalibrationResult], minimum: Sequence
                      f"{'s' if result.design.pretrain_seeds > 1 else ''}/variant) | {result.design.n_runs} | {label} | "
                      f"{sims} | " + " | ".join(cells) + " |")
     if minimum:
-        lines += ["", f"Smallest design with 80% power at 1 point ({minimum_of}; balanced-design formula):", "",
-                  "| fine-tuning seeds per dataset | checkpoints per variant | power |", "|---:|---:|---:|"]
+        lines += ([""] if lines else []) + [
+            f"Smallest design with 80% power at 1 point ({minimum_of}; balanced-design formula):", "",
+            "| fine-tuning seeds per dataset | checkpoints per variant | power |", "|---:|---:|---:|"]
         for m in minimum:
             k = m["checkpoints_per_variant"]
             power = f"{100 * m['power']:.0f}%" if k else "—"

@@ -48,6 +48,8 @@ class CalibrateArgs:
     specification: Literal["checkpoints", "model-dataset-groups"] = field(default="checkpoints", metadata={
         "help": "the report's analysis to calibrate"})
     alpha: float = field(default=0.05, metadata={"min": 0.0, "max": 1.0})
+    minimum_shares: list[float] = field(default_factory=lambda: [0.1, 0.25, 0.5], metadata={
+        "help": "checkpoint shares for the minimum-design tables (balanced-design formula, no simulation)"})
     processes: int = field(default=1, metadata={"help": "worker processes for the fits", "min": 1})
     seed: int = field(default=0, metadata={"min": 0})
     output_dir: str = field(default="runs/calibration", metadata={"help": "one JSON per result + calibration.md"})
@@ -105,11 +107,13 @@ def main(argv: list[str] | None = None) -> int:
         if design.pretrain_seeds == 1 and 0.0 in args.effects:
             results.append(_run_one(design, components, args, PAPER000_AS_PRINTED, [0.0], out))
     largest = max(designs, key=lambda d: d.n_runs)
-    minimum = minimum_design(largest, components)
     text = (f"# Calibration of the ablation analysis\n\nVariance components (points²), paper 000 with checkpoint "
             f"share {args.checkpoint_share:g}: " + ", ".join(f"{k} {v:.2f}" for k, v in vars(components).items())
-            + f".\nα = {args.alpha:g}; rates with Wilson 95% intervals.\n\n"
-            + calibration_markdown(results, minimum, f"the design of {largest.name}: {largest.describe()}"))
+            + f".\nα = {args.alpha:g}; rates with Wilson 95% intervals.\n\n" + calibration_markdown(results))
+    for share in args.minimum_shares:
+        minimum = minimum_design(largest, VarianceComponents.paper000(share))
+        text += "\n" + calibration_markdown([], minimum, f"checkpoint share {share:g}; the design of {largest.name}: "
+                                                          f"{largest.describe()}")
     (out / "calibration.md").write_text(text, encoding="utf-8")
     print(text)
     return 0
