@@ -491,7 +491,9 @@ class _Design:
                     raise ValueError(f"level-1 variable {var!r} must be positive (it is used on log10 scale)")
                 x, transform = np.log10(x), "log10"
             if x.nunique() < 2:
-                notes.append(f"level-1 variable {var!r} is constant ({frame[var].iloc[0]!r}) in these runs: dropped")
+                value = frame[var].iloc[0]
+                value = value.item() if isinstance(value, np.generic) else value  # 32, not np.int64(32)
+                notes.append(f"level-1 variable {var!r} is constant ({value!r}) in these runs: dropped")
                 continue
             if (pd.Series(x.to_numpy()).groupby(frame["dataset"].to_numpy()).nunique() <= 1).all():
                 notes.append(f"level-1 variable {var!r} is constant within each dataset, so it is confounded with "
