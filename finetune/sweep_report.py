@@ -1,0 +1,459 @@
+"""A multi-model sweep study as a report (paper 001's presentation): per model × dataset a heatmap of
+the dev score over learning rate × batch size, and a table of what each model's sweep cost.
+
+Paper 001 (Shire, *Evaluation of Foundation Models for Biomedical NER*) fine-tunes BERT, BioBERT,
+BiomedBERT, RoBERTa, GPT-2 and Bioformer on one NER corpus over lr {1e-6, 1e-5, 1e-4, 1e-3} × batch
+{8, 16, 32}, shows each model's F1 over that grid (its Figures 3-9), and compares the models' memory
+and average time per grid point (its Figure 12). Here each model is one sweep directory written by
+``launch/blurb.py`` and everything is read from the run records (``run.json``) it holds::
+
+    write_sweep_report([("bert", "runs/blurb/bert"), ("biobert", "runs/blurb/biobert")], "runs/study")
+
+writes ``sweep_report.md`` (the page to open), ``sweep_report.json`` (the same numbers) and
+``figures/*.png``. A heatmap cell is the mean dev score over the seeds run at that point, annotated
+with its sample sd and seed count; a grid point no run finished is left blank. Every model of a
+dataset shares one colour scale, so the heatmaps can be compared side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from finetune.metrics import MeanStd, mean_std
+from finetune.sweep import _grid_key
+from finetune.trainer import RUN_RECORD
+from tokenization.instances import InputError
+
+__all__ = ["SweepReportError", "SweepRun", "Cell", "parse_sweep_specs", "read_run", "collect_study",
+           "grid_cells", "dev_grid", "best_setting", "cost_row", "plot_dev_heatmap", "plot_memory_vs_time",
+           "format_cost_table", "write_sweep_report", "REPORT_FILE", "REPORT_JSON", "FIGURES_DIR"]
+
+REPORT_FILE = "sweep_report.md"
+REPORT_JSON = "sweep_report.json"
+FIGURES_DIR = "figures"
+MIB = 1024 * 1024
+
+
+class SweepReportError(InputError):
+    """A sweep directory or run record the report cannot use; the message names the file and field."""
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """The fields of one run record the report reads, checked."""
+
+    model: str  # the study's label for the model, not the checkpoint path
+    dataset: str
+    metric: str
+    learning_rate: float
+    batch_size: int
+    seed: int
+    dev: float  # the best dev score over epochs: what the sweep selects on
+    test: float  # the test score at that epoch
+    wall_time_s: float
+    train_examples: int
+    epochs: int
+    peak_rss_bytes: int
+    cuda_peak_bytes: int | None
+    recorded_examples_per_s: float | None
+    path: Path
+
+    @property
+    def train_examples_per_s(self) -> float:
+        """The record's own figure when it has one; else training examples seen over the run's wall
+        time, which also holds loading, evaluation and the test pass (a lower bound on training speed)."""
+        if self.recorded_examples_per_s is not None:
+            return self.recorded_examples_per_s
+        return self.train_examples * self.epochs / self.wall_time_s
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One grid point (learning rate, batch size) of one model on one dataset, over its seeds."""
+
+    dev: MeanStd
+    test: MeanStd
+
+
+# ------------------------------------------------------------------------------------ reading
+
+def parse_sweep_specs(specs: Sequence[str]) -> list[tuple[str, Path]]:
+    """``NAME=DIR`` or ``DIR`` (labelled by the directory's name) → (label, directory) pairs."""
+    if not specs:
+        raise SweepReportError("no sweeps given: pass NAME=DIR (or DIR) for each model's sweep directory")
+    pairs = []
+    for spec in specs:
+        name, sep, directory = spec.partition("=")
+        if not sep:
+            name, directory = Path(spec).resolve().name, spec
+        if not name or not directory:
+            raise SweepReportError(f"sweep {spec!r}: expected NAME=DIR or DIR")
+        pairs.append((name, Path(directory)))
+    labels = [name for name, _ in pairs]
+    if len(set(labels)) < len(labels):
+        raise SweepReportError(f"sweep labels must differ, got {labels}; name them NAME=DIR")
+    slugs = [_slug(name) for name in labels]
+    if len(set(slugs)) < len(slugs):
+        raise SweepReportError(f"sweep labels {labels} give the same figure file names; choose other names")
+    return pairs
+
+
+def _field(record: Mapping[str, Any], dotted: str, path: Path, kind: type | tuple, optional: bool = False) -> Any:
+    """``record["a"]["b"]`` for ``dotted`` "a.b", of ``kind``; a missing or mistyped field is an
+    error naming the file and field. Booleans are not numbers here (JSON true is no batch size)."""
+    value: Any = record
+    for key in dotted.split("."):
+        if not isinstance(value, Mapping) or key not in value:
+            if optional:
+                return None
+            raise SweepReportError(f"{path}: field {dotted!r} is missing")
+        value = value[key]
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise SweepReportError(f"{path}: field {dotted!r} is {value!r}, not a {_kind_name(kind)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SweepReportError(f"{path}: field {dotted!r} is {value!r}, not a finite number")
+    return value
+
+
+def _kind_name(kind: type | tuple) -> str:
+    return " or ".join(k.__name__ for k in kind) if isinstance(kind, tuple) else kind.__name__
+
+
+def _positive(value: float, dotted: str, path: Path) -> float:
+    if value <= 0:
+        raise SweepReportError(f"{path}: field {dotted!r} is {value!r}, not positive")
+    return value
+
+
+def read_run(path: Path, model: str, record: Mapping[str, Any] | None = None) -> SweepRun:
+    """The checked fields of one complete ``run.json`` (``record``: its content, when already read);
+    SweepReportError names the file and field."""
+    record = _load_json(path) if record is None else record
+    number = (int, float)
+    return SweepRun(
+        model=model,
+        dataset=_field(record, "dataset", path, str),
+        metric=_field(record, "metric", path, str),
+        learning_rate=_positive(_field(record, "hyperparameters.learning_rate", path, number),
+                                "hyperparameters.learning_rate", path),
+        batch_size=_positive(_field(record, "hyperparameters.batch_size", path, int),
+                             "hyperparameters.batch_size", path),
+        seed=_field(record, "seed", path, int),
+        dev=float(_field(record, "best_dev_score", path, number)),
+        test=float(_field(record, "test_score", path, number)),
+        wall_time_s=float(_positive(_field(record, "wall_time_s", path, number), "wall_time_s", path)),
+        train_examples=_field(record, "examples.train", path, int),
+        epochs=_positive(_field(record, "hyperparameters.epochs", path, int), "hyperparameters.epochs", path),
+        peak_rss_bytes=_field(record, "memory.peak_rss_bytes", path, int),
+        cuda_peak_bytes=_field(record, "memory.cuda_max_memory_allocated_bytes", path, int, optional=True),
+        recorded_examples_per_s=_field(record, "train_examples_per_s", path, number, optional=True),
+        path=path)
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise SweepReportError(f"{path}: not a readable run record ({err})") from err
+    if not isinstance(record, dict):
+        raise SweepReportError(f"{path}: not a run record (a JSON {type(record).__name__}, not an object)")
+    return record
+
+
+def collect_study(sweeps: Sequence[tuple[str, Path]]) -> tuple[list[SweepRun], list[str]]:
+    """Every complete run of every sweep directory, labelled by its model; and notes on what was left
+    out (run records of unfinished runs). A directory without a complete run, or a dataset whose runs
+    differ in more than learning rate, batch size and seed (epochs, length, ...), is an error."""
+    runs, notes = [], []
+    for label, directory in sweeps:
+        if not directory.is_dir():
+            raise SweepReportError(f"sweep {label!r}: {directory} is not a directory")
+        records = {p: _load_json(p) for p in sorted(directory.rglob(RUN_RECORD))}
+        complete = {p: r for p, r in records.items() if r.get("status") == "complete"}
+        if len(complete) < len(records):
+            notes.append(f"{label}: {len(records) - len(complete)} run record(s) of unfinished runs left out")
+        if not complete:
+            raise SweepReportError(f"sweep {label!r}: no complete {RUN_RECORD} below {directory}")
+        runs += [read_run(p, label, r) for p, r in complete.items()]
+        _check_one_checkpoint(label, complete)
+        _check_one_grid_per_dataset(label, complete)
+    return runs, notes
+
+
+def _check_one_checkpoint(label: str, records: Mapping[Path, Mapping[str, Any]]) -> None:
+    """A sweep directory is one model's: records of two checkpoints would be pooled as one model."""
+    first: dict[str, Path] = {}
+    for path, record in records.items():
+        model = _field(record, "model", path, str)
+        first.setdefault(model, path)
+    if len(first) > 1:
+        (a, pa), (b, pb) = list(first.items())[:2]
+        raise SweepReportError(f"sweep {label!r} mixes models: {pa} fine-tuned {a!r}, {pb} fine-tuned {b!r}")
+
+
+def _check_one_grid_per_dataset(label: str, records: Mapping[Path, Mapping[str, Any]]) -> None:
+    """Runs of one dataset must differ only in learning rate, batch size and seed, or a heatmap cell
+    would pool (say) 3-epoch and 20-epoch runs."""
+    first: dict[str, tuple[dict, Path]] = {}
+    for path, record in records.items():
+        fixed = dict(_grid_key(record))
+        for key in ("learning_rate", "batch_size"):
+            fixed.pop(key, None)
+        seen, seen_path = first.setdefault(record["dataset"], (fixed, path))
+        if fixed != seen:
+            differ = sorted(k for k in set(fixed) | set(seen) if fixed.get(k) != seen.get(k))
+            raise SweepReportError(f"sweep {label!r}, {record['dataset']}: {path} and {seen_path} differ in "
+                                   f"{', '.join(differ)}, not only in learning rate, batch size and seed")
+
+
+# ---------------------------------------------------------------------------------- the grid
+
+def grid_cells(runs: Iterable[SweepRun]) -> dict[tuple[float, int], Cell]:
+    """(learning rate, batch size) → dev and test mean ± sd over the seeds of one model × dataset."""
+    groups: dict[tuple[float, int], list[SweepRun]] = {}
+    for run in runs:
+        groups.setdefault((run.learning_rate, run.batch_size), []).append(run)
+    return {key: Cell(mean_std(r.dev for r in group), mean_std(r.test for r in group))
+            for key, group in sorted(groups.items())}
+
+
+def dev_grid(cells: Mapping[tuple[float, int], Cell], learning_rates: Sequence[float],
+             batch_sizes: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean, sd and seed count of the dev score as arrays (rows learning rate, columns batch size);
+    a grid point without runs is NaN (count 0), as is the sd of a single seed."""
+    shape = (len(learning_rates), len(batch_sizes))
+    mean, sd, n = np.full(shape, np.nan), np.full(shape, np.nan), np.zeros(shape, dtype=int)
+    for i, lr in enumerate(learning_rates):
+        for j, batch in enumerate(batch_sizes):
+            cell = cells.get((lr, batch))
+            if cell is not None:
+                mean[i, j], sd[i, j], n[i, j] = cell.dev.mean, cell.dev.std, cell.dev.n
+    return mean, sd, n
+
+
+def best_setting(cells: Mapping[tuple[float, int], Cell]) -> tuple[tuple[float, int], Cell]:
+    """The grid point with the best mean dev score; ties go to more seeds, then the smaller lr and
+    batch (the rule of :func:`finetune.sweep.summarize`)."""
+    return min(cells.items(), key=lambda item: (-item[1].dev.mean, -item[1].dev.n, item[0]))
+
+
+def cost_row(model: str, dataset: str, runs: Sequence[SweepRun]) -> dict[str, Any]:
+    """One row of the cost table: runs, time, throughput, peak memory, and the best grid point.
+
+    Peak memory is the largest over the runs. A run records its process's high-water mark, and a
+    sweep runs in one process, so this is the sweep's peak, not a single run's."""
+    cells = grid_cells(runs)
+    (lr, batch), best = best_setting(cells)
+    cuda = [r.cuda_peak_bytes for r in runs if r.cuda_peak_bytes is not None]
+    total = sum(r.wall_time_s for r in runs)
+    return {"model": model, "dataset": dataset, "metric": runs[0].metric, "runs": len(runs),
+            "grid_points": len(cells), "total_time_s": total, "mean_time_per_run_s": total / len(runs),
+            "train_examples_per_s": float(np.mean([r.train_examples_per_s for r in runs])),
+            "peak_rss_mib": max(r.peak_rss_bytes for r in runs) / MIB,
+            "peak_cuda_mib": max(cuda) / MIB if cuda else None,
+            "best": {"learning_rate": lr, "batch_size": batch, "dev": _mean_sd(best.dev),
+                     "test": _mean_sd(best.test)}}
+
+
+def _mean_sd(value: MeanStd) -> dict[str, Any]:
+    """As JSON: the sd of a single seed is null, not NaN (which strict JSON readers refuse)."""
+    return {"mean": value.mean, "std": None if math.isnan(value.std) else value.std, "n": value.n}
+
+
+def _format_mean_sd(entry: Mapping[str, Any]) -> str:
+    return MeanStd(entry["mean"], math.nan if entry["std"] is None else entry["std"], entry["n"]).format()
+
+
+# ------------------------------------------------------------------------------------ figures
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _cell_text(mean: float, sd: float, n: int) -> str:
+    if n == 0:
+        return "no runs"
+    spread = f"\n± {sd * 100:.1f}" if n > 1 else ""
+    return f"{mean * 100:.1f}{spread}\nn={n}"
+
+
+def plot_dev_heatmap(cells: Mapping[tuple[float, int], Cell], learning_rates: Sequence[float],
+                     batch_sizes: Sequence[int], path: Path, *, title: str, metric: str,
+                     value_range: tuple[float, float]) -> Path:
+    """Dev score (×100) over learning rate (rows) × batch size (columns), each cell annotated with
+    mean ± sd and the seed count; blank where no run finished. ``value_range`` fixes the colour
+    scale so that the heatmaps of one dataset compare."""
+    plt = _pyplot()
+    mean, sd, n = dev_grid(cells, learning_rates, batch_sizes)
+    cmap = plt.get_cmap("viridis").with_extremes(bad="white")  # no run: a blank cell
+    low, high = (v * 100 for v in value_range)
+    fig, ax = plt.subplots(figsize=(1.6 * len(batch_sizes) + 2.4, 1.0 * len(learning_rates) + 1.6))
+    try:
+        image = ax.imshow(np.ma.masked_invalid(mean * 100), cmap=cmap, vmin=low, vmax=high, aspect="auto")
+        for i in range(len(learning_rates)):
+            for j in range(len(batch_sizes)):
+                # light text on the dark half of viridis, dark text on the light half
+                dark = n[i, j] > 0 and (high == low or (mean[i, j] * 100 - low) / (high - low) < 0.5)
+                ax.text(j, i, _cell_text(mean[i, j], sd[i, j], n[i, j]), ha="center", va="center",
+                        fontsize=8, color="white" if dark else "black")
+        ax.set_xticks(range(len(batch_sizes)), [str(b) for b in batch_sizes])
+        ax.set_yticks(range(len(learning_rates)), [_format_lr(lr) for lr in learning_rates])
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("learning rate")
+        ax.set_title(title, fontsize=10)
+        fig.colorbar(image, ax=ax, label=f"dev {metric} ×100 (mean over seeds)")
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def plot_memory_vs_time(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
+    """Peak memory against mean time per run, one point per model × dataset (paper 001's Figure 12).
+    GPU memory when every row recorded it, else the process's peak RSS."""
+    plt = _pyplot()
+    use_cuda = all(row["peak_cuda_mib"] is not None for row in rows)
+    key, label = ("peak_cuda_mib", "peak CUDA memory allocated (MiB)") if use_cuda else \
+        ("peak_rss_mib", "peak process RSS (MiB)")
+    several_datasets = len({row["dataset"] for row in rows}) > 1
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    try:
+        for row in rows:
+            x, y = row["mean_time_per_run_s"], row[key]
+            ax.scatter([x], [y], s=36)
+            name = f"{row['model']} ({row['dataset']})" if several_datasets else row["model"]
+            ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        ax.set_xlabel("mean wall time per run (s)")
+        ax.set_ylabel(label)
+        ax.set_title("Cost per model: memory against time per grid-point run", fontsize=10)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
+    return path
+
+
+# ------------------------------------------------------------------------------------- tables
+
+def _format_lr(learning_rate: float) -> str:
+    """``1e-4``, ``3e-5``, ``2.5e-5``: one form for every rate (``:g`` writes 0.0001 beside 1e-05)."""
+    mantissa, exponent = f"{learning_rate:.6e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def _format_duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.2f} h"
+
+
+def format_cost_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The cost table as Markdown: one row per model × dataset."""
+    lines = ["| model | dataset | runs | grid points | total time | mean time / run | train examples/s | "
+             "peak RSS (MiB) | peak CUDA (MiB) | best (lr, batch) | dev at best | test at best |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        best = row["best"]
+        cuda = "—" if row["peak_cuda_mib"] is None else f"{row['peak_cuda_mib']:.0f}"
+        lines.append(
+            f"| {row['model']} | {row['dataset']} | {row['runs']} | {row['grid_points']} | "
+            f"{_format_duration(row['total_time_s'])} | {_format_duration(row['mean_time_per_run_s'])} | "
+            f"{row['train_examples_per_s']:.1f} | {row['peak_rss_mib']:.0f} | {cuda} | "
+            f"{_format_lr(best['learning_rate'])}, {best['batch_size']} | {_format_mean_sd(best['dev'])} | "
+            f"{_format_mean_sd(best['test'])} |")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------- report
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "model"
+
+
+def _by_model_and_dataset(runs: Sequence[SweepRun]) -> dict[tuple[str, str], list[SweepRun]]:
+    groups: dict[tuple[str, str], list[SweepRun]] = {}
+    for run in runs:
+        groups.setdefault((run.model, run.dataset), []).append(run)
+    return groups
+
+
+def _heatmaps(groups: Mapping[tuple[str, str], list[SweepRun]], figures: Path) -> dict[tuple[str, str], Path]:
+    """One heatmap per model × dataset; the axes and colour scale are the dataset's, over all models,
+    so a grid point one model lacks shows as a blank cell."""
+    paths = {}
+    for dataset in dict.fromkeys(d for _, d in groups):
+        of_dataset = {m: runs for (m, d), runs in groups.items() if d == dataset}
+        learning_rates = sorted({r.learning_rate for runs in of_dataset.values() for r in runs})
+        batch_sizes = sorted({r.batch_size for runs in of_dataset.values() for r in runs})
+        cells = {m: grid_cells(runs) for m, runs in of_dataset.items()}
+        means = [c.dev.mean for by_point in cells.values() for c in by_point.values()]
+        for model, runs in of_dataset.items():
+            paths[model, dataset] = plot_dev_heatmap(
+                cells[model], learning_rates, batch_sizes, figures / f"dev_{_slug(model)}_{_slug(dataset)}.png",
+                title=f"{model} on {dataset}: dev {runs[0].metric}", metric=runs[0].metric,
+                value_range=(min(means), max(means)))
+    return paths
+
+
+def write_sweep_report(sweeps: Sequence[tuple[str, str | Path]], output_dir: str | Path) -> Path:
+    """Read the sweeps (label, directory), write ``sweep_report.md``, ``sweep_report.json`` and the
+    figures to ``output_dir``; returns the path of ``sweep_report.md``."""
+    sweeps = [(label, Path(directory)) for label, directory in sweeps]
+    runs, notes = collect_study(sweeps)
+    out = Path(output_dir)
+    groups = _by_model_and_dataset(runs)
+    rows = [cost_row(model, dataset, group) for (model, dataset), group in groups.items()]
+    heatmaps = _heatmaps(groups, out / FIGURES_DIR)
+    cost_figure = plot_memory_vs_time(rows, out / FIGURES_DIR / "memory_vs_time.png")
+    out.mkdir(parents=True, exist_ok=True)
+    study = {"sweeps": {label: str(directory) for label, directory in sweeps}, "rows": rows, "notes": notes,
+             "runs": [{**asdict(r), "path": str(r.path)} for r in runs],
+             "figures": {f"{m}/{d}": str(p.relative_to(out)) for (m, d), p in heatmaps.items()}}
+    (out / REPORT_JSON).write_text(json.dumps(study, indent=2) + "\n", encoding="utf-8")
+    report = _markdown(sweeps, rows, heatmaps, cost_figure, notes, out)
+    (out / REPORT_FILE).write_text(report, encoding="utf-8")
+    return out / REPORT_FILE
+
+
+def _markdown(sweeps, rows, heatmaps, cost_figure, notes, out: Path) -> str:
+    lines = [f"# Sweep report: {', '.join(label for label, _ in sweeps)}", "",
+             "Read from the run records (`run.json`) of: "
+             + "; ".join(f"{label} = `{directory}`" for label, directory in sweeps) + ".", "",
+             "## Cost and best grid point per model", "", format_cost_table(rows).rstrip("\n"), "",
+             "Scores ×100, mean ± sample sd over seeds. *Best* is the grid point with the highest mean dev "
+             "score; *test at best* is that point's test score. *Train examples/s* is training examples × "
+             "epochs over each run's wall time (which also holds loading and evaluation), averaged over runs. "
+             "Peak memory is the largest high-water mark any run recorded: runs of one sweep share a "
+             "process, so it is the sweep's peak.", "",
+             f"![memory against time]({cost_figure.relative_to(out).as_posix()})", "",
+             "## Dev score over learning rate × batch size", "",
+             "Each cell: mean dev score ×100 over seeds, ± sample sd, n seeds; blank: no finished run. "
+             "One colour scale per dataset.", ""]
+    for dataset in dict.fromkeys(d for _, d in heatmaps):
+        lines += [f"### {dataset}", ""]
+        lines += [f"![{model}]({path.relative_to(out).as_posix()})" for (model, d), path in heatmaps.items()
+                  if d == dataset]
+        lines.append("")
+    if notes:
+        lines += ["## Notes", "", *(f"- {note}" for note in notes), ""]
+    return "\n".join(lines)
