@@ -27,13 +27,13 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from finetune.metrics import MeanStd, mean_std
-from finetune.sweep import _grid_key
+from finetune.sweep import _dataset_id, _grid_key
 from finetune.trainer import RUN_RECORD
 from tokenization.instances import InputError
 
 __all__ = ["SweepReportError", "SweepRun", "Cell", "parse_sweep_specs", "read_run", "collect_study",
            "grid_cells", "dev_grid", "best_setting", "cost_row", "plot_dev_heatmap", "plot_memory_vs_time",
-           "format_cost_table", "write_sweep_report", "REPORT_FILE", "REPORT_JSON", "FIGURES_DIR"]
+           "format_cost_table", "format_dev_table", "write_sweep_report", "REPORT_FILE", "REPORT_JSON", "FIGURES_DIR"]
 
 REPORT_FILE = "sweep_report.md"
 REPORT_JSON = "sweep_report.json"
@@ -141,7 +141,7 @@ def read_run(path: Path, model: str, record: Mapping[str, Any] | None = None) ->
     number = (int, float)
     return SweepRun(
         model=model,
-        dataset=_field(record, "dataset", path, str),
+        dataset=_dataset_id(_field(record, "dataset", path, str)),  # one spelling, as the sweep summary
         metric=_field(record, "metric", path, str),
         learning_rate=_positive(_field(record, "hyperparameters.learning_rate", path, number),
                                 "hyperparameters.learning_rate", path),
@@ -339,6 +339,9 @@ def plot_memory_vs_time(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
             ax.scatter([x], [y], s=36)
             name = f"{row['model']} ({row['dataset']})" if several_datasets else row["model"]
             ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        # from zero, since the ratio between models is the point; headroom for the labels
+        ax.set_xlim(0, 1.25 * max(row["mean_time_per_run_s"] for row in rows))
+        ax.set_ylim(0, 1.15 * max(row[key] for row in rows))
         ax.set_xlabel("mean wall time per run (s)")
         ax.set_ylabel(label)
         ax.set_title("Cost per model: memory against time per grid-point run", fontsize=10)
@@ -384,6 +387,19 @@ def format_cost_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def format_dev_table(cells_by_model: Mapping[str, Mapping[tuple[float, int], Cell]],
+                     learning_rates: Sequence[float], batch_sizes: Sequence[int]) -> str:
+    """One dataset's heatmaps as one Markdown table (paper 001's Figure 13 is such a table): a row
+    per model × learning rate, a column per batch size; "—" where no run finished."""
+    lines = ["| model | learning rate | " + " | ".join(f"batch {b}" for b in batch_sizes) + " |",
+             "|---|---|" + "---|" * len(batch_sizes)]
+    for model, cells in cells_by_model.items():
+        for lr in learning_rates:
+            scores = [cells[lr, b].dev.format() if (lr, b) in cells else "—" for b in batch_sizes]
+            lines.append(f"| {model} | {_format_lr(lr)} | " + " | ".join(scores) + " |")
+    return "\n".join(lines) + "\n"
+
+
 # ------------------------------------------------------------------------------------- report
 
 def _slug(name: str) -> str:
@@ -397,22 +413,32 @@ def _by_model_and_dataset(runs: Sequence[SweepRun]) -> dict[tuple[str, str], lis
     return groups
 
 
-def _heatmaps(groups: Mapping[tuple[str, str], list[SweepRun]], figures: Path) -> dict[tuple[str, str], Path]:
-    """One heatmap per model × dataset; the axes and colour scale are the dataset's, over all models,
-    so a grid point one model lacks shows as a blank cell."""
-    paths = {}
+@dataclass(frozen=True)
+class DatasetGrids:
+    """One dataset's grid over every model: the axes are the union of the models' grid points, so a
+    point one model lacks shows as a blank cell; figures holds each model's heatmap."""
+
+    learning_rates: list[float]
+    batch_sizes: list[int]
+    cells: dict[str, dict[tuple[float, int], Cell]]
+    figures: dict[str, Path]
+
+
+def _dataset_grids(groups: Mapping[tuple[str, str], list[SweepRun]], figures: Path) -> dict[str, DatasetGrids]:
+    """One heatmap per model × dataset, on one colour scale per dataset."""
+    grids = {}
     for dataset in dict.fromkeys(d for _, d in groups):
         of_dataset = {m: runs for (m, d), runs in groups.items() if d == dataset}
         learning_rates = sorted({r.learning_rate for runs in of_dataset.values() for r in runs})
         batch_sizes = sorted({r.batch_size for runs in of_dataset.values() for r in runs})
         cells = {m: grid_cells(runs) for m, runs in of_dataset.items()}
         means = [c.dev.mean for by_point in cells.values() for c in by_point.values()]
-        for model, runs in of_dataset.items():
-            paths[model, dataset] = plot_dev_heatmap(
-                cells[model], learning_rates, batch_sizes, figures / f"dev_{_slug(model)}_{_slug(dataset)}.png",
-                title=f"{model} on {dataset}: dev {runs[0].metric}", metric=runs[0].metric,
-                value_range=(min(means), max(means)))
-    return paths
+        paths = {model: plot_dev_heatmap(
+            cells[model], learning_rates, batch_sizes, figures / f"dev_{_slug(model)}_{_slug(dataset)}.png",
+            title=f"{model} on {dataset}: dev {runs[0].metric}", metric=runs[0].metric,
+            value_range=(min(means), max(means))) for model, runs in of_dataset.items()}
+        grids[dataset] = DatasetGrids(learning_rates, batch_sizes, cells, paths)
+    return grids
 
 
 def write_sweep_report(sweeps: Sequence[tuple[str, str | Path]], output_dir: str | Path) -> Path:
@@ -423,19 +449,20 @@ def write_sweep_report(sweeps: Sequence[tuple[str, str | Path]], output_dir: str
     out = Path(output_dir)
     groups = _by_model_and_dataset(runs)
     rows = [cost_row(model, dataset, group) for (model, dataset), group in groups.items()]
-    heatmaps = _heatmaps(groups, out / FIGURES_DIR)
+    grids = _dataset_grids(groups, out / FIGURES_DIR)
     cost_figure = plot_memory_vs_time(rows, out / FIGURES_DIR / "memory_vs_time.png")
     out.mkdir(parents=True, exist_ok=True)
     study = {"sweeps": {label: str(directory) for label, directory in sweeps}, "rows": rows, "notes": notes,
              "runs": [{**asdict(r), "path": str(r.path)} for r in runs],
-             "figures": {f"{m}/{d}": str(p.relative_to(out)) for (m, d), p in heatmaps.items()}}
+             "figures": {f"{m}/{d}": p.relative_to(out).as_posix() for d, g in grids.items()
+                         for m, p in g.figures.items()}}
     (out / REPORT_JSON).write_text(json.dumps(study, indent=2) + "\n", encoding="utf-8")
-    report = _markdown(sweeps, rows, heatmaps, cost_figure, notes, out)
+    report = _markdown(sweeps, rows, grids, cost_figure, notes, out)
     (out / REPORT_FILE).write_text(report, encoding="utf-8")
     return out / REPORT_FILE
 
 
-def _markdown(sweeps, rows, heatmaps, cost_figure, notes, out: Path) -> str:
+def _markdown(sweeps, rows, grids: Mapping[str, DatasetGrids], cost_figure: Path, notes, out: Path) -> str:
     lines = [f"# Sweep report: {', '.join(label for label, _ in sweeps)}", "",
              "Read from the run records (`run.json`) of: "
              + "; ".join(f"{label} = `{directory}`" for label, directory in sweeps) + ".", "",
@@ -449,11 +476,10 @@ def _markdown(sweeps, rows, heatmaps, cost_figure, notes, out: Path) -> str:
              "## Dev score over learning rate × batch size", "",
              "Each cell: mean dev score ×100 over seeds, ± sample sd, n seeds; blank: no finished run. "
              "One colour scale per dataset.", ""]
-    for dataset in dict.fromkeys(d for _, d in heatmaps):
+    for dataset, grid in grids.items():
         lines += [f"### {dataset}", ""]
-        lines += [f"![{model}]({path.relative_to(out).as_posix()})" for (model, d), path in heatmaps.items()
-                  if d == dataset]
-        lines.append("")
+        lines += [f"![{model}]({path.relative_to(out).as_posix()})" for model, path in grid.figures.items()]
+        lines += ["", format_dev_table(grid.cells, grid.learning_rates, grid.batch_sizes)]
     if notes:
         lines += ["## Notes", "", *(f"- {note}" for note in notes), ""]
     return "\n".join(lines)

@@ -101,8 +101,14 @@ def test_report_of_a_tiny_sweep_has_a_heatmap_per_model_and_a_cost_row_matching_
         assert row["best"]["test"] == {"mean": pytest.approx(best["test_score"]), "std": None, "n": 1}
 
     text = report.read_text()
-    table = [line for line in text.splitlines() if line.startswith("| two-layer") or line.startswith("| one-layer")]
-    assert len(table) == 2 and all("| ncbi-disease | 4 | 4 |" in line for line in table)
+    cost = [line for line in text.splitlines() if line.startswith(("| two-layer | ncbi", "| one-layer | ncbi"))]
+    assert len(cost) == 2 and all("| ncbi-disease | 4 | 4 |" in line for line in cost)
+    for label, directory in tiny_study.items():  # the text grid: a row per model x lr, a column per batch
+        records = [json.loads(p.read_text()) for p in directory.rglob("run.json")]
+        for lr, lr_text in ((5e-4, "5e-4"), (1e-3, "1e-3")):
+            scores = {r["hyperparameters"]["batch_size"]: r["best_dev_score"] for r in records
+                      if r["hyperparameters"]["learning_rate"] == lr}
+            assert f"| {label} | {lr_text} | {scores[4] * 100:.2f} (1 run) | {scores[8] * 100:.2f} (1 run) |" in text
     assert "figures/dev_two-layer_ncbi-disease.png" in text and "figures/memory_vs_time.png" in text
 
 
@@ -117,6 +123,17 @@ def test_entry_script_writes_the_report_and_labels_by_directory_name(tiny_study,
 
 
 # ----------------------------------------------------------------------- on hand-made records
+
+def test_the_example_config_is_paper_001s_grid():
+    from common.config import parse_config
+    from finetune.sweep import plan_sweep
+
+    (args,) = parse_config([SweepArgs], ["--config", str(REPO / "configs" / "finetune" / "paper001_ner_sweep.yaml"),
+                                         "--model", "m", "--output_dir", "o"])
+    assert args.learning_rates == [1e-6, 1e-5, 1e-4, 1e-3] and args.batch_sizes == [8, 16, 32]
+    assert len(plan_sweep(args).runs) == 12  # one seed per grid point, as the paper ran
+
+
 
 def test_a_missing_grid_point_is_a_blank_cell_and_seeds_give_mean_and_sample_sd(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
@@ -136,6 +153,8 @@ def test_a_missing_grid_point_is_a_blank_cell_and_seeds_give_mean_and_sample_sd(
     assert len(list((out.parent / FIGURES_DIR).glob("dev_*.png"))) == 2
     rows = {row["model"]: row for row in json.loads((out.parent / REPORT_JSON).read_text())["rows"]}
     assert rows["B"]["runs"] == 3 and rows["B"]["grid_points"] == 3 and rows["A"]["runs"] == 8
+    text = out.read_text()
+    assert "| A | 1e-4 | 70.00 ± 14.14 | 70.00 ± 14.14 |" in text and "| B | 1e-4 | 70.00 (1 run) | — |" in text
 
 
 def test_cost_row_reports_cuda_memory_and_the_best_points_test_score(tmp_path):
