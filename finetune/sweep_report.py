@@ -205,13 +205,15 @@ def _check_one_grid_per_dataset(label: str, records: Mapping[Path, Mapping[str, 
     would pool (say) 3-epoch and 20-epoch runs."""
     first: dict[str, tuple[dict, Path]] = {}
     for path, record in records.items():
+        _field(record, "settings", path, dict, optional=True)  # what the grid key reads, when there
         fixed = dict(_grid_key(record))
         for key in ("learning_rate", "batch_size"):
             fixed.pop(key, None)
-        seen, seen_path = first.setdefault(record["dataset"], (fixed, path))
+        dataset = _dataset_id(record["dataset"])
+        seen, seen_path = first.setdefault(dataset, (fixed, path))
         if fixed != seen:
             differ = sorted(k for k in set(fixed) | set(seen) if fixed.get(k) != seen.get(k))
-            raise SweepReportError(f"sweep {label!r}, {record['dataset']}: {path} and {seen_path} differ in "
+            raise SweepReportError(f"sweep {label!r}, {dataset}: {path} and {seen_path} differ in "
                                    f"{', '.join(differ)}, not only in learning rate, batch size and seed")
 
 

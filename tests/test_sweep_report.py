@@ -177,6 +177,7 @@ def test_cost_row_reports_cuda_memory_and_the_best_points_test_score(tmp_path):
     (lambda r: r["memory"].pop("peak_rss_bytes"), "memory.peak_rss_bytes"),
     (lambda r: r.update(wall_time_s=None), "wall_time_s"),
     (lambda r: r["examples"].pop("train"), "examples.train"),
+    (lambda r: r.update(settings=[1]), "settings"),
 ])
 def test_a_bad_record_is_an_error_naming_the_file_and_field(tmp_path, change, field):
     _write(tmp_path / "s", _record(1e-5, 8, 1, 0.5, 0.5))
