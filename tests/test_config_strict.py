@@ -302,6 +302,7 @@ def _bad_cli_cases(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
         "prepare_corpus": (["--inputs", "x", "--output_dir", out, "--min_words", "-1"], "--min_words: -1"),
         "pretrain": (["--log_every", "0"], "--log_every: 0 is out of range: must be >= 1"),
         "report": (["--config", str(tmp_path / "report.yaml")], "ablation_dir: 5 is not a string"),
+        "sweep_report": (["--sweeps", f"a={tmp_path / 'absent'}", "--output_dir", out], "is not a directory"),
         "vocab_report": (["--tokenizers", "a=b", "--output_dir", out, "--top_words", "-1"], "--top_words: -1"),
     }
 
@@ -323,7 +324,7 @@ def test_launch_dataclass_defaults_pass_their_own_checks():
     import dataclasses
 
     types = [*PRETRAIN, PretrainingDataConfig, CorpusConfig, VocabConfig, FinetuneArgs, SweepArgs]
-    for script in ("ablate", "calibrate", "demo", "report", "vocab_report", "build_vocab"):
+    for script in ("ablate", "calibrate", "demo", "report", "sweep_report", "vocab_report", "build_vocab"):
         module = _launch_module(script)
         types += [v for v in vars(module).values()
                   if dataclasses.is_dataclass(v) and isinstance(v, type) and v.__module__ == module.__name__]
