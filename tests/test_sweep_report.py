@@ -128,7 +128,7 @@ def test_the_example_config_is_paper_001s_grid():
     from common.config import parse_config
     from finetune.sweep import plan_sweep
 
-    (args,) = parse_config([SweepArgs], ["--config", str(REPO / "configs" / "finetune" / "paper001_ner_sweep.yaml"),
+    (args,) = parse_config([SweepArgs], ["--config", str(REPO / "configs" / "blurb" / "paper001_ner_sweep.yaml"),
                                          "--model", "m", "--output_dir", "o"])
     assert args.learning_rates == [1e-6, 1e-5, 1e-4, 1e-3] and args.batch_sizes == [8, 16, 32]
     assert len(plan_sweep(args).runs) == 12  # one seed per grid point, as the paper ran
