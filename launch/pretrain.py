@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """BERT pretraining (MLM + NSP, whole-word masking) through DeepSpeed.
 
-    deepspeed launch/pretrain.py --config configs/pretrain/bert_base_phase1.yaml [--flag value ...]
+    deepspeed launch/pretrain.py --config configs/pretrain/pubmedbert_phase1.yaml [--flag value ...]
     deepspeed --num_gpus 2 launch/pretrain.py --config configs/pretrain/demo.yaml   # 2 ranks (gloo on CPU)
     deepspeed --hostfile hostfile launch/pretrain.py --config ...                    # multi-node
     torchrun --nproc_per_node 2 launch/pretrain.py --config ...

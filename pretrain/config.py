@@ -99,8 +99,16 @@ class TrainArguments:
                                                         "min": 0})
     schedule: Schedule = field(default="slanted_triangular", metadata={
         "help": "slanted_triangular (linear warm-up, linear decay to 0), polynomial or constant_with_warmup"})
-    warmup_ratio: float = field(default=0.1, metadata={"help": "share of max_steps spent warming up",
+    warmup_ratio: float = field(default=0.1, metadata={"help": "share of the schedule spent warming up",
                                                        "min": 0, "lt": 1})
+    schedule_total_steps: int = field(default=0, metadata={
+        "help": "steps the learning-rate schedule spans; 0: max_steps. One schedule over two phases: phase 1 "
+                "stops at max_steps 56,250 of a 62,500-step schedule, phase 2 continues it (--continue-from)",
+        "min": 0})
+    continue_from: str = field(default="", metadata={
+        "help": "start this run from another run's latest checkpoint (a run directory, or one checkpoint "
+                "directory in it): model, optimizer, scheduler and step count carry over, the data stream is "
+                "this run's. For phase 2 of a two-phase schedule; ignored once this run has checkpoints"})
     polynomial_power: float = field(default=1.0, metadata={"help": "power of the polynomial decay", "gt": 0})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping (0 disables)", "min": 0})
     precision: Precision = field(default="fp32", metadata={"help": "fp32 (CPU), bf16 or fp16 (GPU)"})
@@ -236,6 +244,9 @@ def resolve_batch(train: TrainArguments, world_size: int) -> TrainArguments:
     if train.optimizer == "lamb" and train.zero_stage > 0:
         raise PretrainConfigError("LAMB needs zero_stage 0: ZeRO hands the optimizer flattened partitions, "
                                   "which breaks LAMB's per-tensor trust ratio")
+    if train.schedule_total_steps and train.schedule_total_steps < train.max_steps:
+        raise PretrainConfigError(f"schedule_total_steps {train.schedule_total_steps} is shorter than max_steps "
+                                  f"{train.max_steps}: the schedule would end before the run")
     if not 0.0 <= train.warmup_ratio < 1.0:
         raise PretrainConfigError("warmup_ratio must be in [0, 1)")
     return train
@@ -263,3 +274,8 @@ def create_ds_config(train: TrainArguments, world_size: int) -> dict[str, Any]:
         # would accumulate gradients in bf16 at ZeRO stage 0 (0.3-0.6% off fp32 over 16 micro-batches).
         config["torch_autocast"] = {"enabled": True, "dtype": "bfloat16"}
     return config
+
+
+def schedule_steps(train: TrainArguments) -> int:
+    """The steps the learning-rate schedule spans (beyond max_steps when a later phase continues it)."""
+    return train.schedule_total_steps or train.max_steps

@@ -31,7 +31,7 @@ HARMLESS = frozenset({
     "train.log_every", "train.wandb_mode", "train.wandb_project", "train.run_name",
     "train.max_consecutive_skips", "train.loss_spike_factor", "train.grad_norm_spike_factor",
     "train.spike_window", "train.spike_warmup_steps", "train.stop_after_hours", "train.allow_config_change",
-    "train.resume_lr_scale",
+    "train.resume_lr_scale", "train.continue_from",
 })
 # Settings whose saved tensors would not fit another value.
 FIXED = frozenset({"model.init", "model.model", "model.architecture", "data.vocab_sha256", "train.zero_stage"})
@@ -75,6 +75,30 @@ def compare_signatures(saved: dict[str, Any], current: dict[str, Any], *, allow_
         raise ConfigChangeRefused(
             "the resumed run would not be the run the checkpoint belongs to: " + _describe(changes, breaking)
             + f"{hint}. Restore the settings, or pass --allow-config-change to resume with them anyway")
+    return changes
+
+
+# What a continued run (phase 2 from phase 1's checkpoint) must share with the run it continues: the
+# tensors (architecture, vocabulary, ZeRO layout) and the one schedule and optimizer both phases run.
+# Everything else may change: data, sequence length, micro batch, accumulation, max_steps, precision.
+CONTINUATION_FIXED = frozenset({
+    "model.architecture", "data.vocab_sha256", "train.zero_stage", "train.optimizer", "train.learning_rate",
+    "train.adam_beta1", "train.adam_beta2", "train.adam_epsilon", "train.weight_decay", "train.schedule",
+    "train.warmup_ratio", "train.polynomial_power", "train.schedule_total_steps",
+})
+
+
+def compare_continuation(saved: dict[str, Any], current: dict[str, Any], *, source: str) -> dict[str, Any]:
+    """The differences between the continued run's signature (``source`` names its checkpoint) and
+    this run's; raises :class:`ConfigChangeRefused` when the model, optimizer or schedule differ."""
+    changes = {key: {"checkpoint": saved.get(key), "now": current.get(key)}
+               for key in sorted(set(saved) | set(current)) if saved.get(key) != current.get(key)}
+    fixed = [key for key in changes if key in CONTINUATION_FIXED or key.startswith("model.architecture")]
+    if fixed:
+        raise ConfigChangeRefused(
+            f"cannot continue {source}: the model, optimizer and schedule must be the run's own, but "
+            + _describe(changes, fixed) + " (the schedule spans both phases: give phase 1 and phase 2 the same "
+            "learning_rate, warmup_ratio and schedule_total_steps)")
     return changes
 
 

@@ -40,14 +40,15 @@ import torch
 from pretrain.checkpoint import (CheckpointError, Selection, checkpoint_tags, latest_tag, load_checkpoint,
                                  save_checkpoint, select_checkpoint, set_aside_diverged)
 from pretrain.config import (DataArguments, ModelArguments, PretrainConfigError, TrainArguments, create_ds_config,
-                             load_model_preset, mask_rate_schedule, resolve_batch)
+                             load_model_preset, mask_rate_schedule, resolve_batch,
+                             schedule_steps)
 from pretrain.divergence import DivergenceGuard, Verdict
 from pretrain.flops import mfu, peak_flops, step_flops_from_counts
 from pretrain.metrics import MetricsLogger
 from pretrain.attention import PADDED
 from pretrain.modeling import PretrainingModel, count_parameters, hf_attention
 from pretrain.preemption import StopRequests, ignore_stop_signals
-from pretrain.resume import apply_learning_rate, compare_signatures, run_signature
+from pretrain.resume import apply_learning_rate, compare_continuation, compare_signatures, run_signature
 from pretrain.sampler import BatchPlan
 
 if TYPE_CHECKING:
@@ -224,7 +225,10 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
     model, execution = _pretraining_model(bert, model_args, data_args, train_args, adversarial, device)
     engine, gate, optimizer_impl = _build_engine(model, train_args, world_size, device)
     torch.manual_seed(train_args.seed + rank)  # dropout differs across ranks, reproducibly
-    state = _restore(engine, run_dir, selection, train_args, config_changes, rank)
+    if selection.tag is None and train_args.continue_from:
+        state, config_changes = _continue(engine, train_args, signature, rank)
+    else:
+        state = _restore(engine, run_dir, selection, train_args, config_changes, rank)
 
     run_config = {"model": dataclasses.asdict(model_args), "data": dataclasses.asdict(data_args),
                   "train": dataclasses.asdict(train_args), "world_size": world_size,
@@ -311,6 +315,46 @@ def _restore(engine, run_dir: Path, selection: Selection, train_args: TrainArgum
     return state
 
 
+def _continue(engine, train_args: TrainArguments, signature: dict[str, Any], rank: int
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Start from another run's checkpoint (phase 2 from phase 1): its model, optimizer, scheduler
+    and step count carry over, so the learning-rate schedule goes on where it stopped (no second
+    warm-up). The data position does not: it belonged to the other run's data, and this run's stream
+    is read from its own plan at the continued step. The divergence guard starts afresh (losses at
+    another sequence length have another baseline)."""
+    source_dir, tag, manifest = _continuation_checkpoint(Path(train_args.continue_from))
+    source = f"continue_from {source_dir / 'checkpoints' / tag}"
+    changes = compare_continuation(manifest.get("signature", {}), signature, source=source)
+    saved = load_checkpoint(engine, source_dir, tag, rank)["trainer_state"]
+    if saved["step"] >= train_args.max_steps:
+        raise PretrainConfigError(f"{source} is at step {saved['step']}, not before max_steps "
+                                  f"{train_args.max_steps}: nothing to continue")
+    state = {"step": saved["step"], "skipped_steps": saved.get("skipped_steps", 0), "consecutive_skips": 0,
+             "adversarial_fallbacks": 0, "tokens": saved.get("tokens", 0),
+             "train_seconds": saved.get("train_seconds", 0.0), "lr_scale": saved.get("lr_scale", 1.0),
+             "guard": {}, "continued_from": f"{source_dir / 'checkpoints' / tag}"}
+    if state["lr_scale"] != 1.0:
+        apply_learning_rate(engine.optimizer, engine.lr_scheduler, learning_rate=train_args.learning_rate,
+                            scale=state["lr_scale"])
+    return state, changes
+
+
+def _continuation_checkpoint(path: Path) -> tuple[Path, str, dict[str, Any]]:
+    """(run directory, tag, manifest) of ``--continue-from``: a run directory (its newest verified
+    checkpoint) or one checkpoint directory inside one."""
+    from pretrain.checkpoint import CHECKPOINT_DIR, verify_checkpoint
+
+    if path.parent.name == CHECKPOINT_DIR and path.is_dir():
+        return path.parent.parent, path.name, verify_checkpoint(path)
+    if not (path / CHECKPOINT_DIR).is_dir():
+        raise PretrainConfigError(f"continue_from {path}: no such run directory with checkpoints (expected "
+                                  f"{path / CHECKPOINT_DIR}, or a checkpoint directory inside it)")
+    found = select_checkpoint(path, move_damaged=False)
+    if found.tag is None:
+        raise PretrainConfigError(f"continue_from {path}: the run has no verified checkpoint")
+    return path, found.tag, found.manifest
+
+
 def _divergence_guard(train_args: TrainArguments, state: dict[str, Any]) -> DivergenceGuard:
     guard = DivergenceGuard(loss_spike_factor=train_args.loss_spike_factor,
                             grad_norm_spike_factor=0.0 if train_args.precision == "fp16" else
@@ -325,10 +369,19 @@ def _log_start(logger: MetricsLogger, selection: Selection, state: dict[str, Any
     """What the run starts from: the checkpoint and what changed since, or the initialization."""
     for note in selection.notes:
         logger.message(f"warning: {note}")
+    if selection.tag is None and state.get("continued_from"):
+        logger.message(f"continued from {state['continued_from']} at step {state['step']}: model, optimizer, "
+                       "learning-rate schedule and step count carried over; data from this run's data_dir")
+        for key, change in config_changes.items():
+            logger.message(f"setting changed from the continued run: {key}: {change['checkpoint']!r} -> "
+                           f"{change['now']!r}")
+        return
     if selection.tag is None:
         logger.message(init_report.describe())
         return
     logger.message(f"resumed from {run_dir / 'checkpoints' / selection.tag} at step {state['step']} (verified)")
+    if state.get("continued_from"):  # a run resumed after continuing another keeps saying where it began
+        logger.message(f"this run continued {state['continued_from']}")
     for key, change in config_changes.items():
         logger.message(f"setting changed on resume: {key}: {change['checkpoint']!r} -> {change['now']!r}")
     if state["lr_scale"] != 1.0:
@@ -435,7 +488,7 @@ def _build_engine(model, train_args: TrainArguments, world_size: int, device: to
     scheduler = build_lr_scheduler(built.optimizer, ScheduleConfig(lr_schedule=train_args.schedule,
                                                                    warmup_ratio=train_args.warmup_ratio,
                                                                    lr_power=train_args.polynomial_power),
-                                   total_steps=train_args.max_steps)
+                                   total_steps=schedule_steps(train_args))
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=built.optimizer, lr_scheduler=scheduler,
                                            config=create_ds_config(train_args, world_size))
     return engine, gate, built.implementation
