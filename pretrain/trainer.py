@@ -300,7 +300,7 @@ def _restore(engine, run_dir: Path, selection: Selection, train_args: TrainArgum
              config_changes: dict[str, Any], rank: int) -> dict[str, Any]:
     """The trainer state: fresh, or the checkpoint's with the learning-rate override applied."""
     state = {"step": 0, "skipped_steps": 0, "consecutive_skips": 0, "adversarial_fallbacks": 0, "tokens": 0,
-             "train_seconds": 0.0, "lr_scale": 1.0, "guard": {}}
+             "train_seconds": 0.0, "lr_scale": 1.0, "guard": {}, "fp16_overflow_steps": 0}
     if selection.tag is None:
         if train_args.resume_lr_scale is not None:
             state["lr_scale"] = train_args.resume_lr_scale
@@ -332,7 +332,7 @@ def _continue(engine, train_args: TrainArguments, signature: dict[str, Any], ran
     state = {"step": saved["step"], "skipped_steps": saved.get("skipped_steps", 0), "consecutive_skips": 0,
              "adversarial_fallbacks": 0, "tokens": saved.get("tokens", 0),
              "train_seconds": saved.get("train_seconds", 0.0), "lr_scale": saved.get("lr_scale", 1.0),
-             "guard": {}, "continued_from": f"{source_dir / 'checkpoints' / tag}"}
+             "guard": {}, "fp16_overflow_steps": saved.get("fp16_overflow_steps", 0), "continued_from": f"{source_dir / 'checkpoints' / tag}"}
     if state["lr_scale"] != 1.0:
         apply_learning_rate(engine.optimizer, engine.lr_scheduler, learning_rate=train_args.learning_rate,
                             scale=state["lr_scale"])
@@ -357,8 +357,7 @@ def _continuation_checkpoint(path: Path) -> tuple[Path, str, dict[str, Any]]:
 
 def _divergence_guard(train_args: TrainArguments, state: dict[str, Any]) -> DivergenceGuard:
     guard = DivergenceGuard(loss_spike_factor=train_args.loss_spike_factor,
-                            grad_norm_spike_factor=0.0 if train_args.precision == "fp16" else
-                            train_args.grad_norm_spike_factor,  # fp16 gradients are loss-scaled
+                            grad_norm_spike_factor=train_args.grad_norm_spike_factor,  # norms are unscaled
                             window=train_args.spike_window, warmup_steps=train_args.spike_warmup_steps)
     guard.load_state_dict(state["guard"])
     return guard
@@ -560,8 +559,9 @@ def _accumulate_step(run: Run, step: int) -> tuple[StepTotals, Verdict, float, f
             totals.all_reduce(dist, run.device)
             lr = engine.get_lr()[0]  # the rate this step's update uses
             grad_norm = _gradient_norm(engine)
-            verdict = run.guard.judge(totals.mean_loss(accumulation * run.world_size), grad_norm)
-            run.gate.closed = verdict.skip
+            loss = totals.mean_loss(accumulation * run.world_size)
+            verdict = fp16_overflow_verdict(run.guard.judge(loss, grad_norm), loss, engine.fp16_enabled())
+            run.gate.closed = verdict.skip and verdict.reason != "fp16_overflow"  # DeepSpeed skips that one
         engine.step()
     return totals, verdict, lr, grad_norm, time.perf_counter() - started
 
@@ -581,7 +581,14 @@ def _account_step(run: Run, step: int, totals: StepTotals, verdict: Verdict, lr:
     state.update(step=step, train_seconds=state["train_seconds"] + elapsed, guard=run.guard.state_dict())
     state["adversarial_fallbacks"] += int(totals["adv_nonfinite"])
     state["tokens"] += int(totals["tokens"])
-    if verdict.skip:
+    if verdict.reason == "fp16_overflow":
+        state["fp16_overflow_steps"] = state.get("fp16_overflow_steps", 0) + 1
+        run.logger.message(
+            f"step {step}: fp16 overflow ({verdict.detail}); DeepSpeed skipped the update and lowered the loss "
+            f"scale to {loss_scale(run.engine):g}. The learning-rate schedule did not advance: it is now "
+            f"{state['fp16_overflow_steps']} step(s) behind the step count (the data stream is not), so the run "
+            "ends that many steps short of the schedule's end")
+    elif verdict.skip:
         state["skipped_steps"] += 1
         state["consecutive_skips"] += 1
         run.logger.message(f"step {step}: optimizer step skipped, {verdict.reason.replace('_', ' ')} "
@@ -646,6 +653,7 @@ def _metrics_record(run: Run, step: int, totals: StepTotals, verdict: Verdict, l
         "step_seconds": elapsed,
         "mask_rate": totals["mask_rate"] / run.world_size,
         "skipped_steps": run.state["skipped_steps"],
+        "fp16_overflow_steps": run.state.get("fp16_overflow_steps", 0),  # updates DeepSpeed skipped, schedule held
         "tokens_seen": run.state["tokens"],
     }
     if verdict.skip:
@@ -695,12 +703,35 @@ class StepTotals:
 
 
 def _gradient_norm(engine) -> float | None:
-    """The global L2 norm of the (already reduced, not yet clipped) gradients, or None when the
-    gradients do not live in ``param.grad`` (ZeRO stages 1-2)."""
+    """The global L2 norm of the (already reduced, not yet clipped) gradients, unscaled: under fp16
+    ``param.grad`` holds the gradients times the loss scale, which the norm is divided by, so the
+    logged and judged norm is the true one. None when the gradients do not live in ``param.grad``
+    (ZeRO stages 1-2)."""
     grads = [p.grad for p in engine.module.parameters() if p.grad is not None]
     if not grads or engine.zero_optimization_stage() > 0:
         return None
-    return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))))
+    norm = float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)), dtype=torch.float32))
+    return norm / loss_scale(engine)
+
+
+def loss_scale(engine) -> float:
+    """The fp16 loss scale the gradients are multiplied by (1 outside fp16)."""
+    if not engine.fp16_enabled():
+        return 1.0
+    optimizer = engine.optimizer
+    config = getattr(optimizer, "loss_scale_config", None)
+    scale = config.cur_scale if config is not None else getattr(optimizer, "cur_scale", None)
+    return float(scale) if scale else 1.0
+
+
+def fp16_overflow_verdict(verdict: Verdict, loss: float, fp16: bool) -> Verdict:
+    """Under fp16 a non-finite gradient norm with a finite loss is a loss-scale overflow, not a
+    diverging run: DeepSpeed skips that update itself, lowers the loss scale and does not advance
+    the learning-rate schedule. The step is logged as ``fp16_overflow`` and not counted towards
+    ``max_consecutive_skips`` (the first steps overflow as the scale comes down from 2^16)."""
+    if fp16 and verdict.reason == "nonfinite_grad_norm" and math.isfinite(loss):
+        return Verdict(True, "fp16_overflow", verdict.detail)
+    return verdict
 
 
 def _export_hf(bert, tokenizer, path: Path) -> None:
