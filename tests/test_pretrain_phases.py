@@ -75,3 +75,26 @@ def test_continue_from_refuses_a_missing_run_and_another_schedule(pretraining_in
     assert other_rate.returncode != 0 and "train.learning_rate" in other_rate.stderr
     missing = run(_phase_args(pretraining_inputs, tmp_path / "b", SCHEDULE, "--continue-from", str(tmp_path / "no")))
     assert missing.returncode != 0 and "continue_from" in missing.stderr
+
+
+def test_the_pubmedbert_configs_are_the_papers_recipe():
+    """Section 2.5 of Gu et al.: AdamW 6e-4 (eps 1e-6, weight decay 0.01), one slanted triangular schedule
+    of 62,500 steps at batch 8,192, 90% at length 128; phase 2 continues phase 1 with the same schedule."""
+    import yaml
+
+    from pretrain.resume import CONTINUATION_FIXED
+    from tests.conftest import REPO
+
+    phase1, phase2 = (yaml.safe_load((REPO / "configs" / "pretrain" / f"pubmedbert_phase{n}.yaml").read_text())
+                      for n in (1, 2))
+    paper = {"optimizer": "adamw", "learning_rate": 6e-4, "adam_epsilon": 1e-6, "weight_decay": 0.01,
+             "schedule": "slanted_triangular", "warmup_ratio": 0.1, "schedule_total_steps": 62500,
+             "global_batch_size": 8192}
+    for config in (phase1, phase2):
+        assert {key: config[key] for key in paper} == paper
+    assert phase1["max_steps"] == 56250 and phase2["max_steps"] == 62500
+    assert phase2["continue_from"] == phase1["output_dir"]
+    shared = {key.split(".")[1] for key in CONTINUATION_FIXED if key.startswith("train.")}
+    assert {k: phase1.get(k) for k in shared} == {k: phase2.get(k) for k in shared}
+    nvidia = yaml.safe_load((REPO / "configs" / "pretrain" / "nvidia_lamb_phase1.yaml").read_text())
+    assert (nvidia["optimizer"], nvidia["learning_rate"], nvidia["global_batch_size"]) == ("lamb", 6e-3, 65536)
