@@ -37,6 +37,11 @@ HARMLESS = frozenset({
 FIXED = frozenset({"model.init", "model.model", "model.architecture", "data.vocab_sha256", "train.zero_stage"})
 
 
+# Fields added after checkpoints were already being written, with the value an older checkpoint's
+# run had in effect: such a checkpoint resumes as before instead of reporting a change.
+ADDED_FIELDS = {"train.schedule_total_steps": 0, "train.continue_from": ""}
+
+
 class ConfigChangeRefused(ValueError):
     """The resumed run's settings differ from the checkpoint's in a way that breaks it."""
 
@@ -60,6 +65,7 @@ def compare_signatures(saved: dict[str, Any], current: dict[str, Any], *, allow_
     """The differences between a checkpoint's signature and the current one, as
     ``{field: {"checkpoint": old, "now": new}}``; raises :class:`ConfigChangeRefused` listing them
     when they break the run and are not allowed."""
+    saved = {**ADDED_FIELDS, **saved}
     changes = {key: {"checkpoint": saved.get(key), "now": current.get(key)}
                for key in sorted(set(saved) | set(current)) if saved.get(key) != current.get(key)}
     fixed = [key for key in changes if key in FIXED or key.startswith("model.architecture")]
@@ -91,6 +97,7 @@ CONTINUATION_FIXED = frozenset({
 def compare_continuation(saved: dict[str, Any], current: dict[str, Any], *, source: str) -> dict[str, Any]:
     """The differences between the continued run's signature (``source`` names its checkpoint) and
     this run's; raises :class:`ConfigChangeRefused` when the model, optimizer or schedule differ."""
+    saved = {**ADDED_FIELDS, **saved}
     changes = {key: {"checkpoint": saved.get(key), "now": current.get(key)}
                for key in sorted(set(saved) | set(current)) if saved.get(key) != current.get(key)}
     fixed = [key for key in changes if key in CONTINUATION_FIXED or key.startswith("model.architecture")]

@@ -96,3 +96,4 @@ def test_bf16_gradients_accumulated_over_16_micro_batches_match_an_fp64_referenc
     for grad, exact in zip(accumulated, reference):
         relative = float((grad.double() - exact).norm() / exact.norm())
         assert relative < 1e-5, relative
+

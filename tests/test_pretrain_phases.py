@@ -98,3 +98,12 @@ def test_the_pubmedbert_configs_are_the_papers_recipe():
     assert {k: phase1.get(k) for k in shared} == {k: phase2.get(k) for k in shared}
     nvidia = yaml.safe_load((REPO / "configs" / "pretrain" / "nvidia_lamb_phase1.yaml").read_text())
     assert (nvidia["optimizer"], nvidia["learning_rate"], nvidia["global_batch_size"]) == ("lamb", 6e-3, 65536)
+
+
+def test_a_checkpoint_written_before_the_schedule_fields_resumes_without_a_change():
+    from pretrain.resume import compare_continuation, compare_signatures
+
+    current = {"train.max_steps": 10, "train.schedule_total_steps": 0, "train.continue_from": ""}
+    old = {"train.max_steps": 10}
+    assert compare_signatures(old, current, allow_change=False) == {}
+    assert compare_continuation(old, current, source="x") == {}
