@@ -355,13 +355,21 @@ def _python(script: str, *args: str) -> list[str]:
 
 
 def _pretrain_command(config: AblationConfig, variant: Variant, phase: PretrainPhase, tokenizer: str,
-                      data_dir: Path, out: Path, init_from: Path | None, run: int = 1) -> list[str]:
-    """launch/pretrain.py for one variant, pretraining run and phase; ``init_from`` is phase 1's
-    export in phase 2. Run 1 uses the phase's seed as it is (its command, and so its resumption,
-    is the same as without ``pretrain_seeds``); run k > 1 adds ``--seed`` last."""
+                      data_dir: Path, out: Path, previous: Path | None, run: int = 1,
+                      number: int | None = None) -> list[str]:
+    """launch/pretrain.py for one variant, pretraining run and phase.
+
+    The phases are the paper's recipe (section 2.5): one learning-rate schedule across all of
+    them. Phase 1 runs its steps of a schedule that spans every phase's; a later phase continues
+    ``previous`` (the phase before's run directory: weights, optimizer state, step count and
+    schedule) up to the step where it ends. Run 1 uses the phase's seed as it is (its command, and
+    so its resumption, is the same as without ``pretrain_seeds``); run k > 1 adds ``--seed`` last."""
     budget = config.pretrain
+    phases = budget.phases()
+    number = number or phases.index(phase) + 1  # the phase's place (1, 2)
+    end_step = sum(p.max_steps for p in phases[:number])
     flags = ["--config", phase.config, "--data_dir", str(data_dir), "--tokenizer", tokenizer,
-             "--output_dir", str(out), "--max_steps", str(phase.max_steps),
+             "--output_dir", str(out), "--max_steps", str(end_step),
              "--micro_batch_size", str(phase.micro_batch_size),
              "--whole_word_masking", str(variant.factors["masking"] == "whole-word"),
              "--mask_schedule", variant.factors["mask_schedule"],
@@ -370,12 +378,14 @@ def _pretrain_command(config: AblationConfig, variant: Variant, phase: PretrainP
         flags += ["--global_batch_size", str(phase.global_batch_size)]
     else:
         flags += ["--gradient_accumulation_steps", str(phase.gradient_accumulation_steps)]
-    if init_from is not None:  # phase 2 continues phase 1's weights with a fresh optimizer and schedule
-        flags += ["--init", "continual", "--init_checkpoint", str(init_from)]
-    elif variant.factors["initialization"] == "scratch":
+    if len(phases) > 1:
+        flags += ["--schedule_total_steps", str(sum(p.max_steps for p in phases))]
+    if variant.factors["initialization"] == "scratch":  # every phase: the architecture must match
         flags += ["--init", "scratch", "--model", budget.model]
     else:
         flags += ["--init", variant.factors["initialization"], "--init_checkpoint", _general_dir(config)]
+    if previous is not None:
+        flags += ["--continue_from", str(previous)]
     flags += list(phase.extra_args)
     if run > 1:
         flags += ["--seed", str(_pretrain_seed(phase, run))]
@@ -437,9 +447,10 @@ def _pretrain_variant(config: AblationConfig, variant: Variant, run: int, phases
     for number, phase in enumerate(phases, start=1):
         out = paths.pretrain(variant.name, number, run)
         done = out / PRETRAIN_DONE
-        init_from = paths.pretrain(variant.name, number - 1, run) / "model" if number > 1 else None
+        previous = paths.pretrain(variant.name, number - 1, run) if number > 1 else None
         command = _pretrain_command(config, variant, phase, tokenizers[variant.vocabulary, variant.corpus],
-                                    paths.data(variant.vocabulary, variant.corpus, number), out, init_from, run)
+                                    paths.data(variant.vocabulary, variant.corpus, number), out, previous, run,
+                                    number)
         title = f"{variant.name}" + (f" run {run}" if config.pretrain_seeds > 1 else "")
         if done.is_file() and json.loads(done.read_text(encoding="utf-8")).get("command") == command[1:]:
             log(f"{title}: pretraining phase {number} already complete")

@@ -84,9 +84,12 @@ def test_pretrain_commands(tmp_path):
     assert flags["--init"] == "continual" and flags["--init_checkpoint"]
     assert flags["--whole_word_masking"] == "True" and flags["--adversarial"] == "True"
     assert flags["--mask_schedule"] == "stepwise" and flags["--max_steps"] == "10" and "--model" not in flags
+    assert flags["--schedule_total_steps"] == "15"  # one schedule across both phases (the paper's recipe)
     command = _pretrain_command(config, Variant("v", factors), phase2, "tok", Path("d2"), Path("o2"), Path("p1"))
     flags = dict(zip(command[4::2], command[5::2]))
-    assert flags["--init_checkpoint"] == "p1" and flags["--max_steps"] == "5"
+    # phase 2 continues phase 1's run (weights, optimizer, step, schedule) up to step 10 + 5
+    assert flags["--continue_from"] == "p1" and flags["--max_steps"] == "15"
+    assert flags["--schedule_total_steps"] == "15" and flags["--init"] == "continual"
     assert "--seed" not in command  # run 1 keeps the phase's own seed (and its resumable command)
     command = _pretrain_command(config, Variant("v", factors), phase1, "tok", Path("d"), Path("o"), None, run=3)
     assert command[-2:] == ["--seed", "44"]  # configs/pretrain/demo.yaml's seed (42 by default) + 2
@@ -168,3 +171,27 @@ def test_vocabulary_x_masking_ablation_end_to_end_and_resumed(tmp_path, capsys):
     assert started == []  # corpus, vocabulary, instances and pretraining were all skipped
     assert sum("pretraining phase 1 already complete" in line for line in log) == 8
     assert json.loads((out / ABLATION_FILE).read_text())["name"] == "t"
+
+
+def test_two_phases_continue_one_schedule(tmp_path):
+    """Phase 2 continues phase 1's run: its step count goes on from phase 1's last step, and its
+    learning rate follows the one schedule across both phases (no second warm-up)."""
+    data_root = tmp_path / "blurb"
+    _learnable_ncbi(data_root)
+    path = _config(tmp_path, factors={"vocabulary": ["general"], "masking": ["whole-word"]},
+                   pretrain={"config": "configs/pretrain/demo.yaml", "max_steps": 3, "micro_batch_size": 8,
+                             "phase2": {"config": "configs/pretrain/demo.yaml", "max_steps": 2,
+                                        "micro_batch_size": 4}},
+                   finetune={"data_root": str(data_root), "datasets": ["ncbi-disease"], "learning_rates": [3e-3],
+                             "batch_sizes": [8], "epochs": 1, "num_seeds": 1, "max_length": 32})
+    config = load_ablation_config(path)
+    plan = run_ablation(config, log=lambda line: None, report=False)
+    variant = plan["variants"]["baseline"]
+    out = Path(config.output_dir) / "variants" / "baseline"
+    phase1 = [json.loads(line) for line in (out / "pretrain" / "metrics.jsonl").read_text().splitlines()]
+    phase2 = [json.loads(line) for line in (out / "pretrain_phase2" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in phase1] == [1, 2, 3] and [r["step"] for r in phase2] == [4, 5]
+    lrs = [r["lr"] for r in phase1 + phase2]
+    peak = max(lrs)
+    assert lrs.index(peak) < 3 and all(a >= b for a, b in zip(lrs[lrs.index(peak):], lrs[lrs.index(peak) + 1:]))
+    assert (Path(variant["model"]) / "config.json").is_file() and not plan["failed"]
