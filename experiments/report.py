@@ -37,6 +37,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from common.reporting import format_duration, save_figure
+
 __all__ = ["ABLATION_FILE", "AblationError", "Variant", "Ablation", "load_ablation", "collect_rows",
            "ROW_COLUMNS", "ResultsTable", "results_table", "read_pretraining_metrics", "PlotResult",
            "plot_pretraining_loss", "plot_test_scores", "plot_cost", "analysis_factors", "run_analysis", "AnalysisOutcome",
@@ -511,12 +513,6 @@ def _loss_column(frame: pd.DataFrame) -> str | None:
     return next((c for c in ("loss", "mlm_loss") if c in frame and frame[c].notna().any()), None)
 
 
-def _save(fig, path: Path) -> None:
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-
-
 def plot_pretraining_loss(ablation: Ablation, path: Path) -> PlotResult:
     """Pretraining loss against step, one colour per variant: the raw per-step loss faint, a moving
     average over 1/25 of the steps on top. Variants without metrics.jsonl are left out with a note."""
@@ -553,7 +549,7 @@ def plot_pretraining_loss(ablation: Ablation, path: Path) -> PlotResult:
         ax.set_title(f"{ablation.name}: pretraining loss (faint: per step; line: moving average)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
-        _save(fig, path)
+        save_figure(fig, path)
     finally:
         plt.close(fig)
     return PlotResult(title, path, notes=tuple(notes))
@@ -613,7 +609,7 @@ def plot_test_scores(ablation: Ablation, rows: pd.DataFrame, table: ResultsTable
             ax.axis("off")
         fig.suptitle(f"{ablation.name}: test score per seed at the selected grid point\n"
                      f"(points: seeds; marker and bar: mean ± std)", fontsize="medium")
-        _save(fig, path)
+        save_figure(fig, path)
     finally:
         plt.close(fig)
     return PlotResult(title, path)
@@ -657,7 +653,7 @@ def plot_cost(ablation: Ablation, rows: pd.DataFrame, path: Path) -> PlotResult:
         unique = dict(zip(labels, handles))
         axes.flat[0].legend(unique.values(), unique.keys(), fontsize="small")
         fig.suptitle(f"{ablation.name}: fine-tuning cost (bars: mean over runs; points: runs)", fontsize="medium")
-        _save(fig, path)
+        save_figure(fig, path)
     finally:
         plt.close(fig)
     return PlotResult(title, path)
@@ -747,14 +743,6 @@ def _pretrain_summary(variant: Variant) -> dict[str, Any]:
     if "step_seconds" in frame and frame["step_seconds"].notna().any():
         out["seconds"] = float(frame["step_seconds"].sum())
     return out
-
-
-def _hours(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.2f} h"
 
 
 def _budget_lines(budget: Mapping[str, Any]) -> list[str]:
@@ -848,7 +836,7 @@ def write_report(ablation_dir: str | os.PathLike, output_dir: str | os.PathLike 
                          for f in ablation.factors),
                  str(len(variant.runs())), str(len(records[name])), str(pre.get("steps", "—")),
                  f"{pre['final_loss']:.3f}" if "final_loss" in pre else "—",
-                 _hours(pre["seconds"]) if "seconds" in pre else "—"]
+                 format_duration(pre["seconds"]) if "seconds" in pre else "—"]
         lines.append("| " + " | ".join(_md(c) for c in cells) + " |")
     lines += ["", "Reference levels (the first listed for each factor): "
               + ", ".join(f"{f} = {lvl}" for f, lvl in refs.items()) + ".", ""]

@@ -26,6 +26,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from common.reporting import format_duration, save_figure
 from finetune.metrics import MeanStd, mean_std
 from finetune.sweep import _dataset_id, _grid_key
 from finetune.trainer import RUN_RECORD
@@ -318,9 +319,7 @@ def plot_dev_heatmap(cells: Mapping[tuple[float, int], Cell], learning_rates: Se
         ax.set_ylabel("learning rate")
         ax.set_title(title, fontsize=10)
         fig.colorbar(image, ax=ax, label=f"dev {metric} ×100 (mean over seeds)")
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
+        save_figure(fig, path)
     finally:
         plt.close(fig)
     return path
@@ -348,9 +347,7 @@ def plot_memory_vs_time(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
         ax.set_ylabel(label)
         ax.set_title("Cost per model: memory against time per grid-point run", fontsize=10)
         ax.grid(alpha=0.3)
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
+        save_figure(fig, path)
     finally:
         plt.close(fig)
     return path
@@ -364,14 +361,6 @@ def _format_lr(learning_rate: float) -> str:
     return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
-def _format_duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.2f} h"
-
-
 def format_cost_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """The cost table as Markdown: one row per model × dataset."""
     lines = ["| model | dataset | runs | grid points | total time | mean time / run | train examples/s | "
@@ -382,7 +371,7 @@ def format_cost_table(rows: Sequence[Mapping[str, Any]]) -> str:
         cuda = "—" if row["peak_cuda_mib"] is None else f"{row['peak_cuda_mib']:.0f}"
         lines.append(
             f"| {row['model']} | {row['dataset']} | {row['runs']} | {row['grid_points']} | "
-            f"{_format_duration(row['total_time_s'])} | {_format_duration(row['mean_time_per_run_s'])} | "
+            f"{format_duration(row['total_time_s'])} | {format_duration(row['mean_time_per_run_s'])} | "
             f"{row['train_examples_per_s']:.1f} | {row['peak_rss_mib']:.0f} | {cuda} | "
             f"{_format_lr(best['learning_rate'])}, {best['batch_size']} | {_format_mean_sd(best['dev'])} | "
             f"{_format_mean_sd(best['test'])} |")
