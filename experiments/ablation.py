@@ -62,7 +62,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from common.config import ConfigError, check_fields, load_yaml_mapping
 
-__all__ = ["AblationConfig", "PretrainBudget", "PretrainPhase", "Variant", "plan_variants", "load_ablation_config", "run_ablation",
+__all__ = ["run_suffix", "AblationConfig", "PretrainBudget", "PretrainPhase", "Variant", "plan_variants", "load_ablation_config", "run_ablation",
            "FACTORS", "FACTOR_LEVELS", "ABLATION_FILE"]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -306,16 +306,16 @@ class _Paths:
         return self.root / "data" / (f"{vocabulary}-{corpus}" + (f"-phase{phase}" if phase > 1 else ""))
 
     def pretrain(self, variant: str, phase: int = 1, run: int = 1) -> Path:
-        return self.variant(variant) / (("pretrain" if phase == 1 else f"pretrain_phase{phase}") + _run_suffix(run))
+        return self.variant(variant) / (("pretrain" if phase == 1 else f"pretrain_phase{phase}") + run_suffix(run))
 
     def finetune(self, variant: str, run: int = 1) -> Path:
-        return self.variant(variant) / ("finetune" + _run_suffix(run))
+        return self.variant(variant) / ("finetune" + run_suffix(run))
 
     def variant(self, name: str) -> Path:
         return self.root / "variants" / name
 
 
-def _run_suffix(run: int) -> str:
+def run_suffix(run: int) -> str:
     """Directories of a variant's first pretraining run keep the single-run layout; run k > 1
     (``pretrain_seeds``) gets ``-run<k>``."""
     return "" if run == 1 else f"-run{run}"

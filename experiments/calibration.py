@@ -35,6 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 import scipy.stats
+from statsmodels.stats.proportion import proportion_confint
 
 __all__ = ["VarianceComponents", "AblationDesign", "simulate_runs", "calibrate", "CalibrationResult",
            "approximate_power", "minimum_design", "report_test", "paper000_test", "PAPER000_AS_PRINTED",
@@ -163,12 +164,6 @@ class CalibrationResult:
     alpha: float
     rows: list[dict[str, Any]] = field(default_factory=list)
 
-    def rate(self, effect: float) -> float:
-        return next(r["rate"] for r in self.rows if r["effect"] == effect)
-
-    def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.rows)
-
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the design, the components, the specification, α and the rows."""
         design = dataclasses.asdict(self.design)
@@ -186,15 +181,6 @@ class CalibrationResult:
         rows = [{k: (math.nan if v is None else v) for k, v in r.items()} for r in values["rows"]]
         return cls(AblationDesign(**design), VarianceComponents(**values["components"]), values["specification"],
                    float(values["alpha"]), rows)
-
-
-def _wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    if n == 0:
-        return math.nan, math.nan
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return centre - half, centre + half
 
 
 def report_test(rows: pd.DataFrame, design: AblationDesign, specification: str = "checkpoints"
@@ -274,7 +260,7 @@ def _rejections(outcomes, effect, simulations, alpha, design, components, specif
     """A rejection: p < α, and for a true effect the estimate on its side (the wrong sign is not power)."""
     tested = [outcome for outcome in outcomes if outcome is not None]
     rejected = sum(1 for estimate, p in tested if p < alpha and (effect == 0 or estimate * effect > 0))
-    low, high = _wilson(rejected, len(tested))
+    low, high = proportion_confint(rejected, len(tested), method="wilson") if tested else (math.nan, math.nan)
     return {"effect": float(effect), "simulations": simulations, "tested": len(tested), "rejected": rejected,
             "rate": rejected / len(tested) if tested else math.nan, "rate_low": low, "rate_high": high,
             "approximate": approximate_power(design, components, effect, alpha)
@@ -286,11 +272,11 @@ def approximate_power(design: AblationDesign, components: VarianceComponents, ef
     """Power of the checkpoint model's t test of the tested factor in a balanced design: the
     estimate is a contrast of checkpoint means whose variance is the checkpoint-level variance
     over the checkpoint-level design; its t has the between-within df."""
-    factor, level = design.tested
-    columns = [np.ones(len(design.variants))]
+    columns, labels = [np.ones(len(design.variants))], ["Intercept"]
     for name, reference in design.factors.items():
         for lvl in sorted({v[name] for v in design.variants} - {reference}):
             columns.append(np.array([v[name] == lvl for v in design.variants], dtype=float))
+            labels.append(f"{name}[{lvl}]")
     x = np.repeat(np.column_stack(columns), design.pretrain_seeds, axis=0)
     df = x.shape[0] - np.linalg.matrix_rank(x)
     if df < 1:
@@ -302,8 +288,8 @@ def approximate_power(design: AblationDesign, components: VarianceComponents, ef
                            + components.seed / (n_datasets * mean_seeds)
                            + components.setting / (n_datasets * n_settings)
                            + components.residual / (n_datasets * mean_seeds * n_settings))
-    index = 1 + [f"{n}[{lvl}]" for n, r in design.factors.items()
-                 for lvl in sorted({v[n] for v in design.variants} - {r})].index(f"{factor}[{level}]")
+    factor, level = design.tested
+    index = labels.index(f"{factor}[{level}]")
     se = math.sqrt(checkpoint_mean_var * np.linalg.pinv(x.T @ x)[index, index])
     crit = scipy.stats.t.ppf(1 - alpha / 2, df)
     return float(scipy.stats.nct.sf(crit, df, effect / se) + scipy.stats.nct.cdf(-crit, df, effect / se))

@@ -208,13 +208,15 @@ def load_ablation(ablation_dir: str | os.PathLike) -> Ablation:
 
 def _checkpoints(given: Any, root: Path, layout: Path, where: str) -> tuple[Checkpoint, ...]:
     """The ``checkpoints`` list of a variant in ablation.json (absent: an older plan, one run)."""
+    from experiments.ablation import run_suffix
+
     if given is None:
         return ()
     if not isinstance(given, list) or not all(isinstance(c, dict) and isinstance(c.get("run"), int) for c in given):
         raise AblationError(f"{where}: 'checkpoints' must be a list of objects with an integer 'run'")
     out = []
     for spec in given:
-        suffix = "" if spec["run"] == 1 else f"-run{spec['run']}"
+        suffix = run_suffix(spec["run"])
         out.append(Checkpoint(run=spec["run"], seed=spec.get("seed"),
                               pretrain_dir=_resolve_dir(spec.get("pretrain_dir"), root, layout / f"pretrain{suffix}"),
                               finetune_dir=_resolve_dir(spec.get("finetune_dir"), root, layout / f"finetune{suffix}")))
