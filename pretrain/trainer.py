@@ -299,8 +299,7 @@ def _load_data(data_args: DataArguments, max_positions: int):
 def _restore(engine, run_dir: Path, selection: Selection, train_args: TrainArguments,
              config_changes: dict[str, Any], rank: int) -> dict[str, Any]:
     """The trainer state: fresh, or the checkpoint's with the learning-rate override applied."""
-    state = {"step": 0, "skipped_steps": 0, "consecutive_skips": 0, "adversarial_fallbacks": 0, "tokens": 0,
-             "train_seconds": 0.0, "lr_scale": 1.0, "guard": {}, "fp16_overflow_steps": 0}
+    state = _fresh_state()
     if selection.tag is None:
         if train_args.resume_lr_scale is not None:
             state["lr_scale"] = train_args.resume_lr_scale
@@ -313,6 +312,12 @@ def _restore(engine, run_dir: Path, selection: Selection, train_args: TrainArgum
                             scale=lr_scale)
     state["lr_scale"] = lr_scale
     return state
+
+
+def _fresh_state() -> dict[str, Any]:
+    """The trainer state of a run that starts at step 0."""
+    return {"step": 0, "skipped_steps": 0, "consecutive_skips": 0, "adversarial_fallbacks": 0, "tokens": 0,
+            "train_seconds": 0.0, "lr_scale": 1.0, "guard": {}, "fp16_overflow_steps": 0}
 
 
 def _continue(engine, train_args: TrainArguments, signature: dict[str, Any], rank: int
@@ -329,10 +334,10 @@ def _continue(engine, train_args: TrainArguments, signature: dict[str, Any], ran
     if saved["step"] >= train_args.max_steps:
         raise PretrainConfigError(f"{source} is at step {saved['step']}, not before max_steps "
                                   f"{train_args.max_steps}: nothing to continue")
-    state = {"step": saved["step"], "skipped_steps": saved.get("skipped_steps", 0), "consecutive_skips": 0,
-             "adversarial_fallbacks": 0, "tokens": saved.get("tokens", 0),
-             "train_seconds": saved.get("train_seconds", 0.0), "lr_scale": saved.get("lr_scale", 1.0),
-             "guard": {}, "fp16_overflow_steps": saved.get("fp16_overflow_steps", 0), "continued_from": f"{source_dir / 'checkpoints' / tag}"}
+    state = _fresh_state()
+    state.update({key: saved[key] for key in ("step", "skipped_steps", "tokens", "train_seconds", "lr_scale",
+                                               "fp16_overflow_steps") if key in saved},
+                 continued_from=str(source_dir / "checkpoints" / tag))
     if state["lr_scale"] != 1.0:
         apply_learning_rate(engine.optimizer, engine.lr_scheduler, learning_rate=train_args.learning_rate,
                             scale=state["lr_scale"])
