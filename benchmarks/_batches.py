@@ -8,7 +8,7 @@ import torch
 
 def synthetic_pretraining_batches(count: int, batch: int, seq: int, vocab_size: int, seed: int = 0) -> list[dict]:
     """``count`` BertForPreTraining batches: random ids framed by [CLS]=101/[SEP]=102, 15% masked."""
-    from pretrain.masking import MaskingConfig, mask_tokens
+    from biomed_lm.pretrain.masking import MaskingConfig, mask_tokens
 
     generator = torch.Generator().manual_seed(seed)
     batches = []

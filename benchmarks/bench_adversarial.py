@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from _batches import synthetic_pretraining_batches  # benchmarks/ is on sys.path when a benchmark runs
 from _results import write_results
 
@@ -40,9 +39,9 @@ def main() -> None:
     parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "adversarial.json"))
     args = parser.parse_args()
 
-    from pretrain.adversarial import AdversarialConfig, AdversarialPretrainingModel
-    from pretrain.config import load_model_preset
-    from pretrain.modeling import PretrainingModel, build_bert
+    from biomed_lm.pretrain.adversarial import AdversarialConfig, AdversarialPretrainingModel
+    from biomed_lm.pretrain.config import load_model_preset
+    from biomed_lm.pretrain.modeling import PretrainingModel, build_bert
 
     torch.manual_seed(0)
     bert = build_bert(load_model_preset(args.model), vocab_size=args.vocab_size, pad_token_id=0)

@@ -36,9 +36,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
-from _results import write_results  # noqa: E402  (benchmarks/ is on sys.path when a benchmark runs)
+from _results import write_results  # (benchmarks/ is on sys.path when a benchmark runs)
 
 
 def _single_rank_env() -> None:
@@ -54,9 +53,9 @@ def build_engine(model_name: str):
     import torch
     from transformers import BertConfig, BertForPreTraining
 
-    from pretrain.config import TrainArguments, create_ds_config, load_model_preset
-    from pretrain.modeling import PretrainingModel
-    from pretrain.optim import build_optimizer, parameter_groups
+    from biomed_lm.pretrain.config import TrainArguments, create_ds_config, load_model_preset
+    from biomed_lm.pretrain.modeling import PretrainingModel
+    from biomed_lm.pretrain.optim import build_optimizer, parameter_groups
 
     deepspeed.init_distributed(dist_backend="gloo", verbose=False)
     bert = BertForPreTraining(BertConfig(vocab_size=30522, **load_model_preset(model_name)))
@@ -77,7 +76,7 @@ def build_engine(model_name: str):
 def save_baseline(engine, export, root: Path, step: int) -> Path:
     import torch
 
-    from pretrain.checkpoint import rng_state, tag_for
+    from biomed_lm.pretrain.checkpoint import rng_state, tag_for
 
     staging = root / f".partial-{tag_for(step)}"
     engine.save_checkpoint(str(root), tag=staging.name, client_state={"trainer_state": {"step": step}},
@@ -90,7 +89,7 @@ def save_baseline(engine, export, root: Path, step: int) -> Path:
 
 
 def save_verified(engine, export, run_dir: Path, step: int) -> Path:
-    from pretrain.checkpoint import save_checkpoint
+    from biomed_lm.pretrain.checkpoint import save_checkpoint
 
     return save_checkpoint(engine, run_dir, step, {"trainer_state": {"step": step}}, rank=0, world_size=1,
                            barrier=lambda: None, keep_last=2, signature={"bench": True}, export=export)
@@ -113,10 +112,10 @@ def main() -> int:
     _single_rank_env()
     import torch
 
-    from common.reference_models import general_bert_dir
-    from pretrain.checkpoint import file_checksum, verify_checkpoint
-    from pretrain.trainer import _export_hf
-    from tokenization.tokenizer_io import load_tokenizer
+    from biomed_lm.pretrain.checkpoint import file_checksum, verify_checkpoint
+    from biomed_lm.pretrain.trainer import _export_hf
+    from biomed_lm.reference_models import general_bert_dir
+    from biomed_lm.tokenization.tokenizer_io import load_tokenizer
 
     torch.set_num_threads(args.threads)
     engine, bert = build_engine(args.model)

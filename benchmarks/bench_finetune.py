@@ -79,7 +79,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from _results import write_results  # benchmarks/ is on sys.path when a benchmark runs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -202,11 +201,11 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import (AutoModelForTokenClassification, AutoTokenizer, DataCollatorForTokenClassification,
                               Trainer, TrainerCallback, TrainingArguments)
 
-    from common.reference_models import general_bert_dir
-    from finetune.datasets import NER, TRAIN
-    from finetune.trainer import (FinetuneArgs, _build_model, _build_task, _PlainStepper, _seed_everything,
-                                  load_dataset_for, train_epoch)
-    from pretrain.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
+    from biomed_lm.finetune.datasets import NER, TRAIN
+    from biomed_lm.finetune.trainer import (FinetuneArgs, _build_model, _build_task, _PlainStepper, _seed_everything,
+                                            load_dataset_for, train_epoch)
+    from biomed_lm.pretrain.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
+    from biomed_lm.reference_models import general_bert_dir
 
     transformers.logging.set_verbosity_error()  # "newly initialized classifier" etc.
     model_dir = args.model or str(general_bert_dir())

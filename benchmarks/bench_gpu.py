@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from _results import write_results  # benchmarks/ is on sys.path when a benchmark runs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,7 +47,7 @@ def real_lengths(instances: str, max_length: int) -> list[int]:
 
 def make_batches(lengths: list[int], batch: int, steps: int, seed: int) -> list[dict]:
     """Masked batches (the toolkit's collator: whole-word masking, 15%) of the given lengths."""
-    from pretrain.masking import MaskingConfig, PretrainingCollator
+    from biomed_lm.pretrain.masking import MaskingConfig, PretrainingCollator
 
     generator = torch.Generator().manual_seed(seed)
     collator = PretrainingCollator(pad_token_id=0, cls_token_id=CLS, sep_token_id=SEP, mask_token_id=MASK,
@@ -67,8 +66,8 @@ def make_batches(lengths: list[int], batch: int, steps: int, seed: int) -> list[
 def run_system(name: str, model, loss_fn, batches: list[dict], device: torch.device, dtype, config,
                computed_positions) -> dict:
     """Time ``steps`` optimizer steps after two warm-up steps; counts only real tokens."""
-    from pretrain.flops import peak_flops, step_flops
-    from pretrain.optim import build_optimizer
+    from biomed_lm.pretrain.flops import peak_flops, step_flops
+    from biomed_lm.pretrain.optim import build_optimizer
 
     optimizer = build_optimizer("adamw", model.parameters(), lr=1e-4, device=device)
     times, flops, tokens, positions = [], 0.0, 0, 0
@@ -110,9 +109,9 @@ def _peak_memory(device: torch.device) -> float:
 
 def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int):
     """(name, model, loss function, computed positions) for transformers' recipe and each of our kernels."""
-    from pretrain.attention import KERNELS, why_not
-    from pretrain.compiling import compile_dense_blocks
-    from pretrain.modeling import PretrainingModel
+    from biomed_lm.pretrain.attention import KERNELS, why_not
+    from biomed_lm.pretrain.compiling import compile_dense_blocks
+    from biomed_lm.pretrain.modeling import PretrainingModel
 
     hf = copy.deepcopy(bert)
     yield ("transformers BertForPreTraining (SDPA, padded, full MLM head)", hf,
@@ -158,8 +157,8 @@ def main() -> None:
         else torch.float32
     compile_ = (args.compile or ("on" if device.type == "cuda" else "off")) == "on"
 
-    from pretrain.config import load_model_preset
-    from pretrain.modeling import build_bert
+    from biomed_lm.pretrain.config import load_model_preset
+    from biomed_lm.pretrain.modeling import build_bert
 
     print(f"device {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, model {args.model}, "
           f"{dtype}, compile {compile_}")

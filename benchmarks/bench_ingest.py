@@ -78,13 +78,13 @@ def child_iterparse(path: str) -> int:
 
 
 def child_parse(path: str) -> int:
-    from tokenization.pubmed_xml import Citation, iter_pubmed_records
+    from biomed_lm.tokenization.pubmed_xml import Citation, iter_pubmed_records
 
     return sum(1 for r in iter_pubmed_records(path) if isinstance(r, Citation) and r.abstract)
 
 
 def child_pipeline(path: str) -> int:
-    from tokenization.corpus import CorpusConfig, prepare_corpus
+    from biomed_lm.tokenization.corpus import CorpusConfig, prepare_corpus
 
     with tempfile.TemporaryDirectory() as out:
         summary = prepare_corpus(CorpusConfig(inputs=[path], output_dir=out, num_proc=1, min_words=0))

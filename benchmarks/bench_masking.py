@@ -92,7 +92,7 @@ def build_methods(tokenizer, seed: int) -> dict[str, dict[str, Callable]]:
     import torch
     from transformers import DataCollatorForLanguageModeling
 
-    from pretrain.masking import MaskingConfig, PretrainingCollator, mask_tokens
+    from biomed_lm.pretrain.masking import MaskingConfig, PretrainingCollator, mask_tokens
 
     methods: dict[str, dict[str, Callable]] = {}
     for name, whole_word in (("hf_token", False), ("hf_wwm", True)):
@@ -132,7 +132,7 @@ def padded_inputs(ours: list[dict], hf: list[dict], pad_token_id: int) -> dict[s
     """The tensors each ``mask`` timing starts from (all instances have the same length)."""
     import torch
 
-    from pretrain.masking import pad_instances
+    from biomed_lm.pretrain.masking import pad_instances
 
     padded = pad_instances(ours, pad_token_id)
     padded["special_tokens_mask"] = torch.tensor([f["special_tokens_mask"] for f in hf])
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     import transformers
     from transformers import AutoTokenizer
 
-    from common.reference_models import general_bert_dir
+    from biomed_lm.reference_models import general_bert_dir
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-
 from _results import write_results  # benchmarks/ is on sys.path when a benchmark runs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,7 +46,7 @@ MODELS = {
 def bert_parameter_groups(model_name: str, seed: int) -> tuple[list[dict], int]:
     from transformers import BertConfig, BertForPreTraining
 
-    from pretrain.optim import parameter_groups
+    from biomed_lm.pretrain.optim import parameter_groups
 
     torch.manual_seed(seed)
     model = BertForPreTraining(BertConfig(vocab_size=30522, max_position_embeddings=512, **MODELS[model_name]))
@@ -60,7 +59,7 @@ def bert_parameter_groups(model_name: str, seed: int) -> tuple[list[dict], int]:
 
 
 def optimizers(groups: list[dict]) -> dict[str, Callable[[], torch.optim.Optimizer]]:
-    from pretrain.optim import PAPER_BETAS, PAPER_EPS, Lamb, build_optimizer
+    from biomed_lm.pretrain.optim import PAPER_BETAS, PAPER_EPS, Lamb, build_optimizer
 
     def fresh() -> list[dict]:
         return [{**g, "params": list(g["params"])} for g in groups]

@@ -122,7 +122,7 @@ def run_script(script: str, *flags: str) -> None:
 def prepare_inputs(work: Path, seq_lengths: list[int]) -> dict[str, Path]:
     """The demo's corpus → vocabulary → instances (per length), built with the demo's own configs the
     first time and reused afterwards (the check is the file each step writes last)."""
-    from experiments.ablation import load_ablation_config
+    from biomed_lm.experiments.ablation import load_ablation_config
 
     demo = load_ablation_config(DEMO_ABLATION, {"output_dir": str(work)})
     corpus_name, corpus_config = next(iter(demo.corpora.items()))
@@ -151,7 +151,7 @@ def model_preset(work: Path, quick: bool) -> str:
         return "minilm-l6"
     import yaml
 
-    from pretrain.config import load_model_preset
+    from biomed_lm.pretrain.config import load_model_preset
 
     path = work / "quick-model.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -185,7 +185,7 @@ class Plan:
         the MLM head on every position; ours runs real tokens, each sequence's own length and the
         head on the masked tokens (``mask_rate`` of the real ones). The speed-up that doing less
         work alone allows, so the measured ratio has something to be read against."""
-        from pretrain.flops import step_flops_from_counts
+        from biomed_lm.pretrain.flops import step_flops_from_counts
 
         batches = self.batches(first, last)
         real = [self.lengths[i] for batch in batches for i in batch]
@@ -203,7 +203,7 @@ def make_plan(data_dir: Path, batch_size: int, total_steps: int, seed: int) -> P
     import datasets
     import pyarrow.compute as pc
 
-    from pretrain.sampler import BatchPlan
+    from biomed_lm.pretrain.sampler import BatchPlan
 
     dataset = datasets.load_from_disk(str(data_dir))
     lengths = pc.list_value_length(dataset.data.table.column("input_ids")).to_pylist()
@@ -446,7 +446,7 @@ def timing_summary(finished: Finished, *, start_first_step: float, warmup_end: f
 
 def hf_spec(s: Setting, system: str, out: Path) -> dict[str, Any]:
     """Everything the HF worker process needs, as JSON."""
-    from pretrain.config import load_model_preset
+    from biomed_lm.pretrain.config import load_model_preset
 
     return {"system": system, "whole_word": system == "hf_whole_word", "data_dir": str(s.data_dir),
             "tokenizer": str(s.paths["vocab"]), "model_fields": load_model_preset(s.model), "order": s.plan.order,
@@ -629,7 +629,7 @@ def model_config(model: str, paths: dict[str, Path]) -> Any:
     """The benchmarked model's ``BertConfig`` (its preset and the vocabulary's size)."""
     from transformers import BertConfig
 
-    from pretrain.config import load_model_preset
+    from biomed_lm.pretrain.config import load_model_preset
 
     vocab_size = sum(1 for _ in open(paths["vocab"] / "vocab.txt", encoding="utf-8"))
     return BertConfig(**load_model_preset(model), vocab_size=vocab_size)
@@ -696,7 +696,6 @@ def main(argv: list[str] | None = None) -> int:
     if not SAMPLE_DIR.is_dir():
         print(f"bench_pretrain_e2e: {SAMPLE_DIR} is absent; nothing to measure", file=sys.stderr)
         return 2
-    sys.path.insert(0, str(REPO))
     work = Path(args.work_dir).resolve()
     paths = prepare_inputs(work, args.seq_lengths)
     model = model_preset(work, args.quick)

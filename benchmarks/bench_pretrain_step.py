@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from _batches import synthetic_pretraining_batches  # benchmarks/ is on sys.path
 from _results import write_results  # benchmarks/ is on sys.path when a benchmark runs
 
@@ -35,8 +34,8 @@ def main() -> None:
     parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "pretrain_step.json"))
     args = parser.parse_args()
 
-    from pretrain.config import load_model_preset
-    from pretrain.modeling import PretrainingModel, build_bert
+    from biomed_lm.pretrain.config import load_model_preset
+    from biomed_lm.pretrain.modeling import PretrainingModel, build_bert
 
     torch.manual_seed(0)
     bert = build_bert(load_model_preset(args.model), vocab_size=args.vocab_size, pad_token_id=0)

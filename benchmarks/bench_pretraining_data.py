@@ -52,7 +52,7 @@ METHODS = (BASELINE, "ours_np1", "ours_np2")
 def hf_loop(corpus_dir: str, tokenizer_dir: str, output_dir: str, max_seq_length: int, seed: int) -> dict:
     import datasets
 
-    from tokenization.tokenizer_io import load_tokenizer
+    from biomed_lm.tokenization.tokenizer_io import load_tokenizer
 
     tokenizer = load_tokenizer(tokenizer_dir)
     corpus = datasets.load_from_disk(corpus_dir)
@@ -118,7 +118,7 @@ def hf_loop(corpus_dir: str, tokenizer_dir: str, output_dir: str, max_seq_length
 
 def ours(corpus_dir: str, tokenizer_dir: str, output_dir: str, max_seq_length: int, seed: int,
          num_proc: int) -> dict:
-    from pretrain.data import PretrainingDataConfig, create_pretraining_data
+    from biomed_lm.pretrain.data import PretrainingDataConfig, create_pretraining_data
 
     metadata = create_pretraining_data(PretrainingDataConfig(
         corpus=corpus_dir, tokenizer=tokenizer_dir, output_dir=output_dir, max_seq_length=max_seq_length,
@@ -156,9 +156,9 @@ def run_one(method: str, corpus_dir: str, tokenizer_dir: str, max_seq_length: in
 
 def demo_inputs(work: Path) -> tuple[Path, Path]:
     """The demo's corpus and vocabulary, built with the demo configs."""
-    from common.config import load_yaml_mapping
-    from tokenization.corpus import CorpusConfig, prepare_corpus
-    from tokenization.vocab import VocabConfig, build_vocab
+    from biomed_lm.config import load_yaml_mapping
+    from biomed_lm.tokenization.corpus import CorpusConfig, prepare_corpus
+    from biomed_lm.tokenization.vocab import VocabConfig, build_vocab
 
     corpus_options = load_yaml_mapping(REPO / "configs" / "corpus" / "demo.yaml")
     corpus_options["inputs"] = [str(REPO / path) for path in corpus_options["inputs"]]

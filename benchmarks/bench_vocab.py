@@ -44,7 +44,7 @@ BASELINE = "hf_bert_wordpiece"
 def run_hf_bert_wordpiece(path: Path, vocab_size: int, min_frequency: int, limit_alphabet: int):
     from tokenizers import BertWordPieceTokenizer
 
-    from tokenization.vocab import special_tokens
+    from biomed_lm.tokenization.vocab import special_tokens
 
     tokenizer = BertWordPieceTokenizer(clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True)
     tokenizer.train(files=[str(path)], vocab_size=vocab_size, min_frequency=min_frequency,
@@ -54,8 +54,8 @@ def run_hf_bert_wordpiece(path: Path, vocab_size: int, min_frequency: int, limit
 
 def run_ours(algorithm: str) -> Callable:
     def run(path: Path, vocab_size: int, min_frequency: int, limit_alphabet: int):
-        from tokenization.sources import iter_texts
-        from tokenization.vocab import VocabConfig, train_vocab
+        from biomed_lm.tokenization.sources import iter_texts
+        from biomed_lm.tokenization.vocab import VocabConfig, train_vocab
 
         config = VocabConfig(vocab_size=vocab_size, algorithm=algorithm, min_frequency=min_frequency,
                              limit_alphabet=limit_alphabet)
@@ -66,7 +66,7 @@ def run_ours(algorithm: str) -> Callable:
 def run_spm_unigram(path: Path, vocab_size: int, min_frequency: int, limit_alphabet: int):
     import sentencepiece as spm
 
-    from tokenization.vocab import _cpu_count
+    from biomed_lm.tokenization.vocab import _cpu_count
 
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(input=str(path), model_writer=model, model_type="unigram", vocab_size=vocab_size,
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_vocab: error: input not found: {args.input}", file=sys.stderr)
         return 2
 
-    from tokenization.sources import iter_texts
+    from biomed_lm.tokenization.sources import iter_texts
 
     texts = list(iter_texts(args.input))
     mb = args.input.stat().st_size / 1e6

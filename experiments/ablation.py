@@ -60,12 +60,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from common.config import ConfigError, check_fields, load_yaml_mapping
+from biomed_lm.config import check_fields, load_yaml_mapping
+from biomed_lm.errors import ConfigError
+from biomed_lm.resources import resolve_path
 
 __all__ = ["run_suffix", "AblationConfig", "PretrainBudget", "PretrainPhase", "Variant", "plan_variants", "load_ablation_config", "run_ablation",
            "FACTORS", "FACTOR_LEVELS", "ABLATION_FILE"]
 
-REPO = Path(__file__).resolve().parents[1]
 ABLATION_FILE = "ablation.json"
 PRETRAIN_DONE = "pretrain_done.json"
 GENERAL = "general"
@@ -204,8 +205,8 @@ def load_ablation_config(path: str | Path, overrides: Mapping[str, Any] | None =
     for key in ("model", "output_dir"):
         if key in finetune:
             raise ConfigError(f"{where}: finetune.{key} is set by the ablation (one per variant)")
-    from finetune.sweep import SweepArgs
-    from tokenization.instances import InputError
+    from biomed_lm.errors import InputError
+    from biomed_lm.finetune.sweep import SweepArgs
 
     try:  # the same checks launch/blurb.py makes, before hours of pretraining
         SweepArgs(model="-", output_dir="-", **finetune)
@@ -236,7 +237,7 @@ def _pretrain_seeds(values: Mapping[str, Any], where: str) -> int:
 
 def _analysis_specification(values: Mapping[str, Any], where: str) -> str:
     """``analysis: {specification: checkpoints | model-dataset-groups}`` (default checkpoints)."""
-    from experiments.checkpoint_analysis import SPECIFICATIONS
+    from biomed_lm.experiments.checkpoint_analysis import SPECIFICATIONS
 
     analysis = values.get("analysis") or {}
     if not isinstance(analysis, dict) or set(analysis) - {"specification"}:
@@ -325,7 +326,7 @@ def _pretrain_seed(phase: PretrainPhase, run: int) -> int:
     """Pretraining run k's seed: the phase's own seed (its YAML's, or ``--seed`` in extra_args,
     default 42) plus k − 1."""
     base = 42
-    config = Path(phase.config) if Path(phase.config).is_file() else REPO / phase.config
+    config = resolve_path(phase.config)
     if config.is_file():
         base = int(load_yaml_mapping(config).get("seed", base))
     if "--seed" in phase.extra_args[:-1]:
@@ -336,7 +337,7 @@ def _pretrain_seed(phase: PretrainPhase, run: int) -> int:
 def _general_dir(config: AblationConfig) -> str:
     if config.continual_from != GENERAL:
         return config.continual_from
-    from common.reference_models import general_bert_dir
+    from biomed_lm.reference_models import general_bert_dir
 
     return str(general_bert_dir())
 
@@ -344,14 +345,21 @@ def _general_dir(config: AblationConfig) -> str:
 def _run(title: str, command: list[str], log: Callable[[str], None], env: Mapping[str, str] | None = None) -> None:
     log(f"\n=== {title}\n$ {shlex.join(command)}")
     started = time.perf_counter()
-    result = subprocess.run(command, cwd=REPO, env={**os.environ, **(env or {})})
+    result = subprocess.run(command, env={**os.environ, **(env or {})})
     if result.returncode != 0:
         raise RuntimeError(f"step '{title}' failed with exit status {result.returncode}: {shlex.join(command)}")
     log(f"--- {title}: {time.perf_counter() - started:.1f} s")
 
 
 def _python(script: str, *args: str) -> list[str]:
-    return [sys.executable, str(REPO / "launch" / script), *args]
+    return [sys.executable, str(_launch_script(script)), *args]
+
+
+def _launch_script(script: str) -> Path:
+    """An entry script of launch/, in a checkout or in the installed package (biomed_lm.launch)."""
+    import biomed_lm.launch
+
+    return Path(biomed_lm.launch.__file__).parent / script
 
 
 def _pretrain_command(config: AblationConfig, variant: Variant, phase: PretrainPhase, tokenizer: str,
@@ -393,7 +401,7 @@ def _pretrain_command(config: AblationConfig, variant: Variant, phase: PretrainP
         launcher = ["deepspeed", "--num_gpus", str(budget.num_gpus)]
         if budget.hostfile:
             launcher += ["--hostfile", budget.hostfile]
-        return [*launcher, str(REPO / "launch" / "pretrain.py"), *flags]
+        return [*launcher, str(_launch_script("pretrain.py")), *flags]
     return _python("pretrain.py", *flags)
 
 
@@ -429,7 +437,7 @@ def _run_parallel(jobs: list[tuple[str, list[str]]], parallel: int, log: Callabl
         while queue and len(running) < parallel:
             title, command = queue.pop(0)
             log(f"\n=== {title} (in parallel)\n$ {shlex.join(command)}")
-            running.append((title, subprocess.Popen(command, cwd=REPO, env=env)))
+            running.append((title, subprocess.Popen(command, env=env)))
         time.sleep(1.0)
         for item in list(running):
             if item[1].poll() is not None:
@@ -542,7 +550,7 @@ def run_ablation(config: AblationConfig, log: Callable[[str], None] = print, rep
     plan["failed"] = failed
     (paths.root / ABLATION_FILE).write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
     if report:
-        from experiments.report import write_report
+        from biomed_lm.experiments.report import write_report
 
         log(f"\nreport: {write_report(paths.root)}")
     return plan

@@ -95,8 +95,8 @@ class AblationDesign:
     def from_ablation_config(cls, path: str | Path, pretrain_seeds: int | None = None) -> "AblationDesign":
         """The design of a ``configs/ablation/*.yaml``: its variants, pretraining seeds, datasets (all
         of BLURB when unset), seeds per dataset (the sweep protocol's when unset) and grid."""
-        from experiments.ablation import load_ablation_config, plan_variants
-        from finetune.sweep import PROTOCOL, SweepArgs
+        from biomed_lm.experiments.ablation import load_ablation_config, plan_variants
+        from biomed_lm.finetune.sweep import PROTOCOL, SweepArgs
 
         config = load_ablation_config(path)
         variants, _ = plan_variants(config.factors)
@@ -187,7 +187,7 @@ def report_test(rows: pd.DataFrame, design: AblationDesign, specification: str =
                 ) -> tuple[float, float] | None:
     """The tested factor's (estimate, p-value) as the report gives them; None when the report
     withholds the test (one checkpoint per variant) or the fit fails."""
-    from experiments.checkpoint_analysis import analyse_runs
+    from biomed_lm.experiments.checkpoint_analysis import analyse_runs
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -202,7 +202,7 @@ def paper000_test(rows: pd.DataFrame, design: AblationDesign) -> tuple[float, fl
     """The tested factor's (estimate, p-value) as paper 000's analysis prints them, whatever the
     design (the docs' contrast: what a (model, dataset)-group analysis claims with one checkpoint
     per variant)."""
-    from experiments.analysis import fit_multilevel
+    from biomed_lm.experiments.analysis import fit_multilevel
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

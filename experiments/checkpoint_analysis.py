@@ -37,8 +37,9 @@ import numpy as np
 import pandas as pd
 import scipy.stats
 
-from experiments.analysis import (MultilevelResult, _Design, _fit_mixedlm, _Names, _prepare, _usable,
-                                  checkpoint_column, fit_multilevel)
+from biomed_lm.errors import ExperimentError
+from biomed_lm.experiments.analysis import (MultilevelResult, _Design, _fit_mixedlm, _Names, _prepare, _usable,
+                                            checkpoint_column, fit_multilevel)
 
 __all__ = ["CheckpointsConfounded", "fit_checkpoint_model", "analyse_runs", "SPECIFICATIONS", "CONFOUNDED_CAVEAT"]
 
@@ -52,7 +53,7 @@ CONFOUNDED_CAVEAT = (
     "(pretrain_seeds: 2 in the ablation config) to test a factor")
 
 
-class CheckpointsConfounded(ValueError):
+class CheckpointsConfounded(ExperimentError, ValueError):
     """The pretraining factors use up every checkpoint-level degree of freedom (one checkpoint per
     variant): their effects cannot be told from the checkpoints' luck."""
 

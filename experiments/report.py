@@ -37,7 +37,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from common.reporting import format_duration, save_figure
+from biomed_lm.errors import ExperimentError
+from biomed_lm.reporting import format_duration, save_figure
 
 __all__ = ["ABLATION_FILE", "AblationError", "Variant", "Ablation", "load_ablation", "collect_rows",
            "ROW_COLUMNS", "ResultsTable", "results_table", "read_pretraining_metrics", "PlotResult",
@@ -53,7 +54,7 @@ ROW_COLUMNS = ("variant", "checkpoint", "dataset", "task_type", "metric", "learn
                "dev_score", "test_score", "wall_time_s", "peak_rss_bytes")
 
 
-class AblationError(ValueError):
+class AblationError(ExperimentError, ValueError):
     """An ablation directory that cannot be reported on; the message names the file and the problem."""
 
 
@@ -208,7 +209,7 @@ def load_ablation(ablation_dir: str | os.PathLike) -> Ablation:
 
 def _checkpoints(given: Any, root: Path, layout: Path, where: str) -> tuple[Checkpoint, ...]:
     """The ``checkpoints`` list of a variant in ablation.json (absent: an older plan, one run)."""
-    from experiments.ablation import run_suffix
+    from biomed_lm.experiments.ablation import run_suffix
 
     if given is None:
         return ()
@@ -227,7 +228,7 @@ def _checkpoints(given: Any, root: Path, layout: Path, where: str) -> tuple[Chec
 
 def _dataset_id(name: str) -> str:
     """The dataset key finetune.sweep.summarize uses (BLURB's canonical name, or the name as is)."""
-    from finetune.metrics import canonical_dataset_name
+    from biomed_lm.finetune.metrics import canonical_dataset_name
 
     try:
         return canonical_dataset_name(name)
@@ -240,7 +241,7 @@ def _dataset_id(name: str) -> str:
 def _records(variant: Variant) -> list[dict[str, Any]]:
     """Every complete run record of the variant, tagged with its pretraining run (``checkpoint``).
     With several runs, ``model`` becomes the variant's name: the results table pools the runs."""
-    from finetune.sweep import collect_runs
+    from biomed_lm.finetune.sweep import collect_runs
 
     checkpoints = variant.runs()
     records = []
@@ -302,7 +303,7 @@ def _md(text: Any) -> str:
 
 
 def _ms(entry: Mapping[str, Any]):
-    from finetune.metrics import MeanStd
+    from biomed_lm.finetune.metrics import MeanStd
 
     return MeanStd(entry["mean"], math.nan if entry.get("std") is None else entry["std"], entry["n"])
 
@@ -377,7 +378,7 @@ class ResultsTable:
             cells = self._cells(dataset, lambda entry: _ms(entry["test"]).format()
                                 + (f" ({entry['incomplete']})" if entry.get("incomplete") else ""))
             lines.append(f"| {_md(dataset)} | {_md(metric or '—')} | " + " | ".join(_md(c) for c in cells) + " |")
-        from finetune.metrics import BLURB_DATASETS
+        from biomed_lm.finetune.metrics import BLURB_DATASETS
 
         cells, partial = [], False
         for v in self.variants:
@@ -407,7 +408,7 @@ class ResultsTable:
         return "\n".join(lines) + "\n"
 
     def blurb_footnote(self) -> str:
-        from finetune.metrics import BLURB_DATASETS
+        from biomed_lm.finetune.metrics import BLURB_DATASETS
 
         partial = {v: b for v in self.variants if (b := self.blurb(v)) and b["partial"]}
         if not partial:
@@ -420,9 +421,8 @@ class ResultsTable:
 
 
 def _results_table(ablation: Ablation, records: Mapping[str, list[dict[str, Any]]]) -> ResultsTable:
-    from finetune.sweep import summarize
-
-    from finetune.metrics import BLURB_DATASETS
+    from biomed_lm.finetune.metrics import BLURB_DATASETS
+    from biomed_lm.finetune.sweep import summarize
 
     notes: list[str] = []
     counts: dict[str, dict[str, int]] = {}
@@ -480,7 +480,7 @@ class PlotResult:
 def read_pretraining_metrics(path: str | os.PathLike) -> tuple[pd.DataFrame, int]:
     """A metrics.jsonl as a DataFrame sorted by step, keeping the last entry of a step logged twice (a
     resumed run appends); also the number of unreadable lines skipped (a killed run's last line)."""
-    from pretrain.metrics import read_metrics_file
+    from biomed_lm.pretrain.metrics import read_metrics_file
 
     records, bad_lines = read_metrics_file(Path(path))
     entries = [entry for entry in records if "step" in entry]
@@ -701,7 +701,7 @@ def run_analysis(ablation: Ablation, rows: pd.DataFrame, specification: str | No
         return AnalysisOutcome(factors, reason="no factor has more than one level among the variants with "
                                                "fine-tuning runs, so there is no contrast to estimate")
     try:
-        from experiments.checkpoint_analysis import analyse_runs
+        from biomed_lm.experiments.checkpoint_analysis import analyse_runs
     except ImportError as err:
         return AnalysisOutcome(factors, reason=f"experiments.checkpoint_analysis could not be imported ({err})")
     try:

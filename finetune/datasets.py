@@ -45,10 +45,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Iterable, Iterator, Mapping, Sequence, Union
 
-from finetune.relation_inputs import (PLACEHOLDER_PAIRS, TYPE_MAPS, PlaceholderPair, entities_from_placeholders,
-                                      normalize_type, pair_from_placeholders)
-from tokenization.instances import DatasetFormatError as _InstanceFormatError
-from tokenization.instances import InputError, json_lines, numbered_lines
+from biomed_lm.errors import FinetuneError, InputError
+from biomed_lm.finetune.relation_inputs import (PLACEHOLDER_PAIRS, TYPE_MAPS, PlaceholderPair,
+                                                entities_from_placeholders, normalize_type, pair_from_placeholders)
+from biomed_lm.tokenization.instances import DatasetFormatError as _InstanceFormatError
+from biomed_lm.tokenization.instances import json_lines, numbered_lines
 
 __all__ = [
     "NER", "PICO", "RELATION", "SIMILARITY", "CLASSIFICATION", "QA", "TASK_TYPES",
@@ -135,11 +136,11 @@ class DatasetFormatError(_InstanceFormatError):
         super().__init__(path, line, message if field is None else f"field {field!r}: {message}")
 
 
-class UnknownDatasetError(InputError):
+class UnknownDatasetError(FinetuneError, InputError):
     """A dataset name that is not one of the 13 BLURB datasets; the message lists the valid names."""
 
 
-class MissingDatasetFileError(InputError, FileNotFoundError):
+class MissingDatasetFileError(FinetuneError, InputError, FileNotFoundError):
     """A file a dataset needs is not in its directory; the message names the path expected."""
 
 

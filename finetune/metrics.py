@@ -47,8 +47,8 @@ from scipy import stats
 from seqeval.metrics.sequence_labeling import get_entities
 from seqeval.scheme import BILOU, IOB2, Entities
 
-from finetune.tagging import (OUTSIDE, TagSequenceError, is_valid_tags, normalize_scheme,
-                              split_tag, validate_tags)
+from biomed_lm.finetune.tagging import (OUTSIDE, TagSequenceError, is_valid_tags, normalize_scheme, split_tag,
+                                        validate_tags)
 
 # --------------------------------------------------------------------------- shared helpers
 

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
+from biomed_lm.errors import FinetuneError
+
 if TYPE_CHECKING:  # torch is imported where tensors are made, so the dataset readers can check placeholders
     import torch  # without loading it
 
@@ -77,7 +79,7 @@ PLACEHOLDER_PAIRS: Mapping[str, PlaceholderPair] = MappingProxyType({
 MODEL_INPUT_KEYS: tuple[str, ...] = ("input_ids", "attention_mask", "token_type_ids", "entity_spans", "entity_starts")
 
 
-class EntitiesDoNotFitError(ValueError):
+class EntitiesDoNotFitError(FinetuneError, ValueError):
     """Both entities (with their markers) need more tokens than ``max_length`` leaves."""
 
 

@@ -28,11 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from finetune.datasets import UnknownDatasetError, canonical_dataset_name, default_max_length
-from finetune.metrics import BLURB_DATASETS, BLURB_TASK_OF, BLURB_TASK_TYPES, MeanStd, blurb_score, mean_std
-from finetune.model_check import check_model
-from finetune.trainer import PRECISIONS, RUN_RECORD, FinetuneArgs, is_complete_run, run_finetune
-from tokenization.instances import InputError
+from biomed_lm.errors import InputError
+from biomed_lm.finetune.datasets import UnknownDatasetError, canonical_dataset_name, default_max_length
+from biomed_lm.finetune.metrics import BLURB_DATASETS, BLURB_TASK_OF, BLURB_TASK_TYPES, MeanStd, blurb_score, mean_std
+from biomed_lm.finetune.model_check import check_model
+from biomed_lm.finetune.trainer import PRECISIONS, RUN_RECORD, FinetuneArgs, is_complete_run, run_finetune
+from biomed_lm.resources import resolve_path
 
 __all__ = ["DatasetProtocol", "PROTOCOL", "SweepArgs", "SweepPlan", "PlannedRun", "plan_sweep", "run_sweep",
            "collect_runs", "summarize", "format_table", "find_dataset_dir", "SUMMARY_FILE", "TABLE_FILE"]
@@ -94,7 +95,7 @@ class SweepArgs:
     learning_rates: list[float] = field(default_factory=lambda: [1e-5, 3e-5, 5e-5])
     batch_sizes: list[int] = field(default_factory=lambda: [16, 32])
     epochs: int | None = field(default=None, metadata={"help": "epochs for every dataset (default: per dataset, "
-                                                                "finetune.sweep.PROTOCOL)"})
+                                                                "biomed_lm.finetune.sweep.PROTOCOL)"})
     num_seeds: int | None = field(default=None, metadata={"help": "seeds per grid point (default: 10 for BIOSSES, "
                                                                    "BioASQ, PubMedQA; 5 otherwise)"})
     first_seed: int = field(default=1, metadata={"help": "seeds are first_seed, first_seed + 1, ..."})
@@ -169,7 +170,7 @@ def find_dataset_dir(dataset: str, data_root: str | Path, overrides: Mapping[str
     if overrides and dataset in overrides:
         path = overrides[dataset]
         return (path if path.is_dir() else None), [path]
-    tried = [Path(data_root) / sub for sub in PROTOCOL[dataset].directories]
+    tried = [resolve_path(data_root) / sub for sub in PROTOCOL[dataset].directories]
     return next((p for p in tried if p.is_dir()), None), tried
 
 

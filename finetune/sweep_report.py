@@ -26,11 +26,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from common.reporting import format_duration, save_figure
-from finetune.metrics import MeanStd, mean_std
-from finetune.sweep import _dataset_id, _grid_key
-from finetune.trainer import RUN_RECORD
-from tokenization.instances import InputError
+from biomed_lm.errors import FinetuneError, InputError
+from biomed_lm.finetune.metrics import MeanStd, mean_std
+from biomed_lm.finetune.sweep import _dataset_id, _grid_key
+from biomed_lm.finetune.trainer import RUN_RECORD
+from biomed_lm.reporting import format_duration, save_figure
 
 __all__ = ["SweepReportError", "SweepRun", "Cell", "parse_sweep_specs", "read_run", "collect_study",
            "grid_cells", "dev_grid", "best_setting", "cost_row", "plot_dev_heatmap", "plot_memory_vs_time",
@@ -42,7 +42,7 @@ FIGURES_DIR = "figures"
 MIB = 1024 * 1024
 
 
-class SweepReportError(InputError):
+class SweepReportError(FinetuneError, InputError):
     """A sweep directory or run record the report cannot use; the message names the file and field."""
 
 

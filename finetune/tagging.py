@@ -47,6 +47,8 @@ from __future__ import annotations
 import operator
 from typing import Iterable, Sequence
 
+from biomed_lm.errors import FinetuneError
+
 OUTSIDE = "O"
 SCHEMES = ("bio", "bioul", "io")
 _ALIASES = {"bio": "bio", "iob2": "bio", "bioul": "bioul", "bilou": "bioul", "io": "io"}
@@ -60,7 +62,7 @@ _OPEN = frozenset({"B", "I"})
 Span = tuple[int, int, str]
 
 
-class TagSequenceError(ValueError):
+class TagSequenceError(FinetuneError, ValueError):
     """A tag sequence that breaks its scheme; ``position`` is the index of the offending tag."""
 
     def __init__(self, message: str, position: int):

@@ -40,19 +40,19 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from finetune.datasets import (CLASSIFICATION, DEV, NER, PICO, QA_MAX_LENGTH, RELATION, SIMILARITY, TASK_TYPES,
-                               TEST, TRAIN, BlurbDataset, default_max_length, load_blurb_dataset,
-                               load_generic_dataset)
-from finetune.metrics import NER_F1_MODES, compute_metric
-from finetune.model_check import CheckedModel, check_model
-from finetune.modeling import (IGNORE_INDEX, MultiTokenTaggingModel, SequenceClassificationModel,
-                               TokenTaggingModel, load_encoder, REPRESENTATIONS, TAGGING_LAYERS)
-from finetune.relation_inputs import (PLACEHOLDER_PAIRS, TRANSFORMATIONS, TYPE_MAPS, add_marker_tokens,
-                                      collate_relation_features, encode_relation_example, entities_from_placeholders,
-                                      pair_from_placeholders)
-from finetune.tagging import SCHEMES, convert_tags, normalize_scheme, split_tag, tag_labels
-from pretrain.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
-from tokenization.instances import InputError
+from biomed_lm.errors import InputError
+from biomed_lm.finetune.datasets import (CLASSIFICATION, DEV, NER, PICO, QA_MAX_LENGTH, RELATION, SIMILARITY,
+                                         TASK_TYPES, TEST, TRAIN, BlurbDataset, default_max_length, load_blurb_dataset,
+                                         load_generic_dataset)
+from biomed_lm.finetune.metrics import NER_F1_MODES, compute_metric
+from biomed_lm.finetune.model_check import CheckedModel, check_model
+from biomed_lm.finetune.modeling import (IGNORE_INDEX, REPRESENTATIONS, TAGGING_LAYERS, MultiTokenTaggingModel,
+                                         SequenceClassificationModel, TokenTaggingModel, load_encoder)
+from biomed_lm.finetune.relation_inputs import (PLACEHOLDER_PAIRS, TRANSFORMATIONS, TYPE_MAPS, add_marker_tokens,
+                                                collate_relation_features, encode_relation_example,
+                                                entities_from_placeholders, pair_from_placeholders)
+from biomed_lm.finetune.tagging import SCHEMES, convert_tags, normalize_scheme, split_tag, tag_labels
+from biomed_lm.pretrain.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
 
 __all__ = ["FinetuneArgs", "RunResult", "run_finetune", "load_dataset_for", "word_windows", "is_complete_run",
            "train_epoch", "finetune_ds_config", "RUN_RECORD", "QA_MAX_LENGTH", "PRECISIONS"]
@@ -611,7 +611,7 @@ class _Distributed:
         import deepspeed
         import torch.distributed as dist
 
-        from pretrain.trainer import ensure_distributed_env
+        from biomed_lm.pretrain.trainer import ensure_distributed_env
 
         ensure_distributed_env()
         deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo", verbose=False)

@@ -17,14 +17,11 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from common.launch import repo_root_first
-
-repo_root_first(__file__)
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from common.config import ConfigError, parse_config  # noqa: E402
-from experiments.ablation import load_ablation_config, run_ablation  # noqa: E402
+from biomed_lm.config import parse_config
+from biomed_lm.errors import BiomedLMError, bad_input
+from biomed_lm.experiments.ablation import load_ablation_config, run_ablation
 
 
 @dataclass
@@ -43,9 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         (args,) = parse_config([AblateArgs], rest, description=__doc__)
         config = load_ablation_config(path, {"output_dir": args.output_dir})
-    except ConfigError as err:
-        print(f"ablate: error: {err}", file=sys.stderr)
-        return 2
+    except (BiomedLMError, FileNotFoundError) as err:
+        return bad_input("ablate", err)
     try:
         plan = run_ablation(config, report=not args.no_report)
     except RuntimeError as err:

@@ -17,17 +17,13 @@ from __future__ import annotations
 import os
 import sys
 
-from common.launch import repo_root_first
-
-repo_root_first(__file__)
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # checkpoints are local directories; never reach a hub
 
-from common.config import ConfigError, parse_config  # noqa: E402
-from finetune.sweep import SweepArgs, format_table, run_sweep  # noqa: E402
-from tokenization.instances import InputError  # noqa: E402
+from biomed_lm.config import parse_config
+from biomed_lm.errors import BiomedLMError, bad_input
+from biomed_lm.finetune.sweep import SweepArgs, format_table, run_sweep
 
-EXIT_FAILED_RUNS, EXIT_BAD_INPUT = 1, 2
+EXIT_FAILED_RUNS = 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,9 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         (args,) = parse_config([SweepArgs], argv, description=__doc__)
         summary = run_sweep(args, log=lambda message: print(message, file=sys.stderr))
-    except (ConfigError, InputError, FileNotFoundError) as err:
-        print(f"blurb: error: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    except (BiomedLMError, FileNotFoundError) as err:
+        return bad_input("blurb", err)
     print(format_table(summary))
     return EXIT_FAILED_RUNS if summary["failed"] else 0
 

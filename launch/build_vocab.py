@@ -16,8 +16,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from common.config import ConfigError, parse_config
-from tokenization.vocab import VocabBuildError, VocabConfig, build_vocab
+from biomed_lm.config import parse_config
+from biomed_lm.errors import BiomedLMError, bad_input
+from biomed_lm.tokenization.vocab import VocabConfig, build_vocab
 
 
 @dataclass
@@ -41,9 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         result = build_vocab(args.inputs, args.output_dir, config, text_field=args.text_field,
                              overwrite=args.overwrite, progress=args.progress)
-    except (ConfigError, VocabBuildError, FileNotFoundError) as err:
-        print(f"build_vocab: error: {err}", file=sys.stderr)
-        return 2
+    except (BiomedLMError, FileNotFoundError) as err:
+        return bad_input("build_vocab", err)
     print(result.summary())
     return 0
 

@@ -23,11 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from common.launch import repo_root_first
-
-repo_root_first(__file__)
-
-from common.config import ConfigError, parse_config  # noqa: E402
+from biomed_lm.config import parse_config
+from biomed_lm.errors import BiomedLMError, ConfigError, bad_input
 
 SHIPPED = ["configs/ablation/demo.yaml", "configs/ablation/demo.yaml:2", "configs/ablation/tiny.yaml",
            "configs/ablation/pubmedbert.yaml"]
@@ -56,7 +53,7 @@ class CalibrateArgs:
 
 
 def _design(spec: str):
-    from experiments.calibration import AblationDesign
+    from biomed_lm.experiments.calibration import AblationDesign
 
     path, _, runs = spec.partition(":")
     if runs and not runs.isdigit():
@@ -69,7 +66,7 @@ def _run_one(design, components, args: CalibrateArgs, specification: str, effect
     """One (design, analysis) result: read back when the same settings were saved, else simulated."""
     from tqdm import tqdm
 
-    from experiments.calibration import CalibrationResult, calibrate
+    from biomed_lm.experiments.calibration import CalibrationResult, calibrate
 
     path = out / f"{design.name}-k{design.pretrain_seeds}-{specification}.json"
     settings = {"simulations": args.simulations, "effects": list(effects), "seed": args.seed, "alpha": args.alpha,
@@ -92,11 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         (args,) = parse_config([CalibrateArgs], argv, description=__doc__)
         designs = [_design(spec) for spec in args.designs]
-    except (ConfigError, FileNotFoundError, KeyError) as err:
-        print(f"calibrate: error: {err}", file=sys.stderr)
-        return 2
-    from experiments.calibration import (PAPER000_AS_PRINTED, VarianceComponents, calibration_markdown,
-                                         minimum_design)
+    except (BiomedLMError, FileNotFoundError, KeyError) as err:
+        return bad_input("calibrate", err)
+    from biomed_lm.experiments.calibration import (PAPER000_AS_PRINTED, VarianceComponents, calibration_markdown,
+                                                   minimum_design)
 
     components = VarianceComponents.paper000(args.checkpoint_share)
     out = Path(args.output_dir)

@@ -20,22 +20,17 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
-from common.launch import repo_root_first
-
-repo_root_first(__file__)  # launch/pretrain.py must not shadow the pretrain package
-
-from common.config import ConfigError, parse_config  # noqa: E402
-from pretrain.data import (PretrainingDataConfig, PretrainingDataError,  # noqa: E402
-                          create_pretraining_data, format_summary)
+from biomed_lm.config import parse_config
+from biomed_lm.errors import BiomedLMError, bad_input
+from biomed_lm.pretrain.data import PretrainingDataConfig, create_pretraining_data, format_summary
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         (config,) = parse_config([PretrainingDataConfig], argv, description=__doc__)
         metadata = create_pretraining_data(config)
-    except (ConfigError, PretrainingDataError) as err:
-        print(f"create_pretraining_data: error: {err}", file=sys.stderr)
-        return 2
+    except (BiomedLMError, FileNotFoundError) as err:
+        return bad_input("create_pretraining_data", err)
     print(format_summary(metadata))
     print(f"  metadata: {config.output_dir}/pretraining_data.json")
     return 0

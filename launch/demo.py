@@ -24,15 +24,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common.launch import repo_root_first
+from biomed_lm.config import parse_config
+from biomed_lm.errors import BiomedLMError, bad_input
+from biomed_lm.reference_models import general_bert_dir
 
-repo_root_first(__file__)
-
-from common.config import ConfigError, parse_config  # noqa: E402
-from common.reference_models import general_bert_dir  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[1]
-DEMO_CONFIG = REPO / "configs" / "ablation" / "demo.yaml"
+LAUNCH_DIR = Path(__file__).resolve().parent
+DEMO_CONFIG = "configs/ablation/demo.yaml"  # shipped: found from any directory
 FULL_DATA_SCALE = 20
 
 
@@ -45,10 +42,11 @@ class DemoConfig:
                                                "min": 0})
 
 
-def run_step(title: str, args: list[str]) -> None:
-    print(f"\n=== {title}\n$ {shlex.join(['python', *args])}", flush=True)
+def run_step(title: str, script: str, args: list[str]) -> None:
+    """Run launch/<script> with ``args`` (the launch/ folder of this checkout or installed package)."""
+    print(f"\n=== {title}\n$ {shlex.join(['python', f'launch/{script}', *args])}", flush=True)
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, *args], cwd=REPO)
+    result = subprocess.run([sys.executable, str(LAUNCH_DIR / script), *args])
     if result.returncode != 0:
         raise SystemExit(f"demo: step '{title}' failed with exit status {result.returncode}")
     print(f"--- {title}: {time.perf_counter() - started:.1f} s", flush=True)
@@ -66,13 +64,12 @@ def scaled(config, scale: float):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from experiments.ablation import load_ablation_config, run_ablation
+    from biomed_lm.experiments.ablation import load_ablation_config, run_ablation
 
     try:
         (args,) = parse_config([DemoConfig], argv, description=__doc__)
-    except ConfigError as err:
-        print(f"demo: error: {err}", file=sys.stderr)
-        return 2
+    except (BiomedLMError, FileNotFoundError) as err:
+        return bad_input("demo", err)
     out = Path(args.output_dir)
     config = scaled(load_ablation_config(DEMO_CONFIG, {"output_dir": str(out / "ablation"),
                                                        "num_proc": args.num_proc}), args.scale)
@@ -82,13 +79,14 @@ def main(argv: list[str] | None = None) -> int:
 
     plan = run_ablation(config, report=False)
     ablation = Path(config.output_dir)
-    run_step("coverage report: the in-domain vocabulary vs bert-base-uncased's (paper Tables 1 and 8)", [
-        "launch/vocab_report.py", "--tokenizers", f"bert-base-uncased={general_bert_dir()}",
+    run_step("coverage report: the in-domain vocabulary vs bert-base-uncased's (paper Tables 1 and 8)",
+             "vocab_report.py", [
+        "--tokenizers", f"bert-base-uncased={general_bert_dir()}",
         f"demo-pubmed={ablation / 'vocab' / 'in-domain-pubmed-sample'}",
         "--corpus", f"demo-corpus={ablation / 'corpus' / 'pubmed-sample'}",
         "--datasets", "NCBI-disease=data/blurb/NCBI-disease/test.tsv", "--output-dir", str(out / "vocab_report")])
-    run_step("comparison: tables, plots and the multilevel analysis", [
-        "launch/report.py", "--ablation_dir", str(ablation), "--output_dir", str(out / "report")])
+    run_step("comparison: tables, plots and the multilevel analysis", "report.py", [
+        "--ablation_dir", str(ablation), "--output_dir", str(out / "report")])
 
     print(f"\ndemo finished in {(time.perf_counter() - started) / 60:.1f} minutes")
     print(f"  coverage report: {out / 'vocab_report' / 'report.md'}")

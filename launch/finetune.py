@@ -16,26 +16,19 @@ from __future__ import annotations
 import os
 import sys
 
-from common.launch import repo_root_first
-
-repo_root_first(__file__)  # this file's name must not shadow the finetune package
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # checkpoints are local directories; never reach a hub
 
-from common.config import ConfigError, parse_config  # noqa: E402
-from finetune.trainer import FinetuneArgs, run_finetune  # noqa: E402
-from tokenization.instances import InputError  # noqa: E402
-
-EXIT_BAD_INPUT = 2
+from biomed_lm.config import parse_config
+from biomed_lm.errors import BiomedLMError, bad_input
+from biomed_lm.finetune.trainer import FinetuneArgs, run_finetune
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         (args,) = parse_config([FinetuneArgs], argv, description=__doc__)
         result = run_finetune(args, log=lambda message: print(message, file=sys.stderr))
-    except (ConfigError, InputError, FileNotFoundError) as err:
-        print(f"finetune: error: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    except (BiomedLMError, FileNotFoundError) as err:
+        return bad_input("finetune", err)
     record = result.record
     print(f"{record['dataset']} {record['metric']} test score: {record['test']['score']:.4f}"
           f"{' (skipped: already complete)' if result.skipped else ''}")

@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import sys
 
-from common.config import ConfigError, parse_config
-from tokenization.corpus import CorpusConfig, NoUsableInput, prepare_corpus
+from biomed_lm.config import parse_config
+from biomed_lm.errors import BiomedLMError, bad_input
+from biomed_lm.tokenization.corpus import CorpusConfig, NoUsableInput, prepare_corpus
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,9 +27,8 @@ def main(argv: list[str] | None = None) -> int:
         _report_problems(err.summary["problems"])
         print(f"prepare_corpus: error: {err}", file=sys.stderr)
         return 2
-    except (ConfigError, ValueError, FileExistsError) as err:
-        print(f"prepare_corpus: error: {err}", file=sys.stderr)
-        return 2
+    except (BiomedLMError, FileNotFoundError, ValueError, FileExistsError) as err:
+        return bad_input("prepare_corpus", err)
     problems = summary["problems"]
     _report_problems(problems)
     print(json.dumps({k: summary[k] for k in ("output_dir", "documents_kept", "read", "funnel", "dropped",

@@ -20,16 +20,11 @@ from __future__ import annotations
 import logging
 import sys
 
-from common.launch import repo_root_first
-
-repo_root_first(__file__)  # this file's name must not shadow the pretrain package
-
-from common.config import ConfigError, parse_config  # noqa: E402
-from pretrain.adversarial import AdversarialConfig  # noqa: E402
-from pretrain.config import DataArguments, ModelArguments, PretrainConfigError, TrainArguments  # noqa: E402
-from pretrain.checkpoint import CheckpointError  # noqa: E402
-from pretrain.resume import ConfigChangeRefused  # noqa: E402
-from pretrain.trainer import EXIT_DIVERGED, DivergenceAbort, train  # noqa: E402
+from biomed_lm.config import parse_config
+from biomed_lm.errors import BiomedLMError, bad_input
+from biomed_lm.pretrain.adversarial import AdversarialConfig
+from biomed_lm.pretrain.config import DataArguments, ModelArguments, TrainArguments
+from biomed_lm.pretrain.trainer import EXIT_DIVERGED, DivergenceAbort, train
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,10 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     except DivergenceAbort as err:
         print(f"pretrain: aborted: {err}", file=sys.stderr)
         return EXIT_DIVERGED
-    except (ConfigError, PretrainConfigError, CheckpointError, ConfigChangeRefused, FileNotFoundError,
-            ValueError) as err:  # incl. InitializationError
-        print(f"pretrain: error: {err}", file=sys.stderr)
-        return 2
+    except (BiomedLMError, FileNotFoundError, ValueError) as err:
+        return bad_input("pretrain", err)
     if summary["completed"] and summary["model_dir"]:
         print(f"pretrain: finished {summary['step']} steps; model exported to {summary['model_dir']}")
     return 0

@@ -17,15 +17,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Literal
 
-from common.launch import repo_root_first
-
-repo_root_first(__file__)  # keep launch/ from shadowing the packages
-
-from common.config import ConfigError, parse_config  # noqa: E402
-from experiments.report import AblationError, write_report  # noqa: E402
-from tokenization.instances import InputError  # noqa: E402
-
-EXIT_BAD_INPUT = 2
+from biomed_lm.config import parse_config
+from biomed_lm.errors import BiomedLMError, ConfigError, bad_input
+from biomed_lm.experiments.report import write_report
 
 
 @dataclass
@@ -48,9 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         (args,) = parse_config([ReportArgs], argv, description=__doc__)
         report = write_report(args.ablation_dir, args.output_dir, args.specification)
-    except (ConfigError, AblationError, InputError, FileNotFoundError) as err:
-        print(f"report: error: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    except (BiomedLMError, FileNotFoundError) as err:
+        return bad_input("report", err)
     print(report)
     return 0
 

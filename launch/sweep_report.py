@@ -16,15 +16,9 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
-from common.launch import repo_root_first
-
-repo_root_first(__file__)  # keep launch/ from shadowing the packages
-
-from common.config import ConfigError, parse_config  # noqa: E402
-from finetune.sweep_report import parse_sweep_specs, write_sweep_report  # noqa: E402
-from tokenization.instances import InputError  # noqa: E402
-
-EXIT_BAD_INPUT = 2
+from biomed_lm.config import parse_config
+from biomed_lm.errors import BiomedLMError, ConfigError, bad_input
+from biomed_lm.finetune.sweep_report import parse_sweep_specs, write_sweep_report
 
 
 @dataclass
@@ -46,9 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         (args,) = parse_config([SweepReportArgs], argv, description=__doc__)
         report = write_sweep_report(parse_sweep_specs(args.sweeps), args.output_dir)
-    except (ConfigError, InputError) as err:
-        print(f"sweep_report: error: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    except (BiomedLMError, FileNotFoundError) as err:
+        return bad_input("sweep_report", err)
     print(report)
     return 0
 

@@ -25,12 +25,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common.config import ConfigError, parse_config
-from tokenization.coverage import ReportSettings, build_report, load_vocabulary, read_terms, write_report
-from tokenization.instances import DATASET_FORMATS, InputError, corpus_source, dataset_source
+from biomed_lm.config import parse_config
+from biomed_lm.errors import BiomedLMError, InputError, bad_input
+from biomed_lm.resources import resolve_path
+from biomed_lm.tokenization.coverage import ReportSettings, build_report, load_vocabulary, read_terms, write_report
+from biomed_lm.tokenization.instances import DATASET_FORMATS, corpus_source, dataset_source
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_TERMS = REPO_ROOT / "configs" / "terms" / "pubmedbert_table1.txt"
+DEFAULT_TERMS = "configs/terms/pubmedbert_table1.txt"  # shipped: found from any directory
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*\Z")
 CASINGS = {"cased": False, "uncased": True}
 
@@ -41,7 +42,7 @@ class VocabReportArguments:
         "help": "NAME=PATH for each tokenizer to compare (a tokenizer directory or a vocab.txt); "
                 "the first is the baseline that relative changes are measured against"})
     output_dir: str = field(metadata={"help": "where report.md, report.json and the plots are written"})
-    terms: str = field(default=str(DEFAULT_TERMS), metadata={
+    terms: str = field(default=DEFAULT_TERMS, metadata={
         "help": "term list (term<TAB>category per line, '#' comments); an empty string skips the term table"})
     corpus: list[str] = field(default_factory=list, metadata={
         "help": "[NAME=]PATH of a corpus: a prepared corpus directory, text (one document per line), "
@@ -102,12 +103,13 @@ def run(args: VocabReportArguments) -> int:
         raise InputError(f"--dataset-format: several formats for every dataset: {', '.join(shared_format)}")
     sources = [corpus_source(*split_named(spec, "--corpus", name_required=False), text_field=args.text_field)
                for spec in args.corpus]
-    sources += [dataset_source(name, path, formats.get(name, shared_format[0] if shared_format else None))
+    default_format = shared_format[0] if shared_format else None
+    sources += [dataset_source(name, str(resolve_path(path)), formats.get(name, default_format))
                 for name, path in datasets]
 
     settings = ReportSettings(min_pieces=args.min_pieces, top_words=args.top_words,
                               max_instances=args.max_instances)
-    terms = read_terms(args.terms) if args.terms else []
+    terms = read_terms(resolve_path(args.terms)) if args.terms else []
     vocabularies = [load_vocabulary(name, path, CASINGS[casings[name]] if name in casings else None)
                     for name, path in tokenizers]
     report = build_report(vocabularies, sources, terms, args.terms, settings)
@@ -134,9 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         (args,) = parse_config([VocabReportArguments], argv, description=__doc__.split("\n\n")[0])
         return run(args)
-    except (InputError, ConfigError) as err:
-        print(f"vocab_report: error: {err}", file=sys.stderr)
-        return 2
+    except (BiomedLMError, FileNotFoundError) as err:
+        return bad_input("vocab_report", err)
 
 
 if __name__ == "__main__":

@@ -83,8 +83,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pretrain.config import PretrainConfigError
-from pretrain.modeling import IGNORE_INDEX, PretrainingModel, PretrainingOutput
+from biomed_lm.pretrain.config import PretrainConfigError
+from biomed_lm.pretrain.modeling import IGNORE_INDEX, PretrainingModel, PretrainingOutput
 
 Norm = Literal["linf", "l2"]
 NORMS: tuple[str, ...] = ("linf", "l2")

@@ -21,7 +21,7 @@ from typing import Callable, get_args
 import torch
 import torch.nn.functional as F
 
-from pretrain.config import AttentionImplementation
+from biomed_lm.pretrain.config import AttentionImplementation
 
 PADDED = ("hf_sdpa", "hf_eager")
 

@@ -41,6 +41,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from biomed_lm.errors import PretrainError
+
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest"
 TAG_PREFIX = "step-"
@@ -52,7 +54,7 @@ MODEL_STATES = "mp_rank_00_model_states.pt"
 _TAG_PATTERN = re.compile(r"^step-(\d{8})$")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(PretrainError, RuntimeError):
     """No checkpoint can be resumed from although the run has some; the message says what is wrong."""
 
 

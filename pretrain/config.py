@@ -16,8 +16,8 @@ from typing import Any, Literal, Optional
 
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-MODEL_PRESET_DIR = REPO_ROOT / "configs" / "model"
+from biomed_lm.errors import PretrainError
+from biomed_lm.resources import resolve_path, shipped_dir
 
 Optimizer = Literal["adamw", "lamb"]
 Schedule = Literal["slanted_triangular", "polynomial", "constant_with_warmup"]
@@ -30,7 +30,7 @@ AttentionImplementation = Literal["auto", "flash_attn", "sdpa_nested", "varlen",
 ZeroStage = Literal[0, 1, 2]
 
 
-class PretrainConfigError(ValueError):
+class PretrainConfigError(PretrainError, ValueError):
     """Options that cannot work together; raised before anything heavy starts."""
 
 
@@ -152,7 +152,7 @@ class TrainArguments:
 
 def mask_rate_schedule(data: DataArguments):
     """The masking-rate schedule the data arguments describe."""
-    from pretrain.masking import MaskRateSchedule
+    from biomed_lm.pretrain.masking import MaskRateSchedule
 
     end = data.mlm_probability if data.mask_rate_end is None else data.mask_rate_end
     try:
@@ -182,7 +182,8 @@ def _check_preset(path: Path, values: dict[str, Any]) -> None:
 
     from transformers import BertConfig
 
-    from common.config import ConfigError, check_value
+    from biomed_lm.config import check_value
+    from biomed_lm.errors import ConfigError
 
     defaults = BertConfig().to_dict()
     known = set(defaults) | {name for name, p in inspect.signature(BertConfig.__init__).parameters.items()
@@ -209,11 +210,12 @@ def load_model_preset(name_or_path: str) -> dict[str, Any]:
 
     Keys that are not BertConfig fields are refused (with the close matches), and so are sizes
     that are not positive integers and dropouts outside [0, 1]."""
-    path = Path(name_or_path)
+    preset_dir = shipped_dir("configs") / "model"
+    path = resolve_path(name_or_path)
     if not path.suffix:
-        path = MODEL_PRESET_DIR / f"{name_or_path}.yaml"
+        path = preset_dir / f"{name_or_path}.yaml"
     if not path.is_file():
-        presets = sorted(p.stem for p in MODEL_PRESET_DIR.glob("*.yaml"))
+        presets = sorted(p.stem for p in preset_dir.glob("*.yaml"))
         raise PretrainConfigError(f"model {name_or_path!r}: no such preset or file (presets: {', '.join(presets)})")
     values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     if not isinstance(values, dict):

@@ -78,6 +78,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from biomed_lm.errors import PretrainError
+
 FORMAT_VERSION = 1  # bump when the instances or their metadata change meaning
 METADATA_FILE = "pretraining_data.json"
 WORK_DIR = "_work"
@@ -104,7 +106,7 @@ METADATA_KEYS = ("format_version", "tokenizer", "vocab_size", "vocab_sha256", "l
                  "max_seq_length", "nsp", "seed", "short_seq_prob", "dupe_factor", "corpus", "summary")
 
 
-class PretrainingDataError(ValueError):
+class PretrainingDataError(PretrainError, ValueError):
     """Inputs or pretraining data that cannot be used; the message names the path and the problem."""
 
 
@@ -708,7 +710,7 @@ def open_corpus(path: str | os.PathLike):
 
 
 def load_tokenizer_info(path: str | os.PathLike) -> TokenizerInfo:
-    from tokenization.tokenizer_io import load_tokenizer
+    from biomed_lm.tokenization.tokenizer_io import load_tokenizer
 
     p = Path(path)
     if not p.exists():
@@ -947,7 +949,7 @@ def load_pretraining_data(path: str | os.PathLike, tokenizer=None, max_position_
 
     if tokenizer is not None:
         if isinstance(tokenizer, (str, os.PathLike)):
-            from tokenization.tokenizer_io import load_tokenizer
+            from biomed_lm.tokenization.tokenizer_io import load_tokenizer
 
             try:
                 tokenizer = load_tokenizer(tokenizer)

@@ -74,9 +74,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from pretrain.data import vocabulary_fingerprint
-from pretrain.modeling import build_bert
-from tokenization.tokenizer_io import load_tokenizer
+from biomed_lm.errors import PretrainError
+from biomed_lm.pretrain.data import vocabulary_fingerprint
+from biomed_lm.pretrain.modeling import build_bert
+from biomed_lm.tokenization.tokenizer_io import load_tokenizer
 
 if TYPE_CHECKING:
     from transformers import BertConfig, BertForPreTraining
@@ -104,7 +105,7 @@ TOKENIZER_FIELDS = frozenset({"vocab_size", "pad_token_id"})
 _PLACEHOLDER = re.compile(r"\[[^\[\]\s]+\]")
 
 
-class InitializationError(ValueError):
+class InitializationError(PretrainError, ValueError):
     """The requested initialization cannot work; raised before any training, naming the cause."""
 
 

@@ -65,7 +65,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pretrain.config import MaskSchedule
+from biomed_lm.pretrain.config import MaskSchedule
 
 IGNORE_INDEX = -100
 # Added to p * n before flooring, so decimal ties (0.15 x 30 = 4.5) round up despite binary floats.

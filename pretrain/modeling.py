@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pretrain import unpadded
-from pretrain.attention import PADDED
+from biomed_lm.pretrain import unpadded
+from biomed_lm.pretrain.attention import PADDED
 
 IGNORE_INDEX = -100
 

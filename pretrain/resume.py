@@ -23,6 +23,8 @@ import dataclasses
 import json
 from typing import Any
 
+from biomed_lm.errors import PretrainError
+
 # Settings that do not change a single number the run computes (dotted section.field names).
 HARMLESS = frozenset({
     "model.init_checkpoint",  # a path: the weights it held are in the checkpoint
@@ -42,7 +44,7 @@ FIXED = frozenset({"model.init", "model.model", "model.architecture", "data.voca
 ADDED_FIELDS = {"train.schedule_total_steps": 0, "train.continue_from": ""}
 
 
-class ConfigChangeRefused(ValueError):
+class ConfigChangeRefused(PretrainError, ValueError):
     """The resumed run's settings differ from the checkpoint's in a way that breaks it."""
 
 

@@ -37,22 +37,22 @@ from typing import TYPE_CHECKING, Any, Iterator
 import numpy as np
 import torch
 
-from pretrain.checkpoint import (CheckpointError, Selection, checkpoint_tags, latest_tag, load_checkpoint,
-                                 save_checkpoint, select_checkpoint, set_aside_diverged)
-from pretrain.config import (DataArguments, ModelArguments, PretrainConfigError, TrainArguments, create_ds_config,
-                             load_model_preset, mask_rate_schedule, resolve_batch,
-                             schedule_steps)
-from pretrain.divergence import DivergenceGuard, Verdict
-from pretrain.flops import mfu, peak_flops, step_flops_from_counts
-from pretrain.metrics import MetricsLogger
-from pretrain.attention import PADDED
-from pretrain.modeling import PretrainingModel, count_parameters, hf_attention
-from pretrain.preemption import StopRequests, ignore_stop_signals
-from pretrain.resume import apply_learning_rate, compare_continuation, compare_signatures, run_signature
-from pretrain.sampler import BatchPlan
+from biomed_lm.pretrain.attention import PADDED
+from biomed_lm.pretrain.checkpoint import (CheckpointError, Selection, checkpoint_tags, latest_tag, load_checkpoint,
+                                           save_checkpoint, select_checkpoint, set_aside_diverged)
+from biomed_lm.pretrain.config import (DataArguments, ModelArguments, PretrainConfigError, TrainArguments,
+                                       create_ds_config, load_model_preset, mask_rate_schedule, resolve_batch,
+                                       schedule_steps)
+from biomed_lm.pretrain.divergence import DivergenceGuard, Verdict
+from biomed_lm.pretrain.flops import mfu, peak_flops, step_flops_from_counts
+from biomed_lm.pretrain.metrics import MetricsLogger
+from biomed_lm.pretrain.modeling import PretrainingModel, count_parameters, hf_attention
+from biomed_lm.pretrain.preemption import StopRequests, ignore_stop_signals
+from biomed_lm.pretrain.resume import apply_learning_rate, compare_continuation, compare_signatures, run_signature
+from biomed_lm.pretrain.sampler import BatchPlan
 
 if TYPE_CHECKING:
-    from pretrain.adversarial import AdversarialConfig
+    from biomed_lm.pretrain.adversarial import AdversarialConfig
 
 LOG = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class Run:
 
     @property
     def adversarial(self) -> bool:
-        from pretrain.adversarial import AdversarialPretrainingModel
+        from biomed_lm.pretrain.adversarial import AdversarialPretrainingModel
 
         return isinstance(self.model, AdversarialPretrainingModel)
 
@@ -205,7 +205,7 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
                  adversarial: AdversarialConfig | None) -> Run:
     """Check the inputs, build the model and engine, and restore the newest verified checkpoint;
     everything that can be wrong is found here, before any training."""
-    from pretrain.initialization import initialize_model
+    from biomed_lm.pretrain.initialization import initialize_model
 
     model_fields, max_positions = _check_arguments(model_args, data_args, train_args)
     rank, world_size, device = _start_distributed(train_args)
@@ -257,7 +257,7 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
 def _check_arguments(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments
                      ) -> tuple[dict | None, int]:
     """The model preset's fields and the position limit; a bad preset is refused before DeepSpeed starts."""
-    from pretrain.initialization import load_checkpoint_config
+    from biomed_lm.pretrain.initialization import load_checkpoint_config
 
     if not train_args.output_dir:
         raise PretrainConfigError("output_dir is required")
@@ -284,8 +284,8 @@ def _start_distributed(train_args: TrainArguments) -> tuple[int, int, torch.devi
 
 def _load_data(data_args: DataArguments, max_positions: int):
     """The tokenizer, the instances and their metadata (checked against the tokenizer and model)."""
-    from pretrain.data import load_pretraining_data
-    from tokenization.tokenizer_io import load_tokenizer
+    from biomed_lm.pretrain.data import load_pretraining_data
+    from biomed_lm.tokenization.tokenizer_io import load_tokenizer
 
     tokenizer = load_tokenizer(data_args.tokenizer)
     dataset, data_meta = load_pretraining_data(data_args.data_dir, tokenizer=tokenizer,
@@ -347,7 +347,7 @@ def _continue(engine, train_args: TrainArguments, signature: dict[str, Any], ran
 def _continuation_checkpoint(path: Path) -> tuple[Path, str, dict[str, Any]]:
     """(run directory, tag, manifest) of ``--continue-from``: a run directory (its newest verified
     checkpoint) or one checkpoint directory inside one."""
-    from pretrain.checkpoint import CHECKPOINT_DIR, verify_checkpoint
+    from biomed_lm.pretrain.checkpoint import CHECKPOINT_DIR, verify_checkpoint
 
     if path.parent.name == CHECKPOINT_DIR and path.is_dir():
         return path.parent.parent, path.name, verify_checkpoint(path)
@@ -423,9 +423,9 @@ def _pretraining_model(bert, model_args: ModelArguments, data_args: DataArgument
                        adversarial: AdversarialConfig | None, device: torch.device):
     """The trained module around ``bert``: the attention kernel chosen for this device and precision,
     compiled when asked, ALUM's wrapper when on; moved to ``device``."""
-    from pretrain.adversarial import AdversarialPretrainingModel
-    from pretrain.attention import choose_kernel
-    from pretrain.compiling import compile_dense_blocks, should_compile
+    from biomed_lm.pretrain.adversarial import AdversarialPretrainingModel
+    from biomed_lm.pretrain.attention import choose_kernel
+    from biomed_lm.pretrain.compiling import compile_dense_blocks, should_compile
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(train_args.precision, torch.float32)
     try:
@@ -480,7 +480,7 @@ def _architecture(config) -> dict[str, Any]:
 def _build_engine(model, train_args: TrainArguments, world_size: int, device: torch.device):
     import deepspeed
 
-    from pretrain.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
+    from biomed_lm.pretrain.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
 
     # DeepSpeed clips gradients (gradient_clipping), so LAMB's own global-norm pre-normalization,
     # the same operation, is off.
@@ -500,7 +500,7 @@ def _build_engine(model, train_args: TrainArguments, world_size: int, device: to
 
 def _batches(dataset, plan: BatchPlan, data_args: DataArguments, train_args: TrainArguments, tokenizer,
              start_step: int) -> Iterator[dict[str, torch.Tensor]]:
-    from pretrain.masking import MaskingConfig, PretrainingCollator
+    from biomed_lm.pretrain.masking import MaskingConfig, PretrainingCollator
 
     collator = PretrainingCollator.from_tokenizer(
         tokenizer, MaskingConfig(mlm_probability=data_args.mlm_probability, whole_word=data_args.whole_word_masking),

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from pretrain.attention import Sequences, attend
+from biomed_lm.pretrain.attention import Sequences, attend
 
 IGNORE_INDEX = -100
 

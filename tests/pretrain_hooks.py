@@ -38,9 +38,9 @@ def _kill(hooks: dict) -> None:
 
 
 def install(hooks: dict) -> None:
-    import pretrain.checkpoint as checkpoint
-    import pretrain.modeling as modeling
-    import pretrain.trainer as trainer
+    import biomed_lm.pretrain.checkpoint as checkpoint
+    import biomed_lm.pretrain.modeling as modeling
+    import biomed_lm.pretrain.trainer as trainer
 
     account = trainer._account_step
 
@@ -112,7 +112,6 @@ def main() -> None:
     if "--hooks" in args:
         at = args.index("--hooks")
         hooks, args = json.loads(args[at + 1]), args[:at] + args[at + 2:]
-    sys.path.insert(0, str(REPO))
     os.chdir(REPO)
     install(hooks)
     sys.argv = [str(REPO / "launch" / "pretrain.py"), *args]

@@ -20,9 +20,9 @@ HOOKS = REPO / "tests" / "pretrain_hooks.py"
 
 def make_pretraining_inputs(root: Path) -> dict[str, Path]:
     """A small corpus, vocabulary and 64-token instances made with the toolkit's own scripts."""
-    from pretrain.data import PretrainingDataConfig, create_pretraining_data
-    from tokenization.corpus import CorpusConfig, prepare_corpus
-    from tokenization.vocab import VocabConfig, build_vocab
+    from biomed_lm.pretrain.data import PretrainingDataConfig, create_pretraining_data
+    from biomed_lm.tokenization.corpus import CorpusConfig, prepare_corpus
+    from biomed_lm.tokenization.vocab import VocabConfig, build_vocab
 
     prepare_corpus(CorpusConfig(inputs=[str(SAMPLE_DIR / "sywada_PubMedAbstract_1MB.txt")],
                                 output_dir=str(root / "corpus"), min_words=0, num_proc=1))

@@ -14,9 +14,9 @@ import yaml
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from common.config import ConfigError  # noqa: E402
-from experiments.ablation import (ABLATION_FILE, Variant, _pretrain_command, load_ablation_config,  # noqa: E402
-                                  plan_variants, run_ablation)
+from biomed_lm.errors import ConfigError
+from biomed_lm.experiments.ablation import (ABLATION_FILE, Variant, _pretrain_command,  # noqa: E402
+                                            load_ablation_config, plan_variants, run_ablation)
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -13,11 +13,11 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pretrain.adversarial import (AdversarialConfig, AdversarialPretrainingModel, AdversarialPretrainingOutput,
-                                  adversarial_pretraining_loss, adversarial_term, ascent_direction, project,
-                                  symmetric_kl, token_norm)
-from pretrain.config import PretrainConfigError
-from pretrain.modeling import IGNORE_INDEX, PretrainingModel
+from biomed_lm.pretrain.adversarial import (AdversarialConfig, AdversarialPretrainingModel,
+                                            AdversarialPretrainingOutput, adversarial_pretraining_loss,
+                                            adversarial_term, ascent_direction, project, symmetric_kl, token_norm)
+from biomed_lm.pretrain.config import PretrainConfigError
+from biomed_lm.pretrain.modeling import IGNORE_INDEX, PretrainingModel
 from tests.conftest import run_single_rank_deepspeed
 
 VOCAB = 500
@@ -80,8 +80,8 @@ def test_config_rejects_unusable_values(bad):
 
 
 def test_config_parses_beside_the_pretraining_arguments():
-    from common.config import parse_config
-    from pretrain.config import DataArguments, ModelArguments, TrainArguments
+    from biomed_lm.config import parse_config
+    from biomed_lm.pretrain.config import DataArguments, ModelArguments, TrainArguments
 
     *_, adv = parse_config([ModelArguments, DataArguments, TrainArguments, AdversarialConfig],
                            ["--adversarial", "--adv_norm", "l2", "--adv_epsilon", "1e-3", "--adv_steps", "2"])
@@ -361,7 +361,7 @@ DEEPSPEED_SCRIPT = textwrap.dedent("""
     import torch
     import deepspeed
     from transformers import BertConfig, BertForPreTraining
-    from pretrain.adversarial import AdversarialConfig, AdversarialPretrainingModel
+    from biomed_lm.pretrain.adversarial import AdversarialConfig, AdversarialPretrainingModel
 
     logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
     results = {}

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.analysis import MultilevelResult, fit_multilevel, format_p
+from biomed_lm.experiments.analysis import MultilevelResult, fit_multilevel, format_p
 
 # True effects, in points (score × 100).
 OFFSETS = {"BC5CDR-chem": 88.0, "ChemProt": 72.0, "NCBI-disease": 83.0, "PubMedQA": 55.0}

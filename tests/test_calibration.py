@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.calibration import (PAPER000_AS_PRINTED, AblationDesign, CalibrationResult, VarianceComponents,
-                                     approximate_power, calibrate, calibration_markdown, minimum_design,
-                                     simulate_runs)
+from biomed_lm.experiments.calibration import (PAPER000_AS_PRINTED, AblationDesign, CalibrationResult,
+                                               VarianceComponents, approximate_power, calibrate, calibration_markdown,
+                                               minimum_design, simulate_runs)
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = VarianceComponents.paper000()
@@ -98,7 +98,7 @@ def test_result_round_trip_and_markdown():
 
 
 def test_command_writes_and_resumes(tmp_path, capsys):
-    from launch.calibrate import main
+    from biomed_lm.launch.calibrate import main
 
     args = ["--designs", "configs/ablation/demo.yaml", "configs/ablation/demo.yaml:2", "--simulations", "3",
             "--effects", "0", "1", "--output_dir", str(tmp_path)]

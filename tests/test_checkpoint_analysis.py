@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.calibration import AblationDesign, VarianceComponents, simulate_runs
-from experiments.checkpoint_analysis import (CONFOUNDED_CAVEAT, CheckpointsConfounded, analyse_runs,
-                                             fit_checkpoint_model)
+from biomed_lm.experiments.calibration import AblationDesign, VarianceComponents, simulate_runs
+from biomed_lm.experiments.checkpoint_analysis import (CONFOUNDED_CAVEAT, CheckpointsConfounded, analyse_runs,
+                                                       fit_checkpoint_model)
 
 TINY_VARIANTS = tuple({"vocabulary": v, "masking": m} for v, m in itertools.product(("general", "in-domain"),
                                                                                   ("token", "whole-word")))

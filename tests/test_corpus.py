@@ -10,10 +10,10 @@ from datasets import load_from_disk
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launch.prepare_corpus import main as prepare_main
+from biomed_lm.launch.prepare_corpus import main as prepare_main
+from biomed_lm.tokenization.corpus import CorpusConfig, prepare_corpus, resolve
 from tests.conftest import shared_file
 from tests.test_pubmed_xml import article_set, delete, pubmed_article
-from tokenization.corpus import CorpusConfig, prepare_corpus, resolve
 
 WORDS = "the patients received insulin and naloxone while lymphoma cells were counted".split()
 
@@ -109,7 +109,7 @@ def test_resume_reuses_parsed_files_and_refuses_to_clobber(tmp_path, monkeypatch
     with pytest.raises(FileExistsError):
         run(tmp_path, [xml], min_words=1)
 
-    import tokenization.corpus as corpus
+    import biomed_lm.tokenization.corpus as corpus
 
     def no_parsing(*args, **kwargs):
         raise AssertionError("an already parsed file was parsed again")

@@ -17,10 +17,10 @@ from datasets import load_from_disk
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launch.prepare_corpus import main as prepare_main
+from biomed_lm.launch.prepare_corpus import main as prepare_main
+from biomed_lm.tokenization.corpus import CorpusConfig, NoUsableInput, prepare_corpus, resolve
+from biomed_lm.tokenization.sources import input_format, iter_jsonl, sniff_binary
 from tests.test_pubmed_xml import article_set, delete, pubmed_article
-from tokenization.corpus import CorpusConfig, NoUsableInput, prepare_corpus, resolve
-from tokenization.sources import input_format, iter_jsonl, sniff_binary
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10\x00\x00\x00\x10\x08\x06\x00\x00\x00\x1f\xf3\xffa"
 

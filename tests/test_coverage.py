@@ -10,17 +10,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from tokenization.coverage import (
-    PIECE_BUCKETS, ReportSettings, Segmentation, build_report, count_words, load_vocabulary, parse_terms,
-    read_terms, render_markdown, segment_sample, shattered_words, source_statistics, term_table,
-    vocabulary_overlap,
-)
-from tokenization.words import WordSplitter
-from tokenization.instances import (
-    DatasetFormatError, InputError, corpus_source, dataset_source, detect_dataset_format,
-)
+from biomed_lm.errors import InputError
+from biomed_lm.tokenization.coverage import (PIECE_BUCKETS, ReportSettings, Segmentation, build_report, count_words,
+                                             load_vocabulary, parse_terms, read_terms, render_markdown, segment_sample,
+                                             shattered_words, source_statistics, term_table, vocabulary_overlap)
+from biomed_lm.tokenization.instances import DatasetFormatError, corpus_source, dataset_source, detect_dataset_format
+from biomed_lm.tokenization.words import WordSplitter
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

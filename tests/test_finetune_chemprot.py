@@ -21,10 +21,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import finetune.trainer as trainer  # noqa: E402
-from finetune.datasets import DatasetFormatError, load_blurb_dataset  # noqa: E402
-from finetune.relation_inputs import PLACEHOLDER_PAIRS, pair_from_placeholders  # noqa: E402
-from finetune.trainer import RUN_RECORD, FinetuneArgs, run_finetune  # noqa: E402
+import biomed_lm.finetune.trainer as trainer  # noqa: E402
+from biomed_lm.finetune.datasets import DatasetFormatError, load_blurb_dataset  # noqa: E402
+from biomed_lm.finetune.relation_inputs import PLACEHOLDER_PAIRS, pair_from_placeholders  # noqa: E402
+from biomed_lm.finetune.trainer import RUN_RECORD, FinetuneArgs, run_finetune  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,16 +10,17 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from finetune.datasets import (
-    ACCURACY, BLURB_DATASETS, DEFAULT_SPLIT_SEED, ENTITY_F1, F1_POSITIVE, HOC_HALLMARKS, METRICS,
-    MICRO_F1_MULTILABEL, MICRO_F1_POSITIVE, PEARSON, PICO_TOKEN_MACRO_F1, TASK_TYPES, DatasetFormatError,
-    DocumentExample, Entity, MissingDatasetFileError, PicoExample, QAExample, RelationExample,
-    SentencePairExample, TokenTaggingExample, UnknownDatasetError, blurb_dataset_names, blurb_spec,
-    canonical_dataset_name, load_blurb_dataset, load_generic_dataset, seeded_partition,
-)
-from tokenization.instances import InputError
+from biomed_lm.errors import InputError
+from biomed_lm.finetune.datasets import (ACCURACY, BLURB_DATASETS, DEFAULT_SPLIT_SEED, ENTITY_F1, F1_POSITIVE,
+                                         HOC_HALLMARKS, METRICS, MICRO_F1_MULTILABEL, MICRO_F1_POSITIVE, PEARSON,
+                                         PICO_TOKEN_MACRO_F1, TASK_TYPES, DatasetFormatError, DocumentExample, Entity,
+                                         MissingDatasetFileError, PicoExample, QAExample, RelationExample,
+                                         SentencePairExample, TokenTaggingExample, UnknownDatasetError,
+                                         blurb_dataset_names, blurb_spec, canonical_dataset_name, load_blurb_dataset,
+                                         load_generic_dataset, seeded_partition)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

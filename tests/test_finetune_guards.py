@@ -17,11 +17,10 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from finetune.datasets import DatasetFormatError, load_generic_dataset  # noqa: E402
-from finetune.model_check import check_model, resolve_model_dir  # noqa: E402
-from finetune.trainer import FinetuneArgs, run_finetune  # noqa: E402
-from tokenization.instances import InputError  # noqa: E402
-
+from biomed_lm.errors import InputError
+from biomed_lm.finetune.datasets import DatasetFormatError, load_generic_dataset  # noqa: E402
+from biomed_lm.finetune.model_check import check_model, resolve_model_dir  # noqa: E402
+from biomed_lm.finetune.trainer import FinetuneArgs, run_finetune  # noqa: E402
 from tests.conftest import REPO, ncbi_slice  # noqa: E402
 
 

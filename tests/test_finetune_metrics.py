@@ -21,12 +21,11 @@ from seqeval.scheme import BILOU, IOB2
 from sklearn.metrics import f1_score as sk_f1
 from sklearn.preprocessing import MultiLabelBinarizer
 
-from finetune.metrics import (BLURB_DATASETS, BLURB_METRIC_OF, BLURB_TASK_OF, BLURB_TASK_TYPES,
-                              METRIC_IDS, BlurbScore, MeanStd, accuracy, binary_f1, blurb_score,
-                              canonical_dataset_name, compute_metric, entity_f1, mean_std,
-                              micro_f1_multilabel, micro_f1_positive, pearson,
-                              pico_token_macro_f1)
-from finetune.tagging import TagSequenceError, convert_tags, from_spans, is_lossless_to_io
+from biomed_lm.finetune.metrics import (BLURB_DATASETS, BLURB_METRIC_OF, BLURB_TASK_OF, BLURB_TASK_TYPES, METRIC_IDS,
+                                        BlurbScore, MeanStd, accuracy, binary_f1, blurb_score, canonical_dataset_name,
+                                        compute_metric, entity_f1, mean_std, micro_f1_multilabel, micro_f1_positive,
+                                        pearson, pico_token_macro_f1)
+from biomed_lm.finetune.tagging import TagSequenceError, convert_tags, from_spans, is_lossless_to_io
 
 PROPS = settings(max_examples=200, deadline=None)
 
@@ -429,7 +428,7 @@ def test_every_blurb_dataset_has_a_task_type_and_a_metric():
 def test_blurb_tables_match_the_dataset_registry():
     # The loaders (finetune/datasets.py) and the scorer must name datasets, task types and
     # metrics alike, or a loaded dataset would be scored with the wrong metric or grouped wrong.
-    datasets = pytest.importorskip("finetune.datasets")
+    datasets = pytest.importorskip("biomed_lm.finetune.datasets")
     assert datasets.blurb_dataset_names() == BLURB_DATASETS
     assert tuple(BLURB_TASK_TYPES) == datasets.TASK_TYPES
     assert set(datasets.METRICS) == set(METRIC_IDS)

@@ -12,17 +12,9 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from finetune.modeling import (
-    CRF,
-    IGNORE_INDEX,
-    MultiTokenTaggingModel,
-    SequenceClassificationModel,
-    TokenTaggingModel,
-    gather_positions,
-    gather_words,
-    load_encoder,
-    max_pool_spans,
-)
+from biomed_lm.finetune.modeling import (CRF, IGNORE_INDEX, MultiTokenTaggingModel, SequenceClassificationModel,
+                                         TokenTaggingModel, gather_positions, gather_words, load_encoder,
+                                         max_pool_spans)
 
 VOCAB = 50
 
@@ -446,7 +438,7 @@ def test_load_encoder_warns_about_weights_missing_from_the_checkpoint(tmp_path):
 
     from transformers import BertConfig, BertModel
 
-    from finetune.modeling import load_encoder
+    from biomed_lm.finetune.modeling import load_encoder
 
     BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                          intermediate_size=32)).save_pretrained(tmp_path)

@@ -17,14 +17,12 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import finetune.sweep as sweep  # noqa: E402
-from finetune.metrics import BLURB_DATASETS  # noqa: E402
-from finetune.sweep import (PROTOCOL, SweepArgs, collect_runs, format_table, plan_sweep, run_sweep,  # noqa: E402
-                            summarize)
-from finetune.datasets import blurb_spec  # noqa: E402
-from finetune.trainer import RUN_RECORD, FinetuneArgs, run_finetune  # noqa: E402
-from tokenization.instances import InputError  # noqa: E402
-
+import biomed_lm.finetune.sweep as sweep  # noqa: E402
+from biomed_lm.errors import InputError
+from biomed_lm.finetune.datasets import blurb_spec  # noqa: E402
+from biomed_lm.finetune.metrics import BLURB_DATASETS  # noqa: E402
+from biomed_lm.finetune.sweep import PROTOCOL, SweepArgs, collect_runs, format_table, plan_sweep, run_sweep, summarize  # noqa: E402
+from biomed_lm.finetune.trainer import RUN_RECORD, FinetuneArgs, run_finetune  # noqa: E402
 from tests.conftest import ncbi_slice  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

@@ -22,12 +22,12 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import finetune.trainer as trainer  # noqa: E402
-from finetune.datasets import load_blurb_dataset  # noqa: E402
-from finetune.relation_inputs import ENTITY_MARKERS  # noqa: E402
-from finetune.tagging import is_valid_tags, split_tag, tag_labels, validate_tags  # noqa: E402
-from finetune.trainer import QA_MAX_LENGTH, RUN_RECORD, FinetuneArgs, run_finetune  # noqa: E402
-from tokenization.instances import InputError  # noqa: E402
+import biomed_lm.finetune.trainer as trainer  # noqa: E402
+from biomed_lm.errors import InputError
+from biomed_lm.finetune.datasets import load_blurb_dataset  # noqa: E402
+from biomed_lm.finetune.relation_inputs import ENTITY_MARKERS  # noqa: E402
+from biomed_lm.finetune.tagging import is_valid_tags, split_tag, tag_labels, validate_tags  # noqa: E402
+from biomed_lm.finetune.trainer import QA_MAX_LENGTH, RUN_RECORD, FinetuneArgs, run_finetune  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 BLURB = REPO.parent / "shared" / "data" / "blurb"
@@ -183,7 +183,7 @@ def test_ner_schemes_and_layers(tiny_bert, ner_data, tmp_path, predictions, sche
 def test_ner_file_in_bioes_or_bioul_is_read_in_its_own_scheme(tiny_bert, tmp_path, predictions, spelling):
     """A generic NER file may be written in BIOES (S-/E-) or BIOUL (U-/L-): its entities are the
     same as the BIO file's, whatever scheme the model is trained in."""
-    from finetune.tagging import convert_tags
+    from biomed_lm.finetune.tagging import convert_tags
 
     single, last = ("S", "E") if spelling == "bioes" else ("U", "L")
     data = tmp_path / spelling

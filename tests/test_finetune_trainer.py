@@ -18,10 +18,9 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from finetune.datasets import TokenTaggingExample  # noqa: E402
-from finetune.trainer import FinetuneArgs, RUN_RECORD, run_finetune, word_windows  # noqa: E402
-from tokenization.instances import InputError  # noqa: E402
-
+from biomed_lm.errors import InputError
+from biomed_lm.finetune.datasets import TokenTaggingExample  # noqa: E402
+from biomed_lm.finetune.trainer import RUN_RECORD, FinetuneArgs, run_finetune, word_windows  # noqa: E402
 from tests.conftest import ncbi_slice  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,7 +51,7 @@ def test_word_windows_keep_every_word():
 def test_long_sentence_is_windowed_without_losing_words(tiny_bert):
     from transformers import AutoTokenizer
 
-    from finetune.trainer import _tagging_features
+    from biomed_lm.finetune.trainer import _tagging_features
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
     words = ("Germline mutations of the adenomatous polyposis coli gene cause familial adenomatous "
@@ -145,7 +144,7 @@ def test_deepspeed_run_matches_the_record_of_a_plain_run(tiny_bert, tmp_path):
     plain = run_finetune(_args(tiny_bert, data, tmp_path / "plain", max_length=32), log=lambda m: None).record
     script = f"""
 import json
-from finetune.trainer import FinetuneArgs, run_finetune
+from biomed_lm.finetune.trainer import FinetuneArgs, run_finetune
 args = FinetuneArgs(model={str(tiny_bert)!r}, dataset="ncbi-disease", data_dir={str(data)!r},
                     output_dir={str(tmp_path / "ds")!r}, learning_rate=5e-4, batch_size=8, epochs=2, seed=1,
                     max_length=32, deepspeed=True)

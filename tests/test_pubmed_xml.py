@@ -6,10 +6,9 @@ import gzip
 import random
 import zlib
 
-
+from biomed_lm.tokenization.pubmed_xml import Citation, Deletion, iter_pubmed_records
+from biomed_lm.tokenization.sources import Problem
 from tests.conftest import shared_file
-from tokenization.pubmed_xml import Citation, Deletion, iter_pubmed_records
-from tokenization.sources import Problem
 
 
 def medline_citation(pmid: str, abstract: str | list[tuple[str, str]] = "", title: str = "A title.",
@@ -170,7 +169,7 @@ def test_concatenated_gzip_members(tmp_path):
 
 
 def test_records_straddling_read_blocks(tmp_path, monkeypatch):
-    import tokenization.pubmed_xml as px
+    import biomed_lm.tokenization.pubmed_xml as px
 
     monkeypatch.setattr(px, "READ_BLOCK", 97)  # tiny blocks: every record crosses several
     records = [pubmed_article(str(i), f"Text {i}.") for i in range(1, 60)]

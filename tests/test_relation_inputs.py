@@ -10,22 +10,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from finetune.relation_inputs import (
-    CHEMPROT_TYPE_MAP,
-    DDI_TYPE_MAP,
-    ENTITY_MARKERS,
-    MODEL_INPUT_KEYS,
-    EntitiesDoNotFitError,
-    Entity,
-    add_marker_tokens,
-    collate_relation_features,
-    dummify,
-    encode_relation_example,
-    entities_from_placeholders,
-    insert_markers,
-    placeholder,
-    transform_text,
-)
+from biomed_lm.finetune.relation_inputs import (CHEMPROT_TYPE_MAP, DDI_TYPE_MAP, ENTITY_MARKERS, MODEL_INPUT_KEYS,
+                                                EntitiesDoNotFitError, Entity, add_marker_tokens,
+                                                collate_relation_features, dummify, encode_relation_example,
+                                                entities_from_placeholders, insert_markers, placeholder, transform_text)
 from tests.conftest import shared_file
 
 TEXT = "Mutations in BRCA1 cause hereditary breast cancer in women."
@@ -303,7 +291,7 @@ def test_entities_too_far_apart_error_or_clip(tokenizer):
 def test_collated_features_run_through_a_resized_model(marked_tokenizer):
     from transformers import BertConfig, BertModel
 
-    from finetune.modeling import SequenceClassificationModel
+    from biomed_lm.finetune.modeling import SequenceClassificationModel
 
     texts = [(TEXT, [GENE, DISEASE]), ("The BRCA1 gene.", [Entity(4, 9, "GENE"), Entity(10, 14, "X")])]
     features = [encode_relation_example(text, entities, marked_tokenizer, "markers", max_length=64) | {"labels": label}

@@ -30,15 +30,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pretrain.checkpoint import (DAMAGED_PREFIX, LATEST, MANIFEST, CheckpointError, Selection, _prune,
-                                 checkpoints_root, required_files, rng_file, select_checkpoint, tag_for,
-                                 verify_checkpoint, write_manifest)
-from pretrain.config import DataArguments, ModelArguments, TrainArguments
-from pretrain.divergence import DivergenceGuard, Verdict
-from pretrain.metrics import MetricsLogger, read_metrics_file
-from pretrain.optim import SCHEDULE_NAMES, ScheduleConfig, build_lr_scheduler
-from pretrain.preemption import STOP_SIGNALS, StopRequests, ignore_stop_signals
-from pretrain.resume import ConfigChangeRefused, apply_learning_rate, compare_signatures, run_signature
+from biomed_lm.pretrain.checkpoint import (DAMAGED_PREFIX, LATEST, MANIFEST, CheckpointError, Selection, _prune,
+                                           checkpoints_root, required_files, rng_file, select_checkpoint, tag_for,
+                                           verify_checkpoint, write_manifest)
+from biomed_lm.pretrain.config import DataArguments, ModelArguments, TrainArguments
+from biomed_lm.pretrain.divergence import DivergenceGuard, Verdict
+from biomed_lm.pretrain.metrics import MetricsLogger, read_metrics_file
+from biomed_lm.pretrain.optim import SCHEDULE_NAMES, ScheduleConfig, build_lr_scheduler
+from biomed_lm.pretrain.preemption import STOP_SIGNALS, StopRequests, ignore_stop_signals
+from biomed_lm.pretrain.resume import ConfigChangeRefused, apply_learning_rate, compare_signatures, run_signature
 
 SETTINGS = settings(max_examples=60, deadline=None)
 FILE_SETTINGS = settings(max_examples=30, deadline=None)  # examples that write and hash files
@@ -85,7 +85,7 @@ def listed_files(folder: Path) -> list[str]:
 def edit_manifest(folder: Path, edit, resign: bool = True) -> None:
     """Change the manifest; ``resign`` recomputes its own checksum (a manifest written wrong, as
     opposed to one changed afterwards, which the self-checksum catches)."""
-    from pretrain.checkpoint import _self_checksum
+    from biomed_lm.pretrain.checkpoint import _self_checksum
 
     manifest = json.loads((folder / MANIFEST).read_text())
     edit(manifest)
@@ -964,7 +964,7 @@ def test_a_resumed_logger_keeps_complete_records_up_to_its_step_and_drops_the_ba
     path = tmp_path / "metrics.jsonl"
     lines = [json.dumps(record(step)) for step in range(1, 7)]
     path.write_text("".join(line + "\n" for line in lines) + json.dumps(record(7))[:11], encoding="utf-8")
-    with caplog.at_level(logging.WARNING, logger="pretrain.metrics"):
+    with caplog.at_level(logging.WARNING, logger="biomed_lm.pretrain.metrics"):
         logger = MetricsLogger(tmp_path, enabled=True, wandb_mode="disabled", wandb_project="p", run_name="r",
                                config={"train": {"seed": 1}}, total_steps=10, initial_step=initial_step)
     try:
@@ -982,7 +982,7 @@ def test_a_resumed_logger_keeps_complete_records_up_to_its_step_and_drops_the_ba
 def test_a_clean_metrics_file_gives_no_warning(tmp_path, caplog):
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps(record(step)) + "\n" for step in range(1, 4)), encoding="utf-8")
-    with caplog.at_level(logging.WARNING, logger="pretrain.metrics"):
+    with caplog.at_level(logging.WARNING, logger="biomed_lm.pretrain.metrics"):
         MetricsLogger(tmp_path, enabled=True, wandb_mode="disabled", wandb_project="p", run_name="r", config={},
                       total_steps=10, initial_step=2).close()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -19,9 +19,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from experiments.report import (ROW_COLUMNS, AblationError, analysis_factors, collect_rows, load_ablation,
-                                plot_pretraining_loss, read_pretraining_metrics, results_table, run_analysis,
-                                write_report)
+from biomed_lm.experiments.report import (ROW_COLUMNS, AblationError, analysis_factors, collect_rows, load_ablation,
+                                          plot_pretraining_loss, read_pretraining_metrics, results_table, run_analysis,
+                                          write_report)
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -107,7 +107,7 @@ def build_ablation(root: Path) -> Path:
 
 def _analysis_importable() -> bool:
     try:
-        return importlib.util.find_spec("experiments.analysis") is not None
+        return importlib.util.find_spec("biomed_lm.experiments.analysis") is not None
     except (ImportError, ValueError):
         return False
 
@@ -299,15 +299,15 @@ class _FakeResult:
 
 
 def _fake_analysis(monkeypatch, fit):
-    module = types.ModuleType("experiments.checkpoint_analysis")
+    module = types.ModuleType("biomed_lm.experiments.checkpoint_analysis")
     module.analyse_runs = lambda rows, factors, specification: fit(rows, factors)
-    monkeypatch.setitem(sys.modules, "experiments.checkpoint_analysis", module)
+    monkeypatch.setitem(sys.modules, "biomed_lm.experiments.checkpoint_analysis", module)
 
 
 def test_run_analysis_reports_why_it_is_absent(ablation_dir, monkeypatch):
     ablation = load_ablation(ablation_dir)
     rows = collect_rows(ablation)
-    monkeypatch.setitem(sys.modules, "experiments.checkpoint_analysis", None)  # import fails
+    monkeypatch.setitem(sys.modules, "biomed_lm.experiments.checkpoint_analysis", None)  # import fails
     assert "could not be imported" in run_analysis(ablation, rows).reason
 
     def failing(rows, factors, **kwargs):
@@ -327,8 +327,8 @@ def test_report_with_a_fit_writes_analysis_files_and_reading(ablation_dir, tmp_p
         return _FakeResult()
 
     _fake_analysis(monkeypatch, fit)
-    monkeypatch.setattr("experiments.report.plot_test_scores", lambda *a: _skipped("Test scores"))
-    monkeypatch.setattr("experiments.report.plot_cost", lambda *a: _skipped("Cost"))
+    monkeypatch.setattr("biomed_lm.experiments.report.plot_test_scores", lambda *a: _skipped("Test scores"))
+    monkeypatch.setattr("biomed_lm.experiments.report.plot_cost", lambda *a: _skipped("Cost"))
     report = write_report(ablation_dir, tmp_path / "out")
     assert seen["factors"] == {"vocabulary": "general"} and len(seen["rows"]) == 24
     assert (tmp_path / "out" / "analysis.md").read_text(encoding="utf-8") == "# fake analysis\n"
@@ -346,7 +346,7 @@ def test_report_with_a_fit_writes_analysis_files_and_reading(ablation_dir, tmp_p
 
 
 def _skipped(title):
-    from experiments.report import PlotResult
+    from biomed_lm.experiments.report import PlotResult
 
     return PlotResult(title, None, "skipped in this test")
 
@@ -371,9 +371,9 @@ def test_launch_exits_2_on_a_bad_dir_and_0_on_a_good_one(ablation_dir, tmp_path,
     assert main(["--ablation_dir", str(tmp_path / "empty")]) == 2
     assert "ablation.json: not found" in capsys.readouterr().err
 
-    monkeypatch.setattr("experiments.report.plot_test_scores", lambda *a: _skipped("Test scores"))
-    monkeypatch.setattr("experiments.report.plot_cost", lambda *a: _skipped("Cost"))
-    monkeypatch.setattr("experiments.report.plot_pretraining_loss", lambda *a: _skipped("Loss"))
+    monkeypatch.setattr("biomed_lm.experiments.report.plot_test_scores", lambda *a: _skipped("Test scores"))
+    monkeypatch.setattr("biomed_lm.experiments.report.plot_cost", lambda *a: _skipped("Cost"))
+    monkeypatch.setattr("biomed_lm.experiments.report.plot_pretraining_loss", lambda *a: _skipped("Loss"))
     assert main(["--ablation_dir", str(ablation_dir), "--output_dir", str(tmp_path / "cli")]) == 0
     assert capsys.readouterr().out.strip() == str(tmp_path / "cli" / "report.md")
     assert (tmp_path / "cli" / "results.csv").is_file()

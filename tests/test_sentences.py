@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenization.sentences import split_sentences
+from biomed_lm.tokenization.sentences import split_sentences
 
 
 def test_biomedical_abbreviations_and_decimals():

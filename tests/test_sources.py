@@ -5,7 +5,8 @@ from __future__ import annotations
 import gzip
 import json
 
-from tokenization.sources import Problem, detect_format, expand_inputs, iter_blocks, iter_jsonl, iter_lines, iter_texts
+from biomed_lm.tokenization.sources import (Problem, detect_format, expand_inputs, iter_blocks, iter_jsonl, iter_lines,
+                                            iter_texts)
 
 
 def test_expand_inputs_orders_and_reports_missing(tmp_path):

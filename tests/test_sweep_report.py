@@ -19,11 +19,9 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from finetune.sweep import SweepArgs, run_sweep  # noqa: E402
-from finetune.sweep_report import (FIGURES_DIR, MIB, REPORT_FILE, REPORT_JSON, SweepReportError,  # noqa: E402
-                                   collect_study, dev_grid, grid_cells, parse_sweep_specs,
-                                   write_sweep_report)
-
+from biomed_lm.finetune.sweep import SweepArgs, run_sweep  # noqa: E402
+from biomed_lm.finetune.sweep_report import (FIGURES_DIR, MIB, REPORT_FILE, REPORT_JSON, SweepReportError,  # noqa: E402
+                                             collect_study, dev_grid, grid_cells, parse_sweep_specs, write_sweep_report)
 from tests.conftest import ncbi_slice  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,7 +111,7 @@ def test_report_of_a_tiny_sweep_has_a_heatmap_per_model_and_a_cost_row_matching_
 
 
 def test_entry_script_writes_the_report_and_labels_by_directory_name(tiny_study, tmp_path):
-    from launch.sweep_report import main
+    from biomed_lm.launch.sweep_report import main
 
     out = tmp_path / "by_name"
     args = ["--sweeps", str(tiny_study["two-layer"]), f"small={tiny_study['one-layer']}", "--output_dir", str(out)]
@@ -125,8 +123,8 @@ def test_entry_script_writes_the_report_and_labels_by_directory_name(tiny_study,
 # ----------------------------------------------------------------------- on hand-made records
 
 def test_the_example_config_is_paper_001s_grid():
-    from common.config import parse_config
-    from finetune.sweep import plan_sweep
+    from biomed_lm.config import parse_config
+    from biomed_lm.finetune.sweep import plan_sweep
 
     (args,) = parse_config([SweepArgs], ["--config", str(REPO / "configs" / "blurb" / "paper001_ner_sweep.yaml"),
                                          "--model", "m", "--output_dir", "o"])

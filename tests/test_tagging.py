@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from seqeval.metrics.sequence_labeling import get_entities
 from seqeval.scheme import BILOU, IOB2, Entities
 
-from finetune.tagging import (SCHEMES, TagSequenceError, convert_tags, from_spans,
-                              is_lossless_to_io, is_valid_tags, make_tag, normalize_scheme,
-                              repair_tags, split_tag, tag_labels, to_spans, validate_tags)
+from biomed_lm.finetune.tagging import (SCHEMES, TagSequenceError, convert_tags, from_spans, is_lossless_to_io,
+                                        is_valid_tags, make_tag, normalize_scheme, repair_tags, split_tag, tag_labels,
+                                        to_spans, validate_tags)
 
 PROPS = settings(max_examples=300, deadline=None)
 # "" is the bare-prefix type ("B", "I"); "gene-protein" checks that only the first hyphen splits.

@@ -12,11 +12,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pretrain.adversarial import AdversarialConfig, AdversarialPretrainingModel
-from pretrain.attention import KERNELS, Sequences, attend, choose_kernel, why_not
-from pretrain.masking import MaskingConfig, PretrainingCollator
-from pretrain.modeling import PretrainingModel
-from pretrain.unpadded import pad_back, unpad
+from biomed_lm.pretrain.adversarial import AdversarialConfig, AdversarialPretrainingModel
+from biomed_lm.pretrain.attention import KERNELS, Sequences, attend, choose_kernel, why_not
+from biomed_lm.pretrain.masking import MaskingConfig, PretrainingCollator
+from biomed_lm.pretrain.modeling import PretrainingModel
+from biomed_lm.pretrain.unpadded import pad_back, unpad
 
 VOCAB, PAD, CLS, SEP, MASK = 120, 0, 2, 3, 4
 TOLERANCE = 1e-5
@@ -175,7 +175,7 @@ def test_every_cpu_kernel_matches_eager_attention_and_its_gradients(kernel):
 
 def test_flex_document_mask_matches_eager_attention_forward_on_cpu():
     """FlexAttention trains on CUDA only; its document mask is checked here on CPU, forward."""
-    from pretrain.attention import flex
+    from biomed_lm.pretrain.attention import flex
 
     offsets = (0, 13, 14, 54, 61)
     seqs = Sequences(torch.tensor(offsets, dtype=torch.int32), offsets, 40)
@@ -221,7 +221,7 @@ def test_compiled_dense_blocks_give_the_same_gradients_with_a_bounded_number_of_
     """Compiled in place (aot_eager here: the tracing and graph capture of inductor without its
     C++ build), with token counts bucketed: the same numbers, the same parameter names, and one
     graph per block type whatever the batch's lengths."""
-    from pretrain.compiling import compile_dense_blocks, compiled_graphs
+    from biomed_lm.pretrain.compiling import compile_dense_blocks, compiled_graphs
 
     bert = tiny_bert()
     reference = PretrainingModel(copy.deepcopy(bert), attention="sdpa_loop", pad_to_multiple_of=64)

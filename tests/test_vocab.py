@@ -20,13 +20,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenization.coverage import count_words, load_vocabulary, segment_sample, source_statistics
-from tokenization.instances import dataset_source
-from tokenization.tokenizer_io import CasingMismatchError, bert_normalizer, load_tokenizer
-from tokenization.vocab import (CONTINUATION_PREFIX, CORE_SPECIAL_TOKENS, UNIGRAM_MODEL_FILE, BertWordCounter,
-                                EmptyCorpusError, OutputExistsError, VocabBuildError, VocabConfig, VocabSizeError,
-                                assemble_vocab, bert_word_counts, build_vocab, special_tokens,
-                                spm_pieces_to_wordpieces, train_vocab)
+from biomed_lm.tokenization.coverage import count_words, load_vocabulary, segment_sample, source_statistics
+from biomed_lm.tokenization.instances import dataset_source
+from biomed_lm.tokenization.tokenizer_io import CasingMismatchError, bert_normalizer, load_tokenizer
+from biomed_lm.tokenization.vocab import (CONTINUATION_PREFIX, CORE_SPECIAL_TOKENS, UNIGRAM_MODEL_FILE, BertWordCounter,
+                                          EmptyCorpusError, OutputExistsError, VocabBuildError, VocabConfig,
+                                          VocabSizeError, assemble_vocab, bert_word_counts, build_vocab, special_tokens,
+                                          spm_pieces_to_wordpieces, train_vocab)
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "sample" / "sywada_PubMedAbstract_1MB.txt"

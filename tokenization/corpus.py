@@ -34,9 +34,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tokenization.pubmed_xml import Deletion, iter_pubmed_records
-from tokenization.sources import (JSONL, TEXT, XML, Problem, accepted_suffixes, expand_inputs, input_format,
-                                   iter_jsonl, iter_lines, sniff_binary, suffix_of)
+from biomed_lm.errors import TokenizationError
+from biomed_lm.tokenization.pubmed_xml import Deletion, iter_pubmed_records
+from biomed_lm.tokenization.sources import (JSONL, TEXT, XML, Problem, accepted_suffixes, expand_inputs, input_format,
+                                            iter_jsonl, iter_lines, sniff_binary, suffix_of)
 
 PARSED_SCHEMA = pa.schema([
     ("key", pa.int64()),          # PMID, or a negative 63-bit text hash for documents without one
@@ -92,7 +93,7 @@ class CorpusConfig:
         return input_format(path, self.format)
 
 
-class NoUsableInput(ValueError):
+class NoUsableInput(TokenizationError, ValueError):
     """Nothing could be kept from the inputs: no dataset was written. ``summary`` says why
     (it is also in ``<output_dir>/summary.json``)."""
 
@@ -338,7 +339,7 @@ def _read_columns(shards: list[Path], names: list[str]) -> pa.Table:
 
 def build_documents(batch: dict, include_title: bool) -> dict:
     """Batched ``datasets.map`` function: parsed rows -> documents with sentences."""
-    from tokenization.sentences import split_sentences
+    from biomed_lm.tokenization.sentences import split_sentences
 
     texts, sentences = [], []
     for title, abstract in zip(batch["title"], batch["abstract"]):

@@ -44,8 +44,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from tokenization.instances import DatasetFile, InputError, Source
-from tokenization.tokenizer_io import load_tokenizer, recorded_lowercase
+from biomed_lm.errors import InputError
+from biomed_lm.tokenization.instances import DatasetFile, Source
+from biomed_lm.tokenization.tokenizer_io import load_tokenizer, recorded_lowercase
 
 LOG = logging.getLogger(__name__)
 

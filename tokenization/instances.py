@@ -36,8 +36,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Iterable, Iterator, Mapping
 
-from tokenization.sources import JSONL, XML, Problem, detect_format, is_prepared_corpus, iter_lines, iter_texts
-from tokenization.words import WordSplitter
+from biomed_lm.errors import InputError  # noqa: F401  (re-exported: readers and scripts import it from here)
+from biomed_lm.tokenization.sources import (JSONL, XML, Problem, detect_format, is_prepared_corpus, iter_lines,
+                                            iter_texts)
+from biomed_lm.tokenization.words import WordSplitter
 
 CORPUS = "corpus"
 DATASET = "dataset"
@@ -46,10 +48,6 @@ DATASET = "dataset"
 NON_DATA_PREFIXES = ("license", "readme", "copying", "notice", "citation")
 NON_DATA_SUFFIXES = (".md", ".rst", ".html", ".pdf", ".py", ".sh", ".yaml", ".yml", ".cfg", ".ini")
 DETECTION_PEEK_LINES = 40  # non-blank lines a format is judged on
-
-
-class InputError(ValueError):
-    """An input (file, directory, option value) that cannot be used; the message names it."""
 
 
 class DatasetFormatError(InputError):

@@ -23,7 +23,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from tokenization.sources import Problem, StreamDamage, iter_blocks
+from biomed_lm.tokenization.sources import Problem, StreamDamage, iter_blocks
 
 READ_BLOCK = 1 << 22           # 4 MiB of decompressed XML per read
 MAX_RECORD_BYTES = 1 << 26     # a record larger than 64 MiB is certainly damage, not a citation

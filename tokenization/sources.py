@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from biomed_lm.resources import resolve_path
+
 XML = "pubmed-xml"
 JSONL = "jsonl"
 TEXT = "text"
@@ -197,6 +199,8 @@ def expand_inputs(specs: Iterable[str]) -> tuple[list[Path], list[Problem]]:
     problems: list[Problem] = []
     seen: set[Path] = set()
     for spec in specs:
+        if not any(ch in spec for ch in "*?["):
+            spec = str(resolve_path(spec))  # the shipped sample (data/sample/...) from any directory
         if any(ch in spec for ch in "*?["):
             matches = sorted((m for m in glob.glob(spec, recursive=True)
                               if os.path.isfile(m) and not m.lower().endswith(SIDECAR_SUFFIXES)))
@@ -326,7 +330,7 @@ def iter_texts(specs: str | os.PathLike | Iterable[str | os.PathLike], text_fiel
         for path in files:
             fmt = detect_format(path)
             if fmt == XML:
-                from tokenization.pubmed_xml import iter_pubmed_records, Citation
+                from biomed_lm.tokenization.pubmed_xml import Citation, iter_pubmed_records
 
                 for item in iter_pubmed_records(path):
                     if isinstance(item, Citation) and (item.title or item.abstract):

@@ -14,12 +14,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from biomed_lm.errors import TokenizationError
+
 SPECIAL_TOKENS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]",
                   "sep_token": "[SEP]", "mask_token": "[MASK]"}
 VOCAB_CARD = "vocab_card.json"
 
 
-class CasingMismatchError(ValueError):
+class CasingMismatchError(TokenizationError, ValueError):
     """Raised when a caller asks for a casing the tokenizer was not built with."""
 
 

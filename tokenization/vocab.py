@@ -64,10 +64,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Collection, Iterable, Iterator, Literal, Mapping, Sequence, get_args
 
-from tokenization.sources import expand_inputs, is_prepared_corpus, iter_texts
-from tokenization.words import ASCII_WORD
-from tokenization.tokenizer_io import (SPECIAL_TOKENS, VOCAB_CARD, bert_normalizer, bert_pipeline,
-                                       save_tokenizer_dir)
+from biomed_lm.errors import TokenizationError
+from biomed_lm.tokenization.sources import expand_inputs, is_prepared_corpus, iter_texts
+from biomed_lm.tokenization.tokenizer_io import (SPECIAL_TOKENS, VOCAB_CARD, bert_normalizer, bert_pipeline,
+                                                 save_tokenizer_dir)
+from biomed_lm.tokenization.words import ASCII_WORD
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ _DELETED_NOT_SPLIT_RE = re.compile(f"[{re.escape(_DELETED_NOT_SPLIT)}]")
 _DELETE_TABLE = str.maketrans("", "", _DELETED_NOT_SPLIT)
 
 
-class VocabBuildError(ValueError):
+class VocabBuildError(TokenizationError, ValueError):
     """A vocabulary that cannot be built as asked; the message says why and what to change."""
 
 

@@ -43,18 +43,19 @@ from typing import Any, Callable, Literal, Mapping, Sequence, TypeVar, Union
 
 import yaml
 
+from biomed_lm.errors import ConfigError
+from biomed_lm.resources import resolve_path
+
 T = TypeVar("T")
 
 #: Range keys of a field's metadata: ``min``/``max`` inclusive, ``gt``/``lt`` exclusive.
 RANGE_KEYS = ("min", "max", "gt", "lt")
 
 
-class ConfigError(ValueError):
-    """A configuration file or value that cannot be used; the message names the file and key."""
-
-
 def load_yaml_mapping(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
+    """The YAML mapping in ``path`` (a shipped config such as ``configs/pretrain/demo.yaml`` is found
+    from any working directory, see :func:`biomed_lm.resources.resolve_path`)."""
+    path = resolve_path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:

@@ -1,0 +1,53 @@
+"""``biomed-lm <command> [options]``: every entry script of launch/ as one console command.
+
+``biomed-lm pretrain --config configs/pretrain/demo.yaml`` is ``python launch/pretrain.py --config
+...`` in a checkout; shipped configs and sample data are found from any directory (see
+biomed_lm.resources). Several ranks: ``deepspeed --module biomed_lm.launch.pretrain ...``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Sequence
+
+#: command → (module of launch/, what it does)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "corpus": ("prepare_corpus", "ingest PubMed XML / text / JSONL into a sentence-split corpus"),
+    "vocab": ("build_vocab", "build an in-domain WordPiece vocabulary from a corpus"),
+    "vocab-report": ("vocab_report", "vocabulary coverage: shattered terms, input lengths"),
+    "data": ("create_pretraining_data", "turn a corpus into MLM + NSP pretraining instances"),
+    "pretrain": ("pretrain", "BERT pretraining (MLM + NSP) through DeepSpeed"),
+    "finetune": ("finetune", "fine-tune a checkpoint on one BLURB dataset with one seed"),
+    "blurb": ("blurb", "fine-tune over the BLURB datasets (grid × seeds) and score"),
+    "sweep-report": ("sweep_report", "compare several models' BLURB sweeps"),
+    "ablate": ("ablate", "run an ablation grid: pretrain, fine-tune and report every variant"),
+    "report": ("report", "tables, plots and the multilevel analysis of an ablation"),
+    "calibrate": ("calibrate", "the calibration study of the ablation analysis"),
+    "demo": ("demo", "the whole pipeline on the embedded PubMed sample"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {summary}" for name, (_, summary) in COMMANDS.items()]
+    return ("usage: biomed-lm <command> [options]   (biomed-lm <command> --help for its options)\n\ncommands:\n"
+            + "\n".join(lines))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"biomed-lm: unknown command {command!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"biomed_lm.launch.{COMMANDS[command][0]}")
+    sys.argv = [f"biomed-lm {command}", *rest]  # so argparse's usage line names the command
+    return module.main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

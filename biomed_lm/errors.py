@@ -1,0 +1,49 @@
+"""One root for the errors a user fixes by changing an input, a config or a flag.
+
+Every entry script catches :class:`BiomedLMError` (and ``FileNotFoundError`` for a path that is
+not there) and exits with status 2 and the message, which names the file, line or field at fault.
+Callers catch the root or one stage's class, never a list of unrelated ones. Errors that are not
+the user's to fix (a bug, a diverged run: ``pretrain.trainer.DivergenceAbort``, exit 3) stay
+outside this tree.
+"""
+
+from __future__ import annotations
+
+import sys
+
+#: The exit status of every entry script for unusable options or inputs (nothing was done).
+EXIT_BAD_INPUT = 2
+
+
+class BiomedLMError(Exception):
+    """The root: an input, config or flag that cannot be used; the message says where and why."""
+
+
+class ConfigError(BiomedLMError, ValueError):
+    """A configuration file or value that cannot be used; the message names the file and key."""
+
+
+class InputError(BiomedLMError, ValueError):
+    """A data file (corpus, dataset, vocabulary, run directory) that cannot be read or used."""
+
+
+class TokenizationError(BiomedLMError):
+    """Corpus ingestion, vocabulary building or coverage reports cannot go on."""
+
+
+class PretrainError(BiomedLMError):
+    """Pretraining inputs, options or checkpoints that cannot work; raised before training starts."""
+
+
+class FinetuneError(BiomedLMError):
+    """Fine-tuning inputs or options that cannot work."""
+
+
+class ExperimentError(BiomedLMError):
+    """An ablation, its report or a calibration study that cannot go on."""
+
+
+def bad_input(program: str, err: BaseException) -> int:
+    """Print ``err`` as ``program: error: ...`` on stderr and return :data:`EXIT_BAD_INPUT`."""
+    print(f"{program}: error: {err}", file=sys.stderr)
+    return EXIT_BAD_INPUT

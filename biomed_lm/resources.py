@@ -1,0 +1,37 @@
+"""The files the toolkit ships: its configs (``configs/``) and the embedded sample data (``data/``).
+
+In a checkout they are the repository's ``configs/`` and ``data/`` folders; in an installed wheel
+they are package data (``biomed_lm/configs``, ``biomed_lm/data``). A path such as
+``configs/pretrain/demo.yaml`` or ``data/sample/...`` in a config or on the command line means the
+file relative to the working directory when it is there, and the shipped file otherwise, so the
+same configs work from a checkout and from ``pip install biomed-lm`` anywhere.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+#: The first component of a shipped path → the package that holds those files.
+SHIPPED_PACKAGES = {"configs": "biomed_lm.configs", "data": "biomed_lm.data"}
+
+
+def shipped_dir(kind: str) -> Path:
+    """The directory of the shipped ``configs`` or ``data``."""
+    if kind not in SHIPPED_PACKAGES:
+        raise KeyError(f"unknown shipped folder {kind!r}; valid: {', '.join(SHIPPED_PACKAGES)}")
+    return Path(str(files(SHIPPED_PACKAGES[kind])))
+
+
+def resolve_path(path: str | Path) -> Path:
+    """``path`` as given when it exists (or is absolute, or is not a shipped path); else the
+    shipped file of the same name. A path that exists nowhere comes back as given, so the caller's
+    error names what the user wrote."""
+    given = Path(path)
+    if given.is_absolute() or given.exists():
+        return given
+    head, *rest = given.parts or ("",)
+    if head not in SHIPPED_PACKAGES or not rest:
+        return given
+    shipped = shipped_dir(head).joinpath(*rest)
+    return shipped if shipped.exists() else given
