@@ -37,9 +37,9 @@ import numpy as np
 import pandas as pd
 import scipy.stats
 
-from biomed_lm.errors import ExperimentError
-from biomed_lm.experiments.analysis import (MultilevelResult, _Design, _fit_mixedlm, _Names, _prepare, _usable,
-                                            checkpoint_column, fit_multilevel)
+from biomed_lm.experiments.analysis import MultilevelResult, fit_multilevel
+from biomed_lm.experiments.design import (AnalysisError, Design, Names, checkpoint_column, fit_mixedlm, prepare_runs,
+                                          usable_fit)
 
 __all__ = ["CheckpointsConfounded", "fit_checkpoint_model", "analyse_runs", "SPECIFICATIONS", "CONFOUNDED_CAVEAT"]
 
@@ -53,7 +53,7 @@ CONFOUNDED_CAVEAT = (
     "(pretrain_seeds: 2 in the ablation config) to test a factor")
 
 
-class CheckpointsConfounded(ExperimentError, ValueError):
+class CheckpointsConfounded(AnalysisError):
     """The pretraining factors use up every checkpoint-level degree of freedom (one checkpoint per
     variant): their effects cannot be told from the checkpoints' luck."""
 
@@ -66,7 +66,7 @@ def analyse_runs(rows: pd.DataFrame, factors: Mapping[str, str], specification: 
     (:func:`experiments.analysis.fit_multilevel`, groups = checkpoint × dataset); its factor tests
     are withheld too when there is one checkpoint per variant."""
     if specification not in SPECIFICATIONS:
-        raise ValueError(f"specification must be one of {', '.join(SPECIFICATIONS)}, got {specification!r}")
+        raise AnalysisError(f"specification must be one of {', '.join(SPECIFICATIONS)}, got {specification!r}")
     if specification == "checkpoints":
         try:
             return fit_checkpoint_model(rows, factors, **fit_options)
@@ -91,8 +91,8 @@ def fit_checkpoint_model(rows: pd.DataFrame | Sequence[Mapping[str, Any]], facto
     ``rows``: one per fine-tuning run with ``variant``, ``checkpoint`` (the pretraining run within
     the variant; absent = one per variant), ``dataset``, ``seed``, the factor columns, ``level1``
     and ``response``. Raises :class:`CheckpointsConfounded` when no checkpoint-level degree of
-    freedom is left for the factors, ValueError for data the model cannot take (naming why)."""
-    frame, y, kept_factors, notes = _prepare(rows, factors, response, level1, extra_columns=["seed"])
+    freedom is left for the factors, :class:`AnalysisError` for data the model cannot take (naming why)."""
+    frame, y, kept_factors, notes = prepare_runs(rows, factors, response, level1, extra_columns=["seed"])
     frame["checkpoint_id"] = checkpoint_column(frame)
     datasets = sorted(frame["dataset"].unique())
     data = pd.DataFrame({"points": y.to_numpy(), "dataset": frame["dataset"].to_numpy(),
@@ -100,7 +100,7 @@ def fit_checkpoint_model(rows: pd.DataFrame | Sequence[Mapping[str, Any]], facto
     data["cell"] = data["grp"] + " | " + data["dataset"]
     data["seed_unit"] = data["cell"] + " | " + frame["seed"].astype(str).to_numpy()
     data["seed_in_checkpoint"] = data["dataset"] + " | " + frame["seed"].astype(str).to_numpy()
-    design = _Design(data, _Names({"points", "grp", "cell", "seed_unit", "dataset", "Intercept"}))
+    design = Design(data, Names({"points", "grp", "cell", "seed_unit", "dataset", "Intercept"}))
     scaling, level1_cols = design.add_level1(frame, [str(v) for v in level1], notes)
     design.add_factors(frame, kept_factors)
     design.add_datasets(frame, datasets, notes)
@@ -122,15 +122,15 @@ def fit_checkpoint_model(rows: pd.DataFrame | Sequence[Mapping[str, Any]], facto
             f"{len(factor_cols)} effects: each factor's effect is confounded with the luck of the pretraining "
             f"runs (set pretrain_seeds ≥ 2 in the ablation config)")
     if n_checkpoints < 3:
-        raise ValueError(f"too few checkpoints for a multilevel model: {n_checkpoints}; need at least 3")
+        raise AnalysisError(f"too few checkpoints for a multilevel model: {n_checkpoints}; need at least 3")
 
-    formula = "points ~ " + " + ".join(["1"] + design.columns)
-    fit, messages, error = _fit_mixedlm(formula, data, "1", vc_formula)
+    formula = design.formula()
+    fit, messages, error = fit_mixedlm(formula, data, "1", vc_formula)
     if fit is None:
-        raise ValueError(f"the checkpoint model could not be fitted ({error}) with {len(data)} runs of "
+        raise AnalysisError(f"the checkpoint model could not be fitted ({error}) with {len(data)} runs of "
                          f"{n_checkpoints} checkpoints")
     notes += [f"statsmodels: {m}" for m in messages]
-    if not _usable(fit):
+    if not usable_fit(fit):
         notes.append("the fit did not converge cleanly: estimates are tentative")
     notes.append("random intercept per checkpoint (shared by every dataset); variance components: "
                  + (", ".join(vc_formula) if vc_formula else "none") + "; tests: t with between-within df")
@@ -202,7 +202,7 @@ def _between_within_df(data: pd.DataFrame, columns: Sequence[str], units: Sequen
     return df
 
 
-def _result(fit, *, design: _Design, df: Mapping[str, float], scaling, factors, notes, formula, vc_formula,
+def _result(fit, *, design: Design, df: Mapping[str, float], scaling, factors, notes, formula, vc_formula,
             response, frame: pd.DataFrame, n_checkpoints: int) -> MultilevelResult:
     names = list(fit.model.exog_names)
     k_fe = len(names)
