@@ -201,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import (AutoModelForTokenClassification, AutoTokenizer, DataCollatorForTokenClassification,
                               Trainer, TrainerCallback, TrainingArguments)
 
-    from biomed_lm.finetune.datasets import NER, TRAIN
+    from biomed_lm.finetune.blurb import TRAIN
+    from biomed_lm.finetune.model_check import check_model
     from biomed_lm.finetune.trainer import (FinetuneArgs, _build_model, _build_task, _PlainStepper, _seed_everything,
                                             load_dataset_for, train_epoch)
     from biomed_lm.pretrain.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
@@ -230,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     # ---- our loop, built as run_finetune builds it
     epochs = args.warmup_rounds + args.rounds
     generator = _seed_everything(args.seed)
-    ours_model = _build_model(fargs, task, tokenizer)
+    ours_model = _build_model(fargs, task, check_model(model_dir))
     ours_shapes = BatchShapes(task.collate)
     loader = DataLoader(ours_features, batch_size=args.batch_size, shuffle=True, generator=generator,
                         collate_fn=ours_shapes, num_workers=0)
@@ -260,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         if measure_memory:
             sampler.start()
         start = time.perf_counter()
-        ours_losses.extend(train_epoch(stepper, loader, NER, device))
+        ours_losses.extend(train_epoch(stepper, loader, task, device))
         seconds = time.perf_counter() - start
         records[OURS].append({"seconds": seconds, "rss_growth_bytes": sampler.stop() if measure_memory else None,
                               "padded_tokens": ours_shapes.padded[first:], "real_tokens": ours_shapes.real[first:]})

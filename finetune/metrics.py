@@ -37,7 +37,6 @@ numbers would not (81.95 instead of PubMedBERT's 81.16).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Set
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
@@ -47,6 +46,11 @@ from scipy import stats
 from seqeval.metrics.sequence_labeling import get_entities
 from seqeval.scheme import BILOU, IOB2, Entities
 
+from biomed_lm.finetune.blurb import ACCURACY, ENTITY_F1, F1_POSITIVE, MICRO_F1_MULTILABEL, MICRO_F1_POSITIVE, PEARSON
+from biomed_lm.finetune.blurb import METRIC_IDS as REGISTRY_METRIC_IDS
+from biomed_lm.finetune.blurb import PICO_TOKEN_MACRO_F1
+from biomed_lm.finetune.blurb import (BLURB_DATASETS, BLURB_METRIC_OF, BLURB_TASK_OF,  # noqa: F401
+                                      BLURB_TASK_TYPES, canonical_dataset_name)
 from biomed_lm.finetune.tagging import (OUTSIDE, TagSequenceError, is_valid_tags, normalize_scheme, split_tag,
                                         validate_tags)
 
@@ -441,14 +445,15 @@ def micro_f1_multilabel(gold_sets: Any, pred_sets: Any, labels: Sequence) -> dic
 # --------------------------------------------------------------------------- dispatch
 
 METRICS: Mapping[str, Callable[..., dict[str, Any]]] = {
-    "entity_f1": entity_f1,
-    "pico_token_macro_f1": pico_token_macro_f1,
-    "micro_f1_positive": micro_f1_positive,
-    "f1_positive": binary_f1,
-    "pearson": pearson,
-    "micro_f1_multilabel": micro_f1_multilabel,
-    "accuracy": accuracy,
+    ENTITY_F1: entity_f1,
+    PICO_TOKEN_MACRO_F1: pico_token_macro_f1,
+    MICRO_F1_POSITIVE: micro_f1_positive,
+    F1_POSITIVE: binary_f1,
+    PEARSON: pearson,
+    MICRO_F1_MULTILABEL: micro_f1_multilabel,
+    ACCURACY: accuracy,
 }
+assert tuple(METRICS) == REGISTRY_METRIC_IDS  # a function for every metric the registry names
 METRIC_IDS = tuple(METRICS)
 
 
@@ -463,52 +468,8 @@ def compute_metric(metric_id: str, gold: Any, pred: Any, **kwargs: Any) -> dict[
 
 # --------------------------------------------------------------------------- BLURB score
 
-# Task-type and dataset ids are those of finetune.datasets (TASK_TYPES, blurb_dataset_names());
-# they are repeated here so that scoring needs no data-loading code.
-BLURB_TASK_TYPES: Mapping[str, tuple[str, ...]] = {
-    "ner": ("bc5-chem", "bc5-disease", "ncbi-disease", "bc2gm", "jnlpba"),
-    "pico": ("ebm-pico",),
-    "relation": ("chemprot", "ddi", "gad"),
-    "similarity": ("biosses",),
-    "classification": ("hoc",),
-    "qa": ("pubmedqa", "bioasq"),
-}
-BLURB_DATASETS: tuple[str, ...] = tuple(d for ds in BLURB_TASK_TYPES.values() for d in ds)
-BLURB_TASK_OF: Mapping[str, str] = {d: t for t, ds in BLURB_TASK_TYPES.items() for d in ds}
-BLURB_METRIC_OF: Mapping[str, str] = {
-    **{d: "entity_f1" for d in BLURB_TASK_TYPES["ner"]},
-    "ebm-pico": "pico_token_macro_f1",
-    "chemprot": "micro_f1_positive",
-    "ddi": "micro_f1_positive",
-    "gad": "f1_positive",
-    "biosses": "pearson",
-    "hoc": "micro_f1_multilabel",
-    "pubmedqa": "accuracy",
-    "bioasq": "accuracy",
-}
-
-
-def _squash(name: str) -> str:
-    return re.sub(r"[\s_\-]", "", name.lower())
-
-
-_DATASET_KEYS = {_squash(d): d for d in BLURB_DATASETS} | {
-    "bc5cdrchem": "bc5-chem", "bc5cdrchemical": "bc5-chem", "bc5chemical": "bc5-chem",
-    "bc5cdrdisease": "bc5-disease", "ebmnlp": "ebm-pico", "bioasqyesno": "bioasq",
-    "biosesses": "biosses",  # the spelling of the paper's Table 6
-    "hallmarksofcancer": "hoc",
-}
-
-
-def canonical_dataset_name(name: str) -> str:
-    """The BLURB dataset id for a name as papers and loaders write it (case, ``_``, ``-`` and
-    spaces ignored: ``"BC5-chem"``, ``"bc5cdr_chem"``, ``"EBM PICO"``, ``"BIOSSES"``)."""
-    key = _squash(str(name))
-    if key not in _DATASET_KEYS:
-        raise ValueError(f"{name!r} is not a BLURB dataset: expected one of "
-                         f"{', '.join(BLURB_DATASETS)}")
-    return _DATASET_KEYS[key]
-
+# Task families, datasets and their metrics are the registry's (finetune.blurb, pure data: scoring
+# loads no reader); canonical_dataset_name is its one name lookup.
 
 class MeanStd(NamedTuple):
     """Mean and sample standard deviation of one score over several runs (seeds)."""

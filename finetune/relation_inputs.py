@@ -29,9 +29,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from biomed_lm.errors import FinetuneError
+from biomed_lm.finetune.blurb import BLURB, CHEMPROT_TYPE_MAP, DDI_TYPE_MAP, GAD_TYPE_MAP, PlaceholderPair  # noqa: F401
 
 if TYPE_CHECKING:  # torch is imported where tensors are made, so the dataset readers can check placeholders
     import torch  # without loading it
@@ -44,36 +45,12 @@ ENTITY_MARKERS: tuple[str, str, str, str] = ("[E1]", "[/E1]", "[E2]", "[/E2]")
 #: A BLURB placeholder: ``@GENE$``, ``@CHEMICAL$``, ``@CHEM-GENE$`` (overlapping mentions).
 PLACEHOLDER_PATTERN = re.compile(r"@([A-Z][A-Z0-9_]*(?:-[A-Z][A-Z0-9_]*)?)\$")
 
-# Per-dataset maps (read-only) from the corpus's entity types to placeholder types. A pair of
-# normalized types joined by "-" may map to BLURB's name for overlapping mentions.
-DDI_TYPE_MAP: Mapping[str, str] = MappingProxyType(
-    {"drug": "DRUG", "drug_n": "DRUG", "brand": "DRUG", "group": "DRUG", "DRUG-DRUG": "DRUG-DRUG"})
-CHEMPROT_TYPE_MAP: Mapping[str, str] = MappingProxyType(
-    {"CHEMICAL": "CHEMICAL", "GENE": "GENE", "GENE-Y": "GENE", "GENE-N": "GENE",
-     "CHEMICAL-GENE": "CHEM-GENE", "GENE-CHEMICAL": "CHEM-GENE"})
-GAD_TYPE_MAP: Mapping[str, str] = MappingProxyType({"GENE": "GENE", "DISEASE": "DISEASE"})
+# The BLURB datasets' entity-type maps and placeholder pairs live in the registry (finetune.blurb);
+# by dataset name here for callers that look them up.
 TYPE_MAPS: Mapping[str, Mapping[str, str]] = MappingProxyType(
-    {"ddi": DDI_TYPE_MAP, "chemprot": CHEMPROT_TYPE_MAP, "gad": GAD_TYPE_MAP})
-
-
-class PlaceholderPair(NamedTuple):
-    """The placeholders a BLURB dataset's pre-dummified sentences hold: E1's type, E2's type, and the
-    one combined placeholder that stands for both when the mentions overlap."""
-
-    first: str
-    second: str
-    overlap: str
-
-
-# ChemProt's relations are directed (chemical → gene), so the chemical is E1 wherever it stands, as
-# in the JSONL files' e1/e2; GAD's gene is E1 likewise, so each dataset's inputs have one order
-# (the entity-start and mention representations concatenate E1 before E2). DDI's two drugs keep
-# their text order.
-PLACEHOLDER_PAIRS: Mapping[str, PlaceholderPair] = MappingProxyType({
-    "chemprot": PlaceholderPair("CHEMICAL", "GENE", "CHEM-GENE"),
-    "ddi": PlaceholderPair("DRUG", "DRUG", "DRUG-DRUG"),
-    "gad": PlaceholderPair("GENE", "DISEASE", "GENE-DISEASE"),
-})
+    {e.name: e.type_map for e in BLURB.values() if e.type_map is not None})
+PLACEHOLDER_PAIRS: Mapping[str, PlaceholderPair] = MappingProxyType(
+    {e.name: e.placeholder_pair for e in BLURB.values() if e.placeholder_pair is not None})
 
 #: The model inputs :func:`encode_relation_example` returns (the rest of its keys are flags).
 MODEL_INPUT_KEYS: tuple[str, ...] = ("input_ids", "attention_mask", "token_type_ids", "entity_spans", "entity_starts")

@@ -26,11 +26,13 @@ import os
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping
 
 from biomed_lm.errors import InputError
-from biomed_lm.finetune.datasets import UnknownDatasetError, canonical_dataset_name, default_max_length
-from biomed_lm.finetune.metrics import BLURB_DATASETS, BLURB_TASK_OF, BLURB_TASK_TYPES, MeanStd, blurb_score, mean_std
+from biomed_lm.finetune.blurb import (BLURB, BLURB_DATASETS, BLURB_TASK_OF, BLURB_TASK_TYPES, UnknownDatasetError,
+                                      canonical_dataset_name, default_max_length)
+from biomed_lm.finetune.metrics import MeanStd, blurb_score, mean_std
 from biomed_lm.finetune.model_check import check_model
 from biomed_lm.finetune.trainer import PRECISIONS, RUN_RECORD, FinetuneArgs, is_complete_run, run_finetune
 from biomed_lm.resources import resolve_path
@@ -44,36 +46,17 @@ TABLE_FILE = "blurb.md"
 
 @dataclass(frozen=True)
 class DatasetProtocol:
-    """Per-dataset defaults of the sweep. The paper searched epochs in 2–60 without publishing a
-    value per dataset; these are ours, chosen in that range by dataset size (small datasets get
-    more epochs). Seeds are the paper's (section 2.5): 10 for BIOSSES, BioASQ and PubMedQA, 5 for
-    the rest. The input length is not here: a dataset has one, in its
-    :class:`finetune.datasets.DatasetSpec`, which a single run reads too (:meth:`SweepArgs.max_length_for`)."""
+    """Per-dataset defaults of the sweep, read from the registry (:class:`finetune.blurb.BlurbEntry`:
+    epochs chosen in the paper's 2-60 range by dataset size, the paper's seeds, where the dataset
+    lies under data_root). The input length is the entry's too (:meth:`SweepArgs.max_length_for`)."""
 
     epochs: int
     num_seeds: int
     directories: tuple[str, ...] = ()  # where the dataset lies under data_root, first match wins
 
 
-PROTOCOL: Mapping[str, DatasetProtocol] = {
-    "bc5-chem": DatasetProtocol(20, 5, directories=("ner/BC5CDR-chem", "BC5CDR-chem", "ner/BC5-chem", "BC5-chem")),
-    "bc5-disease": DatasetProtocol(20, 5, directories=("ner/BC5CDR-disease", "BC5CDR-disease", "ner/BC5-disease",
-                                                        "BC5-disease")),
-    "ncbi-disease": DatasetProtocol(20, 5, directories=("ner/NCBI-disease", "NCBI-disease")),
-    "bc2gm": DatasetProtocol(20, 5, directories=("ner/BC2GM", "BC2GM")),
-    "jnlpba": DatasetProtocol(20, 5, directories=("ner/JNLPBA", "JNLPBA")),
-    "ebm-pico": DatasetProtocol(10, 5, directories=("pico/ebmnlp", "ebmnlp", "pico/EBM-NLP", "EBM-NLP")),
-    "chemprot": DatasetProtocol(10, 5, directories=("re/chemprot", "chemprot", "re/ChemProt", "ChemProt")),
-    "ddi": DatasetProtocol(10, 5, directories=("re/ddi", "ddi", "re/DDI", "DDI")),
-    "gad": DatasetProtocol(10, 5, directories=("re/gad", "gad", "re/GAD", "GAD")),
-    "biosses": DatasetProtocol(30, 10, directories=("similarity/biosses", "biosses", "similarity/BIOSSES",
-                                                    "BIOSSES")),
-    "hoc": DatasetProtocol(20, 5, directories=("classification/hoc", "hoc", "classification/HoC", "HoC")),
-    "pubmedqa": DatasetProtocol(20, 10, directories=("qa/pubmedqa", "pubmedqa", "qa/PubMedQA", "PubMedQA")),
-    "bioasq": DatasetProtocol(20, 10, directories=(
-        "qa/bioasq", "bioasq", "qa/BioASQ", "BioASQ", "qa/bioasq-yesno-proxy", "bioasq-yesno-proxy")),
-}
-assert tuple(PROTOCOL) == BLURB_DATASETS  # one entry per BLURB dataset, in the paper's order
+PROTOCOL: Mapping[str, DatasetProtocol] = MappingProxyType(
+    {name: DatasetProtocol(e.epochs, e.num_seeds, e.directories) for name, e in BLURB.items()})
 
 
 @dataclass

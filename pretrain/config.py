@@ -16,6 +16,7 @@ from typing import Any, Literal, Optional
 
 import yaml
 
+from biomed_lm.backend import ds_config
 from biomed_lm.errors import PretrainError
 from biomed_lm.resources import resolve_path, shipped_dir
 
@@ -255,29 +256,13 @@ def resolve_batch(train: TrainArguments, world_size: int) -> TrainArguments:
 
 
 def create_ds_config(train: TrainArguments, world_size: int) -> dict[str, Any]:
-    """The DeepSpeed config, generated from the typed arguments (never edited by hand)."""
+    """The DeepSpeed config, generated from the typed arguments (never edited by hand) by the backend
+    fine-tuning shares (:func:`biomed_lm.backend.ds_config`); bf16 runs as autocast with fp32
+    weights, gradients and optimizer."""
     resolve_batch(train, world_size)
-    config: dict[str, Any] = {
-        "train_batch_size": train.global_batch_size,
-        "train_micro_batch_size_per_gpu": train.micro_batch_size,
-        "gradient_accumulation_steps": train.gradient_accumulation_steps,
-        "gradient_clipping": train.max_grad_norm,
-        "steps_per_print": 10 ** 9,  # progress and metrics are ours
-        "wall_clock_breakdown": False,
-        "zero_optimization": {"stage": train.zero_stage},
-        # Our optimizers are passed to deepspeed.initialize as client optimizers.
-        "zero_allow_untested_optimizer": True,
-    }
-    if train.precision == "fp16":
-        config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
-    elif train.precision == "bf16":
-        # Autocast, not DeepSpeed's bf16 mode: the weights, their gradients (accumulated over
-        # micro-batches) and the optimizer stay fp32 while matrix multiplies run in bf16. bf16 mode
-        # would accumulate gradients in bf16 at ZeRO stage 0 (0.3-0.6% off fp32 over 16 micro-batches).
-        config["torch_autocast"] = {"enabled": True, "dtype": "bfloat16"}
-        # Said explicitly (and checked by DeepSpeed against the fp32 weights): gradients accumulate in fp32.
-        config["data_types"] = {"grad_accum_dtype": "fp32"}
-    return config
+    return ds_config(global_batch_size=train.global_batch_size, micro_batch_size=train.micro_batch_size,
+                     gradient_accumulation_steps=train.gradient_accumulation_steps, max_grad_norm=train.max_grad_norm,
+                     precision=train.precision, zero_stage=train.zero_stage, bf16_mode="autocast")
 
 
 def schedule_steps(train: TrainArguments) -> int:

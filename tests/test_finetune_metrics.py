@@ -538,7 +538,7 @@ def test_blurb_score_inputs():
         blurb_score({"hoc": 182.0}, percent=True)
     with pytest.raises(ValueError, match="duplicates"):
         blurb_score({"BC2GM": 0.8, "bc2gm": 0.8})
-    with pytest.raises(ValueError, match="not a BLURB dataset"):
+    with pytest.raises(ValueError, match="unknown BLURB dataset"):
         blurb_score({"mednli": 0.8})
     with pytest.raises(ValueError, match="no results"):
         blurb_score({})

@@ -51,13 +51,13 @@ def test_word_windows_keep_every_word():
 def test_long_sentence_is_windowed_without_losing_words(tiny_bert):
     from transformers import AutoTokenizer
 
-    from biomed_lm.finetune.trainer import _tagging_features
+    from biomed_lm.finetune.adapters.tagging import tagging_features
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
     words = ("Germline mutations of the adenomatous polyposis coli gene cause familial adenomatous "
              "polyposis , a hereditary colorectal cancer predisposition syndrome").split()
     example = TokenTaggingExample("s1", words, ["O"] * len(words))
-    features = _tagging_features([example], tokenizer, 16, lambda e: [0] * len(e.tokens))
+    features = tagging_features([example], tokenizer, 16, lambda e: [0] * len(e.tokens))
     assert len(features) > 1
     assert all(len(f["input_ids"]) <= 16 for f in features)
     assert sum(f["num_words"] for f in features) == len(words)

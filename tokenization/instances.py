@@ -37,6 +37,9 @@ from types import MappingProxyType
 from typing import Callable, Iterable, Iterator, Mapping
 
 from biomed_lm.errors import InputError  # noqa: F401  (re-exported: readers and scripts import it from here)
+from biomed_lm.finetune.blurb import (LAYOUT_EBM_NLP, LAYOUT_PQAL_JSON, LAYOUT_RELATION_JSONL, LAYOUT_SENTENCE_LABEL_TSV,
+                                      LAYOUT_SENTENCE_PAIR_TSV, LAYOUT_SENTENCES_JSONL, LAYOUT_TOKEN_TAGS,
+                                      LAYOUT_YESNO_TSV)
 from biomed_lm.tokenization.sources import (JSONL, XML, Problem, detect_format, is_prepared_corpus, iter_lines,
                                             iter_texts)
 from biomed_lm.tokenization.words import WordSplitter
@@ -235,18 +238,19 @@ class DatasetFormat:
 
 
 DATASET_FORMATS: Mapping[str, DatasetFormat] = MappingProxyType({f.name: f for f in (
-    DatasetFormat("ner", "token<TAB>tag, blank line between sentences", "one sentence", read_ner),
-    DatasetFormat("pico", "token POS O tag, -DOCSTART- (PMID) per abstract", "one sentence", read_pico),
-    DatasetFormat("gad", "sentence<TAB>label (optional header)",
+    DatasetFormat(LAYOUT_TOKEN_TAGS, "token<TAB>tag, blank line between sentences", "one sentence", read_ner),
+    DatasetFormat(LAYOUT_EBM_NLP, "token POS O tag, -DOCSTART- (PMID) per abstract", "one sentence", read_pico),
+    DatasetFormat(LAYOUT_SENTENCE_LABEL_TSV, "sentence<TAB>label (optional header)",
                   "one example: a sentence with its entity pair dummified", read_gad),
-    DatasetFormat("ddi", "JSON Lines with a masked/text/sentence field",
+    DatasetFormat(LAYOUT_RELATION_JSONL, "JSON Lines with a masked/text/sentence field",
                   "one example: the masked sentence of one entity pair", read_ddi),
-    DatasetFormat("biosses", "TSV with sentence1/sentence2 columns", "one sentence pair (sentence1 + sentence2)",
+    DatasetFormat(LAYOUT_SENTENCE_PAIR_TSV, "TSV with sentence1/sentence2 columns",
+                  "one sentence pair (sentence1 + sentence2)",
                   read_biosses),
-    DatasetFormat("hoc", "JSON Lines with a sentences list", "one sentence", read_hoc),
-    DatasetFormat("pubmedqa", "JSON object PMID -> {QUESTION, CONTEXTS}", "one question + all its contexts",
+    DatasetFormat(LAYOUT_SENTENCES_JSONL, "JSON Lines with a sentences list", "one sentence", read_hoc),
+    DatasetFormat(LAYOUT_PQAL_JSON, "JSON object PMID -> {QUESTION, CONTEXTS}", "one question + all its contexts",
                   read_pubmedqa),
-    DatasetFormat("bioasq", "label<TAB>question<TAB>ideal_answer (optional header)",
+    DatasetFormat(LAYOUT_YESNO_TSV, "label<TAB>question<TAB>ideal_answer (optional header)",
                   "one question + its ideal answer (the stand-in's context)", read_bioasq),
 )})
 
@@ -273,16 +277,16 @@ def _detect_json(lines: list[str]) -> str | None:
         record = None
     if isinstance(record, dict):
         if isinstance(record.get("sentences"), list):
-            return "hoc"
+            return LAYOUT_SENTENCES_JSONL
         if isinstance(record.get("masked"), str) or (isinstance(record.get("sentence"), str) and "label" in record):
-            return "ddi"
+            return LAYOUT_RELATION_JSONL
         first_value = next(iter(record.values()), None)
         if isinstance(first_value, dict) and "QUESTION" in first_value:
-            return "pubmedqa"
+            return LAYOUT_PQAL_JSON
         return None
     # A pretty-printed JSON document: PubMedQA if its first entry has a question.
     head = "\n".join(lines)
-    return "pubmedqa" if '"QUESTION"' in head else None
+    return LAYOUT_PQAL_JSON if '"QUESTION"' in head else None
 
 
 def detect_dataset_format(path: str | os.PathLike) -> str | None:
@@ -297,23 +301,23 @@ def detect_dataset_format(path: str | os.PathLike) -> str | None:
         body = next((line for line in content if not line.startswith("-DOCSTART-")), None)
         if body is None:
             return None
-        return "ner" if len(body.split("\t")) == 2 else "pico" if len(body.split()) == 4 else None
+        return LAYOUT_TOKEN_TAGS if len(body.split("\t")) == 2 else LAYOUT_EBM_NLP if len(body.split()) == 4 else None
     fields = first.split("\t")
     if _tsv_header(fields, ["sentence1", "sentence2"]) is not None:
-        return "biosses"
+        return LAYOUT_SENTENCE_PAIR_TSV
     if _tsv_header(fields, ["question"]) is not None:
-        return "bioasq"
+        return LAYOUT_YESNO_TSV
     if _tsv_header(fields, ["sentence"]) is not None:
-        return "gad"
+        return LAYOUT_SENTENCE_LABEL_TSV
     if all(len(line.split("\t")) == 2 for line in content):
         # NER tokens hold no spaces; GAD's first field is a whole sentence.
         sentences = sum(" " in line.split("\t")[0].strip() for line in content)
-        return "gad" if sentences > len(content) // 2 else "ner"
+        return LAYOUT_SENTENCE_LABEL_TSV if sentences > len(content) // 2 else LAYOUT_TOKEN_TAGS
     if all(len(line.split("\t")) == 3 for line in content) \
             and all(line.split("\t")[0].strip().lower() in ("0", "1", "yes", "no") for line in content):
-        return "bioasq"
+        return LAYOUT_YESNO_TSV
     if all(len(line.split()) == 4 and "\t" not in line for line in content):
-        return "pico"
+        return LAYOUT_EBM_NLP
     return None
 
 

@@ -1,0 +1,104 @@
+"""The interface every task adapter implements, and the registry of adapters by task family.
+
+An adapter owns everything that differs between task families: how examples become features
+(:meth:`TaskAdapter.featurize`) and batches (:meth:`~TaskAdapter.collate`), the head put on the
+encoder (:meth:`~TaskAdapter.build_head`), which batch keys the model reads
+(:meth:`~TaskAdapter.inputs`), how logits become one prediction per example
+(:meth:`~TaskAdapter.predict_batch`, :meth:`~TaskAdapter.predictions`), the gold values and the
+metric's arguments. The fine-tuning loop (:mod:`finetune.trainer`) is the same for every family and
+asks the adapter; adding a family is one subclass registered in :data:`finetune.adapters.ADAPTERS`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from biomed_lm.finetune.readers.examples import BlurbDataset
+    from biomed_lm.finetune.trainer import FinetuneArgs
+
+__all__ = ["TaskAdapter", "pad_sequences"]
+
+
+class TaskAdapter:
+    """One task family's featurization, collation, head, inputs, decoding and metric arguments.
+
+    Built per run from the run's arguments, its dataset and the tokenizer. ``labels`` are the
+    model's output ids in order (tags in the chosen scheme for NER); ``stats`` counts what
+    featurization had to do (truncations, clipped entities) for the run record.
+    """
+
+    family: ClassVar[str]
+    #: batch keys the model reads in every forward pass
+    input_keys: ClassVar[tuple[str, ...]] = ("input_ids", "attention_mask", "token_type_ids")
+    #: batch keys the training forward pass reads besides those (the loss's targets)
+    train_keys: ClassVar[tuple[str, ...]] = ("labels",)
+
+    def __init__(self, args: "FinetuneArgs", dataset: "BlurbDataset", tokenizer) -> None:
+        self.args, self.dataset, self.tokenizer = args, dataset, tokenizer
+        self.max_length = args.effective_max_length()
+        self.pad_id = tokenizer.pad_token_id
+        self.labels: tuple[str, ...] = tuple(dataset.labels)
+        self.stats: dict[str, int] = {}
+
+    @property
+    def task_type(self) -> str:
+        return self.family
+
+    # ------------------------------------------------------------------ features and batches
+
+    def featurize(self, examples: Sequence) -> list[dict]:
+        """One feature dict per model input (several per example where an example is windowed)."""
+        raise NotImplementedError
+
+    def collate(self, features: Sequence[dict]) -> dict[str, torch.Tensor]:
+        """A padded batch of features."""
+        raise NotImplementedError
+
+    def inputs(self, batch: dict[str, torch.Tensor], device: torch.device, *, train: bool = True
+               ) -> dict[str, torch.Tensor]:
+        """The model's keyword arguments from a batch: :attr:`input_keys`, and :attr:`train_keys`
+        when training."""
+        keys = self.input_keys + (self.train_keys if train else ())
+        return {k: batch[k].to(device) for k in keys if k in batch}
+
+    # ----------------------------------------------------------------------------- the model
+
+    def build_head(self, encoder: nn.Module) -> nn.Module:
+        """The task model: ``encoder`` under this family's head (dropout ``args.dropout``)."""
+        raise NotImplementedError
+
+    # -------------------------------------------------------------------------- predictions
+
+    def predict_batch(self, model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device) -> list:
+        """One raw prediction per feature of ``batch``."""
+        logits = model(**self.inputs(batch, device, train=False)).logits
+        return model.predict(logits).cpu().tolist()
+
+    def predictions(self, examples: Sequence, features: Sequence[dict], outputs: Sequence) -> list:
+        """One prediction per example, in the form the metric takes, from the features' outputs."""
+        return [self.labels[i] for i in outputs]
+
+    def gold(self, examples: Sequence) -> list:
+        """The gold value of each example, in the form the metric takes."""
+        return [e.label for e in examples]
+
+    def metric_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of the dataset's metric (:func:`finetune.metrics.compute_metric`)."""
+        return {}
+
+
+def pad_sequences(features: Sequence[dict], pad_id: int, label_dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """A batch of ``input_ids``/``attention_mask``/``token_type_ids`` features padded to the longest,
+    with one label (or label vector) per feature."""
+    length = max(len(f["input_ids"]) for f in features)
+
+    def pad(key: str, value: int) -> torch.Tensor:
+        return torch.tensor([list(f[key]) + [value] * (length - len(f[key])) for f in features], dtype=torch.long)
+
+    return {"input_ids": pad("input_ids", pad_id), "attention_mask": pad("attention_mask", 0),
+            "token_type_ids": pad("token_type_ids", 0),
+            "labels": torch.tensor([f["labels"] for f in features], dtype=label_dtype)}

@@ -1,0 +1,322 @@
+"""Readers of token-per-line files: NER (``token<TAB>tag``) and EBM PICO (``token POS O tag``).
+
+A blank line ends a sentence (PICO: a segment of an abstract); ``-DOCSTART-`` opens a document, with
+its PMID in parentheses in EBM-NLP. A derived split keeps a document together.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from biomed_lm.finetune.blurb import DEV, ENTITY_F1, PICO_TOKEN_MACRO_F1, TEST, TRAIN, BlurbEntry
+from biomed_lm.finetune.readers.base import (CARVED_DEV_FRACTION, DatasetFormatError, GenericFormat, LabelCheck,
+                                             MissingDatasetFileError, _carve, _closed_labels, _examples, _expected,
+                                             _FieldError, _find_split_file, _finish, _proportional_size, _require,
+                                             _reraise, _Row, _split_stem, make_dataset, numbered_lines,
+                                             seeded_partition)
+from biomed_lm.finetune.readers.examples import BlurbDataset, Example, PicoExample, TokenTaggingExample
+
+__all__ = ["load_token_tags", "load_ebm_nlp", "NER_FORMAT", "PICO_FORMAT"]
+
+_DOCSTART = "-DOCSTART-"
+_TAG_PREFIXES = ("B", "I", "E", "S", "L", "U")  # BIO plus the BIOES/BILOU extras a generic file may use
+
+
+# ------------------------------------------------------------------------------------- tags
+
+def _split_tag(tag: str) -> tuple[str, str | None]:
+    """``("B", "Disease")`` for ``B-Disease``; ``("B", None)`` for a bare ``B``; ``("O", None)``."""
+    prefix, dash, entity_type = tag.partition("-")
+    if tag == "O":
+        return "O", None
+    if prefix not in _TAG_PREFIXES or (dash and not entity_type):
+        raise _FieldError("tag", f"{tag!r} is not a BIO tag (O, B-TYPE, I-TYPE, or bare B/I)")
+    return prefix, (entity_type if dash else None)
+
+
+def _blurb_tag_check(entity_type: str, source_types: frozenset[str]) -> LabelCheck:
+    """BIO tags of one BLURB NER dataset, mapped onto its single entity type.
+
+    BLURB's NER tasks have one entity type each (JNLPBA's five are merged, as the paper does), and
+    distributions spell it differently (``B-Disease``, ``B-GENE``, bare ``B``), so every accepted
+    spelling becomes ``B-<type>``/``I-<type>``. A type outside ``source_types`` is an error: it
+    means the file is another dataset (BC5CDR with both chemicals and diseases, say).
+    """
+    def check(raw: str) -> str:
+        prefix, found = _split_tag(raw.strip())
+        if prefix == "O":
+            return "O"
+        if prefix not in ("B", "I"):
+            raise _FieldError("tag", f"{raw!r}: BLURB's NER files use BIO tags only")
+        if found is not None and found.casefold() not in source_types:
+            raise _FieldError("tag", f"{raw!r}: entity type {found!r} is not one of this dataset's "
+                              f"({', '.join(sorted(source_types))})")
+        return f"{prefix}-{entity_type}"
+
+    return check
+
+
+def _generic_tag_check(labels: Sequence[str] | None, *, by_entity_type: bool = False) -> LabelCheck:
+    """A generic NER tag, checked against ``labels``: exactly, or (``by_entity_type``, labels read
+    from the training file) by entity type, since a dev file may hold an ``I-X`` where training
+    saw only ``B-X``."""
+    if labels is not None and by_entity_type:
+        known = {_split_tag(label)[1] for label in labels}
+
+        def check_type(raw: str) -> str:
+            tag = raw.strip()
+            if _split_tag(tag)[1] not in known:
+                raise _FieldError("tag", f"{tag!r}: entity type {_split_tag(tag)[1]!r} does not occur in the "
+                                  f"training file (labels there: {', '.join(labels)})")
+            return tag
+
+        return check_type
+    closed = _closed_labels(labels, case_insensitive=False, field_name="tag") if labels is not None else None
+
+    def check(raw: str) -> str:
+        tag = raw.strip()
+        _split_tag(tag)
+        return closed(tag) if closed is not None else tag
+
+    return check
+
+
+def _tag_order(tags: Iterable[str]) -> tuple[str, ...]:
+    """Inferred NER labels: ``O`` first, then by entity type, ``B`` before ``I`` (then E, S, L, U)."""
+    def key(tag: str) -> tuple:
+        prefix, entity_type = _split_tag(tag)
+        return (prefix != "O", entity_type or "", _TAG_PREFIXES.index(prefix) if prefix != "O" else -1)
+
+    return tuple(sorted(set(tags) | {"O"}, key=key))
+
+
+def _pico_check(elements: Sequence[str] | None, *, case_insensitive: bool) -> Callable[[str], frozenset[str]]:
+    """A PICO tag (``O``, ``I-PAR``, ``PAR``, or several joined by ``|``) as the set of its elements."""
+    closed = _closed_labels(elements, case_insensitive=case_insensitive, field_name="tag") \
+        if elements is not None else None
+
+    def check(raw: str) -> frozenset[str]:
+        tag = raw.strip()
+        if not tag:
+            raise _FieldError("tag", "is empty")
+        if tag == "O":
+            return frozenset()
+        found = set()
+        for part in tag.split("|"):
+            part = part.strip()
+            name = part[2:] if part[:2] in ("B-", "I-") else part
+            if not name or name == "O":
+                raise _FieldError("tag", f"{raw!r}: {part!r} is not a PICO element (tags are O, or "
+                                  "elements such as I-PAR joined by '|')")
+            found.add(closed(name) if closed is not None else name)
+        return frozenset(found)
+
+    return check
+
+
+# ----------------------------------------------------------------------------- token-per-line files
+
+@dataclass(frozen=True)
+class _TokenSentence:
+    line: int
+    index: int                 # sentence number in the file, from 0
+    document: str | None       # PMID from "-DOCSTART- (PMID)", "doc<N>" from a bare -DOCSTART-, else None
+    index_in_document: int
+    tokens: tuple[str, ...]
+    values: tuple
+
+
+def _read_token_sentences(path: Path, parse: Callable[[str], tuple[str, object]]) -> list[_TokenSentence]:
+    """Sentences of a one-token-per-line file: a blank line ends a sentence, ``-DOCSTART-`` opens a
+    document (with its PMID in parentheses in EBM-NLP). ``parse`` turns a line into (token, value)."""
+    sentences: list[_TokenSentence] = []
+    document: str | None = None
+    documents = 0
+    in_document = 0
+    start = 0
+    tokens: list[str] = []
+    values: list = []
+
+    def flush() -> None:
+        nonlocal tokens, values, in_document
+        if tokens:
+            sentences.append(_TokenSentence(start, len(sentences), document, in_document,
+                                            tuple(tokens), tuple(values)))
+            in_document += 1
+            tokens, values = [], []
+
+    for line_no, line in numbered_lines(path, DatasetFormatError):
+        if not line.strip():
+            flush()
+            continue
+        if line.startswith(_DOCSTART):
+            flush()
+            documents += 1
+            match = re.search(r"\(([^()\s]+)\)", line)
+            document = match.group(1) if match else f"doc{documents}"
+            in_document = 0
+            continue
+        try:
+            token, value = parse(line)
+        except _FieldError as err:
+            raise _reraise(path, line_no, err) from None
+        if not tokens:
+            start = line_no
+        tokens.append(token)
+        values.append(value)
+    flush()
+    return sentences
+
+
+def _token(raw: str) -> str:
+    token = raw.strip()
+    if not token:
+        raise _FieldError("token", "is empty")
+    return token
+
+
+def _ner_line_parser(tag_check: LabelCheck) -> Callable[[str], tuple[str, str]]:
+    def parse(line: str) -> tuple[str, str]:
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise _FieldError(None, f"expected 'token<TAB>tag' (2 tab-separated fields), got {len(fields)}: "
+                              f"{line[:80]!r}")
+        tag = fields[1].strip()
+        if not tag:
+            raise _FieldError("tag", "is empty")
+        return _token(fields[0]), tag_check(tag)
+
+    return parse
+
+
+def _pico_line_parser(element_check: Callable[[str], frozenset[str]]) -> Callable[[str], tuple[str, frozenset]]:
+    """EBM-NLP's ``token POS O tag`` (space-separated) or the generic ``token<TAB>tag``."""
+    def parse(line: str) -> tuple[str, frozenset]:
+        if "\t" in line:
+            fields = line.split("\t")
+            if len(fields) != 2:
+                raise _FieldError(None, f"expected 'token<TAB>tag' (2 tab-separated fields), got {len(fields)}: "
+                                  f"{line[:80]!r}")
+        else:
+            fields = line.split()
+            if len(fields) != 4:
+                raise _FieldError(None, f"expected 'token POS O tag' (4 space-separated fields) or "
+                                  f"'token<TAB>tag', got {len(fields)} fields: {line[:80]!r}")
+            fields = [fields[0], fields[3]]
+        return _token(fields[0]), element_check(fields[1])
+
+    return parse
+
+
+def _read_ner(path: Path, tag_check: LabelCheck) -> list[_Row]:
+    """One example per sentence; a derived split keeps a ``-DOCSTART-`` document together."""
+    rows = []
+    for s in _read_token_sentences(path, _ner_line_parser(tag_check)):
+        example = TokenTaggingExample(f"{_split_stem(path)}-{s.index}", s.tokens, s.values)
+        rows.append(_Row(example, s.line, s.document or f"sentence{s.index}"))
+    return rows
+
+
+def _read_pico(path: Path, element_check: Callable[[str], frozenset[str]]) -> list[_Row]:
+    """One example per blank-line-separated segment, id ``PMID-k``; a derived split keeps an abstract
+    together."""
+    rows = []
+    for s in _read_token_sentences(path, _pico_line_parser(element_check)):
+        if s.document is not None:
+            example_id, group = f"{s.document}-{s.index_in_document}", s.document
+        else:
+            example_id, group = f"{_split_stem(path)}-{s.index}", f"sentence{s.index}"
+        rows.append(_Row(PicoExample(example_id, s.tokens, s.values), s.line, group))
+    return rows
+
+
+# ---------------------------------------------------------------------------------- loaders
+
+CarveNote = Callable[[str, str, int, int, int], str]  # (dev file, test file, dev units, units, seed) -> note
+
+
+def _carved_by_document(dev: str, test: str, n_dev: int, units: int, seed: int) -> str:
+    return (f"no train file: train and dev are carved from {dev} by document (-DOCSTART- block, or sentence "
+            f"where there is none): {n_dev} of {units} documents to dev, the rest to train, seed {seed}; test is "
+            f"{test}. Scores are not comparable to BLURB's")
+
+
+def _carved_by_abstract(dev: str, test: str, n_dev: int, units: int, seed: int) -> str:
+    return (f"no train file (EBM-NLP's crowd-labelled train set is not here): training uses {dev}: {n_dev} of its "
+            f"{units} abstracts are held out as dev, the rest is train, seed {seed}; test is the expert-labelled "
+            f"{test}. Scores are not comparable to BLURB's")
+
+
+def _train_or_carved(entry: BlurbEntry, data_dir: Path, extensions: Sequence[str], read: Callable[[Path], list[_Row]],
+                     seed: int, carve_note: CarveNote) -> tuple[dict[str, list[Example]], list[str]]:
+    """Test and dev as given; train as given, or carved with dev out of the dev file (by document)
+    when there is no train file. The notes say which, and how."""
+    dev_path = _require(data_dir, DEV, extensions, entry.name)
+    test_path = _require(data_dir, TEST, extensions, entry.name)
+    train_path = _find_split_file(data_dir, TRAIN, extensions)
+    dev_rows = _finish(dev_path, read(dev_path))
+    splits = {TEST: _examples(_finish(test_path, read(test_path)))}
+    if train_path is not None:
+        splits[TRAIN] = _examples(_finish(train_path, read(train_path)))
+        splits[DEV] = _examples(dev_rows)
+        return splits, [f"splits as distributed: {train_path.name}, {dev_path.name}, {test_path.name}"]
+    groups = [row.group for row in dev_rows]
+    n_dev = _proportional_size(len(set(groups)), CARVED_DEV_FRACTION)
+    splits.update(_carve(dev_rows, seeded_partition(groups, {DEV: n_dev}, TRAIN, seed=seed, salt=entry.name),
+                         (TRAIN, DEV)))
+    return splits, [carve_note(dev_path.name, test_path.name, n_dev, len(set(groups)), seed)]
+
+
+def load_token_tags(entry: BlurbEntry, data_dir: Path, seed: int, allow_missing_train: bool) -> BlurbDataset:
+    """A BLURB NER dataset: ``{train,devel,test}.tsv``, tags mapped onto the entry's one entity type.
+    Without a train file it fails unless ``allow_missing_train`` (then train is carved from dev)."""
+    source = frozenset(t.casefold() for t in entry.source_types)
+    check = _blurb_tag_check(entry.entity_type, source)
+    if not allow_missing_train and _find_split_file(data_dir, TRAIN, ("tsv",)) is None:
+        dev_path = _require(data_dir, DEV, ("tsv",), entry.name)
+        _require(data_dir, TEST, ("tsv",), entry.name)
+        raise MissingDatasetFileError(
+            f"{entry.name}: no train file: expected {_expected(data_dir, TRAIN, ('tsv',))}. "
+            f"Pass allow_missing_train=True to train on a seeded part of {dev_path.name} instead "
+            "(scores are then not comparable to BLURB's)")
+    splits, notes = _train_or_carved(entry, data_dir, ("tsv",), lambda path: _read_ner(path, check), seed,
+                                    _carved_by_document)
+    if len(source) > 1:
+        notes.append(f"entity types {', '.join(sorted(source))} merged into one type '{entry.entity_type}', "
+                     "as BLURB does (mention detection only)")
+    return make_dataset(entry, splits, notes)
+
+
+def load_ebm_nlp(entry: BlurbEntry, data_dir: Path, seed: int, allow_missing_train: bool) -> BlurbDataset:
+    """EBM PICO as SciBERT distributes it: ``{dev,test}.txt`` (train.txt if present; EBM-NLP's
+    crowd-labelled train set is not, so train is carved from dev by abstract)."""
+    check = _pico_check(entry.labels, case_insensitive=True)
+    splits, notes = _train_or_carved(entry, data_dir, ("txt", "tsv"), lambda path: _read_pico(path, check), seed,
+                                    _carved_by_abstract)
+    notes.insert(0, "an example is a blank-line-separated segment of an abstract, id PMID-k; elements are "
+                    "PAR/INT/OUT sets per token (SciBERT's release has one tag per token: its sets hold at most "
+                    "one element, overlaps having been removed from the larger span)")
+    return make_dataset(entry, splits, notes)
+
+
+# ---------------------------------------------------------------------------- generic formats
+
+def _generic_ner_reader(labels: Sequence[str] | None, from_training_file: bool) -> Callable[[Path], list[_Row]]:
+    tags = _generic_tag_check(labels, by_entity_type=from_training_file)
+    return lambda path: _read_ner(path, tags)
+
+
+def _generic_pico_reader(labels: Sequence[str] | None, from_training_file: bool) -> Callable[[Path], list[_Row]]:
+    elements = _pico_check(labels, case_insensitive=False)
+    return lambda path: _read_pico(path, elements)
+
+
+NER_FORMAT = GenericFormat(("tsv",), _generic_ner_reader,
+                           lambda examples: _tag_order(t for e in examples for t in e.tags), ENTITY_F1,
+                           labels_from_all_splits=True)
+PICO_FORMAT = GenericFormat(("tsv",), _generic_pico_reader,
+                            lambda examples: tuple(sorted({x for e in examples for s in e.elements for x in s})),
+                            PICO_TOKEN_MACRO_F1)
