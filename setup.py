@@ -1,7 +1,11 @@
 """biomed-lm: pretrain BERT-style encoders from scratch on biomedical text (PubMedBERT style)
 and compare them with continual pretraining of general-domain models on BLURB."""
 
+from pathlib import Path
+
 from setuptools import setup
+
+HERE = Path(__file__).resolve().parent
 
 #: import name → folder of this repository
 PACKAGE_DIRS = {
@@ -14,6 +18,20 @@ PACKAGE_DIRS = {
     "biomed_lm.configs": "configs",
     "biomed_lm.data": "data",
 }
+
+
+def with_subpackages(top: dict[str, str]) -> dict[str, str]:
+    """``top`` plus every folder with an ``__init__.py`` below its folders (finetune/readers →
+    biomed_lm.finetune.readers), so a new subpackage ships without an edit here."""
+    found = dict(top)
+    for name, folder in top.items():
+        for init in sorted((HERE / folder).glob("*/**/__init__.py")):
+            sub = init.parent.relative_to(HERE / folder)
+            found[".".join((name, *sub.parts))] = (Path(folder) / sub).as_posix()
+    return found
+
+
+PACKAGE_DIRS = with_subpackages(PACKAGE_DIRS)
 
 setup(
     name="biomed-lm",
@@ -31,33 +49,45 @@ setup(
     package_data={"biomed_lm.configs": ["*/*.yaml", "*/*.txt"],
                   "biomed_lm.data": ["README.md", "sample/*", "blurb/*/*"]},
     entry_points={"console_scripts": ["biomed-lm=biomed_lm.cli:main"]},
+    # Floors: the lowest versions this code is known to work with, each with its reason. The versions
+    # of a green run are requirements/cpu.lock (and gpu.lock for the image); tests/test_packaging.py
+    # checks that the lock satisfies every specifier here.
     install_requires=[
-        # torch is deliberately pinned by the installer (Makefile / docker), not here: an unpinned
-        # torch requirement would pull a CUDA build on a CPU machine.
-        "torch>=2.1",
-        "transformers>=4.40",
-        "tokenizers>=0.19",
-        "datasets>=2.19",
-        "sentencepiece>=0.2",
-        "blingfire>=0.1.8",
-        "numpy",
-        "pyarrow",
-        "pyyaml",
-        "tqdm",
-        "matplotlib",
-        "psutil",
+        # transformers 5 switches its PyTorch support off below torch 2.6. torch is pinned by the
+        # installer (Makefile: requirements/cpu.lock; docker: the base image's build), so no later
+        # requirement can pull a CUDA build onto a CPU machine.
+        "torch>=2.6",
+        # 5.x behaviour the code relies on: BertTokenizer's positional vocab file (tokenizer_io),
+        # BertEmbeddings' LayerNorm(inputs_embeds + ...) (the ALUM perturbation), the HF collator that
+        # replaced DataCollatorForWholeWordMask (the masking benchmark's baseline).
+        "transformers>=5.0",
+        "tokenizers>=0.22",  # what transformers 5.0 needs; the WordPiece trainer API used is older
+        "datasets>=4.0",  # datasets.List, the feature type of the instance columns, is new in 4.0
+        "sentencepiece>=0.2",  # the unigram vocabulary; 0.2.0 is the first release with Python 3.12 wheels
+        "blingfire>=0.1.8",  # sentence splitting; its latest release, the only one tested
+        "numpy>=1.26",
+        "pyarrow>=15",  # datasets 4.0's own floor; the Arrow calls used (compute, ipc, memory_map) are older
+        "pyyaml>=6.0",
+        "tqdm>=4.66.3",  # datasets 4.0's own floor
+        "matplotlib>=3.8",
+        "psutil>=5.9",
+        "xxhash>=3.0",  # checkpoint manifests: xxh3_128 (datasets needs xxhash too, unversioned)
         # fine-tuning metrics
-        "seqeval",
-        "scikit-learn",
-        "scipy",
+        "seqeval>=1.2.2",  # seqeval.scheme (strict IOB2/BILOU entities); 1.2.2 is its latest release
+        "scipy>=1.11",
         # experiments: run tables and the multilevel (mixed-effects) analysis
-        "pandas",
-        "statsmodels>=0.14",
+        "pandas>=2.1.1",
+        "statsmodels>=0.14",  # MixedLM with variance components and proportion_confint as used
     ],
     extras_require={
-        "dev": ["pytest>=8", "hypothesis>=6", "pytest-timeout", "pytest-xdist>=3.5", "accelerate>=1.1"],  # accelerate: the HF Trainer baseline of bench_finetune
+        # scikit-learn: the metric tests' reference (seqeval needs it at run time anyway);
+        # accelerate: the HF Trainer baseline of bench_finetune
+        "dev": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.2", "pytest-xdist>=3.5", "scikit-learn>=1.3",
+                "accelerate>=1.1"],
         # Install DeepSpeed with --no-build-isolation after torch (see the Makefile and docker/).
-        "pretrain": ["deepspeed>=0.14", "wandb"],
-        "tracking": ["wandb"],
+        # 0.14: kept from the first setup; only the locked 0.19.8 is tested (the calls used, initialize,
+        # init_distributed, the engine's backward/step/checkpoints and FusedAdam, are older than 0.14).
+        "pretrain": ["deepspeed>=0.14", "wandb>=0.17"],
+        "tracking": ["wandb>=0.17"],
     },
 )

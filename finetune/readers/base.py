@@ -28,6 +28,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 from biomed_lm.errors import FinetuneError, InputError
 from biomed_lm.finetune.blurb import DEV, SPLITS, TEST, TRAIN, BlurbEntry
 from biomed_lm.finetune.readers.examples import BlurbDataset, Example
+from biomed_lm.resources import resolve_path
 from biomed_lm.tokenization.instances import DatasetFormatError as _InstanceFormatError
 from biomed_lm.tokenization.instances import json_lines, numbered_lines  # noqa: F401  (the readers take them from here)
 
@@ -232,7 +233,7 @@ def _require_file(path: Path, dataset: str) -> Path:
 
 
 def _check_dir(data_dir: str | Path, dataset: str) -> Path:
-    path = Path(data_dir)
+    path = resolve_path(data_dir)  # data/blurb/... is the shipped slice from any directory
     if not path.is_dir():
         raise MissingDatasetFileError(f"{dataset}: no such directory: {path}")
     return path
