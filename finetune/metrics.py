@@ -15,7 +15,8 @@ Conventions shared by all metrics
     * F1 is ``2 * correct / (n_pred + n_gold)``, which equals ``2PR / (P + R)`` wherever that is
       defined and is 0 where it is not.
     * Gold and prediction must align one to one (same number of items; same length per
-      sequence); a mismatch raises ValueError naming the first bad item.
+      sequence); a mismatch raises ValueError naming the first bad item. (These ValueErrors are
+      :class:`biomed_lm.errors.InputError`s, the errors a caller fixes by changing an input.)
 
 Metric ids (:func:`compute_metric`) and the BLURB datasets that use them
     ``entity_f1``            BC5-chem, BC5-disease, NCBI-disease, BC2GM, JNLPBA
@@ -46,6 +47,7 @@ from scipy import stats
 from seqeval.metrics.sequence_labeling import get_entities
 from seqeval.scheme import BILOU, IOB2, Entities
 
+from biomed_lm.errors import InputError
 from biomed_lm.finetune.blurb import ACCURACY, ENTITY_F1, F1_POSITIVE, MICRO_F1_MULTILABEL, MICRO_F1_POSITIVE, PEARSON
 from biomed_lm.finetune.blurb import METRIC_IDS as REGISTRY_METRIC_IDS
 from biomed_lm.finetune.blurb import PICO_TOKEN_MACRO_F1
@@ -72,10 +74,10 @@ def _prf(n_correct: int, n_pred: int, n_gold: int) -> dict[str, Any]:
 def _as_list(values: Any, what: str) -> list:
     """A 1-D sequence or array as a list of plain items (numpy scalars become Python ones)."""
     if isinstance(values, (str, bytes)) or isinstance(values, Mapping):
-        raise ValueError(f"{what} must be a sequence of labels, not a {type(values).__name__}")
+        raise InputError(f"{what} must be a sequence of labels, not a {type(values).__name__}")
     if isinstance(values, np.ndarray):
         if values.ndim != 1:
-            raise ValueError(f"{what} must be 1-D, not an array of shape {values.shape}")
+            raise InputError(f"{what} must be 1-D, not an array of shape {values.shape}")
         return values.tolist()
     return list(values)
 
@@ -83,9 +85,9 @@ def _as_list(values: Any, what: str) -> list:
 def _paired(gold: Any, pred: Any) -> tuple[list, list]:
     gold_list, pred_list = _as_list(gold, "gold"), _as_list(pred, "pred")
     if len(gold_list) != len(pred_list):
-        raise ValueError(f"gold has {len(gold_list)} items but pred has {len(pred_list)}")
+        raise InputError(f"gold has {len(gold_list)} items but pred has {len(pred_list)}")
     if not gold_list:
-        raise ValueError("no examples to score (gold and pred are empty)")
+        raise InputError("no examples to score (gold and pred are empty)")
     return gold_list, pred_list
 
 
@@ -95,7 +97,7 @@ def _check_labels_occur(labels: Iterable, gold: list, pred: list, role: str) -> 
     seen = set(gold) | set(pred)
     if not any(label in seen for label in labels):
         shown = ", ".join(sorted(map(repr, seen))[:20])
-        raise ValueError(f"the {role} label(s) {sorted(map(repr, labels))} occur in neither gold "
+        raise InputError(f"the {role} label(s) {sorted(map(repr, labels))} occur in neither gold "
                          f"nor pred (labels seen: {shown}); check their spelling and type")
 
 
@@ -104,11 +106,11 @@ def _check_labels_occur(labels: Iterable, gold: list, pred: list, role: str) -> 
 
 def _tag_sequences(seqs: Any, what: str) -> list[list[str]]:
     if isinstance(seqs, (str, bytes)):
-        raise ValueError(f"{what} must be a sequence of tag sequences, not a str")
+        raise InputError(f"{what} must be a sequence of tag sequences, not a str")
     out = []
     for k, seq in enumerate(seqs):
         if isinstance(seq, (str, bytes)):
-            raise ValueError(f"{what} sequence {k} is a str; expected a sequence of tags")
+            raise InputError(f"{what} sequence {k} is a str; expected a sequence of tags")
         out.append(list(seq))
     return out
 
@@ -157,17 +159,17 @@ def entity_f1(gold_tag_seqs: Sequence[Sequence[str]], pred_tag_seqs: Sequence[Se
     """
     scheme = normalize_scheme(scheme)
     if mode not in NER_F1_MODES:
-        raise ValueError(f"NER F1 mode must be one of {', '.join(NER_F1_MODES)}, not {mode!r}")
+        raise InputError(f"NER F1 mode must be one of {', '.join(NER_F1_MODES)}, not {mode!r}")
     gold = _tag_sequences(gold_tag_seqs, "gold")
     pred = _tag_sequences(pred_tag_seqs, "pred")
     if len(gold) != len(pred):
-        raise ValueError(f"gold has {len(gold)} sequences but pred has {len(pred)}")
+        raise InputError(f"gold has {len(gold)} sequences but pred has {len(pred)}")
     if not gold:
-        raise ValueError("no sequences to score (gold and pred are empty)")
+        raise InputError("no sequences to score (gold and pred are empty)")
     n_invalid = 0
     for k, (gold_seq, pred_seq) in enumerate(zip(gold, pred)):
         if len(gold_seq) != len(pred_seq):
-            raise ValueError(f"sequence {k}: gold has {len(gold_seq)} tags but pred has "
+            raise InputError(f"sequence {k}: gold has {len(gold_seq)} tags but pred has "
                              f"{len(pred_seq)}")
         try:
             validate_tags(gold_seq, scheme)
@@ -199,7 +201,7 @@ def _flat_binary(values: Any, what: str) -> np.ndarray:
         else:
             array = np.asarray(items)
     if array.size and not np.isin(array, (0, 1)).all():
-        raise ValueError(f"{what} must hold only 0/1 (or booleans)")
+        raise InputError(f"{what} must hold only 0/1 (or booleans)")
     return array.astype(bool)
 
 
@@ -215,17 +217,17 @@ def _token_elements(token: Any, elements: tuple[str, ...], where: str) -> set[st
             element = None
         if element in elements:
             return {element}
-        raise ValueError(f"{where}: unknown PICO label {token!r} (elements: {', '.join(elements)}"
+        raise InputError(f"{where}: unknown PICO label {token!r} (elements: {', '.join(elements)}"
                          f"; 'O' or an empty set means none)")
     if isinstance(token, (Set, list, tuple)):
         found = set()
         for label in token:
             if label not in elements:
-                raise ValueError(f"{where}: unknown PICO element {label!r} in {token!r} "
+                raise InputError(f"{where}: unknown PICO element {label!r} in {token!r} "
                                  f"(elements: {', '.join(elements)})")
             found.add(label)
         return found
-    raise ValueError(f"{where}: a token's labels must be a str or a set of element names, "
+    raise InputError(f"{where}: a token's labels must be a str or a set of element names, "
                      f"not {type(token).__name__}")
 
 
@@ -235,20 +237,20 @@ def _pico_indicators(data: Any, elements: tuple[str, ...], what: str
     if isinstance(data, Mapping):
         missing = [e for e in elements if e not in data]
         if missing:
-            raise ValueError(f"{what} has no array for element(s) {missing}")
+            raise InputError(f"{what} has no array for element(s) {missing}")
         vectors = {e: _flat_binary(data[e], f"{what}[{e!r}]") for e in elements}
         lengths = {len(v) for v in vectors.values()}
         if len(lengths) > 1:
-            raise ValueError(f"{what}: the element arrays differ in length "
+            raise InputError(f"{what}: the element arrays differ in length "
                              f"({ {e: len(v) for e, v in vectors.items()} })")
         return vectors, None
     if isinstance(data, (str, bytes)):
-        raise ValueError(f"{what} must be documents of per-token labels or a mapping "
+        raise InputError(f"{what} must be documents of per-token labels or a mapping "
                          f"element -> binary array, not a str")
     doc_lengths, columns = [], {e: [] for e in elements}
     for d, doc in enumerate(data):
         if isinstance(doc, (str, bytes)) or not isinstance(doc, (Sequence, np.ndarray)):
-            raise ValueError(f"{what} document {d} must be a sequence of per-token labels, not "
+            raise InputError(f"{what} document {d} must be a sequence of per-token labels, not "
                              f"{type(doc).__name__} (nest flat token lists in a list: [tokens])")
         doc_lengths.append(len(doc))
         for t, token in enumerate(doc):
@@ -280,22 +282,22 @@ def pico_token_macro_f1(gold: Any, pred: Any, elements: Sequence[str] = ("PAR", 
     """
     elements = tuple(elements)
     if not elements or len(set(elements)) != len(elements) or OUTSIDE in elements:
-        raise ValueError(f"elements must be distinct, non-empty and exclude 'O': {elements}")
+        raise InputError(f"elements must be distinct, non-empty and exclude 'O': {elements}")
     gold_vectors, gold_lengths = _pico_indicators(gold, elements, "gold")
     pred_vectors, pred_lengths = _pico_indicators(pred, elements, "pred")
     if gold_lengths is not None and pred_lengths is not None:
         if len(gold_lengths) != len(pred_lengths):
-            raise ValueError(f"gold has {len(gold_lengths)} documents but pred has "
+            raise InputError(f"gold has {len(gold_lengths)} documents but pred has "
                              f"{len(pred_lengths)}")
         for d, (g, p) in enumerate(zip(gold_lengths, pred_lengths)):
             if g != p:
-                raise ValueError(f"document {d}: gold has {g} tokens but pred has {p}")
+                raise InputError(f"document {d}: gold has {g} tokens but pred has {p}")
     n_tokens = len(gold_vectors[elements[0]])
     if len(pred_vectors[elements[0]]) != n_tokens:
-        raise ValueError(f"gold has {n_tokens} tokens but pred has "
+        raise InputError(f"gold has {n_tokens} tokens but pred has "
                          f"{len(pred_vectors[elements[0]])}")
     if n_tokens == 0:
-        raise ValueError("no tokens to score (gold and pred are empty)")
+        raise InputError("no tokens to score (gold and pred are empty)")
     per_element = {}
     for e in elements:
         g, p = gold_vectors[e], pred_vectors[e]
@@ -325,7 +327,7 @@ def micro_f1_positive(gold_labels: Sequence, pred_labels: Sequence,
     negatives = set(negative_labels) if isinstance(negative_labels, Iterable) \
         and not isinstance(negative_labels, (str, bytes)) else {negative_labels}
     if not negatives:
-        raise ValueError("negative_labels is empty; use accuracy for micro F1 over all classes")
+        raise InputError("negative_labels is empty; use accuracy for micro F1 over all classes")
     _check_labels_occur(negatives, gold, pred, "negative")
     positives = sorted({label for label in gold + pred if label not in negatives}, key=repr)
     per_class = {}
@@ -371,9 +373,9 @@ def pearson(gold_scores: Sequence[float], pred_scores: Sequence[float]) -> dict[
     g = np.asarray(gold, dtype=float)
     p = np.asarray(pred, dtype=float)
     if len(g) < 2:
-        raise ValueError("Pearson's r needs at least two pairs")
+        raise InputError("Pearson's r needs at least two pairs")
     if not (np.isfinite(g).all() and np.isfinite(p).all()):
-        raise ValueError("gold and pred scores must be finite numbers")
+        raise InputError("gold and pred scores must be finite numbers")
     constant = bool(np.ptp(g) == 0 or np.ptp(p) == 0)
     if constant:
         return {"score": 0.0, "p_value": 1.0, "n_examples": len(g), "constant_input": True}
@@ -385,23 +387,23 @@ def pearson(gold_scores: Sequence[float], pred_scores: Sequence[float]) -> dict[
 def _label_matrix(data: Any, labels: list, what: str) -> np.ndarray:
     if isinstance(data, np.ndarray) and data.ndim == 2:
         if data.shape[1] != len(labels):
-            raise ValueError(f"{what} has {data.shape[1]} columns for {len(labels)} labels")
+            raise InputError(f"{what} has {data.shape[1]} columns for {len(labels)} labels")
         if data.size and not np.isin(data, (0, 1)).all():
-            raise ValueError(f"{what} must hold only 0/1 (or booleans)")
+            raise InputError(f"{what} must hold only 0/1 (or booleans)")
         return data.astype(bool)
     if isinstance(data, (str, bytes)):
-        raise ValueError(f"{what} must be a sequence of label sets, not a str")
+        raise InputError(f"{what} must be a sequence of label sets, not a str")
     column = {label: j for j, label in enumerate(labels)}
     rows = []
     for d, doc_labels in enumerate(data):
         if isinstance(doc_labels, (str, bytes)) or not isinstance(
                 doc_labels, (Set, list, tuple, np.ndarray)):
-            raise ValueError(f"{what} document {d}: expected a set/list of labels, not "
+            raise InputError(f"{what} document {d}: expected a set/list of labels, not "
                              f"{doc_labels!r}")
         row = np.zeros(len(labels), dtype=bool)
         for label in (doc_labels.tolist() if isinstance(doc_labels, np.ndarray) else doc_labels):
             if label not in column:
-                raise ValueError(f"{what} document {d}: label {label!r} is not one of the "
+                raise InputError(f"{what} document {d}: label {label!r} is not one of the "
                                  f"{len(labels)} labels given")
             row[column[label]] = True
         rows.append(row)
@@ -426,13 +428,13 @@ def micro_f1_multilabel(gold_sets: Any, pred_sets: Any, labels: Sequence) -> dic
     """
     labels = list(labels)
     if not labels or len(set(labels)) != len(labels):
-        raise ValueError("labels must be non-empty and distinct")
+        raise InputError("labels must be non-empty and distinct")
     g = _label_matrix(gold_sets, labels, "gold")
     p = _label_matrix(pred_sets, labels, "pred")
     if g.shape[0] != p.shape[0]:
-        raise ValueError(f"gold has {g.shape[0]} documents but pred has {p.shape[0]}")
+        raise InputError(f"gold has {g.shape[0]} documents but pred has {p.shape[0]}")
     if g.shape[0] == 0:
-        raise ValueError("no documents to score (gold and pred are empty)")
+        raise InputError("no documents to score (gold and pred are empty)")
     per_label = {label: _prf(int(np.sum(g[:, j] & p[:, j])), int(np.sum(p[:, j])),
                              int(np.sum(g[:, j])))
                  for j, label in enumerate(labels)}
@@ -462,7 +464,7 @@ def compute_metric(metric_id: str, gold: Any, pred: Any, **kwargs: Any) -> dict[
     (``scheme=``, ``negative_labels=``, ``positive=``, ``labels=``, ...); the result is that
     metric's dict with ``"metric": metric_id`` added."""
     if metric_id not in METRICS:
-        raise ValueError(f"unknown metric {metric_id!r}: expected one of {', '.join(METRIC_IDS)}")
+        raise InputError(f"unknown metric {metric_id!r}: expected one of {', '.join(METRIC_IDS)}")
     return {"metric": metric_id, **METRICS[metric_id](gold, pred, **kwargs)}
 
 
@@ -495,9 +497,9 @@ def mean_std(values: Iterable[float]) -> MeanStd:
     """
     array = np.asarray([float(v) for v in values], dtype=float)
     if array.size == 0:
-        raise ValueError("mean_std needs at least one value")
+        raise InputError("mean_std needs at least one value")
     if not np.isfinite(array).all():
-        raise ValueError(f"mean_std got a non-finite value: {array.tolist()}")
+        raise InputError(f"mean_std got a non-finite value: {array.tolist()}")
     std = float(np.std(array, ddof=1)) if array.size > 1 else math.nan
     return MeanStd(float(np.mean(array)), std, int(array.size))
 
@@ -557,14 +559,14 @@ def _score_value(value: Any, dataset: str) -> float:
         value = value.mean
     elif isinstance(value, Mapping):
         if "score" not in value:
-            raise ValueError(f"{dataset}: a result mapping needs a 'score' key")
+            raise InputError(f"{dataset}: a result mapping needs a 'score' key")
         value = value["score"]
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{dataset}: {value!r} is not a score") from None
+        raise InputError(f"{dataset}: {value!r} is not a score") from None
     if not math.isfinite(number):
-        raise ValueError(f"{dataset}: score {number} is not finite")
+        raise InputError(f"{dataset}: score {number} is not finite")
     return number
 
 
@@ -581,18 +583,18 @@ def blurb_score(results: Mapping[str, Any], *, percent: bool = False,
     or ``require_complete=True`` raises ValueError instead. Unknown or duplicate datasets raise.
     """
     if not results:
-        raise ValueError("no results: the BLURB score needs at least one dataset")
+        raise InputError("no results: the BLURB score needs at least one dataset")
     bound = 100.0 if percent else 1.0
     dataset_scores: dict[str, float] = {}
     for name, value in results.items():
         dataset = canonical_dataset_name(name)
         if dataset in dataset_scores:
-            raise ValueError(f"{name!r} duplicates another entry for {dataset!r}")
+            raise InputError(f"{name!r} duplicates another entry for {dataset!r}")
         number = _score_value(value, dataset)
         if not -bound <= number <= bound:
             hint = "; pass percent=True for percentages" if not percent and abs(number) <= 100 \
                 else ""
-            raise ValueError(f"{dataset}: score {number} is outside [-{bound:g}, {bound:g}]{hint}")
+            raise InputError(f"{dataset}: score {number} is outside [-{bound:g}, {bound:g}]{hint}")
         dataset_scores[dataset] = number / bound
     ordered = {d: dataset_scores[d] for d in BLURB_DATASETS if d in dataset_scores}
     task_scores = {task: float(np.mean([ordered[d] for d in datasets if d in ordered]))
@@ -601,7 +603,7 @@ def blurb_score(results: Mapping[str, Any], *, percent: bool = False,
     missing_datasets = tuple(d for d in BLURB_DATASETS if d not in ordered)
     missing_tasks = tuple(t for t in BLURB_TASK_TYPES if t not in task_scores)
     if require_complete and missing_datasets:
-        raise ValueError(f"incomplete BLURB results: missing {', '.join(missing_datasets)}")
+        raise InputError(f"incomplete BLURB results: missing {', '.join(missing_datasets)}")
     return BlurbScore(score=float(np.mean(list(task_scores.values()))), task_scores=task_scores,
                       dataset_scores=ordered, missing_datasets=missing_datasets,
                       missing_tasks=missing_tasks)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from biomed_lm.errors import FinetuneError
+from biomed_lm.errors import FinetuneError, InputError
 from biomed_lm.finetune.blurb import BLURB, CHEMPROT_TYPE_MAP, DDI_TYPE_MAP, GAD_TYPE_MAP, PlaceholderPair  # noqa: F401
 
 if TYPE_CHECKING:  # torch is imported where tensors are made, so the dataset readers can check placeholders
@@ -87,7 +87,7 @@ class Entity:
 
     def __post_init__(self) -> None:
         if not 0 <= self.start < self.end:
-            raise ValueError(f"an entity span needs 0 <= start < end, got [{self.start}, {self.end})")
+            raise InputError(f"an entity span needs 0 <= start < end, got [{self.start}, {self.end})")
 
 
 def mentions_overlap(first: Mention, second: Mention) -> bool:
@@ -119,9 +119,9 @@ def normalize_type(entity_type: str, type_map: Mapping[str, str] | None = None) 
     elif entity_type in type_map:
         normalized = type_map[entity_type]
     else:
-        raise ValueError(f"entity type {entity_type!r} is not in the type map (known: {sorted(type_map)})")
+        raise InputError(f"entity type {entity_type!r} is not in the type map (known: {sorted(type_map)})")
     if not re.fullmatch(r"[A-Z][A-Z0-9_]*(-[A-Z][A-Z0-9_]*)?", normalized):
-        raise ValueError(f"placeholder type {normalized!r} (from {entity_type!r}) must be upper-case letters, "
+        raise InputError(f"placeholder type {normalized!r} (from {entity_type!r}) must be upper-case letters, "
                          "digits and underscores")
     return normalized
 
@@ -142,12 +142,12 @@ def overlap_placeholder(first: Mention, second: Mention, type_map: Mapping[str, 
 
 def _check_entities(text: str, entities: Sequence[Mention]) -> tuple[Mention, Mention]:
     if len(entities) != 2:
-        raise ValueError(f"a relation needs exactly two entities, got {len(entities)}")
+        raise InputError(f"a relation needs exactly two entities, got {len(entities)}")
     for entity in entities:
         if not 0 <= entity.start < entity.end:
-            raise ValueError(f"an entity span needs 0 <= start < end, got [{entity.start}, {entity.end})")
+            raise InputError(f"an entity span needs 0 <= start < end, got [{entity.start}, {entity.end})")
         if entity.end > len(text):
-            raise ValueError(f"entity span [{entity.start}, {entity.end}) runs past the text ({len(text)} characters)")
+            raise InputError(f"entity span [{entity.start}, {entity.end}) runs past the text ({len(text)} characters)")
     return entities[0], entities[1]
 
 
@@ -187,7 +187,7 @@ def insert_markers(text: str, entities: Sequence[Mention], markers: Sequence[str
     """
     first, second = _check_entities(text, entities)
     if len(markers) != 4:
-        raise ValueError(f"markers must be (E1 start, E1 end, E2 start, E2 end), got {markers!r}")
+        raise InputError(f"markers must be (E1 start, E1 end, E2 start, E2 end), got {markers!r}")
     events = []
     for index, entity in enumerate((first, second)):
         events.append((entity.start, 1, -entity.end, index, "open"))
@@ -229,7 +229,7 @@ def transform_text(text: str, entities: Sequence[Mention], transformation: Trans
         first, second = _check_entities(text, entities)
         spans = ((first.start, first.end), (second.start, second.end))
         return TransformedText(text, spans, spans, spans)
-    raise ValueError(f"transformation must be one of {TRANSFORMATIONS}, got {transformation!r}")
+    raise InputError(f"transformation must be one of {TRANSFORMATIONS}, got {transformation!r}")
 
 
 def entities_from_placeholders(text: str, type_order: Sequence[str] | None = None) -> tuple[Entity, Entity]:
@@ -245,12 +245,12 @@ def entities_from_placeholders(text: str, type_order: Sequence[str] | None = Non
         first_type, second_type = found[0].type.split("-", 1)
         return (Entity(found[0].start, found[0].end, first_type), Entity(found[0].start, found[0].end, second_type))
     if len(found) != 2:
-        raise ValueError(f"expected two @TYPE$ placeholders (or one combined @A-B$), found {len(found)} in {text!r}")
+        raise InputError(f"expected two @TYPE$ placeholders (or one combined @A-B$), found {len(found)} in {text!r}")
     if type_order is not None:
         rank = {entity_type: position for position, entity_type in enumerate(type_order)}
         missing = [entity.type for entity in found if entity.type not in rank]
         if missing:
-            raise ValueError(f"placeholder types {missing} are not in type_order {list(type_order)}")
+            raise InputError(f"placeholder types {missing} are not in type_order {list(type_order)}")
         found.sort(key=lambda entity: rank[entity.type])
     return found[0], found[1]
 
@@ -267,7 +267,7 @@ def pair_from_placeholders(text: str, pair: PlaceholderPair) -> tuple[Entity, En
     if sorted(types) != sorted((pair.first, pair.second)):
         wanted = f"@{pair.first}$ and @{pair.second}$ (or one @{pair.overlap}$)"
         seen = ", ".join(f"@{t}$" for t in types) if types else "no placeholder"
-        raise ValueError(f"expected the entity pair as {wanted}, found {seen}")
+        raise InputError(f"expected the entity pair as {wanted}, found {seen}")
     first = next(entity for entity in found if entity.type == pair.first)
     second = next(entity for entity in found if entity.type == pair.second and entity is not first)
     return first, second
@@ -296,7 +296,7 @@ def _token_range(offsets: Sequence[tuple[int, int]], start: int, end: int) -> tu
     touching = [index for index, (token_start, token_end) in enumerate(offsets)
                 if token_end > start and token_start < end]
     if not touching:
-        raise ValueError(f"no token covers characters [{start}, {end})")
+        raise InputError(f"no token covers characters [{start}, {end})")
     return touching[0], touching[-1] + 1
 
 
@@ -310,6 +310,44 @@ def _window(num_tokens: int, budget: int, low: int, high: int) -> tuple[int, int
     else:  # cannot keep both: keep the text from the earlier entity on
         start = low
     return start, start + budget
+
+
+def _check_markers(tokenizer, content_ids: Sequence[int], starts: Sequence[tuple[int, int]]) -> None:
+    """Each entity's start marker must be one token (the tokenizer knows the markers)."""
+    marker_ids = tokenizer.convert_tokens_to_ids(list(ENTITY_MARKERS[0::2]))
+    for index, (start, end) in enumerate(starts):
+        if end - start != 1 or content_ids[start] != marker_ids[index]:
+            raise InputError(f"{ENTITY_MARKERS[2 * index]} is not a single token: call "
+                             "add_marker_tokens(tokenizer) and resize the model's embeddings")
+
+
+def _place_entities(spans: Sequence[tuple[int, int]], starts: Sequence[tuple[int, int]], offset: int,
+                    window_start: int, width: int) -> tuple[list[list[int]], list[int]]:
+    """The entities' token spans and start tokens in the windowed sequence (after ``offset``
+    special tokens), clipped into the window."""
+    def place(position: int) -> int:  # content index → index in the windowed sequence
+        return offset + min(max(position - window_start, 0), width - 1)
+
+    entity_spans, entity_starts = [], []
+    for (start, end), (start_token, _) in zip(spans, starts):
+        clipped_start = place(start)
+        clipped_end = max(place(end - 1) + 1, clipped_start + 1)
+        entity_spans.append([clipped_start, clipped_end])
+        entity_starts.append(place(start_token))
+    return entity_spans, entity_starts
+
+
+def _tokenized(text: str, tokenizer) -> tuple[list[int], list[tuple[int, int]], list[int], int, int]:
+    """Input ids, character offsets and token types of ``text`` with special tokens, and where its
+    content tokens (those covering characters; the special tokens around them cover none) begin and end."""
+    encoding = tokenizer(text, add_special_tokens=True, truncation=False, verbose=False,
+                         return_offsets_mapping=True, return_token_type_ids=True)
+    input_ids, offsets = list(encoding["input_ids"]), [tuple(pair) for pair in encoding["offset_mapping"]]
+    token_type_ids = list(encoding.get("token_type_ids") or [0] * len(input_ids))
+    content = [index for index, (start, end) in enumerate(offsets) if end > start]
+    if not content:
+        raise InputError(f"the text has no tokens: {text!r}")
+    return input_ids, offsets, token_type_ids, content[0], content[-1] + 1
 
 
 def encode_relation_example(text: str, entities: Sequence[Mention], tokenizer,
@@ -332,33 +370,21 @@ def encode_relation_example(text: str, entities: Sequence[Mention], tokenizer,
     gets a prediction — what evaluation on a fixed test set needs.
     """
     if on_overflow not in ("error", "clip"):
-        raise ValueError(f"on_overflow must be 'error' or 'clip', got {on_overflow!r}")
+        raise InputError(f"on_overflow must be 'error' or 'clip', got {on_overflow!r}")
     if not getattr(tokenizer, "is_fast", False):
-        raise ValueError("encode_relation_example needs a fast tokenizer (for its offset mapping)")
+        raise InputError("encode_relation_example needs a fast tokenizer (for its offset mapping)")
     transformed = transform_text(text, entities, transformation, type_map)
-    encoding = tokenizer(transformed.text, add_special_tokens=True, truncation=False, verbose=False,
-                         return_offsets_mapping=True, return_token_type_ids=True)
-    input_ids, offsets = list(encoding["input_ids"]), [tuple(pair) for pair in encoding["offset_mapping"]]
-    token_type_ids = list(encoding.get("token_type_ids") or [0] * len(input_ids))
-    # Content tokens are those covering characters; the special tokens around them cover none.
-    content = [index for index, (start, end) in enumerate(offsets) if end > start]
-    if not content:
-        raise ValueError(f"the text has no tokens: {transformed.text!r}")
-    first, last = content[0], content[-1] + 1
+    input_ids, offsets, token_type_ids, first, last = _tokenized(transformed.text, tokenizer)
     prefix, suffix = input_ids[:first], input_ids[last:]
     content_ids, content_offsets = input_ids[first:last], offsets[first:last]
     budget = max_length - len(prefix) - len(suffix)
     if budget < 1:
-        raise ValueError(f"max_length {max_length} leaves no room next to {len(prefix) + len(suffix)} special tokens")
+        raise InputError(f"max_length {max_length} leaves no room next to {len(prefix) + len(suffix)} special tokens")
 
     spans = [_token_range(content_offsets, *span) for span in transformed.spans]
     starts = [_token_range(content_offsets, *span) for span in transformed.starts]
     if transformation == "markers":
-        marker_ids = tokenizer.convert_tokens_to_ids(list(ENTITY_MARKERS[0::2]))
-        for index, (start, end) in enumerate(starts):
-            if end - start != 1 or content_ids[start] != marker_ids[index]:
-                raise ValueError(f"{ENTITY_MARKERS[2 * index]} is not a single token: call "
-                                 "add_marker_tokens(tokenizer) and resize the model's embeddings")
+        _check_markers(tokenizer, content_ids, starts)
     needed = [_token_range(content_offsets, *extent) for extent in transformed.extents]
     low, high = min(span[0] for span in needed), max(span[1] for span in needed)
     fits = high - low <= budget
@@ -367,16 +393,7 @@ def encode_relation_example(text: str, entities: Sequence[Mention], tokenizer,
                                     f"{budget}; raise max_length or use on_overflow='clip'")
     window_start, window_end = _window(len(content_ids), budget, low, high)
     width = window_end - window_start
-
-    def place(position: int) -> int:  # content index → index in the windowed sequence
-        return len(prefix) + min(max(position - window_start, 0), width - 1)
-
-    entity_spans, entity_starts = [], []
-    for (start, end), (start_token, _) in zip(spans, starts):
-        clipped_start = place(start)
-        clipped_end = max(place(end - 1) + 1, clipped_start + 1)
-        entity_spans.append([clipped_start, clipped_end])
-        entity_starts.append(place(start_token))
+    entity_spans, entity_starts = _place_entities(spans, starts, len(prefix), window_start, width)
     ids = prefix + content_ids[window_start:window_end] + suffix
     types = (token_type_ids[:first] + token_type_ids[first + window_start:first + window_end]
              + token_type_ids[last:])
@@ -400,7 +417,7 @@ def collate_relation_features(features: Sequence[Mapping], pad_token_id: int) ->
     import torch
 
     if not features:
-        raise ValueError("cannot collate an empty batch")
+        raise InputError("cannot collate an empty batch")
     length = max(len(feature["input_ids"]) for feature in features)
 
     def pad(key: str, value: int) -> torch.Tensor:

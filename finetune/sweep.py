@@ -295,7 +295,7 @@ def summarize(records: Iterable[Mapping[str, Any]], *, absent: Mapping[str, str]
     records = list(records)
     models = sorted({r["model"] for r in records})
     if len(models) > 1:
-        raise ValueError(f"run records of several models: {', '.join(models)}; summarize one model at a time")
+        raise InputError(f"run records of several models: {', '.join(models)}; summarize one model at a time")
     by_dataset: dict[str, list[Mapping[str, Any]]] = {}
     for record in records:
         by_dataset.setdefault(_dataset_id(record["dataset"]), []).append(record)

@@ -47,7 +47,7 @@ from __future__ import annotations
 import operator
 from typing import Iterable, Sequence
 
-from biomed_lm.errors import FinetuneError
+from biomed_lm.errors import FinetuneError, InputError
 
 OUTSIDE = "O"
 SCHEMES = ("bio", "bioul", "io")
@@ -76,7 +76,7 @@ def normalize_scheme(scheme: str) -> str:
     if key not in _ALIASES:
         hint = " (BIOES/IOBES: rename S- to U- and E- to L-, then use 'bioul')" \
             if key in ("bioes", "iobes") else ""
-        raise ValueError(f"unknown tagging scheme {scheme!r}: expected one of "
+        raise InputError(f"unknown tagging scheme {scheme!r}: expected one of "
                          f"{', '.join(SCHEMES)} (aliases: iob2, bilou){hint}")
     return _ALIASES[key]
 
@@ -86,12 +86,12 @@ def split_tag(tag: str) -> tuple[str, str]:
     bare ``"I"`` -> ``("I", "")``. Raises ValueError for anything that is not a tag of some scheme
     (the scheme's own alphabet is checked by the callers that know it)."""
     if not isinstance(tag, str):
-        raise ValueError(f"a tag must be a str, not {type(tag).__name__} ({tag!r})")
+        raise InputError(f"a tag must be a str, not {type(tag).__name__} ({tag!r})")
     if tag == OUTSIDE:
         return OUTSIDE, ""
     prefix, sep, entity_type = tag[:1], tag[1:2], tag[2:]
     if prefix not in ("B", "I", "L", "U") or (sep and sep != "-") or (sep and not entity_type):
-        raise ValueError(f"malformed tag {tag!r}: expected 'O', a prefix B/I/L/U, or "
+        raise InputError(f"malformed tag {tag!r}: expected 'O', a prefix B/I/L/U, or "
                          f"prefix-TYPE such as 'B-Chemical'")
     return prefix, entity_type
 
@@ -111,7 +111,7 @@ def tag_labels(entity_types: Iterable[str], scheme: str = "bio") -> list[str]:
     types = list(dict.fromkeys(entity_types))
     for entity_type in types:
         if not isinstance(entity_type, str):
-            raise ValueError(f"an entity type must be a str, not {entity_type!r}")
+            raise InputError(f"an entity type must be a str, not {entity_type!r}")
     return [OUTSIDE] + [make_tag(p, t) for t in types for p in _PREFIXES[scheme]]
 
 
@@ -204,24 +204,24 @@ def _checked_spans(spans: Iterable[Sequence], length: int) -> list[Span]:
     checked = []
     for span in spans:
         if len(span) != 3:
-            raise ValueError(f"a span is (start, end_exclusive, type), not {span!r}")
+            raise InputError(f"a span is (start, end_exclusive, type), not {span!r}")
         start, end, entity_type = span
         try:
             if isinstance(start, bool) or isinstance(end, bool):
                 raise TypeError
             start, end = operator.index(start), operator.index(end)
         except TypeError:
-            raise ValueError(f"span {tuple(span)!r}: start and end must be ints") from None
+            raise InputError(f"span {tuple(span)!r}: start and end must be ints") from None
         if not isinstance(entity_type, str):
-            raise ValueError(f"span {tuple(span)!r}: the type must be a str")
+            raise InputError(f"span {tuple(span)!r}: the type must be a str")
         if not 0 <= start < end <= length:
-            raise ValueError(f"span {tuple(span)!r} is empty or outside a sequence of length "
+            raise InputError(f"span {tuple(span)!r} is empty or outside a sequence of length "
                              f"{length} (need 0 <= start < end <= length)")
         checked.append((start, end, entity_type))
     checked.sort()
     for before, after in zip(checked, checked[1:]):
         if after[0] < before[1]:
-            raise ValueError(f"spans {before!r} and {after!r} overlap; a flat tag sequence "
+            raise InputError(f"spans {before!r} and {after!r} overlap; a flat tag sequence "
                              f"cannot encode overlapping entities")
     return checked
 
@@ -238,9 +238,9 @@ def from_spans(spans: Iterable[Sequence], length: int, scheme: str = "bio") -> l
             raise TypeError
         length = operator.index(length)
     except TypeError:
-        raise ValueError(f"length must be a non-negative int, not {length!r}") from None
+        raise InputError(f"length must be a non-negative int, not {length!r}") from None
     if length < 0:
-        raise ValueError(f"length must be a non-negative int, not {length!r}")
+        raise InputError(f"length must be a non-negative int, not {length!r}")
     tags = [OUTSIDE] * length
     for start, end, entity_type in _checked_spans(spans, length):
         if scheme == "io":

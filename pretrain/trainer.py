@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import numpy as np
 import torch
 
+from biomed_lm.backend import ensure_distributed_env  # one definition, shared with fine-tuning
 from biomed_lm.pretrain.attention import PADDED
 from biomed_lm.pretrain.checkpoint import (CheckpointError, Selection, checkpoint_tags, latest_tag, load_checkpoint,
                                            save_checkpoint, select_checkpoint, set_aside_diverged)
@@ -61,20 +62,6 @@ EXIT_DIVERGED = 3
 
 class DivergenceAbort(RuntimeError):
     """Too many optimizer steps in a row were skipped (non-finite or spiking)."""
-
-
-def ensure_distributed_env() -> None:
-    """Let ``python launch/pretrain.py`` run as a single process: without these variables
-    DeepSpeed would try to discover an MPI launcher."""
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=os.environ.get("MASTER_PORT", str(port)))
 
 
 class StepGate:
