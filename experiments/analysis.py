@@ -59,12 +59,12 @@ import numpy as np
 import pandas as pd
 import scipy.stats
 
+from biomed_lm.experiments.choices import SEED_EFFECTS, SeedEffect
 from biomed_lm.experiments.design import (AnalysisError, Design, Names, Term, checkpoint_column, fit_mixedlm,
                                           prepare_runs, usable_fit)
 
 __all__ = ["MultilevelResult", "fit_multilevel", "format_p", "AnalysisError", "SEED_EFFECTS"]
 
-SEED_EFFECTS = ("variance_component", "fixed", "none")
 _Z95 = float(scipy.stats.norm.ppf(0.975))
 
 
@@ -146,17 +146,6 @@ class MultilevelResult:
     factor_tests: bool = True  # False: factor effects are confounded with checkpoint luck, not tested
     caveat: str = ""           # why factor_tests is False, in plain words
     _terms: dict[str, Term] = field(default_factory=dict, repr=False)
-
-    # ---------------------------------------------------------------- tables
-    def factor_effects(self) -> pd.DataFrame:
-        """The factor rows of ``coefficients`` with ``factor``, ``level`` and ``reference`` columns."""
-        rows = []
-        for _, row in self.coefficients.iterrows():
-            term = self._terms.get(row["term"])
-            if term is not None and term.kind == "factor":
-                rows.append({"factor": term.variable, "level": term.level,
-                             "reference": self.factors.get(term.variable, ""), **row.to_dict()})
-        return pd.DataFrame(rows, columns=["factor", "level", "reference", *self.coefficients.columns])
 
     # ---------------------------------------------------------------- reading
     def reading(self) -> list[str]:
@@ -355,7 +344,7 @@ class _Model:
 def fit_multilevel(rows: pd.DataFrame | Sequence[Mapping[str, Any]], factors: Mapping[str, str], *,
                    response: str = "test_score",
                    level1: Sequence[str] = ("learning_rate", "batch_size", "epochs"),
-                   seed_effect: str = "variance_component",
+                   seed_effect: SeedEffect = "variance_component",
                    random_slopes: Sequence[str] | None = None,
                    interactions: bool = False) -> MultilevelResult:
     """Fit the two-level model of ``response`` (in points) on runs grouped by (variant, dataset).

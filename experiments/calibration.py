@@ -37,6 +37,9 @@ import pandas as pd
 import scipy.stats
 from statsmodels.stats.proportion import proportion_confint
 
+from biomed_lm.errors import ConfigError
+from biomed_lm.experiments.choices import Specification
+
 __all__ = ["VarianceComponents", "AblationDesign", "simulate_runs", "calibrate", "CalibrationResult",
            "approximate_power", "minimum_design", "report_test", "paper000_test", "PAPER000_AS_PRINTED",
            "calibration_markdown"]
@@ -72,7 +75,7 @@ class VarianceComponents:
           random slopes (seeds and settings, averaged as above), so twice their sum.
         """
         if not 0.0 <= checkpoint_share <= 1.0:
-            raise ValueError(f"checkpoint_share must be in [0, 1], got {checkpoint_share}")
+            raise ConfigError(f"checkpoint_share must be in [0, 1], got {checkpoint_share}")
         group, seed_slopes = 9.29, (22.96 + 38.59) / 3
         setting = (3.03 + 9.72 + 8.78 + 0.42) / 5 + 0.37 / 2
         return cls(checkpoint=checkpoint_share * group, checkpoint_x_dataset=(1 - checkpoint_share) * group,
@@ -183,7 +186,7 @@ class CalibrationResult:
                    float(values["alpha"]), rows)
 
 
-def report_test(rows: pd.DataFrame, design: AblationDesign, specification: str = "checkpoints"
+def report_test(rows: pd.DataFrame, design: AblationDesign, specification: Specification = "checkpoints"
                 ) -> tuple[float, float] | None:
     """The tested factor's (estimate, p-value) as the report gives them; None when the report
     withholds the test (one checkpoint per variant) or the fit fails."""

@@ -38,13 +38,11 @@ import pandas as pd
 import scipy.stats
 
 from biomed_lm.experiments.analysis import MultilevelResult, fit_multilevel
+from biomed_lm.experiments.choices import SPECIFICATIONS, Specification
 from biomed_lm.experiments.design import (AnalysisError, Design, Names, checkpoint_column, fit_mixedlm, prepare_runs,
                                           usable_fit)
 
 __all__ = ["CheckpointsConfounded", "fit_checkpoint_model", "analyse_runs", "SPECIFICATIONS", "CONFOUNDED_CAVEAT"]
-
-#: The analyses a report can run: this module's (the default) and paper 000's.
-SPECIFICATIONS = ("checkpoints", "model-dataset-groups")
 
 CONFOUNDED_CAVEAT = (
     "each variant was pretrained once, so each factor's estimated effect is confounded with that one "
@@ -58,7 +56,7 @@ class CheckpointsConfounded(AnalysisError):
     variant): their effects cannot be told from the checkpoints' luck."""
 
 
-def analyse_runs(rows: pd.DataFrame, factors: Mapping[str, str], specification: str = "checkpoints",
+def analyse_runs(rows: pd.DataFrame, factors: Mapping[str, str], specification: Specification = "checkpoints",
                  **fit_options: Any) -> MultilevelResult:
     """The report's analysis of an ablation's runs. ``checkpoints``: :func:`fit_checkpoint_model`;
     where the checkpoints leave the factors no degree of freedom, paper 000's model describes the

@@ -21,10 +21,10 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from biomed_lm.config import parse_config
 from biomed_lm.errors import BiomedLMError, ConfigError, bad_input
+from biomed_lm.experiments.choices import Specification
 
 SHIPPED = ["configs/ablation/demo.yaml", "configs/ablation/demo.yaml:2", "configs/ablation/tiny.yaml",
            "configs/ablation/pubmedbert.yaml"]
@@ -42,7 +42,7 @@ class CalibrateArgs:
     checkpoint_share: float = field(default=0.5, metadata={
         "help": "share of paper 000's (model, dataset) variance that a checkpoint carries to every dataset",
         "min": 0.0, "max": 1.0})
-    specification: Literal["checkpoints", "model-dataset-groups"] = field(default="checkpoints", metadata={
+    specification: Specification = field(default="checkpoints", metadata={
         "help": "the report's analysis to calibrate"})
     alpha: float = field(default=0.05, metadata={"min": 0.0, "max": 1.0})
     minimum_shares: list[float] = field(default_factory=lambda: [0.1, 0.25, 0.5], metadata={
@@ -89,12 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         (args,) = parse_config([CalibrateArgs], argv, description=__doc__)
         designs = [_design(spec) for spec in args.designs]
+        from biomed_lm.experiments.calibration import (PAPER000_AS_PRINTED, VarianceComponents, calibration_markdown,
+                                                       minimum_design)
+
+        components = VarianceComponents.paper000(args.checkpoint_share)
+        for share in args.minimum_shares:  # checked before hours of simulation
+            VarianceComponents.paper000(share)
     except (BiomedLMError, FileNotFoundError, KeyError) as err:
         return bad_input("calibrate", err)
-    from biomed_lm.experiments.calibration import (PAPER000_AS_PRINTED, VarianceComponents, calibration_markdown,
-                                                   minimum_design)
-
-    components = VarianceComponents.paper000(args.checkpoint_share)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     results = []

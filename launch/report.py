@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Literal
 
 from biomed_lm.config import parse_config
 from biomed_lm.errors import BiomedLMError, ConfigError, bad_input
+from biomed_lm.experiments.choices import Specification
 from biomed_lm.experiments.report import write_report
 
 
@@ -29,7 +29,7 @@ class ReportArgs:
     ablation_dir: str = field(default="", metadata={"help": "directory holding ablation.json (launch/ablate.py)"})
     output_dir: str | None = field(default=None, metadata={"help": "where to write the report "
                                                                    "(default: <ablation_dir>/report)"})
-    specification: Literal["checkpoints", "model-dataset-groups"] | None = field(default=None, metadata={
+    specification: Specification | None = field(default=None, metadata={
         "help": "the analysis: a random intercept per pretraining run (checkpoints), or paper 000's "
                 "(pretrained model, dataset) groups (default: the ablation config's)"})
 

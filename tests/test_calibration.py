@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from biomed_lm.errors import ConfigError
 from biomed_lm.experiments.calibration import (PAPER000_AS_PRINTED, AblationDesign, CalibrationResult,
                                                VarianceComponents, approximate_power, calibrate, calibration_markdown,
                                                minimum_design, simulate_runs)
@@ -29,7 +30,7 @@ def test_components_follow_paper000():
     assert PAPER.seed == pytest.approx((22.96 + 38.59) / 4)
     assert PAPER.residual == pytest.approx(2 * ((22.96 + 38.59) / 3 + PAPER.setting))
     assert VarianceComponents.paper000(0.0).checkpoint == 0.0
-    with pytest.raises(ValueError, match="checkpoint_share"):
+    with pytest.raises(ConfigError, match="checkpoint_share"):
         VarianceComponents.paper000(1.5)
 
 
@@ -111,3 +112,6 @@ def test_command_writes_and_resumes(tmp_path, capsys):
     assert main(args) == 0
     assert capsys.readouterr().out.count("already done") == 3
     assert main(["--designs", "configs/ablation/demo.yaml:two", "--output_dir", str(tmp_path)]) == 2
+    # a share out of [0, 1] is refused up front, with the message, not after the simulations
+    assert main(args + ["--minimum_shares", "0.5", "1.5"]) == 2
+    assert "checkpoint_share must be in [0, 1], got 1.5" in capsys.readouterr().err
