@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         _report_problems(err.summary["problems"])
         print(f"prepare_corpus: error: {err}", file=sys.stderr)
         return 2
-    except (BiomedLMError, FileNotFoundError, ValueError, FileExistsError) as err:
+    except (BiomedLMError, FileNotFoundError, FileExistsError) as err:
         return bad_input("prepare_corpus", err)
     problems = summary["problems"]
     _report_problems(problems)

@@ -7,7 +7,7 @@ import random
 import zlib
 
 from biomed_lm.tokenization.pubmed_xml import Citation, Deletion, iter_pubmed_records
-from biomed_lm.tokenization.sources import Problem
+from biomed_lm.tokenization.streams import Problem
 from tests.conftest import shared_file
 
 

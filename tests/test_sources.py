@@ -5,8 +5,11 @@ from __future__ import annotations
 import gzip
 import json
 
-from biomed_lm.tokenization.sources import (Problem, detect_format, expand_inputs, iter_blocks, iter_jsonl, iter_lines,
-                                            iter_texts)
+import pytest
+
+from biomed_lm.errors import InputError
+from biomed_lm.tokenization.sources import detect_format, expand_inputs, iter_jsonl, iter_lines, iter_texts
+from biomed_lm.tokenization.streams import Problem, iter_blocks
 
 
 def test_expand_inputs_orders_and_reports_missing(tmp_path):
@@ -60,3 +63,24 @@ def test_iter_jsonl_and_iter_texts(tmp_path):
     text = tmp_path / "t.txt"
     text.write_text("alpha\n\nbeta\n")
     assert list(iter_texts([str(path), str(text)])) == ["one", "alpha", "beta"]
+
+
+def test_iter_texts_names_a_prepared_corpus_without_the_text_column(tmp_path):
+    from datasets import Dataset
+
+    Dataset.from_dict({"body": ["x"]}).save_to_disk(str(tmp_path / "corpus"))
+    with pytest.raises(InputError, match="prepared corpus has no column 'text' \\(columns: body\\)"):
+        list(iter_texts(tmp_path / "corpus"))
+
+
+def test_the_readers_import_no_circle():
+    """streams <- pubmed_xml <- sources: the XML reader does not import the module that dispatches to it."""
+    import ast
+    import inspect
+
+    from biomed_lm.tokenization import pubmed_xml, streams
+
+    for module in (pubmed_xml, streams):
+        imported = {node.module for node in ast.walk(ast.parse(inspect.getsource(module)))
+                    if isinstance(node, ast.ImportFrom) and node.module}
+        assert "biomed_lm.tokenization.sources" not in imported, module.__name__

@@ -25,10 +25,20 @@ from biomed_lm.tokenization.instances import dataset_source
 from biomed_lm.tokenization.tokenizer_io import CasingMismatchError, bert_normalizer, load_tokenizer
 from biomed_lm.tokenization.vocab import (CONTINUATION_PREFIX, CORE_SPECIAL_TOKENS, UNIGRAM_MODEL_FILE, BertWordCounter,
                                           EmptyCorpusError, OutputExistsError, VocabBuildError, VocabConfig,
-                                          VocabSizeError, assemble_vocab, bert_word_counts, build_vocab, special_tokens,
+                                          VocabSizeError, assemble_vocab, build_vocab, special_tokens,
                                           spm_pieces_to_wordpieces, train_vocab)
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def bert_word_counts(texts, lowercase: bool) -> Counter:
+    """Word counts of ``texts`` as BERT's normalizer and pre-tokenizer split them."""
+    counter = BertWordCounter(lowercase)
+    for text in texts:
+        counter.update(text)
+    return counter.counts()
+
+
 SAMPLE = REPO / "data" / "sample" / "sywada_PubMedAbstract_1MB.txt"
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 N_DOCS = 150

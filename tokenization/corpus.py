@@ -355,12 +355,11 @@ def build_documents(batch: dict, include_title: bool) -> dict:
 
 def prepare_corpus(config: CorpusConfig) -> dict:
     """Run the three stages; returns the summary (also written to ``<output_dir>/summary.json``)."""
-    import datasets
-
     if not config.inputs:
-        raise ValueError("no inputs given")
+        raise TokenizationError("no inputs given")
     if not config.output_dir:
-        raise ValueError("no output_dir given")
+        raise TokenizationError("no output_dir given")
+    _check_shard_size(config.max_shard_size)
     out = Path(config.output_dir)
     if (out / "state.json").exists() and not config.overwrite:
         raise FileExistsError(f"{out} already holds a prepared corpus; pass --overwrite to rebuild it")
@@ -375,7 +374,19 @@ def prepare_corpus(config: CorpusConfig) -> dict:
                                       "files of other suffixes that way"))
     parsed = parse_inputs(files, work, config)
     shards = [shard for shard, _ in parsed]
+    keep, dropped, funnel = _resolve_shards(shards, config)
+    if funnel["kept"]:
+        _build_documents(shards, keep, funnel["kept"], work, out, config)
+    summary = _summary(config, out, files, input_problems, parsed, dropped, funnel, time.perf_counter() - started)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    if not funnel["kept"]:
+        raise NoUsableInput(summary["error"], summary)
+    return summary
 
+
+def _resolve_shards(shards: list[Path], config: CorpusConfig) -> tuple[np.ndarray, dict[str, int], dict[str, int]]:
+    """Stage 2 on the parsed shards: :func:`resolve` with the language filter applied."""
     table = _read_columns(shards, ["key", "is_delete", "n_words", "language", "version"])
     keys = table.column("key").to_numpy()
     is_delete = table.column("is_delete").to_numpy(zero_copy_only=False)
@@ -390,35 +401,44 @@ def prepare_corpus(config: CorpusConfig) -> dict:
         language_ok = pc.is_in(languages, value_set=allowed).to_numpy(zero_copy_only=False)
     else:
         language_ok = np.ones(len(keys), dtype=bool)
-    keep, dropped, funnel = resolve(keys, is_delete, n_words, language_ok, config.min_words, versions)
-    del table
+    return resolve(keys, is_delete, n_words, language_ok, config.min_words, versions)
 
-    n_kept = funnel["kept"]
-    if n_kept:
-        # Arrow stream shards load memory-mapped; select keeps only the surviving rows.
-        parsed_ds = datasets.concatenate_datasets([datasets.Dataset.from_file(str(s)) for s in shards])
-        kept_rows = np.flatnonzero(keep)
-        survivors = parsed_ds.select(kept_rows)
-        # The cache of sentence-split documents is named after exactly what goes into it (which
-        # parsed files, which of their rows, how documents are built), so a run with other inputs
-        # (say, one more update file) never picks up a stale cache.
-        recipe = hashlib.sha1("\0".join([*(s.name for s in shards), str(config.include_title),
-                                         str(PARSER_VERSION)]).encode() + kept_rows.tobytes()).hexdigest()[:16]
-        documents = survivors.map(
-            build_documents, batched=True, batch_size=500, num_proc=min(config.workers(), max(1, n_kept // 500)),
-            fn_kwargs={"include_title": config.include_title},
-            remove_columns=["key", "is_delete", "line", "abstract", "n_words"],
-            cache_file_name=str(work / f"documents-{recipe}.arrow"), desc="split sentences")
-        documents = documents.select_columns(["id", "source", "text", "sentences", "title", "year", "language"])
-        documents.save_to_disk(str(out), max_shard_size=config.max_shard_size)
-        for stale in work.glob("documents-*.arrow"):
-            if not stale.name.startswith(f"documents-{recipe}"):
-                stale.unlink()
+
+def _build_documents(shards: list[Path], keep: np.ndarray, n_kept: int, work: Path, out: Path,
+                     config: CorpusConfig) -> None:
+    """Stage 3: the surviving rows, sentence-split, saved as the corpus dataset in ``out``."""
+    import datasets
+
+    # Arrow stream shards load memory-mapped; select keeps only the surviving rows.
+    parsed_ds = datasets.concatenate_datasets([datasets.Dataset.from_file(str(s)) for s in shards])
+    kept_rows = np.flatnonzero(keep)
+    survivors = parsed_ds.select(kept_rows)
+    # The cache of sentence-split documents is named after exactly what goes into it (which
+    # parsed files, which of their rows, how documents are built), so a run with other inputs
+    # (say, one more update file) never picks up a stale cache.
+    recipe = hashlib.sha1("\0".join([*(s.name for s in shards), str(config.include_title),
+                                     str(PARSER_VERSION)]).encode() + kept_rows.tobytes()).hexdigest()[:16]
+    documents = survivors.map(
+        build_documents, batched=True, batch_size=500, num_proc=min(config.workers(), max(1, n_kept // 500)),
+        fn_kwargs={"include_title": config.include_title},
+        remove_columns=["key", "is_delete", "line", "abstract", "n_words"],
+        cache_file_name=str(work / f"documents-{recipe}.arrow"), desc="split sentences")
+    documents = documents.select_columns(["id", "source", "text", "sentences", "title", "year", "language"])
+    documents.save_to_disk(str(out), max_shard_size=config.max_shard_size)
+    for stale in work.glob("documents-*.arrow"):
+        if not stale.name.startswith(f"documents-{recipe}"):
+            stale.unlink()
+
+
+def _summary(config: CorpusConfig, out: Path, files: list[Path], input_problems: list[Problem], parsed: list,
+             dropped: dict[str, int], funnel: dict[str, int], seconds: float) -> dict:
+    """What ``summary.json`` says: what was read, kept and dropped, every problem, and why nothing
+    was kept when nothing was."""
     problems = [p.to_dict() for p in input_problems] + [p for _, s in parsed for p in s["problems"]]
     totals = {k: sum(s[k] for _, s in parsed) for k in ("citations", "deletions", "documents", "empty_lines")}
     summary = {
         "output_dir": str(out),
-        "documents_kept": n_kept,
+        "documents_kept": funnel["kept"],
         "read": {"files": len(files), **totals},
         "funnel": funnel,
         "dropped": dropped,
@@ -428,16 +448,22 @@ def prepare_corpus(config: CorpusConfig) -> dict:
         "files": [{k: v for k, v in s.items() if k != "problems"} | {"problems": len(s["problems"])}
                   for _, s in parsed],
         "config": asdict(config),
-        "seconds": round(time.perf_counter() - started, 2),
+        "seconds": round(seconds, 2),
     }
-    if not n_kept:
+    if not funnel["kept"]:
         summary["warning"] = "no document survived; nothing was saved"
         summary["error"] = _why_nothing_kept(config, summary)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    if not n_kept:
-        raise NoUsableInput(summary["error"], summary)
     return summary
+
+
+def _check_shard_size(size: str) -> None:
+    """Refuse a ``max_shard_size`` that ``save_to_disk`` would refuse, before any input is parsed."""
+    from datasets.utils.py_utils import convert_file_size_to_int
+
+    try:
+        convert_file_size_to_int(size)
+    except ValueError as err:
+        raise TokenizationError(f"max_shard_size: {err}") from None
 
 
 def _why_nothing_kept(config: CorpusConfig, summary: dict) -> str:

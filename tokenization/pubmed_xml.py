@@ -10,7 +10,7 @@ How it streams. A byte-level scanner cuts the (decompressed) stream into top-lev
 ElementTree parses one record at a time, so memory holds one read block plus one record whatever
 the file size: the memory profile of ``iterparse`` with cleared elements. Cutting first is what
 makes damage local: a malformed record, a record with invalid UTF-8, or a record cut off by a
-truncated gzip stream becomes one :class:`~tokenization.sources.Problem` naming the file, line and
+truncated gzip stream becomes one :class:`~tokenization.streams.Problem` naming the file, line and
 byte offset, and every good record before *and after* it is still yielded. (One ``iterparse`` over
 the whole file stops for good at the first error.)
 """
@@ -23,7 +23,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from biomed_lm.tokenization.sources import Problem, StreamDamage, iter_blocks
+from biomed_lm.tokenization.streams import Problem, StreamDamage, iter_blocks
 
 READ_BLOCK = 1 << 22           # 4 MiB of decompressed XML per read
 MAX_RECORD_BYTES = 1 << 26     # a record larger than 64 MiB is certainly damage, not a citation

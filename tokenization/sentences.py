@@ -47,7 +47,3 @@ def split_sentences(text: str) -> list[str]:
         else:
             sentences.append(piece)
     return sentences
-
-
-def split_sentences_batch(texts: list[str]) -> list[list[str]]:
-    return [split_sentences(t) for t in texts]

@@ -22,39 +22,17 @@ from __future__ import annotations
 import glob
 import json
 import os
-import zlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from biomed_lm.errors import InputError
 from biomed_lm.resources import resolve_path
+from biomed_lm.tokenization.pubmed_xml import Citation, iter_pubmed_records
+from biomed_lm.tokenization.streams import Problem, StreamDamage, iter_blocks
 
 XML = "pubmed-xml"
 JSONL = "jsonl"
 TEXT = "text"
-
-
-@dataclass(frozen=True)
-class Problem:
-    """Something in an input that could not be used. ``reason`` is a short machine-readable key."""
-
-    path: str
-    reason: str
-    message: str
-    line: int | None = None
-    byte_offset: int | None = None
-
-    def describe(self) -> str:
-        where = self.path
-        if self.line is not None:
-            where += f", line {self.line}"
-        if self.byte_offset is not None:
-            where += f" (byte {self.byte_offset})"
-        return f"{where}: {self.reason}: {self.message}"
-
-    def to_dict(self) -> dict:
-        return {"path": self.path, "reason": self.reason, "message": self.message,
-                "line": self.line, "byte_offset": self.byte_offset}
 
 
 #: The suffixes whose format is known (each may be followed by ``.gz``), in the order they are listed.
@@ -130,60 +108,6 @@ def is_prepared_corpus(path: str | os.PathLike) -> bool:
     """True for a directory written by ``Dataset.save_to_disk`` (what prepare_corpus produces)."""
     p = Path(path)
     return p.is_dir() and (p / "dataset_info.json").is_file() and (p / "state.json").is_file()
-
-
-class StreamDamage(Exception):
-    """The byte stream of a file ends early or is corrupt; everything before the damage was read."""
-
-
-def iter_blocks(path: str | os.PathLike, block_size: int = 1 << 20) -> Iterator[bytes]:
-    """Yield the (decompressed) bytes of a file in blocks of about ``block_size``.
-
-    For ``.gz`` files this drives :mod:`zlib` directly rather than :mod:`gzip`, because
-    ``GzipFile.read`` discards what it decompressed in a call that hits damage. Compressed input
-    is fed in small pieces, so when the stream is truncated or corrupt everything up to the last
-    piece before the damage is yielded before :class:`StreamDamage` is raised. Concatenated gzip
-    members (as ``cat a.gz b.gz`` makes) are read in sequence.
-    """
-    with open(path, "rb") as raw:
-        if not str(path).endswith(".gz"):
-            while block := raw.read(block_size):
-                yield block
-            return
-        pending: list[bytes] = []
-        pending_size = 0
-        decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        member_open = False  # the current gzip member has started but not reached its end marker
-        damage: str | None = None
-        while damage is None and (compressed := raw.read(_GZIP_PIECE)):
-            while compressed:
-                try:
-                    out = decompressor.decompress(compressed)
-                except zlib.error as err:
-                    damage = f"corrupt gzip data ({err}) near compressed byte {raw.tell()}"
-                    break
-                member_open = True
-                if out:
-                    pending.append(out)
-                    pending_size += len(out)
-                if decompressor.eof:  # end of one gzip member; another may follow
-                    compressed = decompressor.unused_data.lstrip(b"\0")  # NUL padding is allowed
-                    decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                    member_open = False
-                else:
-                    compressed = b""
-            if pending_size >= block_size:
-                yield b"".join(pending)
-                pending, pending_size = [], 0
-        if pending:
-            yield b"".join(pending)
-        if damage is None and member_open:
-            damage = "the gzip stream is truncated (it ends before its end-of-stream marker)"
-        if damage is not None:
-            raise StreamDamage(damage)
-
-
-_GZIP_PIECE = 1 << 12  # compressed bytes per zlib call: the most a damaged stream can lose
 
 
 def expand_inputs(specs: Iterable[str]) -> tuple[list[Path], list[Problem]]:
@@ -319,7 +243,7 @@ def iter_texts(specs: str | os.PathLike | Iterable[str | os.PathLike], text_fiel
 
             dataset = load_from_disk(spec)
             if text_field not in dataset.column_names:
-                raise ValueError(f"{spec}: prepared corpus has no column {text_field!r} "
+                raise InputError(f"{spec}: prepared corpus has no column {text_field!r} "
                                  f"(columns: {', '.join(dataset.column_names)})")
             for batch in dataset.select_columns([text_field]).iter(batch_size=batch_size):
                 yield from batch[text_field]
@@ -330,8 +254,6 @@ def iter_texts(specs: str | os.PathLike | Iterable[str | os.PathLike], text_fiel
         for path in files:
             fmt = detect_format(path)
             if fmt == XML:
-                from biomed_lm.tokenization.pubmed_xml import Citation, iter_pubmed_records
-
                 for item in iter_pubmed_records(path):
                     if isinstance(item, Citation) and (item.title or item.abstract):
                         yield item.document_text()

@@ -306,14 +306,6 @@ class BertWordCounter:
         self._chunks.clear()
 
 
-def bert_word_counts(texts: Iterable[str], lowercase: bool) -> Counter[str]:
-    """Word counts of ``texts`` as BERT's normalizer and pre-tokenizer split them."""
-    counter = BertWordCounter(lowercase)
-    for text in texts:
-        counter.update(text)
-    return counter.counts()
-
-
 def alphabet_of(word_counts: Mapping[str, int], limit: int | None) -> set[str]:
     """The characters of the words, keeping the ``limit`` most frequent (as WordPieceTrainer's
     ``limit_alphabet`` does); ``None`` keeps them all."""
