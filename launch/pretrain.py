@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     except DivergenceAbort as err:
         print(f"pretrain: aborted: {err}", file=sys.stderr)
         return EXIT_DIVERGED
-    except (BiomedLMError, FileNotFoundError, ValueError) as err:
+    except (BiomedLMError, FileNotFoundError) as err:
         return bad_input("pretrain", err)
     if summary["completed"] and summary["model_dir"]:
         print(f"pretrain: finished {summary['step']} steps; model exported to {summary['model_dir']}")

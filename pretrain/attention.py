@@ -21,7 +21,7 @@ from typing import Callable, get_args
 import torch
 import torch.nn.functional as F
 
-from biomed_lm.pretrain.config import AttentionImplementation
+from biomed_lm.pretrain.config import AttentionImplementation, PretrainConfigError
 
 PADDED = ("hf_sdpa", "hf_eager")
 
@@ -196,13 +196,14 @@ def choose_kernel(requested: str, device: torch.device, dtype: torch.dtype, atte
                   ) -> tuple[str, list[str]]:
     """The kernel to run and, for ``auto``, why each faster one was passed over (for the log).
 
-    ``requested`` other than ``auto`` is taken as given if it can run, else ValueError saying why."""
+    ``requested`` other than ``auto`` is taken as given if it can run, else :class:`PretrainConfigError`
+    saying why."""
     if requested in PADDED:
         return requested, []
     if requested != "auto":
         reason = why_not(requested, device, dtype, attention_dropout)
         if reason is not None:
-            raise ValueError(f"attn_implementation {requested!r} cannot run: it {reason}")
+            raise PretrainConfigError(f"attn_implementation {requested!r} cannot run: it {reason}")
         return requested, []
     passed = []
     for name, spec in KERNELS.items():

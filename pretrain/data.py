@@ -280,13 +280,6 @@ def truncation_cuts(len_a: int, len_b: int, max_num_tokens: int,
     return front_a, cut_a - front_a, front_b, cut_b - front_b
 
 
-def truncate_pair(tokens_a: Sequence, tokens_b: Sequence, max_num_tokens: int,
-                  rng: np.random.Generator) -> tuple[Sequence, Sequence]:
-    """``tokens_a`` and ``tokens_b`` truncated to ``max_num_tokens`` together (slices of the inputs)."""
-    front_a, back_a, front_b, back_b = truncation_cuts(len(tokens_a), len(tokens_b), max_num_tokens, rng)
-    return tokens_a[front_a:len(tokens_a) - back_a], tokens_b[front_b:len(tokens_b) - back_b]
-
-
 def word_start_table(vocab: Mapping[str, int], special_ids: Sequence[int],
                      continuation_prefix: str = "##") -> np.ndarray:
     """``int8`` per token id: 1 if the token can start a word, 0 for continuation pieces
@@ -788,15 +781,7 @@ def create_pretraining_data(config: PretrainingDataConfig, progress: bool = True
     config.validate()
     started = time.perf_counter()
     out = Path(config.output_dir)
-    if out.exists() and not out.is_dir():
-        raise PretrainingDataError(f"output_dir {out} exists and is not a directory")
-    existing = _dataset_files(out) if out.is_dir() else []
-    if existing and not config.overwrite:
-        raise PretrainingDataError(f"{out} already holds a dataset ({existing[0].name}); "
-                                   "pass --overwrite to replace it")
-    corpus = open_corpus(config.corpus)
-    if out.resolve() == Path(config.corpus).resolve():
-        raise PretrainingDataError(f"output_dir {out} is the corpus itself; choose another folder")
+    corpus = _checked_corpus(config, out)
     info = load_tokenizer_info(config.tokenizer)
     options = RecipeOptions.from_config(config)
     if len(corpus) == 0:
@@ -804,7 +789,6 @@ def create_pretraining_data(config: PretrainingDataConfig, progress: bool = True
     if config.nsp and len(corpus) < 2:
         raise PretrainingDataError(f"the corpus {config.corpus} has 1 document; next-sentence prediction "
                                    "needs at least 2 (or use --no-nsp)")
-
     work = out / WORK_DIR
     token_cache = Path(config.tokenized_cache) if config.tokenized_cache else work
     for folder in (work, token_cache):
@@ -827,10 +811,40 @@ def create_pretraining_data(config: PretrainingDataConfig, progress: bool = True
         if not progress and not bars_were_disabled:
             datasets.enable_progress_bars()
 
+    metadata = _metadata(config, out, info, len(corpus), summary, seconds=time.perf_counter() - started)
+    # Written last and atomically: its presence is what marks the dataset as complete.
+    tmp = out / (METADATA_FILE + ".tmp")
+    tmp.write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, out / METADATA_FILE)
+    _remove_cache(instances)  # the saved shards hold everything now
+    if token_cache == work:
+        _remove_cache(tokenized)  # a --tokenized-cache folder keeps it for the next run
+    _remove_empty_work_dir(work)
+    return metadata
+
+
+def _checked_corpus(config: PretrainingDataConfig, out: Path):
+    """The corpus, once the output folder is known to be usable for this build (its size is checked
+    after the tokenizer, by the caller)."""
+    if out.exists() and not out.is_dir():
+        raise PretrainingDataError(f"output_dir {out} exists and is not a directory")
+    existing = _dataset_files(out) if out.is_dir() else []
+    if existing and not config.overwrite:
+        raise PretrainingDataError(f"{out} already holds a dataset ({existing[0].name}); "
+                                   "pass --overwrite to replace it")
+    corpus = open_corpus(config.corpus)
+    if out.resolve() == Path(config.corpus).resolve():
+        raise PretrainingDataError(f"output_dir {out} is the corpus itself; choose another folder")
+    return corpus
+
+
+def _metadata(config: PretrainingDataConfig, out: Path, info, corpus_documents: int, summary: dict, seconds: float) -> dict:
+    """What ``pretraining_data.json`` records: the recipe, the vocabulary, the summary, the versions."""
+    import datasets
     import tokenizers
     import transformers
 
-    metadata = {
+    return {
         "format_version": FORMAT_VERSION,
         "output_dir": str(out),
         "tokenizer": str(Path(config.tokenizer).resolve()),
@@ -844,24 +858,15 @@ def create_pretraining_data(config: PretrainingDataConfig, progress: bool = True
         "short_seq_prob": config.short_seq_prob,
         "dupe_factor": config.dupe_factor,
         "corpus": str(Path(config.corpus).resolve()),
-        "corpus_documents": len(corpus),
+        "corpus_documents": corpus_documents,
         "columns": list(INSTANCE_SCHEMA.names),
         "labels": {"is_next": IS_NEXT, "not_next": NOT_NEXT, "no_nsp": NO_NSP_LABEL},
         "summary": summary,
         "created_utc": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
-        "seconds": round(time.perf_counter() - started, 2),
+        "seconds": round(seconds, 2),
         "library_versions": {"datasets": datasets.__version__, "tokenizers": tokenizers.__version__,
                              "transformers": transformers.__version__, "numpy": np.__version__},
     }
-    # Written last and atomically: its presence is what marks the dataset as complete.
-    tmp = out / (METADATA_FILE + ".tmp")
-    tmp.write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, out / METADATA_FILE)
-    _remove_cache(instances)  # the saved shards hold everything now
-    if token_cache == work:
-        _remove_cache(tokenized)  # a --tokenized-cache folder keeps it for the next run
-    _remove_empty_work_dir(work)
-    return metadata
 
 
 def _remove_empty_work_dir(work: Path) -> None:
@@ -910,9 +915,24 @@ def load_pretraining_data(path: str | os.PathLike, tokenizer=None, max_position_
     was built without NSP. Returns ``(dataset, metadata)``; the dataset keeps the ``document``
     provenance column (the collator reads only :data:`INSTANCE_COLUMNS`).
     """
-    import datasets
-
     p = Path(path)
+    metadata = _read_metadata(p)
+    dataset = _open_instances(p, (metadata.get("summary") or {}).get("instances"))
+    if tokenizer is not None:
+        _check_tokenizer(p, metadata, tokenizer)
+    if max_position_embeddings is not None and metadata["max_seq_length"] > max_position_embeddings:
+        raise PretrainingDataError(
+            f"{p} has instances of up to {metadata['max_seq_length']} tokens (max_seq_length) but the model has "
+            f"{max_position_embeddings} position embeddings; build the data with --max-seq-length "
+            f"{max_position_embeddings} or less, or use a model with more positions")
+    if expect_nsp and not metadata["nsp"]:
+        raise PretrainingDataError(f"{p} was built without next-sentence pairs (--no-nsp) but training expects "
+                                   "NSP; rebuild it without --no-nsp or train MLM only")
+    return dataset, metadata
+
+
+def _read_metadata(p: Path) -> dict:
+    """``pretraining_data.json`` of the data at ``p``, with every key and this code's format version."""
     if not p.is_dir():
         raise PretrainingDataError(f"pretraining data not found: {p}")
     meta_path = p / METADATA_FILE
@@ -931,7 +951,13 @@ def load_pretraining_data(path: str | os.PathLike, tokenizer=None, max_position_
     if metadata["format_version"] != FORMAT_VERSION:
         raise PretrainingDataError(f"{p} has format version {metadata['format_version']}; this code reads "
                                    f"version {FORMAT_VERSION}: rebuild it with launch/create_pretraining_data.py")
-    recorded = (metadata.get("summary") or {}).get("instances")
+    return metadata
+
+
+def _open_instances(p: Path, recorded: int | None):
+    """The instance dataset at ``p``: one split, the expected columns, as many rows as ``recorded``."""
+    import datasets
+
     if recorded == 0:
         raise PretrainingDataError(f"{p} holds no instances (its metadata records 0)")
     try:
@@ -946,33 +972,27 @@ def load_pretraining_data(path: str | os.PathLike, tokenizer=None, max_position_
     if recorded != len(dataset):
         raise PretrainingDataError(f"{p} holds {len(dataset):,} instances but its metadata records {recorded}; "
                                    "the dataset is incomplete or was changed: rebuild it")
+    return dataset
 
-    if tokenizer is not None:
-        if isinstance(tokenizer, (str, os.PathLike)):
-            from biomed_lm.tokenization.tokenizer_io import load_tokenizer
 
-            try:
-                tokenizer = load_tokenizer(tokenizer)
-            except Exception as err:
-                raise PretrainingDataError(f"cannot load the tokenizer at {tokenizer}: {err}") from err
-        fingerprint = vocabulary_fingerprint(tokenizer)
-        if fingerprint != metadata["vocab_sha256"]:
-            raise PretrainingDataError(
-                f"{p} was built with another vocabulary: the data's has {metadata['vocab_size']:,} tokens "
-                f"(sha256 {metadata['vocab_sha256'][:16]}…, from {metadata['tokenizer']}), the given tokenizer's "
-                f"{len(tokenizer.get_vocab()):,} tokens (sha256 {fingerprint[:16]}…); token ids would not match")
-        lowercase = (getattr(tokenizer, "init_kwargs", None) or {}).get("do_lower_case")
-        recorded_casing = metadata["lowercase"]
-        if isinstance(lowercase, bool) and isinstance(recorded_casing, bool) and lowercase != recorded_casing:
-            raise PretrainingDataError(
-                f"{p} was built {'uncased' if metadata['lowercase'] else 'cased'} but the given tokenizer is "
-                f"{'uncased' if lowercase else 'cased'}: same vocabulary, different text normalization")
-    if max_position_embeddings is not None and metadata["max_seq_length"] > max_position_embeddings:
+def _check_tokenizer(p: Path, metadata: dict, tokenizer) -> None:
+    """Refuse a tokenizer (loaded, or a path) with another vocabulary or casing than the data's."""
+    if isinstance(tokenizer, (str, os.PathLike)):
+        from biomed_lm.tokenization.tokenizer_io import load_tokenizer
+
+        try:
+            tokenizer = load_tokenizer(tokenizer)
+        except Exception as err:
+            raise PretrainingDataError(f"cannot load the tokenizer at {tokenizer}: {err}") from err
+    fingerprint = vocabulary_fingerprint(tokenizer)
+    if fingerprint != metadata["vocab_sha256"]:
         raise PretrainingDataError(
-            f"{p} has instances of up to {metadata['max_seq_length']} tokens (max_seq_length) but the model has "
-            f"{max_position_embeddings} position embeddings; build the data with --max-seq-length "
-            f"{max_position_embeddings} or less, or use a model with more positions")
-    if expect_nsp and not metadata["nsp"]:
-        raise PretrainingDataError(f"{p} was built without next-sentence pairs (--no-nsp) but training expects "
-                                   "NSP; rebuild it without --no-nsp or train MLM only")
-    return dataset, metadata
+            f"{p} was built with another vocabulary: the data's has {metadata['vocab_size']:,} tokens "
+            f"(sha256 {metadata['vocab_sha256'][:16]}…, from {metadata['tokenizer']}), the given tokenizer's "
+            f"{len(tokenizer.get_vocab()):,} tokens (sha256 {fingerprint[:16]}…); token ids would not match")
+    lowercase = (getattr(tokenizer, "init_kwargs", None) or {}).get("do_lower_case")
+    recorded_casing = metadata["lowercase"]
+    if isinstance(lowercase, bool) and isinstance(recorded_casing, bool) and lowercase != recorded_casing:
+        raise PretrainingDataError(
+            f"{p} was built {'uncased' if metadata['lowercase'] else 'cased'} but the given tokenizer is "
+            f"{'uncased' if lowercase else 'cased'}: same vocabulary, different text normalization")

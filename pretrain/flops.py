@@ -84,10 +84,10 @@ def layer_multiply_adds_per_token(config: EncoderConfig) -> int:
     return 4 * d.hidden * d.hidden + 2 * d.hidden * d.intermediate
 
 
-def attention_multiply_adds(config: EncoderConfig, length: int) -> int:
-    """One layer's QKᵀ and AV for one sequence of ``length`` tokens: 2·n²·h (all heads together)."""
-    n = _count(length, "length")
-    return 2 * n * n * _dims(config).hidden
+def attention_multiply_adds_per_pair(config: EncoderConfig) -> int:
+    """One layer's QKᵀ and AV per (query, key) pair of a sequence, all heads together: 2·h, so a
+    sequence of n tokens costs 2·n²·h."""
+    return 2 * _dims(config).hidden
 
 
 def mlm_head_multiply_adds(config: EncoderConfig) -> int:
@@ -117,7 +117,8 @@ def step_flops_from_counts(config: EncoderConfig, tokens: float, attention_pairs
         if isinstance(value, bool) or not value >= 0:  # `not >=` also refuses NaN
             raise ValueError(f"{name} must be a non-negative number, not {value!r}")
     d = _dims(config)
-    forward = (d.layers * (tokens * layer_multiply_adds_per_token(config) + 2 * d.hidden * attention_pairs)
+    forward = (d.layers * (tokens * layer_multiply_adds_per_token(config)
+                           + attention_multiply_adds_per_pair(config) * attention_pairs)
                + masked_tokens * mlm_head_multiply_adds(config)
                + nsp_sequences * nsp_head_multiply_adds(config))
     return float(TRAINING_PASSES * FLOPS_PER_MULTIPLY_ADD * forward)

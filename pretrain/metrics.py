@@ -92,12 +92,6 @@ def _stable_run_id(run_dir: Path) -> str:
     return hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:16]
 
 
-def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
-    """The readable records of a run's metrics.jsonl (unreadable lines are left out)."""
-    path = Path(run_dir) / "metrics.jsonl"
-    return read_metrics_file(path)[0] if path.is_file() else []
-
-
 def read_metrics_file(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
     """The records of a metrics file and the numbers of its unreadable lines."""
     records, bad = [], []

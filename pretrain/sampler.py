@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from biomed_lm.pretrain.config import PretrainConfigError
+
 
 @dataclass
 class BatchPlan:
@@ -30,8 +32,8 @@ class BatchPlan:
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} is outside world size {self.world_size}")
         if self.steps_per_epoch < 1:
-            raise ValueError(f"{self.num_instances} instances cannot fill one global batch of "
-                             f"{self.global_batch_size}; make more data or a smaller batch")
+            raise PretrainConfigError(f"{self.num_instances} instances cannot fill one global batch of "
+                                      f"{self.global_batch_size}; make more data or a smaller batch")
 
     @property
     def per_rank(self) -> int:
@@ -44,9 +46,6 @@ class BatchPlan:
     @property
     def steps_per_epoch(self) -> int:
         return self.num_instances // self.global_batch_size
-
-    def epoch_of(self, step: int) -> int:
-        return step // self.steps_per_epoch
 
     def permutation(self, epoch: int) -> np.ndarray:
         if epoch != self._permutation_epoch:

@@ -86,14 +86,6 @@ def _append_padding(flat: dict, padding: int, pad_token_id: int) -> dict:
     return out
 
 
-def pad_back(values: torch.Tensor, batch: VarlenBatch, fill: float = 0.0) -> torch.Tensor:
-    """``(total_tokens, ...)`` values back to the padded ``(batch, length, ...)`` layout."""
-    real = values[:values.shape[0] - batch.padding]
-    out = real.new_full((batch.padded_shape[0] * batch.padded_shape[1], *values.shape[1:]), fill)
-    out[batch.indices] = real
-    return out.view(*batch.padded_shape, *values.shape[1:])
-
-
 # ----------------------------------------------------------------------------- the encoder
 
 def embed(bert_model: nn.Module, batch: VarlenBatch, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:

@@ -11,9 +11,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from biomed_lm.pretrain.flops import (DevicePeak, attention_multiply_adds, device_peak, layer_multiply_adds_per_token,
-                                      mfu, mlm_head_multiply_adds, nsp_head_multiply_adds, padded_positions_fraction,
-                                      peak_flops, step_flops, step_flops_from_counts)
+from biomed_lm.pretrain.flops import (DevicePeak, attention_multiply_adds_per_pair, device_peak,
+                                      layer_multiply_adds_per_token, mfu, mlm_head_multiply_adds,
+                                      nsp_head_multiply_adds, padded_positions_fraction, peak_flops, step_flops,
+                                      step_flops_from_counts)
 
 GIB = 1024 ** 3
 T = 1e12
@@ -52,7 +53,7 @@ def test_hand_count_tiny_config():
 def test_building_blocks_tiny_config():
     c = config()
     assert layer_multiply_adds_per_token(c) == 4 * 4 * 4 + 2 * 4 * 8 == 128
-    assert attention_multiply_adds(c, 3) == 2 * 3 * 3 * 4 == 72
+    assert attention_multiply_adds_per_pair(c) * 3 * 3 == 2 * 3 * 3 * 4 == 72
     assert mlm_head_multiply_adds(c) == 4 * 4 + 4 * 10 == 56
     assert nsp_head_multiply_adds(c) == 4 * 4 + 2 * 4 == 24
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from biomed_lm.pretrain.data import (INSTANCE_COLUMNS, METADATA_FILE, METADATA_KEYS, NO_NSP_LABEL, NOT_NEXT,
                                      PretrainingDataConfig, PretrainingDataError, continuation_end, continuation_start,
-                                     create_pretraining_data, load_pretraining_data, plan_document, truncate_pair,
+                                     create_pretraining_data, load_pretraining_data, plan_document,
                                      truncation_amounts, truncation_cuts, vocabulary_fingerprint)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -524,6 +524,12 @@ def test_truncation_amounts_match_googles_loop(len_a, len_b, max_num_tokens):
     cut_a, cut_b = truncation_amounts(len_a, len_b, max_num_tokens)
     assert (cut_a, cut_b) == reference_truncation(len_a, len_b, max_num_tokens)
     assert (len_a - cut_a) + (len_b - cut_b) == min(len_a + len_b, max_num_tokens)  # fits, and no more is cut
+
+
+def truncate_pair(tokens_a, tokens_b, max_num_tokens: int, rng: np.random.Generator):
+    """The two segments as :func:`truncation_cuts` leaves them (what the instance builder slices)."""
+    front_a, back_a, front_b, back_b = truncation_cuts(len(tokens_a), len(tokens_b), max_num_tokens, rng)
+    return tokens_a[front_a:len(tokens_a) - back_a], tokens_b[front_b:len(tokens_b) - back_b]
 
 
 @settings(max_examples=300, deadline=None)

@@ -16,10 +16,18 @@ from biomed_lm.pretrain.adversarial import AdversarialConfig, AdversarialPretrai
 from biomed_lm.pretrain.attention import KERNELS, Sequences, attend, choose_kernel, why_not
 from biomed_lm.pretrain.masking import MaskingConfig, PretrainingCollator
 from biomed_lm.pretrain.modeling import PretrainingModel
-from biomed_lm.pretrain.unpadded import pad_back, unpad
+from biomed_lm.pretrain.unpadded import VarlenBatch, unpad
 
 VOCAB, PAD, CLS, SEP, MASK = 120, 0, 2, 3, 4
 TOLERANCE = 1e-5
+
+
+def pad_back(values: torch.Tensor, batch: VarlenBatch, fill: float = 0.0) -> torch.Tensor:
+    """``(total_tokens, ...)`` values back to the padded ``(batch, length, ...)`` layout: the inverse of unpad."""
+    real = values[:values.shape[0] - batch.padding]
+    out = real.new_full((batch.padded_shape[0] * batch.padded_shape[1], *values.shape[1:]), fill)
+    out[batch.indices] = real
+    return out.view(*batch.padded_shape, *values.shape[1:])
 
 
 def tiny_bert(max_positions: int = 512, dropout: float = 0.0, seed: int = 0):
