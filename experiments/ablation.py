@@ -27,7 +27,8 @@ it. Fine-tuning sweeps of different variants are independent and run ``parallel_
 
 Layout of ``output_dir`` (read by :mod:`experiments.report`)::
 
-    ablation.json                        the plan: factors, variants, datasets, budget
+    ablation.json                        the record: factors, variants and their runs, budget
+                                         (experiments.ablation_record, schema_version 2)
     corpus/<corpus>/                     launch/prepare_corpus.py
     vocab/in-domain-<corpus>/            launch/build_vocab.py
     data/<vocabulary>-<corpus>/          launch/create_pretraining_data.py
@@ -61,25 +62,16 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from biomed_lm.config import check_fields, load_yaml_mapping
-from biomed_lm.errors import ConfigError
+from biomed_lm.errors import ConfigError, InputError
+from biomed_lm.experiments.ablation_record import (ABLATION_FILE, AblationRecord, CheckpointRecord, VariantRecord,
+                                                  write_ablation_record)
+from biomed_lm.experiments.choices import FACTOR_LEVELS, FACTORS, GENERAL, SPECIFICATIONS, Specification
 from biomed_lm.resources import resolve_path
 
-__all__ = ["run_suffix", "AblationConfig", "PretrainBudget", "PretrainPhase", "Variant", "plan_variants", "load_ablation_config", "run_ablation",
-           "FACTORS", "FACTOR_LEVELS", "ABLATION_FILE"]
+__all__ = ["run_suffix", "AblationConfig", "PretrainBudget", "PretrainPhase", "Variant", "plan_variants",
+           "load_ablation_config", "run_ablation", "StepFailed", "FACTORS", "FACTOR_LEVELS", "ABLATION_FILE"]
 
-ABLATION_FILE = "ablation.json"
 PRETRAIN_DONE = "pretrain_done.json"
-GENERAL = "general"
-
-FACTORS = ("vocabulary", "masking", "initialization", "adversarial", "mask_schedule", "corpus")
-FACTOR_LEVELS: Mapping[str, tuple[str, ...] | None] = {
-    "vocabulary": (GENERAL, "in-domain"),
-    "masking": ("token", "whole-word"),
-    "initialization": ("scratch", "continual", "continual-new-vocab"),
-    "adversarial": ("off", "on"),
-    "mask_schedule": ("constant", "stepwise", "linear"),
-    "corpus": None,  # the names of the config's corpora
-}
 _DEFAULT_LEVELS = {"vocabulary": ["in-domain"], "masking": ["whole-word"], "initialization": ["scratch"],
                    "adversarial": ["off"], "mask_schedule": ["constant"]}
 
@@ -146,7 +138,7 @@ class AblationConfig:
     vocab_size: int | None = None
     continual_from: str = GENERAL                # "general" = all-MiniLM-L6-v2, or a checkpoint directory
     pretrain_seeds: int = 1                      # pretraining runs (checkpoints) per variant, seeds seed, seed+1, ...
-    analysis: str = "checkpoints"                # experiments.checkpoint_analysis.SPECIFICATIONS
+    analysis: Specification = SPECIFICATIONS[0]  # the report's analysis (experiments.choices)
     num_proc: int = 2
     parallel_jobs: int = 1
     source: str = ""                             # the YAML file, for messages
@@ -157,6 +149,24 @@ def load_ablation_config(path: str | Path, overrides: Mapping[str, Any] | None =
     values = load_yaml_mapping(path)
     values.update({k: v for k, v in (overrides or {}).items() if v is not None})
     where = str(path)
+    _check_top_keys(values, where)
+    if not isinstance(values["corpora"], dict):
+        raise ConfigError(f"{where}: 'corpora' must map corpus names to launch/prepare_corpus.py configs")
+    vocab = values.get("vocab") or {}
+    bad = sorted(set(vocab) - {"config", "vocab_size"})
+    if bad:
+        raise ConfigError(f"{where}: unknown key(s) under vocab: {', '.join(bad)}; valid: config, vocab_size")
+    return AblationConfig(
+        name=str(values["name"]), output_dir=str(values["output_dir"]), corpora=dict(values["corpora"]),
+        factors=_factor_levels(values, where), pretrain=_pretrain_budget(values, where),
+        finetune=_finetune(values, where), pretrain_seeds=_pretrain_seeds(values, where),
+        analysis=_analysis_specification(values, where),
+        vocab_config=vocab.get("config", AblationConfig.vocab_config), vocab_size=vocab.get("vocab_size"),
+        continual_from=str(values.get("continual_from", GENERAL)), num_proc=int(values.get("num_proc", 2)),
+        parallel_jobs=int(values.get("parallel_jobs", 1)), source=where)
+
+
+def _check_top_keys(values: Mapping[str, Any], where: str) -> None:
     top = ({f.name for f in dataclasses.fields(AblationConfig)} - {"source", "vocab_config", "vocab_size", "analysis"}
            | {"vocab", "analysis"})
     unknown = sorted(set(values) - top)
@@ -165,23 +175,28 @@ def load_ablation_config(path: str | Path, overrides: Mapping[str, Any] | None =
     for key in ("name", "output_dir", "corpora", "factors", "finetune"):
         if not values.get(key):
             raise ConfigError(f"{where}: '{key}' is required")
+
+
+def _pretrain_budget(values: Mapping[str, Any], where: str) -> PretrainBudget:
+    """``pretrain``: PretrainBudget fields (and ``phase2``: PretrainPhase fields), checked for their
+    types and ranges as launch scripts check theirs (biomed_lm.config.check_fields)."""
     pretrain_values = values.get("pretrain") or {}
-    budget_fields = {f.name for f in dataclasses.fields(PretrainBudget)}
-    bad = sorted(set(pretrain_values) - budget_fields)
-    if bad:
-        raise ConfigError(f"{where}: unknown key(s) under pretrain: {', '.join(bad)}; valid: "
-                          f"{', '.join(sorted(budget_fields))}")
-    phase_fields = {f.name for f in dataclasses.fields(PretrainPhase)}
-    bad = sorted(set(pretrain_values.get("phase2") or {}) - phase_fields)
-    if bad:
-        raise ConfigError(f"{where}: unknown key(s) under pretrain.phase2: {', '.join(bad)}; valid: "
-                          f"{', '.join(sorted(phase_fields))}")
-    # types and ranges, as launch scripts check theirs (common.config.parse_config)
+    for key, fields, known in (("pretrain", pretrain_values, PretrainBudget),
+                               ("pretrain.phase2", pretrain_values.get("phase2") or {}, PretrainPhase)):
+        names = {f.name for f in dataclasses.fields(known)}
+        bad = sorted(set(fields) - names)
+        if bad:
+            raise ConfigError(f"{where}: unknown key(s) under {key}: {', '.join(bad)}; valid: "
+                              f"{', '.join(sorted(names))}")
     pretrain_values = check_fields(PretrainBudget, pretrain_values, f"{where}: pretrain")
     if pretrain_values.get("phase2"):
         pretrain_values["phase2"] = check_fields(PretrainPhase, pretrain_values["phase2"], f"{where}: pretrain.phase2")
-    if not isinstance(values["corpora"], dict):
-        raise ConfigError(f"{where}: 'corpora' must map corpus names to launch/prepare_corpus.py configs")
+    return PretrainBudget(**pretrain_values)
+
+
+def _factor_levels(values: Mapping[str, Any], where: str) -> dict[str, list[str]]:
+    """``factors``: each factor's levels (experiments.choices; default: its one level in
+    ``_DEFAULT_LEVELS``, the first corpus), distinct and each a valid choice."""
     factors = values["factors"]
     if not isinstance(factors, dict):
         raise ConfigError(f"{where}: 'factors' must map factor names to lists of levels")
@@ -201,30 +216,23 @@ def load_ablation_config(path: str | Path, overrides: Mapping[str, Any] | None =
     extra = sorted(set(factors) - set(FACTORS))
     if extra:
         raise ConfigError(f"{where}: unknown factor(s) {', '.join(extra)}; valid: {', '.join(FACTORS)}")
+    return checked
+
+
+def _finetune(values: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``finetune``: finetune.sweep.SweepArgs fields, checked as launch/blurb.py checks them, before
+    hours of pretraining (``model`` and ``output_dir`` are the ablation's, one per variant)."""
+    from biomed_lm.finetune.sweep import SweepArgs
+
     finetune = dict(values["finetune"])
     for key in ("model", "output_dir"):
         if key in finetune:
             raise ConfigError(f"{where}: finetune.{key} is set by the ablation (one per variant)")
-    from biomed_lm.errors import InputError
-    from biomed_lm.finetune.sweep import SweepArgs
-
-    try:  # the same checks launch/blurb.py makes, before hours of pretraining
+    try:
         SweepArgs(model="-", output_dir="-", **finetune)
-    except TypeError as err:
+    except (TypeError, InputError) as err:
         raise ConfigError(f"{where}: finetune: {err}") from None
-    except InputError as err:
-        raise ConfigError(f"{where}: finetune: {err}") from None
-    vocab = values.get("vocab") or {}
-    bad = sorted(set(vocab) - {"config", "vocab_size"})
-    if bad:
-        raise ConfigError(f"{where}: unknown key(s) under vocab: {', '.join(bad)}; valid: config, vocab_size")
-    return AblationConfig(
-        pretrain_seeds=_pretrain_seeds(values, where), analysis=_analysis_specification(values, where),
-        name=str(values["name"]), output_dir=str(values["output_dir"]), corpora=dict(values["corpora"]),
-        factors=checked, pretrain=PretrainBudget(**pretrain_values), finetune=finetune,
-        vocab_config=vocab.get("config", AblationConfig.vocab_config), vocab_size=vocab.get("vocab_size"),
-        continual_from=str(values.get("continual_from", GENERAL)), num_proc=int(values.get("num_proc", 2)),
-        parallel_jobs=int(values.get("parallel_jobs", 1)), source=where)
+    return finetune
 
 
 def _pretrain_seeds(values: Mapping[str, Any], where: str) -> int:
@@ -237,8 +245,6 @@ def _pretrain_seeds(values: Mapping[str, Any], where: str) -> int:
 
 def _analysis_specification(values: Mapping[str, Any], where: str) -> str:
     """``analysis: {specification: checkpoints | model-dataset-groups}`` (default checkpoints)."""
-    from biomed_lm.experiments.checkpoint_analysis import SPECIFICATIONS
-
     analysis = values.get("analysis") or {}
     if not isinstance(analysis, dict) or set(analysis) - {"specification"}:
         raise ConfigError(f"{where}: 'analysis' must be a mapping with the one key 'specification'")
@@ -342,12 +348,18 @@ def _general_dir(config: AblationConfig) -> str:
     return str(general_bert_dir())
 
 
+class StepFailed(RuntimeError):
+    """A step of the ablation (an entry script it runs) exited with an error: not an input the user
+    can fix from here, so outside biomed_lm.errors (launch/ablate.py exits 1, not 2); the step's own
+    output above says why."""
+
+
 def _run(title: str, command: list[str], log: Callable[[str], None], env: Mapping[str, str] | None = None) -> None:
     log(f"\n=== {title}\n$ {shlex.join(command)}")
     started = time.perf_counter()
     result = subprocess.run(command, env={**os.environ, **(env or {})})
     if result.returncode != 0:
-        raise RuntimeError(f"step '{title}' failed with exit status {result.returncode}: {shlex.join(command)}")
+        raise StepFailed(f"step '{title}' failed with exit status {result.returncode}: {shlex.join(command)}")
     log(f"--- {title}: {time.perf_counter() - started:.1f} s")
 
 
@@ -425,7 +437,7 @@ def _run_parallel(jobs: list[tuple[str, list[str]]], parallel: int, log: Callabl
         for title, command in jobs:
             try:
                 _run(title, command, log)
-            except RuntimeError as err:
+            except StepFailed as err:
                 log(str(err))
                 failed.append(title)
         return failed
@@ -469,38 +481,15 @@ def _pretrain_variant(config: AblationConfig, variant: Variant, run: int, phases
                                     "factors": variant.factors, "run": run}, indent=2) + "\n", encoding="utf-8")
 
 
-def run_ablation(config: AblationConfig, log: Callable[[str], None] = print, report: bool = True) -> dict[str, Any]:
-    """Run (or resume) the whole ablation; returns the plan written to ``ablation.json``."""
+def run_ablation(config: AblationConfig, log: Callable[[str], None] = print, report: bool = True) -> AblationRecord:
+    """Run (or resume) the whole ablation; returns the record written to ``ablation.json``
+    (:mod:`experiments.ablation_record`), whose ``failed`` lists the fine-tuning sweeps that failed."""
     variants, notes = plan_variants(config.factors)
     phases = config.pretrain.phases()
     paths = _Paths(Path(config.output_dir))
     paths.root.mkdir(parents=True, exist_ok=True)
-    datasets = config.finetune.get("datasets") or []
-    plan = {
-        "name": config.name, "source": config.source,
-        "factors": {f: config.factors[f] for f in FACTORS},
-        "variants": {v.name: {"factors": v.factors,
-                              "model": str(paths.pretrain(v.name, len(phases)) / "model"),
-                              "pretrain_dir": str(paths.pretrain(v.name)),
-                              "finetune_dir": str(paths.finetune(v.name)),
-                              "checkpoints": [{"run": run, "seed": _pretrain_seed(phases[0], run),
-                                               "model": str(paths.pretrain(v.name, len(phases), run) / "model"),
-                                               "pretrain_dir": str(paths.pretrain(v.name, 1, run)),
-                                               "finetune_dir": str(paths.finetune(v.name, run))}
-                                              for run in range(1, config.pretrain_seeds + 1)]}
-                     for v in variants},
-        "pretrain_seeds": config.pretrain_seeds,
-        "analysis": {"specification": config.analysis},
-        "excluded": notes,
-        "datasets": list(datasets),
-        "budget": {"steps": sum(phase.max_steps for phase in phases),
-                   "global_batch_size": phases[0].global_batch(config.pretrain.ranks),
-                   "sequences": config.pretrain.sequences, "model": config.pretrain.model,
-                   "phases": [dataclasses.asdict(phase) | {"global_batch_size": phase.global_batch(config.pretrain.ranks)}
-                              for phase in phases]},
-        "finetune": config.finetune,
-    }
-    (paths.root / ABLATION_FILE).write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
+    record = _record(config, variants, notes, paths)
+    write_ablation_record(record, paths.root)
     for note in notes:
         log(note)
     log(f"{config.name}: {len(variants)} variants ({', '.join(v.name for v in variants)}) × {config.pretrain_seeds} "
@@ -508,11 +497,68 @@ def run_ablation(config: AblationConfig, log: Callable[[str], None] = print, rep
         f"({' then '.join(f'{p.max_steps} steps' for p in phases)})")
 
     # Shared inputs: corpora, in-domain vocabularies, pretraining instances.
+    _prepare_corpora(config, variants, paths, log)
+    tokenizers = _build_vocabularies(config, variants, paths, log)
+    _create_instances(config, tokenizers, phases, paths, log)
+
+    # Pretraining, one variant, run and phase at a time: each uses every device it is given.
+    runs = range(1, config.pretrain_seeds + 1)
+    for variant, run in itertools.product(variants, runs):
+        _pretrain_variant(config, variant, run, phases, paths, tokenizers, log)
+
+    # Fine-tuning sweeps: independent per variant and pretraining run.
+    jobs = [(f"fine-tune {v.name}" + (f" (pretraining run {run})" if config.pretrain_seeds > 1 else ""),
+             _sweep_command(config, paths.pretrain(v.name, len(phases), run) / "model", paths.finetune(v.name, run)))
+            for v, run in itertools.product(variants, runs)]
+    record.failed = _run_parallel(jobs, config.parallel_jobs, log)
+    write_ablation_record(record, paths.root)
+    if report:
+        from biomed_lm.experiments.report import write_report
+
+        log(f"\nreport: {write_report(paths.root)}")
+    return record
+
+
+def _record(config: AblationConfig, variants: Sequence[Variant], notes: list[str], paths: _Paths) -> AblationRecord:
+    """The ablation's record: its factors, every variant's pretraining runs and where they go, the budget."""
+    phases = config.pretrain.phases()
+    ranks = config.pretrain.ranks
+
+    def checkpoint(variant: Variant, run: int) -> CheckpointRecord:
+        return CheckpointRecord(run=run, seed=_pretrain_seed(phases[0], run),
+                                model=str(paths.pretrain(variant.name, len(phases), run) / "model"),
+                                pretrain_dir=str(paths.pretrain(variant.name, 1, run)),
+                                finetune_dir=str(paths.finetune(variant.name, run)))
+
+    return AblationRecord(
+        name=config.name, source=config.source, factors={f: list(config.factors[f]) for f in FACTORS},
+        variants={v.name: VariantRecord(dict(v.factors), tuple(checkpoint(v, run)
+                                                               for run in range(1, config.pretrain_seeds + 1)))
+                  for v in variants},
+        pretrain_seeds=config.pretrain_seeds, specification=config.analysis, excluded=list(notes),
+        datasets=list(config.finetune.get("datasets") or []),
+        budget={"steps": sum(phase.max_steps for phase in phases),
+                "global_batch_size": phases[0].global_batch(ranks),
+                "sequences": config.pretrain.sequences, "model": config.pretrain.model,
+                "phases": [dataclasses.asdict(phase) | {"global_batch_size": phase.global_batch(ranks)}
+                           for phase in phases]},
+        finetune=dict(config.finetune))
+
+
+def _prepare_corpora(config: AblationConfig, variants: Sequence[Variant], paths: _Paths,
+                     log: Callable[[str], None]) -> None:
+    """launch/prepare_corpus.py once per corpus the variants use."""
     for corpus in sorted({v.corpus for v in variants}):
         if not (paths.corpus(corpus) / "state.json").is_file():  # the dataset, not a failed run's summary
             _run(f"prepare corpus {corpus}", _python(
                 "prepare_corpus.py", "--config", config.corpora[corpus], "--output-dir", str(paths.corpus(corpus)),
                 "--num-proc", str(config.num_proc), "--overwrite"), log)
+
+
+def _build_vocabularies(config: AblationConfig, variants: Sequence[Variant], paths: _Paths,
+                        log: Callable[[str], None]) -> dict[tuple[str, str], str]:
+    """The tokenizer of each (vocabulary, corpus): the general checkpoint's, or one in-domain
+    vocabulary built per corpus (launch/build_vocab.py) and shared by every variant that uses it."""
     tokenizers: dict[tuple[str, str], str] = {}
     for vocabulary, corpus in sorted({(v.vocabulary, v.corpus) for v in variants}):
         if vocabulary == GENERAL:
@@ -525,32 +571,21 @@ def run_ablation(config: AblationConfig, log: Callable[[str], None] = print, rep
                 "build_vocab.py", "--config", config.vocab_config, "--inputs", str(paths.corpus(corpus)), *size,
                 "--output-dir", str(out), "--overwrite"), log)
         tokenizers[vocabulary, corpus] = str(out)
+    return tokenizers
+
+
+def _create_instances(config: AblationConfig, tokenizers: Mapping[tuple[str, str], str],
+                      phases: Sequence[PretrainPhase], paths: _Paths, log: Callable[[str], None]) -> None:
+    """launch/create_pretraining_data.py once per (vocabulary, corpus) and phase (masking is dynamic)."""
     for (vocabulary, corpus), tokenizer in tokenizers.items():
         for number, phase in enumerate(phases, start=1):
             out = paths.data(vocabulary, corpus, number)
-            if not (out / "pretraining_data.json").is_file():
-                # With two phases the tokenized corpus is kept (fingerprinted by corpus and tokenizer)
-                # so that phase 2 reuses phase 1's tokenization.
-                cache = ["--tokenized_cache", str(paths.root / "data" / "tokenized")] if len(phases) > 1 else []
-                _run(f"pretraining instances ({vocabulary} vocabulary, {corpus}, phase {number})", _python(
-                    "create_pretraining_data.py", "--config", phase.data_config, "--corpus", str(paths.corpus(corpus)),
-                    "--tokenizer", tokenizer, "--output-dir", str(out), "--num-proc", str(config.num_proc),
-                    *cache, "--overwrite"), log)
-
-    # Pretraining, one variant, run and phase at a time: each uses every device it is given.
-    runs = range(1, config.pretrain_seeds + 1)
-    for variant, run in itertools.product(variants, runs):
-        _pretrain_variant(config, variant, run, phases, paths, tokenizers, log)
-
-    # Fine-tuning sweeps: independent per variant and pretraining run.
-    jobs = [(f"fine-tune {v.name}" + (f" (pretraining run {run})" if config.pretrain_seeds > 1 else ""),
-             _sweep_command(config, paths.pretrain(v.name, len(phases), run) / "model", paths.finetune(v.name, run)))
-            for v, run in itertools.product(variants, runs)]
-    failed = _run_parallel(jobs, config.parallel_jobs, log)
-    plan["failed"] = failed
-    (paths.root / ABLATION_FILE).write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
-    if report:
-        from biomed_lm.experiments.report import write_report
-
-        log(f"\nreport: {write_report(paths.root)}")
-    return plan
+            if (out / "pretraining_data.json").is_file():
+                continue
+            # With two phases the tokenized corpus is kept (fingerprinted by corpus and tokenizer)
+            # so that phase 2 reuses phase 1's tokenization.
+            cache = ["--tokenized_cache", str(paths.root / "data" / "tokenized")] if len(phases) > 1 else []
+            _run(f"pretraining instances ({vocabulary} vocabulary, {corpus}, phase {number})", _python(
+                "create_pretraining_data.py", "--config", phase.data_config, "--corpus", str(paths.corpus(corpus)),
+                "--tokenizer", tokenizer, "--output-dir", str(out), "--num-proc", str(config.num_proc),
+                *cache, "--overwrite"), log)

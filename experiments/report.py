@@ -37,7 +37,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from biomed_lm.errors import ExperimentError
+from biomed_lm.experiments.ablation_record import (ABLATION_FILE, AblationError, AblationRecord, VariantRecord,
+                                                  load_ablation_record)
 from biomed_lm.reporting import format_duration, save_figure
 
 __all__ = ["ABLATION_FILE", "AblationError", "Variant", "Ablation", "load_ablation", "collect_rows",
@@ -45,17 +46,12 @@ __all__ = ["ABLATION_FILE", "AblationError", "Variant", "Ablation", "load_ablati
            "plot_pretraining_loss", "plot_test_scores", "plot_cost", "analysis_factors", "run_analysis", "AnalysisOutcome",
            "write_report", "REPORT_DIR"]
 
-ABLATION_FILE = "ablation.json"
 REPORT_DIR = "report"
 METRICS_FILE = "metrics.jsonl"
 
 #: Columns of :func:`collect_rows` around the factor columns (which come right after ``variant``).
 ROW_COLUMNS = ("variant", "checkpoint", "dataset", "task_type", "metric", "learning_rate", "batch_size", "epochs", "seed",
                "dev_score", "test_score", "wall_time_s", "peak_rss_bytes")
-
-
-class AblationError(ExperimentError, ValueError):
-    """An ablation directory that cannot be reported on; the message names the file and the problem."""
 
 
 # ------------------------------------------------------------------------------------ loading
@@ -76,37 +72,52 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class Variant:
-    """One pretraining variant of the ablation: its factor levels and where its outputs lie
-    (``pretrain_dir``/``finetune_dir``: the first pretraining run's; ``checkpoints``: every run's)."""
+    """One pretraining variant of the ablation: its factor levels and its pretraining runs, with
+    their directories resolved (``pretrain_dir``/``finetune_dir``: the first run's)."""
 
     name: str
     factors: dict[str, str]
-    model: str | None = None
-    pretrain_dir: Path | None = None  # resolved; holds metrics.jsonl (None: not found)
-    finetune_dir: Path | None = None  # resolved; run.json files below it
-    checkpoints: tuple[Checkpoint, ...] = ()
+    checkpoints: tuple[Checkpoint, ...]
+
+    @property
+    def pretrain_dir(self) -> Path | None:
+        return self.checkpoints[0].pretrain_dir
+
+    @property
+    def finetune_dir(self) -> Path | None:
+        return self.checkpoints[0].finetune_dir
 
     @property
     def metrics_path(self) -> Path | None:
-        return self.pretrain_dir / METRICS_FILE if self.pretrain_dir is not None else None
+        return self.checkpoints[0].metrics_path
 
     def runs(self) -> tuple[Checkpoint, ...]:
-        """Every pretraining run; an ablation.json without ``checkpoints`` has the one."""
-        return self.checkpoints or (Checkpoint(1, self.pretrain_dir, self.finetune_dir),)
+        """Every pretraining run."""
+        return self.checkpoints
 
 
 @dataclass(frozen=True)
 class Ablation:
-    """``ablation.json`` of an ablation directory. ``factors`` maps each factor to its levels (the
-    first is the reference); ``variants`` maps names to :class:`Variant`."""
+    """An ablation directory: its record (``ablation.json``) with every directory resolved.
+    ``factors`` maps each factor to its levels (the first is the reference); ``variants`` maps
+    names to :class:`Variant`; ``datasets`` are the planned ones, by their canonical names."""
 
-    name: str
-    factors: dict[str, list[str]]
+    record: AblationRecord
+    dir: Path
     variants: dict[str, Variant]
     datasets: list[str]
-    budget: dict[str, Any]
-    dir: Path
-    extra: dict[str, Any] = field(default_factory=dict)  # other keys of ablation.json (excluded, failed, ...)
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def factors(self) -> dict[str, list[str]]:
+        return self.record.factors
+
+    @property
+    def budget(self) -> dict[str, Any]:
+        return self.record.budget
 
     @property
     def file(self) -> Path:
@@ -133,97 +144,36 @@ def _resolve_dir(given: Any, ablation_dir: Path, default: Path) -> Path:
     return next((c for c in candidates if c.is_dir()), default)
 
 
-def load_ablation(ablation_dir: str | os.PathLike) -> Ablation:
-    """Read and check ``<ablation_dir>/ablation.json``; :class:`AblationError` names the file and what
-    is wrong (missing, not JSON, a key of the wrong shape, a variant level not among its factor's)."""
-    root = Path(ablation_dir)
-    path = root / ABLATION_FILE
-    if not root.is_dir():
-        raise AblationError(f"ablation directory not found: {root}")
-    if not path.is_file():
-        raise AblationError(f"{path}: not found (is {root} an ablation directory written by launch/ablate.py?)")
-    try:
-        plan = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise AblationError(f"{path}: not readable JSON: {err}") from None
-    if not isinstance(plan, dict):
-        raise AblationError(f"{path}: the top level must be an object, not {type(plan).__name__}")
-
-    variants_in = plan.get("variants")
-    if not isinstance(variants_in, dict) or not variants_in:
-        raise AblationError(f"{path}: 'variants' must be a non-empty object of variant name -> description")
-    factors_in = plan.get("factors")
-    if factors_in is None:  # infer from the variants, levels in order of appearance
-        factors_in = {}
-        for spec in variants_in.values():
-            for f, level in (spec.get("factors") or {}).items() if isinstance(spec, dict) else ():
-                factors_in.setdefault(f, [])
-                if level not in factors_in[f]:
-                    factors_in[f].append(level)
-    if not isinstance(factors_in, dict):
-        raise AblationError(f"{path}: 'factors' must be an object of factor -> list of levels")
-    factors: dict[str, list[str]] = {}
-    for f, levels in factors_in.items():
-        if f in ROW_COLUMNS:
-            raise AblationError(f"{path}: factor name {f!r} clashes with a column of the run table; rename it")
-        if not isinstance(levels, list) or not levels:
-            raise AblationError(f"{path}: factor {f!r}: expected a non-empty list of levels, got {levels!r}")
-        factors[str(f)] = [str(level) for level in levels]
-
-    variants: dict[str, Variant] = {}
-    for name, spec in variants_in.items():
-        if not isinstance(spec, dict):
-            raise AblationError(f"{path}: variant {name!r}: expected an object, got {type(spec).__name__}")
-        levels = spec.get("factors", {})
-        if not isinstance(levels, dict):
-            raise AblationError(f"{path}: variant {name!r}: 'factors' must be an object of factor -> level")
-        missing = [f for f in factors if f not in levels]
-        unknown = [f for f in levels if f not in factors]
-        if missing or unknown:
-            raise AblationError(f"{path}: variant {name!r}: "
-                                + "; ".join(filter(None, [missing and f"no level for factor(s) {', '.join(missing)}",
-                                                          unknown and f"undeclared factor(s) {', '.join(unknown)}"])))
-        for f, level in levels.items():
-            if str(level) not in factors[f]:
-                raise AblationError(f"{path}: variant {name!r}: level {level!r} of {f!r} is not one of "
-                                    f"{', '.join(factors[f])}")
-        layout = root / "variants" / str(name)
-        variants[str(name)] = Variant(
-            name=str(name), factors={f: str(levels[f]) for f in factors},
-            model=spec.get("model"),
-            pretrain_dir=_resolve_dir(spec.get("pretrain_dir"), root, layout / "pretrain"),
-            finetune_dir=_resolve_dir(spec.get("finetune_dir"), root, layout / "finetune"),
-            checkpoints=_checkpoints(spec.get("checkpoints"), root, layout, f"{path}: variant {name!r}"))
-
-    datasets = plan.get("datasets") or []
-    budget = plan.get("budget") or {}
-    if not isinstance(datasets, list):
-        raise AblationError(f"{path}: 'datasets' must be a list of dataset names")
-    if not isinstance(budget, dict):
-        raise AblationError(f"{path}: 'budget' must be an object")
-    known = {"name", "factors", "variants", "datasets", "budget"}
-    return Ablation(name=str(plan.get("name") or root.resolve().name), factors=factors, variants=variants,
-                    datasets=[_dataset_id(str(d)) for d in datasets], budget=dict(budget), dir=root,
-                    extra={k: v for k, v in plan.items() if k not in known})
-
-
-def _checkpoints(given: Any, root: Path, layout: Path, where: str) -> tuple[Checkpoint, ...]:
-    """The ``checkpoints`` list of a variant in ablation.json (absent: an older plan, one run)."""
+def _variant(name: str, record: VariantRecord, root: Path) -> Variant:
+    """A variant of the record with its runs' directories resolved (the layout of
+    :mod:`experiments.ablation` where the record names none, or none that exists)."""
     from biomed_lm.experiments.ablation import run_suffix
 
-    if given is None:
-        return ()
-    if not isinstance(given, list) or not all(isinstance(c, dict) and isinstance(c.get("run"), int) for c in given):
-        raise AblationError(f"{where}: 'checkpoints' must be a list of objects with an integer 'run'")
-    out = []
-    for spec in given:
-        suffix = run_suffix(spec["run"])
-        out.append(Checkpoint(run=spec["run"], seed=spec.get("seed"),
-                              pretrain_dir=_resolve_dir(spec.get("pretrain_dir"), root, layout / f"pretrain{suffix}"),
-                              finetune_dir=_resolve_dir(spec.get("finetune_dir"), root, layout / f"finetune{suffix}")))
-    if len({c.run for c in out}) != len(out):
-        raise AblationError(f"{where}: two checkpoints with the same 'run'")
-    return tuple(out)
+    layout = root / "variants" / name
+    checkpoints = tuple(
+        Checkpoint(run=c.run, seed=c.seed,
+                   pretrain_dir=_resolve_dir(c.pretrain_dir, root, layout / f"pretrain{run_suffix(c.run)}"),
+                   finetune_dir=_resolve_dir(c.finetune_dir, root, layout / f"finetune{run_suffix(c.run)}"))
+        for c in record.checkpoints)
+    return Variant(name=name, factors=dict(record.factors), checkpoints=checkpoints)
+
+
+def load_ablation(ablation_dir: str | os.PathLike) -> Ablation:
+    """Read ``<ablation_dir>/ablation.json`` (:func:`experiments.ablation_record.load_ablation_record`)
+    and resolve its directories; :class:`AblationError` names the file and what is wrong (missing,
+    not JSON, a field of the wrong shape, a variant level not among its factor's, a factor whose name
+    is a column of the run table)."""
+    root = Path(ablation_dir)
+    if not root.is_dir():
+        raise AblationError(f"ablation directory not found: {root}")
+    record = load_ablation_record(root / ABLATION_FILE)
+    for f in record.factors:
+        if f in ROW_COLUMNS:
+            raise AblationError(f"{root / ABLATION_FILE}: field 'factors.{f}': the factor's name clashes with a "
+                                f"column of the run table; rename it")
+    return Ablation(record=record, dir=root,
+                    variants={name: _variant(name, v, root) for name, v in record.variants.items()},
+                    datasets=[_dataset_id(d) for d in record.datasets])
 
 
 def _dataset_id(name: str) -> str:
@@ -260,7 +210,14 @@ def _variant_records(ablation: Ablation) -> dict[str, list[dict[str, Any]]]:
     return {name: _records(v) for name, v in ablation.variants.items()}
 
 
-def _rows_of(ablation: Ablation, records: Mapping[str, list[dict[str, Any]]]) -> pd.DataFrame:
+def collect_rows(ablation: Ablation, records: Mapping[str, list[dict[str, Any]]] | None = None) -> pd.DataFrame:
+    """One row per complete fine-tuning run of every variant: ``variant``, one column per factor (the
+    variant's level), ``checkpoint`` (the variant's pretraining run, 1, 2, ...), ``dataset``
+    (canonical BLURB name), ``task_type``, ``metric``, ``learning_rate``, ``batch_size``, ``epochs``,
+    ``seed``, ``dev_score`` (the run's best dev score), ``test_score``, ``wall_time_s``,
+    ``peak_rss_bytes`` (NaN when a record lacks it). Scores are fractions. ``records``: the
+    variants' run records, when already read."""
+    records = _variant_records(ablation) if records is None else records
     rows = []
     for name, variant in ablation.variants.items():
         for r in records.get(name, []):
@@ -286,14 +243,6 @@ def _rows_of(ablation: Ablation, records: Mapping[str, list[dict[str, Any]]]) ->
         frame[col] = frame[col].astype("float64")
     return frame.sort_values(["variant", "checkpoint", "dataset", "learning_rate", "batch_size", "epochs", "seed"],
                              kind="stable", ignore_index=True)
-
-
-def collect_rows(ablation: Ablation) -> pd.DataFrame:
-    """One row per complete fine-tuning run of every variant: ``variant``, one column per factor (the
-    variant's level), ``checkpoint`` (the variant's pretraining run, 1, 2, ...), ``dataset`` (canonical BLURB name), ``task_type``, ``metric``, ``learning_rate``,
-    ``batch_size``, ``epochs``, ``seed``, ``dev_score`` (the run's best dev score), ``test_score``,
-    ``wall_time_s``, ``peak_rss_bytes`` (NaN when a record lacks it). Scores are fractions."""
-    return _rows_of(ablation, _variant_records(ablation))
 
 
 # ----------------------------------------------------------------------------- results table
@@ -420,7 +369,11 @@ class ResultsTable:
                 f"{len(BLURB_DATASETS)} datasets.")
 
 
-def _results_table(ablation: Ablation, records: Mapping[str, list[dict[str, Any]]]) -> ResultsTable:
+def results_table(ablation: Ablation, records: Mapping[str, list[dict[str, Any]]] | None = None) -> ResultsTable:
+    """Per variant, :func:`finetune.sweep.summarize` of its complete runs (``records``: the variants'
+    run records, when already read), as a :class:`ResultsTable` (``to_markdown()``, ``to_frame()``
+    for the CSV, ``selection_markdown()``)."""
+    records = _variant_records(ablation) if records is None else records
     from biomed_lm.finetune.metrics import BLURB_DATASETS
     from biomed_lm.finetune.sweep import summarize
 
@@ -456,12 +409,6 @@ def _results_table(ablation: Ablation, records: Mapping[str, list[dict[str, Any]
         if d not in counts:
             notes.append(f"{d}: planned, but no variant has a complete run")
     return ResultsTable(variants=list(ablation.variants), datasets=datasets, summaries=summaries, notes=notes)
-
-
-def results_table(ablation: Ablation) -> ResultsTable:
-    """Per variant, :func:`finetune.sweep.summarize` of its complete runs, as a :class:`ResultsTable`
-    (``to_markdown()``, ``to_frame()`` for the CSV, ``selection_markdown()``)."""
-    return _results_table(ablation, _variant_records(ablation))
 
 
 # ------------------------------------------------------------------------------------- plots
@@ -683,13 +630,6 @@ def analysis_factors(ablation: Ablation, rows: pd.DataFrame) -> dict[str, str]:
     return factors
 
 
-def analysis_specification(ablation: Ablation) -> str:
-    """The ablation's ``analysis.specification`` (plans written before it: ``checkpoints``)."""
-    analysis = ablation.extra.get("analysis")
-    spec = analysis.get("specification") if isinstance(analysis, dict) else None
-    return str(spec or "checkpoints")
-
-
 def run_analysis(ablation: Ablation, rows: pd.DataFrame, specification: str | None = None) -> AnalysisOutcome:
     """``experiments.checkpoint_analysis.analyse_runs(rows, factors, specification)`` (default: the
     ablation's); an absent module, nothing to compare, or a fit that raises ValueError gives an
@@ -705,7 +645,7 @@ def run_analysis(ablation: Ablation, rows: pd.DataFrame, specification: str | No
     except ImportError as err:
         return AnalysisOutcome(factors, reason=f"experiments.checkpoint_analysis could not be imported ({err})")
     try:
-        result = analyse_runs(rows, factors, specification or analysis_specification(ablation))
+        result = analyse_runs(rows, factors, specification or ablation.record.specification)
     except (ValueError, np.linalg.LinAlgError) as err:
         return AnalysisOutcome(factors, reason=f"the multilevel fit failed: {type(err).__name__}: {err}")
     return AnalysisOutcome(factors, result=result)
@@ -773,113 +713,165 @@ def write_report(ablation_dir: str | os.PathLike, output_dir: str | os.PathLike 
     """
     ablation = load_ablation(ablation_dir)
     out = Path(output_dir) if output_dir is not None else ablation.dir / REPORT_DIR
-    plots_dir = out / "plots"
-    plots_dir.mkdir(parents=True, exist_ok=True)
-
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+    # reading
     records = _variant_records(ablation)
-    rows = _rows_of(ablation, records)
-    table = _results_table(ablation, records)
+    rows = collect_rows(ablation, records)
+    # summarizing and fitting
+    table = results_table(ablation, records)
+    _write_tables(out, rows, table)
+    plots = _draw_plots(ablation, rows, table, out / "plots")
+    analysis = run_analysis(ablation, rows, specification)
+    _write_analysis(out, analysis)
+    # writing it up
+    page = _ReportPage(ablation, records, table, analysis, plots, out, _report_notes(ablation, table))
+    (out / "results.md").write_text(page.results_md(), encoding="utf-8")
+    report = out / "report.md"
+    report.write_text(page.index_md(), encoding="utf-8")
+    return report
+
+
+def _write_tables(out: Path, rows: pd.DataFrame, table: ResultsTable) -> None:
+    """runs.csv (the analysis input), results.csv and summaries.json."""
     rows.to_csv(out / "runs.csv", index=False)
     table.to_frame().to_csv(out / "results.csv", index=False, float_format="%.12g")
     (out / "summaries.json").write_text(json.dumps(table.summaries, indent=2, default=_jsonable) + "\n",
                                         encoding="utf-8")
 
+
+def _draw_plots(ablation: Ablation, rows: pd.DataFrame, table: ResultsTable, plots_dir: Path) -> list[PlotResult]:
+    """One figure per plot function; an earlier report's figure that is not drawn now is removed."""
     plots = [plot_pretraining_loss(ablation, plots_dir / "pretraining_loss.png"),
              plot_test_scores(ablation, rows, table, plots_dir / "test_scores.png"),
              plot_cost(ablation, rows, plots_dir / "finetune_cost.png")]
     for name in ("pretraining_loss.png", "test_scores.png", "finetune_cost.png"):
         if not any(p.path is not None and p.path.name == name for p in plots):
             _remove(plots_dir / name)
+    return plots
 
-    analysis = run_analysis(ablation, rows, specification)
-    if analysis.result is not None:
-        (out / "analysis.md").write_text(analysis.result.to_markdown().rstrip("\n") + "\n", encoding="utf-8")
-        (out / "analysis.json").write_text(json.dumps(analysis.result.to_dict(), indent=2, default=_jsonable)
-                                           + "\n", encoding="utf-8")
-        analysis_note = ""
-    else:
+
+def _write_analysis(out: Path, analysis: AnalysisOutcome) -> None:
+    """analysis.md and analysis.json, or neither (an earlier report's are removed)."""
+    if analysis.result is None:
         _remove(out / "analysis.md")
         _remove(out / "analysis.json")
-        analysis_note = f"No multilevel analysis: {analysis.reason}."
+        return
+    (out / "analysis.md").write_text(analysis.result.to_markdown().rstrip("\n") + "\n", encoding="utf-8")
+    (out / "analysis.json").write_text(json.dumps(analysis.result.to_dict(), indent=2, default=_jsonable)
+                                       + "\n", encoding="utf-8")
 
-    # results.md: the tables and every note about the numbers.
-    notes = list(table.notes)
-    for key in ("excluded", "failed"):
-        value = ablation.extra.get(key)
-        if isinstance(value, dict):
-            notes += [f"{k}: {key} ({v})" for k, v in value.items()]
-        elif isinstance(value, list):
-            notes += [f"{key}: {v}" for v in value]
-    pooled = " and pretraining runs" if any(len(v.runs()) > 1 for v in ablation.variants.values()) else ""
-    legend = (f"Test score in percent: mean ± sample std over seeds{pooled} at the grid point with the best mean "
-              "dev score (finetune.sweep); '—': no complete run.")
-    results = [f"# {ablation.name}: BLURB results per variant", "", legend, "", table.to_markdown()]
-    if footnote := table.blurb_footnote():
-        results += [footnote, ""]
-    results += ["## Selected grid points", "", table.selection_markdown()]
-    if analysis_note:
-        results += ["## Analysis", "", analysis_note, ""]
-    if notes:
-        results += ["## Notes", "", *[f"- {n}" for n in notes], ""]
-    (out / "results.md").write_text("\n".join(results).rstrip("\n") + "\n", encoding="utf-8")
 
-    # report.md: the index.
-    lines = [f"# Ablation report: {ablation.name}", "",
-             f"Ablation directory: `{ablation.dir.resolve()}`  ",
-             f"Generated {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} by `launch/report.py`.", "",
-             "## Pretraining budget (the same for every variant)", "", *_budget_lines(ablation.budget), ""]
-    refs = ablation.reference_levels()
-    head = ["variant", *ablation.factors, "pretraining runs", "fine-tuning runs", "pretraining steps logged",
-            "final loss", "pretraining time (sum of step times)"]
-    lines += ["## Variants", "", "| " + " | ".join(_md(h) for h in head) + " |", "|" + "---|" * len(head)]
-    for name, variant in ablation.variants.items():
-        pre = _pretrain_summary(variant)
-        cells = [name, *(variant.factors[f] + (" (ref)" if variant.factors[f] == refs.get(f) else "")
-                         for f in ablation.factors),
-                 str(len(variant.runs())), str(len(records[name])), str(pre.get("steps", "—")),
-                 f"{pre['final_loss']:.3f}" if "final_loss" in pre else "—",
-                 format_duration(pre["seconds"]) if "seconds" in pre else "—"]
-        lines.append("| " + " | ".join(_md(c) for c in cells) + " |")
-    lines += ["", "Reference levels (the first listed for each factor): "
-              + ", ".join(f"{f} = {lvl}" for f, lvl in refs.items()) + ".", ""]
-    lines += ["## Results", "", legend, "", table.to_markdown()]
-    if footnote:
-        lines += [footnote, ""]
-    lines += ["Selected grid points and notes: [results.md](results.md).", ""]
-    lines += ["## Analysis", ""]
-    if analysis.result is not None:
-        reading = list(analysis.result.reading())
-        lines += [f"Multilevel model over all runs, specification `{analysis.result.specification}` "
-                  f"({analysis.result.n_checkpoints or len(ablation.variants)} pretraining runs of "
-                  f"{len(ablation.variants)} variants; factors and references: "
-                  + ", ".join(f"{f} vs {r}" for f, r in analysis.factors.items()) + ").", ""]
-        lines += [f"- {s}" + ("" if s.rstrip().endswith((".", "!", "?")) else ".") for s in reading] \
+def _report_notes(ablation: Ablation, table: ResultsTable) -> list[str]:
+    """Every note about the numbers: the table's, the variants left out, the sweeps that failed."""
+    record = ablation.record
+    return (list(table.notes) + [f"excluded: {v}" for v in record.excluded]
+            + [f"failed: {v}" for v in record.failed or []])
+
+
+@dataclass
+class _ReportPage:
+    """The text of results.md and report.md."""
+
+    ablation: Ablation
+    records: Mapping[str, list[dict[str, Any]]]
+    table: ResultsTable
+    analysis: AnalysisOutcome
+    plots: list[PlotResult]
+    out: Path
+    notes: list[str]
+
+    @property
+    def legend(self) -> str:
+        pooled = " and pretraining runs" if any(len(v.runs()) > 1 for v in self.ablation.variants.values()) else ""
+        return (f"Test score in percent: mean ± sample std over seeds{pooled} at the grid point with the best mean "
+                "dev score (finetune.sweep); '—': no complete run.")
+
+    @property
+    def analysis_note(self) -> str:
+        return "" if self.analysis.result is not None else f"No multilevel analysis: {self.analysis.reason}."
+
+    def results_md(self) -> str:
+        """results.md: the tables and every note about the numbers."""
+        lines = [f"# {self.ablation.name}: BLURB results per variant", "", self.legend, "", self.table.to_markdown()]
+        if footnote := self.table.blurb_footnote():
+            lines += [footnote, ""]
+        lines += ["## Selected grid points", "", self.table.selection_markdown()]
+        if self.analysis_note:
+            lines += ["## Analysis", "", self.analysis_note, ""]
+        if self.notes:
+            lines += ["## Notes", "", *[f"- {n}" for n in self.notes], ""]
+        return "\n".join(lines).rstrip("\n") + "\n"
+
+    def index_md(self) -> str:
+        """report.md: the index a person opens."""
+        ablation = self.ablation
+        lines = [f"# Ablation report: {ablation.name}", "",
+                 f"Ablation directory: `{ablation.dir.resolve()}`  ",
+                 f"Generated {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} by `launch/report.py`.", "",
+                 "## Pretraining budget (the same for every variant)", "", *_budget_lines(ablation.budget), ""]
+        lines += self._variants_section()
+        lines += ["## Results", "", self.legend, "", self.table.to_markdown()]
+        if footnote := self.table.blurb_footnote():
+            lines += [footnote, ""]
+        lines += ["Selected grid points and notes: [results.md](results.md).", ""]
+        lines += self._analysis_section() + self._plots_section() + self._files_section()
+        if self.notes:
+            lines += ["## Notes", "", *[f"- {n}" for n in self.notes], ""]
+        return "\n".join(lines).rstrip("\n") + "\n"
+
+    def _variants_section(self) -> list[str]:
+        ablation = self.ablation
+        refs = ablation.reference_levels()
+        head = ["variant", *ablation.factors, "pretraining runs", "fine-tuning runs", "pretraining steps logged",
+                "final loss", "pretraining time (sum of step times)"]
+        lines = ["## Variants", "", "| " + " | ".join(_md(h) for h in head) + " |", "|" + "---|" * len(head)]
+        for name, variant in ablation.variants.items():
+            pre = _pretrain_summary(variant)
+            cells = [name, *(variant.factors[f] + (" (ref)" if variant.factors[f] == refs.get(f) else "")
+                             for f in ablation.factors),
+                     str(len(variant.runs())), str(len(self.records[name])), str(pre.get("steps", "—")),
+                     f"{pre['final_loss']:.3f}" if "final_loss" in pre else "—",
+                     format_duration(pre["seconds"]) if "seconds" in pre else "—"]
+            lines.append("| " + " | ".join(_md(c) for c in cells) + " |")
+        return lines + ["", "Reference levels (the first listed for each factor): "
+                        + ", ".join(f"{f} = {lvl}" for f, lvl in refs.items()) + ".", ""]
+
+    def _analysis_section(self) -> list[str]:
+        result = self.analysis.result
+        if result is None:
+            return ["## Analysis", "", self.analysis_note, ""]
+        lines = ["## Analysis", "",
+                 f"Multilevel model over all runs, specification `{result.specification}` "
+                 f"({result.n_checkpoints or len(self.ablation.variants)} pretraining runs of "
+                 f"{len(self.ablation.variants)} variants; factors and references: "
+                 + ", ".join(f"{f} vs {r}" for f, r in self.analysis.factors.items()) + ").", ""]
+        lines += [f"- {s}" + ("" if s.rstrip().endswith((".", "!", "?")) else ".") for s in result.reading()] \
             or ["(the fit gave no reading)"]
-        fit_notes = list(getattr(analysis.result, "notes", []) or [])
+        fit_notes = list(getattr(result, "notes", []) or [])
         if fit_notes:
             lines += ["", "Notes of the fit:", *[f"- {n}" for n in fit_notes]]
-        lines += ["", "Details: [analysis.md](analysis.md), [analysis.json](analysis.json).", ""]
-    else:
-        lines += [analysis_note, ""]
-    lines += ["## Plots", ""]
-    for plot in plots:
-        if plot.path is not None:
-            rel = plot.path.relative_to(out).as_posix()
+        return lines + ["", "Details: [analysis.md](analysis.md), [analysis.json](analysis.json).", ""]
+
+    def _plots_section(self) -> list[str]:
+        lines = ["## Plots", ""]
+        for plot in self.plots:
+            if plot.path is None:
+                lines += [f"### {plot.title}", "", f"Not drawn — {plot.note}.", ""]
+                continue
+            rel = plot.path.relative_to(self.out).as_posix()
             lines += [f"### {plot.title}", "", f"![{plot.title}]({rel})", "", f"[{rel}]({rel})", ""]
             lines += [f"- {n}" for n in plot.notes] + ([""] if plot.notes else [])
-        else:
-            lines += [f"### {plot.title}", "", f"Not drawn — {plot.note}.", ""]
-    files = [("results.md", "results table, selected grid points, notes"),
-             ("results.csv", "the results table, machine-readable (fractions; mean/std/n per variant)"),
-             ("runs.csv", "one row per complete fine-tuning run (the analysis input)"),
-             ("summaries.json", "finetune.sweep summary of each variant (every grid point)")]
-    if analysis.result is not None:
-        files += [("analysis.md", "multilevel analysis"), ("analysis.json", "multilevel analysis, machine-readable")]
-    files += [(p.path.relative_to(out).as_posix(), p.title) for p in plots if p.path is not None]
-    lines += ["## Files", "", *[f"- [{f}]({f}) — {what}" for f, what in files],
-              f"- [ablation.json]({os.path.relpath(ablation.file.resolve(), out.resolve())}) — the plan", ""]
-    if notes:
-        lines += ["## Notes", "", *[f"- {n}" for n in notes], ""]
-    report = out / "report.md"
-    report.write_text("\n".join(lines).rstrip("\n") + "\n", encoding="utf-8")
-    return report
+        return lines
+
+    def _files_section(self) -> list[str]:
+        files = [("results.md", "results table, selected grid points, notes"),
+                 ("results.csv", "the results table, machine-readable (fractions; mean/std/n per variant)"),
+                 ("runs.csv", "one row per complete fine-tuning run (the analysis input)"),
+                 ("summaries.json", "finetune.sweep summary of each variant (every grid point)")]
+        if self.analysis.result is not None:
+            files += [("analysis.md", "multilevel analysis"),
+                      ("analysis.json", "multilevel analysis, machine-readable")]
+        files += [(p.path.relative_to(self.out).as_posix(), p.title) for p in self.plots if p.path is not None]
+        record = os.path.relpath(self.ablation.file.resolve(), self.out.resolve())
+        return ["## Files", "", *[f"- [{f}]({f}) — {what}" for f, what in files],
+                f"- [ablation.json]({record}) — the plan", ""]

@@ -21,7 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from biomed_lm.config import parse_config
 from biomed_lm.errors import BiomedLMError, bad_input
-from biomed_lm.experiments.ablation import load_ablation_config, run_ablation
+from biomed_lm.experiments.ablation import StepFailed, load_ablation_config, run_ablation
 
 
 @dataclass
@@ -40,14 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         (args,) = parse_config([AblateArgs], rest, description=__doc__)
         config = load_ablation_config(path, {"output_dir": args.output_dir})
+        record = run_ablation(config, report=not args.no_report)
     except (BiomedLMError, FileNotFoundError) as err:
         return bad_input("ablate", err)
-    try:
-        plan = run_ablation(config, report=not args.no_report)
-    except RuntimeError as err:
+    except StepFailed as err:
         print(f"ablate: {err}", file=sys.stderr)
         return 1
-    return 1 if plan.get("failed") else 0
+    return 1 if record.failed else 0
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
           f"({'about 15 minutes on 2 CPU cores' if args.scale == 1 else 'scaled up'}); outputs in {out}", flush=True)
     started = time.perf_counter()
 
-    plan = run_ablation(config, report=False)
+    record = run_ablation(config, report=False)
     ablation = Path(config.output_dir)
     run_step("coverage report: the in-domain vocabulary vs bert-base-uncased's (paper Tables 1 and 8)",
              "vocab_report.py", [
@@ -91,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\ndemo finished in {(time.perf_counter() - started) / 60:.1f} minutes")
     print(f"  coverage report: {out / 'vocab_report' / 'report.md'}")
     print(f"  comparison:      {out / 'report' / 'report.md'}  (tables, plots/, analysis.md)")
-    print(f"  models:          {', '.join(v['model'] for v in plan['variants'].values())}")
-    return 1 if plan.get("failed") else 0
+    print(f"  models:          {', '.join(v.model for v in record.variants.values())}")
+    return 1 if record.failed else 0
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The ablation runner: config checking, the variant grid, the commands it builds, and a whole
-vocabulary × masking ablation on BERT-tiny end to end on CPU (report and multilevel analysis
-included), resumed without redoing anything."""
+vocabulary ablation on BERT-tiny (each variant pretrained twice) end to end on CPU (report and
+multilevel analysis included), resumed without redoing anything."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from biomed_lm.errors import ConfigError
 from biomed_lm.experiments.ablation import (ABLATION_FILE, Variant, _pretrain_command,  # noqa: E402
                                             load_ablation_config, plan_variants, run_ablation)
+from biomed_lm.experiments.ablation_record import load_ablation_record  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -121,56 +122,58 @@ def _learnable_ncbi(root: Path) -> None:
         (out / name).write_text("\n\n".join(sentences) + "\n", encoding="utf-8")
 
 
-def test_vocabulary_x_masking_ablation_end_to_end_and_resumed(tmp_path, capsys):
+def test_vocabulary_ablation_end_to_end_and_resumed(tmp_path, capsys):
+    """Two vocabularies (whole-word masking), each pretrained twice: 2 variants × 2 pretraining runs."""
     data_root = tmp_path / "blurb"
     _learnable_ncbi(data_root)
     path = _config(tmp_path, vocab={"vocab_size": 2000}, pretrain_seeds=2,
+                   factors={"vocabulary": ["general", "in-domain"], "masking": ["whole-word"]},
                    finetune={"data_root": str(data_root), "datasets": ["ncbi-disease"], "learning_rates": [3e-3],
                              "batch_sizes": [8], "epochs": 2, "num_seeds": 2, "max_length": 32})
     config = load_ablation_config(path)
     log: list[str] = []
-    plan = run_ablation(config, log=log.append)
+    record = run_ablation(config, log=log.append)
     out = Path(config.output_dir)
-    assert set(plan["variants"]) == {"general_token", "general_whole-word", "in-domain_token",
-                                     "in-domain_whole-word"} and not plan["failed"]
-    assert plan["budget"]["sequences"] == 2 * 8
-    for name, variant in plan["variants"].items():
-        assert (Path(variant["model"]) / "config.json").is_file()
-        assert [c["run"] for c in variant["checkpoints"]] == [1, 2]
-        assert variant["checkpoints"][0]["pretrain_dir"] == variant["pretrain_dir"]
+    assert set(record.variants) == {"general", "in-domain"} and record.failed == []
+    assert record.budget["sequences"] == 2 * 8
+    assert load_ablation_record(out / ABLATION_FILE) == record  # the one schema, written and read back
+    for variant in record.variants.values():
+        assert [c.run for c in variant.checkpoints] == [1, 2]
         losses = []
-        for checkpoint in variant["checkpoints"]:
-            assert (Path(checkpoint["model"]) / "config.json").is_file()
-            lines = (Path(checkpoint["pretrain_dir"]) / "metrics.jsonl").read_text().splitlines()
+        for checkpoint in variant.checkpoints:
+            assert (Path(checkpoint.model) / "config.json").is_file()
+            lines = (Path(checkpoint.pretrain_dir) / "metrics.jsonl").read_text().splitlines()
             assert [json.loads(line)["step"] for line in lines] == [1, 2]
             losses.append(json.loads(lines[0])["loss"])
-            assert len(sorted(Path(checkpoint["finetune_dir"]).rglob("run.json"))) == 2
+            assert len(sorted(Path(checkpoint.finetune_dir).rglob("run.json"))) == 2
         assert losses[0] != losses[1]  # two pretraining runs with different seeds
-    # the in-domain variants share one vocabulary; each vocabulary has one set of instances
+    # the in-domain vocabulary is built once and shared by both runs; each vocabulary has one set of instances
+    assert [p.name for p in (out / "vocab").iterdir()] == ["in-domain-sample"]
+    assert sum(line.startswith("\n=== build the in-domain vocabulary") for line in log) == 1
     assert sorted(p.name for p in (out / "data").iterdir()) == ["general-sample", "in-domain-sample"]
     report = out / "report"
     text = (report / "report.md").read_text()
-    assert "in-domain_whole-word" in text and (report / "results.csv").is_file()
+    assert "in-domain" in text and (report / "results.csv").is_file()
     assert (report / "plots" / "pretraining_loss.png").is_file()
     analysis = json.loads((report / "analysis.json").read_text())
-    # 4 variants × 2 pretraining runs × 2 seeds; the checkpoint model: one group per pretraining run
-    assert analysis["n_runs"] == 16 and analysis["specification"] == "checkpoints"
-    assert analysis["n_checkpoints"] == 8 and analysis["factor_tests"] is True
-    factor_rows = [c for c in analysis["coefficients"] if c["term"].startswith(("vocabulary[", "masking["))]
-    # t tests on 8 pretraining runs less 3 checkpoint-level parameters; 16 runs less 3 when REML puts
+    # 2 variants × 2 pretraining runs × 2 seeds; the checkpoint model: one group per pretraining run
+    assert analysis["n_runs"] == 8 and analysis["specification"] == "checkpoints"
+    assert analysis["n_checkpoints"] == 4 and analysis["factor_tests"] is True
+    factor_rows = [c for c in analysis["coefficients"] if c["term"].startswith("vocabulary[")]
+    # t tests on 4 pretraining runs less 2 checkpoint-level parameters; 8 runs less 2 when REML puts
     # the checkpoints' variance at zero (the level then pools with the runs)
     pooled = any("estimated at zero" in note for note in analysis["notes"])
-    assert [c["df"] for c in factor_rows] == [13.0 if pooled else 5.0] * 2
+    assert [c["df"] for c in factor_rows] == [6.0 if pooled else 2.0]
     runs = pd.read_csv(report / "runs.csv")
-    assert sorted(runs["checkpoint"].unique()) == [1, 2] and len(runs) == 16
+    assert sorted(runs["checkpoint"].unique()) == [1, 2] and len(runs) == 8
 
     log.clear()
     again = run_ablation(config, log=log.append, report=False)
-    assert again["variants"] == plan["variants"]
+    assert again.variants == record.variants
     started = [line for line in log if line.startswith("\n=== ") and "fine-tune" not in line]
     assert started == []  # corpus, vocabulary, instances and pretraining were all skipped
-    assert sum("pretraining phase 1 already complete" in line for line in log) == 8
-    assert json.loads((out / ABLATION_FILE).read_text())["name"] == "t"
+    assert sum("pretraining phase 1 already complete" in line for line in log) == 4
+    assert load_ablation_record(out / ABLATION_FILE).name == "t"
 
 
 def test_two_phases_continue_one_schedule(tmp_path):
@@ -185,8 +188,8 @@ def test_two_phases_continue_one_schedule(tmp_path):
                    finetune={"data_root": str(data_root), "datasets": ["ncbi-disease"], "learning_rates": [3e-3],
                              "batch_sizes": [8], "epochs": 1, "num_seeds": 1, "max_length": 32})
     config = load_ablation_config(path)
-    plan = run_ablation(config, log=lambda line: None, report=False)
-    variant = plan["variants"]["baseline"]
+    record = run_ablation(config, log=lambda line: None, report=False)
+    variant = record.variants["baseline"]
     out = Path(config.output_dir) / "variants" / "baseline"
     phase1 = [json.loads(line) for line in (out / "pretrain" / "metrics.jsonl").read_text().splitlines()]
     phase2 = [json.loads(line) for line in (out / "pretrain_phase2" / "metrics.jsonl").read_text().splitlines()]
@@ -194,4 +197,4 @@ def test_two_phases_continue_one_schedule(tmp_path):
     lrs = [r["lr"] for r in phase1 + phase2]
     peak = max(lrs)
     assert lrs.index(peak) < 3 and all(a >= b for a, b in zip(lrs[lrs.index(peak):], lrs[lrs.index(peak) + 1:]))
-    assert (Path(variant["model"]) / "config.json").is_file() and not plan["failed"]
+    assert (Path(variant.model) / "config.json").is_file() and not record.failed

@@ -19,6 +19,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from biomed_lm.errors import ExperimentError
+from biomed_lm.experiments.ablation_record import (SCHEMA_VERSION, AblationRecord, CheckpointRecord, VariantRecord,
+                                                  load_ablation_record, write_ablation_record)
 from biomed_lm.experiments.report import (ROW_COLUMNS, AblationError, analysis_factors, collect_rows, load_ablation,
                                           plot_pretraining_loss, read_pretraining_metrics, results_table, run_analysis,
                                           write_report)
@@ -139,9 +142,10 @@ def test_load_ablation_reads_the_plan_and_resolves_directories(ablation_dir):
     (None, "ablation.json: not found"),
     ("{not json", "not readable JSON"),
     ("[]", "top level must be an object"),
-    ('{"factors": {"a": ["x"]}}', "'variants' must be"),
-    ('{"factors": {"a": ["x"]}, "variants": {"v": {"factors": {"a": "y"}}}}', "level 'y' of 'a'"),
+    ('{"factors": {"a": ["x"]}}', "field 'variants': expected a non-empty object"),
+    ('{"factors": {"a": ["x"]}, "variants": {"v": {"factors": {"a": "y"}}}}', "field 'variants.v.factors.a': level 'y'"),
     ('{"factors": {"a": ["x"], "b": ["z"]}, "variants": {"v": {"factors": {"a": "x"}}}}', "no level for factor"),
+    ('{"factors": {"seed": ["x"]}, "variants": {"v": {"factors": {"seed": "x"}}}}', "field 'factors.seed'.*clashes"),
 ])
 def test_load_ablation_names_the_file_and_the_problem(tmp_path, content, message):
     if content is not None:
@@ -151,6 +155,82 @@ def test_load_ablation_names_the_file_and_the_problem(tmp_path, content, message
     assert str(tmp_path / "ablation.json") in str(info.value)
     with pytest.raises(AblationError, match="not found"):
         load_ablation(tmp_path / "missing")
+
+
+# ----------------------------------------------------------------------- the ablation record
+
+def _record() -> AblationRecord:
+    return AblationRecord(
+        name="r", source="configs/ablation/tiny.yaml", factors={"vocabulary": ["general", "in-domain"]},
+        variants={level: VariantRecord({"vocabulary": level}, tuple(
+            CheckpointRecord(run, 41 + run, f"out/variants/{level}/pretrain{'' if run == 1 else f'-run{run}'}/model",
+                             f"out/variants/{level}/pretrain{'' if run == 1 else f'-run{run}'}",
+                             f"out/variants/{level}/finetune{'' if run == 1 else f'-run{run}'}") for run in (1, 2)))
+                  for level in ("general", "in-domain")},
+        datasets=["ncbi-disease"], budget={"steps": 2}, pretrain_seeds=2, specification="model-dataset-groups",
+        finetune={"epochs": 2}, excluded=["x: left out"], failed=["fine-tune general"])
+
+
+def test_the_record_round_trips_in_its_versioned_schema(tmp_path):
+    record = _record()
+    path = write_ablation_record(record, tmp_path)
+    written = json.loads(path.read_text(encoding="utf-8"))
+    assert written["schema_version"] == SCHEMA_VERSION and not (tmp_path / "ablation.json.partial").exists()
+    assert written["analysis"] == {"specification": "model-dataset-groups"}
+    assert set(written["variants"]["general"]) == {"factors", "checkpoints"}  # no per-variant copy of run 1
+    assert load_ablation_record(path) == record
+    assert load_ablation_record(tmp_path) == record  # the directory will do
+    ablation = load_ablation(tmp_path)  # run 2's directories: the layout's -run2 (the written ones are absent)
+    assert [c.finetune_dir for c in ablation.variants["general"].runs()] == [
+        tmp_path / "variants" / "general" / "finetune", tmp_path / "variants" / "general" / "finetune-run2"]
+
+
+def test_version_1_records_read_in_both_shapes(tmp_path, ablation_dir):
+    # without checkpoints (before pretrain_seeds): one pretraining run, the variant's directories
+    record = load_ablation_record(ablation_dir / "ablation.json")
+    assert record.schema_version == 1 and record.pretrain_seeds == 1 and record.failed is None
+    general = record.variants[GENERAL]
+    assert len(general.checkpoints) == 1 and general.checkpoints[0].run == 1
+    assert general.checkpoints[0].pretrain_dir == str(ablation_dir / "variants" / GENERAL / "pretrain")
+    assert record.specification == "checkpoints" and record.excluded == ["continual + in-domain: not a combination"]
+    # with checkpoints (and run 1's directories repeated on the variant), no schema_version
+    legacy = _record().to_dict()
+    del legacy["schema_version"]
+    for name, variant in legacy["variants"].items():
+        variant.update(model=variant["checkpoints"][0]["model"], pretrain_dir=variant["checkpoints"][0]["pretrain_dir"],
+                       finetune_dir=variant["checkpoints"][0]["finetune_dir"])
+    (tmp_path / "ablation.json").write_text(json.dumps(legacy), encoding="utf-8")
+    read = load_ablation_record(tmp_path)
+    assert read.schema_version == 1 and read.variants == _record().variants and read.pretrain_seeds == 2
+
+
+@pytest.mark.parametrize("change, field, problem", [
+    (lambda d: d["variants"]["general"]["checkpoints"][1].update(run="two"),
+     "variants.general.checkpoints[1].run", "expected a whole number"),
+    (lambda d: d["variants"]["general"]["checkpoints"][0].update(seed=1.5),
+     "variants.general.checkpoints[0].seed", "expected a whole number"),
+    (lambda d: d["variants"]["general"]["checkpoints"][1].update(run=1),
+     "variants.general.checkpoints", "same 'run'"),
+    (lambda d: d["variants"]["general"].pop("checkpoints"), "variants.general.checkpoints", "non-empty list"),
+    (lambda d: d["variants"]["in-domain"]["factors"].update(vocabulary="medical"),
+     "variants.in-domain.factors.vocabulary", "level 'medical'"),
+    (lambda d: d.update(analysis={"specification": "groups"}), "analysis.specification", "expected one of"),
+    (lambda d: d.update(failed="general"), "failed", "expected a list"),
+    (lambda d: d.update(datasets={"ncbi": 1}), "datasets", "expected a list"),
+    (lambda d: d.update(budget=[2]), "budget", "expected an object"),
+    (lambda d: d.update(pretrain_seeds=0), "pretrain_seeds", "≥ 1"),
+    (lambda d: d.update(bogus=1), "bogus", "not a field of schema version 2"),
+    (lambda d: d.update(schema_version=3), "schema_version", "newer than this biomed-lm reads.*launch/ablate.py"),
+    (lambda d: d.update(schema_version="2"), "schema_version", "expected a whole number"),
+])
+def test_a_bad_record_names_the_file_and_the_field(tmp_path, change, field, problem):
+    values = _record().to_dict()
+    change(values)
+    (tmp_path / "ablation.json").write_text(json.dumps(values), encoding="utf-8")
+    with pytest.raises(AblationError, match=problem) as info:
+        load_ablation_record(tmp_path / "ablation.json")
+    assert str(info.value).startswith(f"{tmp_path / 'ablation.json'}: field '{field}': ")
+    assert isinstance(info.value, ExperimentError)
 
 
 # ------------------------------------------------------------------------------------- rows
@@ -230,7 +310,9 @@ def test_metrics_reader_keeps_the_last_entry_of_a_repeated_step(ablation_dir):
 def test_loss_plot_is_skipped_with_a_note_when_no_variant_has_metrics(ablation_dir, tmp_path):
     ablation = load_ablation(ablation_dir)
     bare = dataclasses.replace(ablation, variants={
-        n: dataclasses.replace(v, pretrain_dir=tmp_path / "nowhere") for n, v in ablation.variants.items()})
+        n: dataclasses.replace(v, checkpoints=tuple(dataclasses.replace(c, pretrain_dir=tmp_path / "nowhere")
+                                                    for c in v.runs()))
+        for n, v in ablation.variants.items()})
     result = plot_pretraining_loss(bare, tmp_path / "loss.png")
     assert result.path is None and "no variant has pretraining metrics" in result.note
     assert not (tmp_path / "loss.png").exists()
