@@ -64,7 +64,7 @@ from typing import Any, Callable, Mapping, Sequence
 from biomed_lm.config import check_fields, load_yaml_mapping
 from biomed_lm.errors import ConfigError, InputError
 from biomed_lm.experiments.ablation_record import (ABLATION_FILE, AblationRecord, CheckpointRecord, VariantRecord,
-                                                  write_ablation_record)
+                                                  run_suffix, write_ablation_record)
 from biomed_lm.experiments.choices import FACTOR_LEVELS, FACTORS, GENERAL, SPECIFICATIONS, Specification
 from biomed_lm.resources import resolve_path
 
@@ -320,12 +320,6 @@ class _Paths:
 
     def variant(self, name: str) -> Path:
         return self.root / "variants" / name
-
-
-def run_suffix(run: int) -> str:
-    """Directories of a variant's first pretraining run keep the single-run layout; run k > 1
-    (``pretrain_seeds``) gets ``-run<k>``."""
-    return "" if run == 1 else f"-run{run}"
 
 
 def _pretrain_seed(phase: PretrainPhase, run: int) -> int:

@@ -44,12 +44,19 @@ from biomed_lm.errors import ExperimentError
 from biomed_lm.experiments.choices import SPECIFICATIONS, Specification
 
 __all__ = ["ABLATION_FILE", "SCHEMA_VERSION", "AblationError", "CheckpointRecord", "VariantRecord", "AblationRecord",
-           "write_ablation_record", "load_ablation_record"]
+           "write_ablation_record", "load_ablation_record", "run_suffix"]
 
 ABLATION_FILE = "ablation.json"
 SCHEMA_VERSION = 2
 _REGENERATE = ("re-run launch/ablate.py with the ablation's config to rewrite it (finished steps are skipped, "
                "so only the record is rewritten)")
+
+
+def run_suffix(run: int) -> str:
+    """The suffix of pretraining run ``run``'s directories (``pretrain<suffix>``,
+    ``finetune<suffix>``): run 1 keeps the single-run layout; run k > 1 (``pretrain_seeds``) gets
+    ``-run<k>``. The report looks there when a record names no directory."""
+    return "" if run == 1 else f"-run{run}"
 
 
 class AblationError(ExperimentError, ValueError):

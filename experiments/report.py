@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from biomed_lm.experiments.ablation_record import (ABLATION_FILE, AblationError, AblationRecord, VariantRecord,
-                                                  load_ablation_record)
+                                                  load_ablation_record, run_suffix)
 from biomed_lm.reporting import format_duration, save_figure
 
 __all__ = ["ABLATION_FILE", "AblationError", "Variant", "Ablation", "load_ablation", "collect_rows",
@@ -147,8 +147,6 @@ def _resolve_dir(given: Any, ablation_dir: Path, default: Path) -> Path:
 def _variant(name: str, record: VariantRecord, root: Path) -> Variant:
     """A variant of the record with its runs' directories resolved (the layout of
     :mod:`experiments.ablation` where the record names none, or none that exists)."""
-    from biomed_lm.experiments.ablation import run_suffix
-
     layout = root / "variants" / name
     checkpoints = tuple(
         Checkpoint(run=c.run, seed=c.seed,
