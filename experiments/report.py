@@ -176,7 +176,7 @@ def load_ablation(ablation_dir: str | os.PathLike) -> Ablation:
 
 def _dataset_id(name: str) -> str:
     """The dataset key finetune.sweep.summarize uses (BLURB's canonical name, or the name as is)."""
-    from biomed_lm.finetune.metrics import canonical_dataset_name
+    from biomed_lm.finetune.blurb import canonical_dataset_name
 
     try:
         return canonical_dataset_name(name)
@@ -325,7 +325,7 @@ class ResultsTable:
             cells = self._cells(dataset, lambda entry: _ms(entry["test"]).format()
                                 + (f" ({entry['incomplete']})" if entry.get("incomplete") else ""))
             lines.append(f"| {_md(dataset)} | {_md(metric or '—')} | " + " | ".join(_md(c) for c in cells) + " |")
-        from biomed_lm.finetune.metrics import BLURB_DATASETS
+        from biomed_lm.finetune.blurb import BLURB_DATASETS
 
         cells, partial = [], False
         for v in self.variants:
@@ -355,7 +355,7 @@ class ResultsTable:
         return "\n".join(lines) + "\n"
 
     def blurb_footnote(self) -> str:
-        from biomed_lm.finetune.metrics import BLURB_DATASETS
+        from biomed_lm.finetune.blurb import BLURB_DATASETS
 
         partial = {v: b for v in self.variants if (b := self.blurb(v)) and b["partial"]}
         if not partial:
@@ -372,7 +372,7 @@ def results_table(ablation: Ablation, records: Mapping[str, list[dict[str, Any]]
     run records, when already read), as a :class:`ResultsTable` (``to_markdown()``, ``to_frame()``
     for the CSV, ``selection_markdown()``)."""
     records = _variant_records(ablation) if records is None else records
-    from biomed_lm.finetune.metrics import BLURB_DATASETS
+    from biomed_lm.finetune.blurb import BLURB_DATASETS
     from biomed_lm.finetune.sweep import summarize
 
     notes: list[str] = []
