@@ -51,7 +51,10 @@ setup(
     entry_points={"console_scripts": ["biomed-lm=biomed_lm.cli:main"]},
     # Floors: the lowest versions this code is known to work with, each with its reason. The versions
     # of a green run are requirements/cpu.lock (and gpu.lock for the image); tests/test_packaging.py
-    # checks that the lock satisfies every specifier here.
+    # checks that the lock satisfies every specifier here. requirements/check_floors.sh installs
+    # exactly these floors (uv's lowest-direct resolution; torch and deepspeed held at the lock's
+    # 2.13.0 and 0.19.8, not varied) and runs the corpus, vocabulary, instance, masking, pretraining,
+    # initialization, fine-tuning, metric, sweep-report, analysis, calibration and report tests.
     install_requires=[
         # transformers 5 switches its PyTorch support off below torch 2.6. torch is pinned by the
         # installer (Makefile: requirements/cpu.lock; docker: the base image's build), so no later
@@ -65,25 +68,29 @@ setup(
         "datasets>=4.0",  # datasets.List, the feature type of the instance columns, is new in 4.0
         "sentencepiece>=0.2",  # the unigram vocabulary; 0.2.0 is the first release with Python 3.12 wheels
         "blingfire>=0.1.8",  # sentence splitting; its latest release, the only one tested
-        "numpy>=1.26",
-        "pyarrow>=15",  # datasets 4.0's own floor; the Arrow calls used (compute, ipc, memory_map) are older
+        # NumPy 2's promotion rules (NEP 50): np.uint64 >> 1 (the micro-batch seeds) is a TypeError in
+        # 1.x. Every compiled dependency below is floored at its first release built for NumPy 2.
+        "numpy>=2.0",
+        "pyarrow>=16",  # the first built for NumPy 2 (datasets 4.0 asks for 15)
         "pyyaml>=6.0",
         "tqdm>=4.66.3",  # datasets 4.0's own floor
-        "matplotlib>=3.8",
+        "matplotlib>=3.8.4",  # the first built for NumPy 2
         "psutil>=5.9",
         "xxhash>=3.0",  # checkpoint manifests: xxh3_128 (datasets needs xxhash too, unversioned)
         # fine-tuning metrics
         "seqeval>=1.2.2",  # seqeval.scheme (strict IOB2/BILOU entities); 1.2.2 is its latest release
-        "scipy>=1.11",
+        "scipy>=1.13",  # the first built for NumPy 2
         # experiments: run tables and the multilevel (mixed-effects) analysis
-        "pandas>=2.1.1",
-        "statsmodels>=0.14",  # MixedLM with variance components and proportion_confint as used
+        "pandas>=2.2.2",  # the first built for NumPy 2
+        "statsmodels>=0.14.2",  # the first built for NumPy 2; MixedLM and proportion_confint as used
     ],
     extras_require={
         # scikit-learn: the metric tests' reference (seqeval needs it at run time anyway);
-        # accelerate: the HF Trainer baseline of bench_finetune
-        "dev": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.2", "pytest-xdist>=3.5", "scikit-learn>=1.3",
-                "accelerate>=1.1"],
+        # accelerate: the HF Trainer baseline of bench_finetune. Once installed, transformers imports it
+        # in from_pretrained, and transformers 5 needs accelerate.utils.modeling.get_module_size_with_ties,
+        # new in accelerate 1.2 (with 1.1, which transformers 5.0 declares, every model load fails).
+        "dev": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.2", "pytest-xdist>=3.5", "scikit-learn>=1.4.2",
+                "accelerate>=1.2"],
         # Install DeepSpeed with --no-build-isolation after torch (see the Makefile and docker/).
         # 0.14: kept from the first setup; only the locked 0.19.8 is tested (the calls used, initialize,
         # init_distributed, the engine's backward/step/checkpoints and FusedAdam, are older than 0.14).

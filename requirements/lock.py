@@ -4,6 +4,7 @@ in which ``make lock`` installed the toolkit (see the Makefile's ``lock`` target
 
     python requirements/lock.py --python /tmp/venv/bin/python      # what `make lock` runs
     python requirements/lock.py --python .venv/bin/python --check  # exit 1 if the locks differ from that venv
+    python requirements/lock.py --floors                            # setup.py's requirements, one a line
 
 Both files are pip constraints files (``pip install -c requirements/cpu.lock ...``): one ``name==version``
 a line, nothing else. The GPU lock is the CPU lock less what the GPU image's base (NVIDIA's NGC
@@ -13,11 +14,13 @@ PyTorch image) owns: torch and the CUDA stack, and the build tools its apex and 
 from __future__ import annotations
 
 import argparse
+import ast
 import platform
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Sequence
 
 HERE = Path(__file__).resolve().parent
 CPU_LOCK = HERE / "cpu.lock"
@@ -104,11 +107,26 @@ def locks(python: str) -> dict[Path, str]:
     return {CPU_LOCK: render(pins, CPU_HEADER, python), GPU_LOCK: render(gpu, GPU_HEADER, python)}
 
 
+def setup_requirements(extras: Sequence[str] = ("dev", "pretrain")) -> list[str]:
+    """setup.py's install_requires and the given extras' requirements, read without running setup.py."""
+    tree = ast.parse((HERE.parent / "setup.py").read_text(encoding="utf-8"))
+    (call,) = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "setup"]
+    keywords = {keyword.arg: keyword.value for keyword in call.keywords}
+    optional = ast.literal_eval(keywords["extras_require"])
+    return list(ast.literal_eval(keywords["install_requires"])) + [r for extra in extras for r in optional[extra]]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--python", default=sys.executable, help="the interpreter of the environment to lock")
     parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on a difference")
+    parser.add_argument("--floors", action="store_true",
+                        help="print setup.py's requirements (install_requires, dev, pretrain), one a line, and exit "
+                             "(requirements/check_floors.sh installs their lowest versions)")
     args = parser.parse_args(argv)
+    if args.floors:
+        print("\n".join(setup_requirements()))
+        return 0
     stale = []
     for path, text in locks(args.python).items():
         if args.check:
