@@ -41,7 +41,7 @@ def source_files() -> list[str]:
                   and not any(part.endswith(".egg-info") for part in p.relative_to(REPO).parts))
 
 
-def run(command: list[str], cwd: Path, env: dict[str, str], timeout: int = 300) -> subprocess.CompletedProcess:
+def run(command: list[str], cwd: Path, env: dict[str, str], timeout: int = 600) -> subprocess.CompletedProcess:
     try:
         done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as err:
@@ -87,7 +87,7 @@ def installed(tmp_path_factory) -> dict[str, Path]:
     return {"venv": venv, "python": python, "purelib": purelib, "work": work, "env": env, "wheel": wheel}
 
 
-def biomed_lm(installed, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+def biomed_lm(installed, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return run([str(installed["venv"] / "bin" / "biomed-lm"), *args], cwd=installed["work"], env=installed["env"],
                timeout=timeout)
 
