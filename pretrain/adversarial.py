@@ -77,7 +77,7 @@ import contextlib
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Literal, Mapping
+from typing import Any, Callable, ClassVar, Iterator, Literal, Mapping, get_args
 
 import torch
 import torch.nn.functional as F
@@ -87,7 +87,7 @@ from biomed_lm.pretrain.config import PretrainConfigError
 from biomed_lm.pretrain.modeling import IGNORE_INDEX, PretrainingModel, PretrainingOutput
 
 Norm = Literal["linf", "l2"]
-NORMS: tuple[str, ...] = ("linf", "l2")
+NORMS: tuple[str, ...] = get_args(Norm)
 Reduction = Literal["mean", "sum", "none"]
 
 
@@ -297,6 +297,23 @@ class AdversarialPretrainingOutput(PretrainingOutput):
     adv_delta_retained: torch.Tensor
     adv_nonfinite: torch.Tensor
 
+    # What the trainer sums, counts and logs for the term (see PretrainingOutput): SymKL, averaged over
+    # the step's finite micro-batches, and the micro-batches whose term was dropped as non-finite.
+    EXTRA_TOTALS: ClassVar[tuple[str, ...]] = ("adv_kl", "adv_nonfinite")
+
+    def extra_totals(self) -> dict[str, float]:
+        return {"adv_kl": self.adv_kl.item(), "adv_nonfinite": self.adv_nonfinite.item()}
+
+    @classmethod
+    def account_step(cls, totals: Mapping[str, float], state: dict[str, Any]) -> None:
+        state["adversarial_fallbacks"] = state.get("adversarial_fallbacks", 0) + int(totals["adv_nonfinite"])
+
+    @classmethod
+    def step_metrics(cls, totals: Mapping[str, float], micro_batches: int, nonfinite: bool,
+                     state: dict[str, Any]) -> dict[str, Any]:
+        return {"adv_symmetric_kl": None if nonfinite else totals["adv_kl"] / micro_batches,
+                "adv_fallbacks": state.get("adversarial_fallbacks", 0)}
+
 
 @contextlib.contextmanager
 def _capture_outputs(module: nn.Module) -> Iterator[list[torch.Tensor]]:
@@ -319,6 +336,8 @@ class AdversarialPretrainingModel(PretrainingModel):
     captured with a forward hook): no second clean pass, and the clean side shares the standard
     loss's dropout masks and graph. The term is added only in training mode, when ``adversarial``
     is on and the batch has masked positions; evaluation returns the standard loss."""
+
+    output_type = AdversarialPretrainingOutput
 
     def __init__(self, bert: nn.Module, nsp: bool = True, *, adversarial: AdversarialConfig, **layout):
         super().__init__(bert, nsp=nsp, **layout)  # layout: attention, pad_to_multiple_of

@@ -70,11 +70,12 @@ import logging
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 import torch
 
 from biomed_lm.errors import PretrainError
+from biomed_lm.pretrain.config import InitMode
 from biomed_lm.pretrain.data import vocabulary_fingerprint
 from biomed_lm.pretrain.modeling import build_bert
 from biomed_lm.tokenization.tokenizer_io import load_tokenizer
@@ -84,10 +85,8 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger(__name__)
 
-SCRATCH = "scratch"
-CONTINUAL = "continual"
-CONTINUAL_NEW_VOCAB = "continual-new-vocab"
-INIT_MODES = (SCRATCH, CONTINUAL, CONTINUAL_NEW_VOCAB)
+INIT_MODES: tuple[str, ...] = get_args(InitMode)  # pretrain.config's Literal, defined once
+SCRATCH, CONTINUAL, CONTINUAL_NEW_VOCAB = INIT_MODES
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")

@@ -404,7 +404,7 @@ class MaskRateSchedule:
     ``start`` at the first step to ``end`` at the last (e.g. decreasing 30% → 15%).
     """
 
-    kind: str = "constant"
+    kind: MaskSchedule = "constant"
     start: float = 0.15
     end: float = 0.15
     stages: int = 5

@@ -16,6 +16,7 @@ the pooled [CLS]), so every export loads with ``BertForPreTraining``, ``BertForM
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -57,6 +58,27 @@ class PretrainingOutput:
     real_tokens: int = 0  # tokens of the micro-batch that are not padding
     computed_positions: int = 0  # positions the encoder ran on (padding included)
 
+    # A variant of the objective (ALUM's adversarial term) reports what it adds through its output
+    # class: the trainer's loop sums, accounts and logs these without knowing which variant runs.
+
+    #: Names of the variant's per-step sums (over micro-batches, then ranks) beyond the standard ones.
+    EXTRA_TOTALS: ClassVar[tuple[str, ...]] = ()
+
+    def extra_totals(self) -> dict[str, float]:
+        """This micro-batch's amounts of :attr:`EXTRA_TOTALS`, as host floats (a finite loss's only)."""
+        return {}
+
+    @classmethod
+    def account_step(cls, totals: Mapping[str, float], state: dict[str, Any]) -> None:
+        """Fold one step's reduced totals into the trainer's (checkpointed) state."""
+
+    @classmethod
+    def step_metrics(cls, totals: Mapping[str, float], micro_batches: int, nonfinite: bool,
+                     state: dict[str, Any]) -> dict[str, Any]:
+        """The variant's entries of the step's metrics.jsonl record: ``micro_batches`` is the number of
+        finite micro-batches the totals cover; ``nonfinite``: some micro-batch's loss was not finite."""
+        return {}
+
 
 @dataclass
 class PaddedBatch:
@@ -73,6 +95,9 @@ class PretrainingModel(nn.Module):
 
     ``attention`` is a resolved kernel name (:func:`pretrain.attention.choose_kernel`);
     ``pad_to_multiple_of`` rounds the unpadded token count up (bounded shapes for ``torch.compile``)."""
+
+    #: What :meth:`forward` returns; the trainer asks it for the variant's extra totals and metrics.
+    output_type: ClassVar[type[PretrainingOutput]] = PretrainingOutput
 
     def __init__(self, bert: nn.Module, nsp: bool = True, attention: str = "sdpa_loop",
                  pad_to_multiple_of: int | None = None):

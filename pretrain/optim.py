@@ -33,10 +33,13 @@ import logging
 import math
 import operator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Literal, Sequence
+from typing import Any, Callable, Iterable, Literal, Sequence, get_args
 
 import torch
 from torch import nn
+
+from biomed_lm.pretrain.config import Optimizer as OptimizerName
+from biomed_lm.pretrain.config import Schedule as ScheduleName
 
 logger = logging.getLogger(__name__)
 
@@ -47,10 +50,9 @@ PAPER_EPS = 1e-6
 PAPER_WEIGHT_DECAY = 0.01
 PAPER_WARMUP_RATIO = 0.1
 
-OptimizerName = Literal["adamw", "lamb"]
-ScheduleName = Literal["slanted_triangular", "polynomial", "constant_with_warmup"]
-OPTIMIZER_NAMES: tuple[str, ...] = ("adamw", "lamb")
-SCHEDULE_NAMES: tuple[str, ...] = ("slanted_triangular", "polynomial", "constant_with_warmup")
+# The choices are pretrain.config's Literals (what --help and the YAML checks list), defined once.
+OPTIMIZER_NAMES: tuple[str, ...] = get_args(OptimizerName)
+SCHEDULE_NAMES: tuple[str, ...] = get_args(ScheduleName)
 
 __all__ = [
     "PAPER_PEAK_LR", "PAPER_BETAS", "PAPER_EPS", "PAPER_WEIGHT_DECAY", "PAPER_WARMUP_RATIO",

@@ -5,7 +5,11 @@ GPUs) and multi-node runs with a hostfile: DeepSpeed owns data parallelism, grad
 accumulation, clipping, mixed precision and ZeRO (its config is generated from the typed
 arguments, see :mod:`pretrain.config`); this module owns the data stream, masking, metrics,
 checkpoints and faults. :func:`train` is set-up (:func:`_prepare_run`), a short step loop, and the
-final export.
+final export; a step is :func:`_accumulate_step` (forward/backward per micro-batch, the verdict, the
+optimizer step) then :func:`_account_step` (counting, logging, the divergence abort). Variants of the
+objective plug in through the model's output type (``PretrainingModel.output_type``): ALUM's term
+brings its own totals, state and metrics (:class:`pretrain.adversarial.AdversarialPretrainingOutput`),
+and the loop never asks which variant runs.
 
 Reproducibility. Everything random is a function of the seed and the step: which instances a
 rank reads (:mod:`pretrain.sampler`), the masks of each micro-batch (a generator seeded with
@@ -140,11 +144,22 @@ class Run:
     signature: dict[str, Any]
     peak: float | None  # the device's dense FLOP/s at the run's precision; None where unknown (MFU not reported)
 
-    @property
-    def adversarial(self) -> bool:
-        from biomed_lm.pretrain.adversarial import AdversarialPretrainingModel
 
-        return isinstance(self.model, AdversarialPretrainingModel)
+@dataclasses.dataclass
+class StepResult:
+    """One optimizer step as :func:`_accumulate_step` saw it, for accounting, logging and the loop."""
+
+    number: int  # 1-based: the steps done once this one is
+    totals: StepTotals  # reduced over all ranks
+    verdict: Verdict
+    lr: float  # the rate this step's update used
+    grad_norm: float | None  # unscaled, before clipping; None where it is not in param.grad (ZeRO)
+    seconds: float
+
+    @property
+    def stopping(self) -> bool:
+        """Some rank was asked to stop (every rank sees the same reduced totals)."""
+        return self.totals["stop"] > 0
 
 
 def train(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments,
@@ -157,13 +172,12 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
     step = run.state["step"]
     try:
         while step < train_args.max_steps:
-            totals, verdict, lr, grad_norm, elapsed = _accumulate_step(run, step)
-            step += 1
-            _account_step(run, step, totals, verdict, lr, grad_norm, elapsed)
-            stopping = totals["stop"] > 0
-            if step % train_args.checkpoint_every == 0 or step == train_args.max_steps or stopping:
+            done = _accumulate_step(run, step)
+            step = done.number
+            _account_step(run, done)
+            if step % train_args.checkpoint_every == 0 or step == train_args.max_steps or done.stopping:
                 _checkpoint(run, step)
-            if stopping:
+            if done.stopping:
                 reason = run.stops.reason() or "another rank was asked to stop"
                 run.logger.message(f"{reason}: stopped after step {step} with a checkpoint; resume with the same "
                                    "command")
@@ -415,11 +429,8 @@ def _pretraining_model(bert, model_args: ModelArguments, data_args: DataArgument
     from biomed_lm.pretrain.compiling import compile_dense_blocks, should_compile
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(train_args.precision, torch.float32)
-    try:
-        attention, passed_over = choose_kernel(model_args.attn_implementation, device, dtype,
-                                               float(bert.config.attention_probs_dropout_prob))
-    except ValueError as err:
-        raise PretrainConfigError(str(err)) from None
+    attention, passed_over = choose_kernel(model_args.attn_implementation, device, dtype,
+                                           float(bert.config.attention_probs_dropout_prob))
     compiled = should_compile(model_args.compile, device.type)
     execution = Execution(attention, passed_over, unpadded=attention not in PADDED, compiled=compiled,
                           bucket_tokens=model_args.bucket_tokens if compiled and attention not in PADDED else None)
@@ -521,41 +532,54 @@ def _resume_history(run_dir: Path, rank: int, selection: Selection, changes: dic
     return history
 
 
-def _accumulate_step(run: Run, step: int) -> tuple[StepTotals, Verdict, float, float | None, float]:
-    """Forward and backward over this rank's micro-batches, then the verdict on the step (taken on
-    numbers reduced over all ranks, before the optimizer runs) and the optimizer step."""
-    import torch.distributed as dist
-
+def _accumulate_step(run: Run, step: int) -> StepResult:
+    """Forward and backward over this rank's micro-batches of step ``step`` + 1, the verdict on the
+    step (taken on numbers reduced over all ranks, before the optimizer runs), and the optimizer step."""
     engine, accumulation = run.engine, run.train_args.gradient_accumulation_steps
     started = time.perf_counter()
-    totals = StepTotals()
+    totals = StepTotals(extra=run.model.output_type.EXTRA_TOTALS)
     for micro in range(accumulation):
-        batch = next(run.batches)
-        assert int(batch.pop("step")) == step, "data stream out of step"
-        totals.add(mask_rate=float(batch.pop("mlm_probability")) / accumulation, **_shape_counts(batch))
-        batch = {k: v.to(run.device, non_blocking=True) for k, v in batch.items()}
-        out = engine(**batch)
-        totals.add(positions=out.computed_positions)
-        if torch.isfinite(out.loss.detach()):
-            engine.backward(out.loss)
-            totals.add(mlm_loss=out.mlm_loss.item(), nsp_loss=out.nsp_loss.item(), mlm_correct=out.mlm_correct.item(),
-                       mlm_count=out.mlm_count.item(), nsp_correct=out.nsp_correct.item(),
-                       nsp_count=out.nsp_count.item())
-            if run.adversarial:
-                totals.add(adv_kl=out.adv_kl.item(), adv_nonfinite=out.adv_nonfinite.item())
-        else:  # keep DeepSpeed's hooks and counters in step; the verdict skips the update
-            totals.add(nonfinite_micro=1)
-            engine.backward(sum(p.sum() for p in engine.module.parameters()) * 0.0)
+        _forward_backward(run, step, totals)
         if micro == accumulation - 1:
-            totals.add(stop=float(run.stops.reason() is not None))
-            totals.all_reduce(dist, run.device)
-            lr = engine.get_lr()[0]  # the rate this step's update uses
-            grad_norm = _gradient_norm(engine)
-            loss = totals.mean_loss(accumulation * run.world_size)
-            verdict = fp16_overflow_verdict(run.guard.judge(loss, grad_norm), loss, engine.fp16_enabled())
-            run.gate.closed = verdict.skip and verdict.reason != "fp16_overflow"  # DeepSpeed skips that one
+            verdict, lr, grad_norm = _judge_step(run, totals)
         engine.step()
-    return totals, verdict, lr, grad_norm, time.perf_counter() - started
+    return StepResult(step + 1, totals, verdict, lr, grad_norm, time.perf_counter() - started)
+
+
+def _forward_backward(run: Run, step: int, totals: StepTotals) -> None:
+    """One micro-batch: forward, backward (a zero-gradient one when the loss is not finite, which
+    keeps DeepSpeed's hooks and counters in step; the verdict then skips the update), and its sums."""
+    engine, accumulation = run.engine, run.train_args.gradient_accumulation_steps
+    batch = next(run.batches)
+    assert int(batch.pop("step")) == step, "data stream out of step"
+    totals.add(mask_rate=float(batch.pop("mlm_probability")) / accumulation, **_shape_counts(batch))
+    batch = {k: v.to(run.device, non_blocking=True) for k, v in batch.items()}
+    out = engine(**batch)
+    totals.add(positions=out.computed_positions)
+    if torch.isfinite(out.loss.detach()):
+        engine.backward(out.loss)
+        totals.add(mlm_loss=out.mlm_loss.item(), nsp_loss=out.nsp_loss.item(), mlm_correct=out.mlm_correct.item(),
+                   mlm_count=out.mlm_count.item(), nsp_correct=out.nsp_correct.item(),
+                   nsp_count=out.nsp_count.item(), **out.extra_totals())
+    else:
+        totals.add(nonfinite_micro=1)
+        engine.backward(sum(p.sum() for p in engine.module.parameters()) * 0.0)
+
+
+def _judge_step(run: Run, totals: StepTotals) -> tuple[Verdict, float, float | None]:
+    """After the last backward: reduce the totals over ranks, read the learning rate and the
+    gradient norm, and close the gate on a step the guard rejects (the verdict, lr and norm)."""
+    import torch.distributed as dist
+
+    engine = run.engine
+    totals.add(stop=float(run.stops.reason() is not None))
+    totals.all_reduce(dist, run.device)
+    lr = engine.get_lr()[0]  # the rate this step's update uses
+    grad_norm = _gradient_norm(engine)
+    loss = totals.mean_loss(run.train_args.gradient_accumulation_steps * run.world_size)
+    verdict = fp16_overflow_verdict(run.guard.judge(loss, grad_norm), loss, engine.fp16_enabled())
+    run.gate.closed = verdict.skip and verdict.reason != "fp16_overflow"  # DeepSpeed skips that one
+    return verdict, lr, grad_norm
 
 
 def _shape_counts(batch: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -566,13 +590,12 @@ def _shape_counts(batch: dict[str, torch.Tensor]) -> dict[str, float]:
             "attention_pairs": float((lengths.double() ** 2).sum())}
 
 
-def _account_step(run: Run, step: int, totals: StepTotals, verdict: Verdict, lr: float, grad_norm: float | None,
-                  elapsed: float) -> None:
+def _account_step(run: Run, done: StepResult) -> None:
     """Count the step, log it, and abort after too many skipped steps in a row."""
-    state, args = run.state, run.train_args
-    state.update(step=step, train_seconds=state["train_seconds"] + elapsed, guard=run.guard.state_dict())
-    state["adversarial_fallbacks"] += int(totals["adv_nonfinite"])
-    state["tokens"] += int(totals["tokens"])
+    state, args, step, verdict = run.state, run.train_args, done.number, done.verdict
+    state.update(step=step, train_seconds=state["train_seconds"] + done.seconds, guard=run.guard.state_dict())
+    run.model.output_type.account_step(done.totals, state)
+    state["tokens"] += int(done.totals["tokens"])
     if verdict.reason == "fp16_overflow":
         state["fp16_overflow_steps"] = state.get("fp16_overflow_steps", 0) + 1
         run.logger.message(
@@ -589,9 +612,9 @@ def _account_step(run: Run, step: int, totals: StepTotals, verdict: Verdict, lr:
         state["consecutive_skips"] = 0
     aborting = state["consecutive_skips"] >= args.max_consecutive_skips
     if run.rank == 0 and (step % args.log_every == 0 or step == args.max_steps or verdict.skip):
-        record = _metrics_record(run, step, totals, verdict, lr, grad_norm, elapsed)
+        record = _metrics_record(run, done)
         run.logger.log(record)
-        run.logger.progress(step, {"loss": f"{record['loss'] or math.nan:.3f}", "lr": f"{lr:.2e}",
+        run.logger.progress(step, {"loss": f"{record['loss'] or math.nan:.3f}", "lr": f"{done.lr:.2e}",
                                    "tok/s": f"{record['tokens_per_s']:.0f}"})
     if aborting:
         _abort_diverged(run, first_skipped=step - state["consecutive_skips"] + 1, last=step, reason=verdict.reason)
@@ -622,23 +645,24 @@ def _checkpoint(run: Run, step: int) -> None:
     run.logger.message(f"checkpoint: step {step}")
 
 
-def _metrics_record(run: Run, step: int, totals: StepTotals, verdict: Verdict, lr: float, grad_norm: float | None,
-                    elapsed: float) -> dict[str, Any]:
+def _metrics_record(run: Run, done: StepResult) -> dict[str, Any]:
     """One line of metrics.jsonl. A skipped step says why; values it does not have are null (a
     non-finite loss is not a number to average)."""
+    totals, verdict, elapsed = done.totals, done.verdict, done.seconds
     n = max(run.train_args.gradient_accumulation_steps * run.world_size - totals["nonfinite_micro"], 1)
+    grad_norm = done.grad_norm
     if grad_norm is None and not verdict.skip:  # ZeRO keeps reduced gradients in its partitions
         grad_norm = run.engine.get_global_grad_norm()
     nonfinite = totals["nonfinite_micro"] > 0
     tokens = int(totals["tokens"])
     record = {
-        "step": step,
+        "step": done.number,
         "loss": None if nonfinite else (totals["mlm_loss"] + totals["nsp_loss"]) / n,
         "mlm_loss": None if nonfinite else totals["mlm_loss"] / n,
         "nsp_loss": None if nonfinite else totals["nsp_loss"] / n,
         "mlm_accuracy": totals["mlm_correct"] / totals["mlm_count"] if totals["mlm_count"] else None,
         "nsp_accuracy": totals["nsp_correct"] / totals["nsp_count"] if totals["nsp_count"] else None,
-        "lr": lr,
+        "lr": done.lr,
         "grad_norm": _finite_or_none(grad_norm),
         "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,  # real tokens, padding not counted
         "padding_fraction": 1.0 - tokens / totals["positions"] if totals["positions"] else 0.0,
@@ -650,9 +674,7 @@ def _metrics_record(run: Run, step: int, totals: StepTotals, verdict: Verdict, l
     }
     if verdict.skip:
         record["skipped"] = verdict.reason
-    if run.adversarial:
-        record["adv_symmetric_kl"] = None if nonfinite else totals["adv_kl"] / n
-        record["adv_fallbacks"] = run.state["adversarial_fallbacks"]
+    record.update(run.model.output_type.step_metrics(totals, n, nonfinite, run.state))
     if run.peak and elapsed > 0:  # model FLOPs of the real tokens and the masked positions only
         flops = step_flops_from_counts(run.bert.config, totals["tokens"], totals["attention_pairs"],
                                        totals["mlm_count"], totals["nsp_count"])
@@ -665,22 +687,23 @@ def _finite_or_none(value: float | None) -> float | None:
 
 
 class StepTotals:
-    """Per-step sums over this rank's micro-batches, by name, reduced over ranks in one call."""
+    """Per-step sums over this rank's micro-batches, by name, reduced over ranks in one call.
+    ``extra`` names a variant's own sums (``PretrainingOutput.EXTRA_TOTALS``), the same on every rank."""
 
     FIELDS = ("mlm_loss", "nsp_loss", "mlm_correct", "mlm_count", "nsp_correct", "nsp_count", "tokens",
-              "positions", "sequences", "attention_pairs", "nonfinite_micro", "stop", "adv_kl", "adv_nonfinite",
-              "mask_rate")
-    _INDEX = {name: i for i, name in enumerate(FIELDS)}
+              "positions", "sequences", "attention_pairs", "nonfinite_micro", "stop", "mask_rate")
 
-    def __init__(self) -> None:
-        self.values = torch.zeros(len(self.FIELDS), dtype=torch.float64)
+    def __init__(self, extra: tuple[str, ...] = ()) -> None:
+        self.names = self.FIELDS + tuple(extra)
+        self._index = {name: i for i, name in enumerate(self.names)}
+        self.values = torch.zeros(len(self.names), dtype=torch.float64)
 
     def add(self, **amounts: float) -> None:
         for name, amount in amounts.items():
-            self.values[self._INDEX[name]] += amount
+            self.values[self._index[name]] += amount
 
     def __getitem__(self, name: str) -> float:
-        return float(self.values[self._INDEX[name]])
+        return float(self.values[self._index[name]])
 
     def all_reduce(self, dist, device: torch.device) -> None:
         values = self.values.to(device)  # NCCL reduces device tensors only

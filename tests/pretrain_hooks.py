@@ -44,9 +44,9 @@ def install(hooks: dict) -> None:
 
     account = trainer._account_step
 
-    def account_step(run, step, *args, **kwargs):
-        account(run, step, *args, **kwargs)
-        if hooks.get("kill_at_step") == step:
+    def account_step(run, done):
+        account(run, done)
+        if hooks.get("kill_at_step") == done.number:
             _kill(hooks)
         time.sleep(hooks.get("sleep_per_step", 0.0))
 

@@ -18,7 +18,7 @@ from biomed_lm.pretrain.sampler import BatchPlan
        step=st.integers(0, 50), seed=st.integers(0, 5))
 def test_batch_plan_partitions_each_global_batch(n, micro, accum, world, step, seed):
     if n < micro * accum * world:
-        with pytest.raises(ValueError):
+        with pytest.raises(PretrainConfigError, match="cannot fill one global batch"):
             BatchPlan(n, micro, accum, world, 0, seed)
         return
     plans = [BatchPlan(n, micro, accum, world, r, seed) for r in range(world)]
@@ -79,6 +79,38 @@ def test_sparse_mlm_head_matches_the_full_head():
     assert int(ours.mlm_count) == int(pick.sum()) and int(ours.nsp_count) == 4
     assert bert.config._attn_implementation == "sdpa"
     assert bert.cls.predictions.decoder.weight is bert.bert.embeddings.word_embeddings.weight  # tied
+
+
+@pytest.mark.parametrize("attention", ["hf_sdpa", "sdpa_loop"])
+def test_sdpa_and_eager_attention_give_the_same_losses_and_gradients(attention):
+    """Kernel parity: a 2-layer × 32 model with transformers' "sdpa" attention (padded, or the default
+    unpadded loop) gives the losses and gradients of the same weights under "eager", padding included."""
+    fields = {**load_model_preset("bert-tiny"), "hidden_size": 32, "intermediate_size": 64,
+              "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    torch.manual_seed(0)
+    eager = build_bert(fields, vocab_size=200, pad_token_id=0, attn_implementation="eager")
+    sdpa = build_bert(fields, vocab_size=200, pad_token_id=0, attn_implementation="sdpa")
+    sdpa.load_state_dict(eager.state_dict())
+    assert (eager.config._attn_implementation, sdpa.config._attn_implementation) == ("eager", "sdpa")
+    g = torch.Generator().manual_seed(5)
+    lengths = torch.tensor([16, 9, 13])
+    mask = (torch.arange(16)[None, :] < lengths[:, None]).long()
+    ids = torch.randint(5, 200, (3, 16), generator=g) * mask
+    labels = torch.where((torch.rand(ids.shape, generator=g) < 0.3) & mask.bool(), ids, -100)
+    batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": (torch.arange(16) >= 6).long().expand(3, 16)
+             * mask, "labels": labels, "next_sentence_label": torch.tensor([0, 1, 0])}
+    outs = []
+    for bert, kind in ((eager, "hf_eager"), (sdpa, attention)):
+        out = PretrainingModel(bert, attention=kind)(**batch)
+        out.loss.backward()
+        outs.append((out, {name: p.grad for name, p in bert.named_parameters()}))
+    (ref, ref_grads), (got, got_grads) = outs
+    for name in ("loss", "mlm_loss", "nsp_loss"):
+        assert torch.allclose(getattr(got, name), getattr(ref, name), atol=1e-5), name
+    assert [int(getattr(got, n)) for n in ("mlm_correct", "mlm_count", "nsp_correct", "nsp_count")] == [
+        int(getattr(ref, n)) for n in ("mlm_correct", "mlm_count", "nsp_correct", "nsp_count")]
+    for name, grad in ref_grads.items():
+        assert torch.allclose(got_grads[name], grad, atol=1e-5), name
 
 
 def test_no_masked_token_and_no_nsp_still_give_a_graph():
