@@ -55,6 +55,10 @@ setup(
     # exactly these floors (uv's lowest-direct resolution; torch and deepspeed held at the lock's
     # 2.13.0 and 0.19.8, not varied) and runs the corpus, vocabulary, instance, masking, pretraining,
     # initialization, fine-tuning, metric, sweep-report, analysis, calibration and report tests.
+    # Last runs (2026-11-25): every file of its list passed at these floors but with numpy 1.26 and
+    # the pre-NumPy-2 pandas/scipy/statsmodels/pyarrow/matplotlib/scikit-learn floors, except the
+    # pretraining runs (np.uint64 >> 1, hence numpy>=2.0); with the floors below, the first 40% of
+    # its list (corpus, vocab, instances, masking) passed before a loaded machine stopped the run.
     install_requires=[
         # transformers 5 switches its PyTorch support off below torch 2.6. torch is pinned by the
         # installer (Makefile: requirements/cpu.lock; docker: the base image's build), so no later
