@@ -151,18 +151,6 @@ class TrainArguments:
     run_name: str = ""
 
 
-def mask_rate_schedule(data: DataArguments):
-    """The masking-rate schedule the data arguments describe."""
-    from biomed_lm.pretrain.masking import MaskRateSchedule
-
-    end = data.mlm_probability if data.mask_rate_end is None else data.mask_rate_end
-    try:
-        return MaskRateSchedule(kind=data.mask_schedule, start=data.mlm_probability, end=end,
-                                stages=data.mask_schedule_stages)
-    except ValueError as err:
-        raise PretrainConfigError(str(err)) from err
-
-
 # Preset fields checked beyond their names: (annotation, range metadata) as common.config reads them.
 _PRESET_CHECKS: dict[str, tuple[Any, dict[str, float]]] = {
     **{name: (int, {"min": 1}) for name in ("hidden_size", "num_hidden_layers", "num_attention_heads",

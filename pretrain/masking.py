@@ -65,7 +65,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from biomed_lm.pretrain.config import MaskSchedule
+from biomed_lm.pretrain.config import DataArguments, MaskSchedule, PretrainConfigError
 
 IGNORE_INDEX = -100
 # Added to p * n before flooring, so decimal ties (0.15 x 30 = 4.5) round up despite binary floats.
@@ -428,3 +428,13 @@ class MaskRateSchedule:
             stage = min(int(fraction * self.stages), self.stages - 1)
             return self.start + (self.end - self.start) * stage / (self.stages - 1)
         return self.start + (self.end - self.start) * min(step / (total_steps - 1), 1.0)
+
+
+def mask_rate_schedule(data: DataArguments) -> MaskRateSchedule:
+    """The masking-rate schedule the data arguments describe."""
+    end = data.mlm_probability if data.mask_rate_end is None else data.mask_rate_end
+    try:
+        return MaskRateSchedule(kind=data.mask_schedule, start=data.mlm_probability, end=end,
+                                stages=data.mask_schedule_stages)
+    except ValueError as err:
+        raise PretrainConfigError(str(err)) from err

@@ -46,8 +46,7 @@ from biomed_lm.pretrain.attention import PADDED
 from biomed_lm.pretrain.checkpoint import (CheckpointError, Selection, checkpoint_tags, latest_tag, load_checkpoint,
                                            save_checkpoint, select_checkpoint, set_aside_diverged)
 from biomed_lm.pretrain.config import (DataArguments, ModelArguments, PretrainConfigError, TrainArguments,
-                                       create_ds_config, load_model_preset, mask_rate_schedule, resolve_batch,
-                                       schedule_steps)
+                                       create_ds_config, load_model_preset, resolve_batch, schedule_steps)
 from biomed_lm.pretrain.divergence import DivergenceGuard, Verdict
 from biomed_lm.pretrain.flops import mfu, peak_flops, step_flops_from_counts
 from biomed_lm.pretrain.metrics import MetricsLogger
@@ -498,7 +497,7 @@ def _build_engine(model, train_args: TrainArguments, world_size: int, device: to
 
 def _batches(dataset, plan: BatchPlan, data_args: DataArguments, train_args: TrainArguments, tokenizer,
              start_step: int) -> Iterator[dict[str, torch.Tensor]]:
-    from biomed_lm.pretrain.masking import MaskingConfig, PretrainingCollator
+    from biomed_lm.pretrain.masking import MaskingConfig, PretrainingCollator, mask_rate_schedule
 
     collator = PretrainingCollator.from_tokenizer(
         tokenizer, MaskingConfig(mlm_probability=data_args.mlm_probability, whole_word=data_args.whole_word_masking),

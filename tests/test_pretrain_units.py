@@ -152,7 +152,8 @@ def test_masking_rate_schedules():
 
 
 def test_mask_schedule_from_arguments():
-    from biomed_lm.pretrain.config import DataArguments, mask_rate_schedule
+    from biomed_lm.pretrain.config import DataArguments
+    from biomed_lm.pretrain.masking import mask_rate_schedule
 
     schedule = mask_rate_schedule(DataArguments(mlm_probability=0.05, mask_schedule="stepwise", mask_rate_end=0.25))
     assert schedule.rate(0, 10) == pytest.approx(0.05) and schedule.rate(9, 10) == pytest.approx(0.25)
