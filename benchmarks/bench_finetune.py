@@ -60,7 +60,7 @@ optimizer state. Both models live in the same process, so absolute RSS is shared
 is per method, and it is approximate (allocator caching). ``--warmup-rounds 0`` skips it.
 
 Needs ``accelerate`` (transformers' ``Trainer`` requires it; this project does not):
-``.venv/bin/pip install -c .venv/constraints.txt 'accelerate>=1.1'``.
+``.venv/bin/pip install -c requirements/cpu.lock accelerate``.
 
 Results go to ``benchmarks/results/finetune.json``.
 """
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         import accelerate  # noqa: F401  (transformers' Trainer needs it; not a dependency of this project)
     except ImportError:
         print("bench_finetune: error: the hf_trainer baseline needs accelerate (transformers' Trainer requires it); "
-              "install it with: .venv/bin/pip install -c .venv/constraints.txt 'accelerate>=1.1'", file=sys.stderr)
+              "install it with: .venv/bin/pip install -c requirements/cpu.lock accelerate", file=sys.stderr)
         return 2
     import transformers
     from torch.utils.data import DataLoader
