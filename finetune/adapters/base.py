@@ -11,6 +11,7 @@ asks the adapter; adding a family is one subclass registered in :data:`finetune.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 import torch
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["TaskAdapter", "pad_sequences"]
 
 
-class TaskAdapter:
+class TaskAdapter(ABC):
     """One task family's featurization, collation, head, inputs, decoding and metric arguments.
 
     Built per run from the run's arguments, its dataset and the tokenizer. ``labels`` are the
@@ -50,13 +51,13 @@ class TaskAdapter:
 
     # ------------------------------------------------------------------ features and batches
 
+    @abstractmethod
     def featurize(self, examples: Sequence) -> list[dict]:
         """One feature dict per model input (several per example where an example is windowed)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def collate(self, features: Sequence[dict]) -> dict[str, torch.Tensor]:
         """A padded batch of features."""
-        raise NotImplementedError
 
     def inputs(self, batch: dict[str, torch.Tensor], device: torch.device, *, train: bool = True
                ) -> dict[str, torch.Tensor]:
@@ -67,9 +68,9 @@ class TaskAdapter:
 
     # ----------------------------------------------------------------------------- the model
 
+    @abstractmethod
     def build_head(self, encoder: nn.Module) -> nn.Module:
         """The task model: ``encoder`` under this family's head (dropout ``args.dropout``)."""
-        raise NotImplementedError
 
     # -------------------------------------------------------------------------- predictions
 

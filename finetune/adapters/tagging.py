@@ -9,6 +9,7 @@ are put back together per sentence.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Any, Callable, Sequence
 
 import torch
@@ -102,12 +103,13 @@ class _WordTaggingAdapter(TaskAdapter):
 
     num_elements: int | None = None  # PICO: labels per word (a multi-hot vector); NER: one label id
 
+    @abstractmethod
     def encode_labels(self, example) -> list:
-        raise NotImplementedError
+        """A word's training label (an id, or a multi-hot vector for PICO), per word of ``example``."""
 
+    @abstractmethod
     def word_prediction(self, word) -> Any:
         """A word's decoded output as the metric takes it."""
-        raise NotImplementedError
 
     def featurize(self, examples: Sequence) -> list[dict]:
         return tagging_features(examples, self.tokenizer, self.max_length, self.encode_labels)
