@@ -26,7 +26,10 @@ env: $(STAMP)
 $(STAMP): setup.py $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet -c $(LOCK) --upgrade pip
-	$(PIP) install --quiet -c $(LOCK) torch setuptools
+	# setuptools-scm with setuptools: seqeval ships only as a source release whose version comes from
+	# setuptools-scm; built without build isolation and without it, pip names the build 0.0.0 and the
+	# resolver refuses it (seqeval>=1.2.2).
+	$(PIP) install --quiet -c $(LOCK) torch setuptools setuptools-scm
 	# DeepSpeed and this package build against the installed torch and setuptools: without
 	# --no-build-isolation pip would fetch a second (CUDA) torch into the build environment.
 	$(PIP) install --quiet -c $(LOCK) --no-build-isolation deepspeed
@@ -52,7 +55,7 @@ lock:
 	rm -rf $(LOCK_VENV) build
 	$(PYTHON) -m venv $(LOCK_VENV)
 	$(LOCK_VENV)/bin/pip install --quiet --upgrade pip
-	$(LOCK_VENV)/bin/pip install --quiet "$(TORCH_PIN)" setuptools
+	$(LOCK_VENV)/bin/pip install --quiet "$(TORCH_PIN)" setuptools setuptools-scm
 	echo "$(TORCH_PIN)" > $(LOCK_VENV)/torch-pin.txt
 	$(LOCK_VENV)/bin/pip install --quiet -c $(LOCK_VENV)/torch-pin.txt --no-build-isolation deepspeed
 	$(LOCK_VENV)/bin/pip install --quiet -c $(LOCK_VENV)/torch-pin.txt --no-build-isolation ".[dev,pretrain]"
