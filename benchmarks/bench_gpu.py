@@ -107,7 +107,7 @@ def _peak_memory(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # process peak RSS (KiB -> GiB)
 
 
-def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int):
+def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int, kernels: list[str] | None = None):
     """(name, model, loss function, computed positions) for transformers' recipe and each of our kernels."""
     from biomed_lm.pretrain.attention import KERNELS, why_not
     from biomed_lm.pretrain.compiling import compile_dense_blocks
@@ -119,6 +119,8 @@ def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int):
     dropout = float(bert.config.attention_probs_dropout_prob)
     for kernel in KERNELS:
         reason = why_not(kernel, device, dtype, dropout)
+        if kernels is not None and kernel not in kernels:
+            continue
         if reason is not None or (device.type == "cpu" and kernel != "sdpa_loop"):
             print(f"ours [{kernel}]: skipped ({reason or 'slow on cpu'})")
             continue
@@ -146,6 +148,10 @@ def main() -> None:
     parser.add_argument("--precision", choices=("bf16", "fp32"), default=None, help="default: bf16 on cuda")
     parser.add_argument("--compile", choices=("on", "off"), default=None, help="default: on for cuda")
     parser.add_argument("--bucket-tokens", type=int, default=128)
+    parser.add_argument("--attention-dropout", type=float, default=None,
+                        help="override the preset's attention_probs_dropout_prob (0 lets the kernels without "
+                             "dropout run, as MosaicBERT and ModernBERT train)")
+    parser.add_argument("--kernels", nargs="+", default=None, help="only these of our kernels (default: each that runs)")
     parser.add_argument("--instances", default=None, help="real instances (their lengths) instead of the mix")
     parser.add_argument("--quick", action="store_true", help="bert-tiny, 2 timed steps, batch 4: a smoke test")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "gpu.json"))
@@ -165,14 +171,18 @@ def main() -> None:
     results = []
     for max_length, batch_size in zip(args.seq_lengths, args.batch):
         torch.manual_seed(0)
-        bert = build_bert(load_model_preset(args.model), VOCAB, 0).to(device)
+        preset = load_model_preset(args.model)
+        if args.attention_dropout is not None:
+            preset = {**preset, "attention_probs_dropout_prob": args.attention_dropout}
+        bert = build_bert(preset, VOCAB, 0).to(device)
         count = (args.steps + 2) * batch_size
         generator = torch.Generator().manual_seed(max_length)
         lengths = real_lengths(args.instances, max_length)[:count] if args.instances \
             else length_mix(count, max_length, generator)
         batches = make_batches(lengths, batch_size, args.steps + 2, seed=max_length)
         rows = [run_system(name, model, loss_fn, batches, device, dtype, bert.config, positions)
-                for name, model, loss_fn, positions in systems(bert, device, dtype, compile_, args.bucket_tokens)]
+                for name, model, loss_fn, positions in systems(bert, device, dtype, compile_, args.bucket_tokens,
+                                                               args.kernels)]
         baseline = rows[0]["tokens_per_s"]
         for row in rows:
             row.update(seq=max_length, batch=batch_size, ratio=row["tokens_per_s"] / baseline)
@@ -182,6 +192,7 @@ def main() -> None:
     hours = PAPER_TOKENS / best["tokens_per_s"] / 3600
     print(f"paper budget (65.5B tokens at seq {best['seq']}) with {best['system']}: {hours:,.0f} device-hours here")
     write_results(args.out, {"device": str(device), "model": args.model, "dtype": str(dtype), "compile": compile_,
+                             "attention_dropout": float(bert.config.attention_probs_dropout_prob),
                              "results": results, "paper_budget_device_hours": hours})
 
 

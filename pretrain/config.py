@@ -26,7 +26,7 @@ Precision = Literal["fp32", "fp16", "bf16"]
 WandbMode = Literal["offline", "online", "disabled"]
 MaskSchedule = Literal["constant", "stepwise", "linear"]  # pretrain.masking.MASK_SCHEDULES is built from it
 # pretrain.attention.KERNELS has one entry per varlen kernel here; hf_* are transformers' padded forward.
-AttentionImplementation = Literal["auto", "flash_attn", "sdpa_nested", "varlen", "flex", "sdpa_loop",
+AttentionImplementation = Literal["auto", "flash_attn", "varlen", "sdpa_padded", "flex", "sdpa_nested", "sdpa_loop",
                                   "hf_sdpa", "hf_eager"]
 ZeroStage = Literal[0, 1, 2]
 
@@ -51,8 +51,8 @@ class ModelArguments:
                 "of BertConfig fields (vocab_size always comes from the tokenizer); default: bert-base from "
                 "scratch, the checkpoint's own architecture in the continual modes"})
     attn_implementation: AttentionImplementation = field(default="auto", metadata={
-        "help": "attention over the unpadded batch: auto (the fastest that runs here: flash_attn, sdpa_nested, "
-                "varlen or flex on CUDA, sdpa_loop on CPU; the run log says which), or one of them by name; "
+        "help": "attention over the unpadded batch: auto (the fastest that runs here: flash_attn, varlen, "
+                "sdpa_padded or flex on CUDA, sdpa_loop on CPU; the run log says which), or one of them by name; "
                 "hf_sdpa / hf_eager run transformers' padded forward (the reference)"})
     compile: Literal["auto", "on", "off"] = field(default="auto", metadata={
         "help": "torch.compile the dense blocks (projections, feed-forward, heads); auto: on for CUDA, off on CPU"})

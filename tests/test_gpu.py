@@ -57,7 +57,7 @@ def test_unpadded_equals_padded_loss_under_bf16_autocast():
     bert = tiny_bert().cuda()
     batch = {k: v.cuda() for k, v in masked_batch([100, 128, 31, 64], whole_word=True).items()}
     results = []
-    for attention in ("hf_sdpa", "sdpa_nested", "sdpa_loop"):
+    for attention in ("hf_sdpa", "sdpa_padded", "sdpa_nested", "sdpa_loop"):
         model = PretrainingModel(copy.deepcopy(bert), attention=attention)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             results.append(losses_and_grads(model, batch, nsp=True)[0])
