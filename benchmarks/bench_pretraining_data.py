@@ -133,7 +133,7 @@ def run_one(method: str, corpus_dir: str, tokenizer_dir: str, max_seq_length: in
     import datasets  # imports are not timed (AutoTokenizer pulls in torch: seconds)
     from transformers import AutoTokenizer  # noqa: F401
 
-    import pretrain.data  # noqa: F401
+    import biomed_lm.pretrain.data  # noqa: F401
 
     datasets.disable_progress_bars()
     output_dir = tempfile.mkdtemp(prefix=f"bench_{method}_")

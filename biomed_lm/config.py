@@ -143,81 +143,92 @@ def _coerce(value: Any, annotation: Any) -> Any:
     if annotation is Any or annotation is object:
         return value
     if origin is Literal:
-        for choice in args:  # type and value: True is not the choice 1, nor 1.0 the choice 1
-            if type(value) is type(choice) and value == choice:
-                return choice
-        raise _Invalid(f"{_show(value)} is not one of {', '.join(str(choice) for choice in args)}")
+        return _coerce_literal(value, args)
     if _is_union(origin):
-        if value is None and _NONE in args:
-            return None
-        alternatives = [arg for arg in args if arg is not _NONE]
-        for alternative in alternatives:
-            try:
-                return _coerce(value, alternative)
-            except _Invalid as err:
-                reason = err
-        if len(alternatives) == 1 and str(reason) != f"{_show(value)} is not {describe_type(alternatives[0])}":
-            raise reason  # a specific reason (an item of a list, a non-finite number) says more
-        raise _Invalid(f"{_show(value)} is not {describe_type(annotation)}")
-    if annotation is bool:
-        if isinstance(value, bool):
-            return value
-    elif annotation is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif annotation is float:
-        number = value
-        if isinstance(value, str) and _YAML12_FLOAT.fullmatch(value.strip()):
-            number = float(value)
-        if isinstance(number, (int, float)) and not isinstance(number, bool):
-            if not math.isfinite(number):
-                raise _Invalid(f"{_show(value)} is not a finite number")
-            return float(number)
-    elif annotation is str:
-        if isinstance(value, str):
-            return value
-    elif origin in (list, tuple) or annotation in (list, tuple):
-        if isinstance(value, (list, tuple)):
-            if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
-                if len(value) != len(args):
-                    raise _Invalid(f"{_show(value)} is not a list of {len(args)} items")
-                kinds = args
-            else:
-                kinds = [args[0] if args else Any] * len(value)
-            items = []
-            for index, (item, kind) in enumerate(zip(value, kinds), 1):
-                try:
-                    items.append(_coerce(item, kind))
-                except _Invalid as err:
-                    raise _Invalid(f"item {index} of {_show(list(value))}: {err}") from None
-            return tuple(items) if (origin or annotation) is tuple else items
-        raise _Invalid(f"{_show(value)} is not {describe_type(annotation)}")
-    elif origin is dict or annotation is dict:
-        if isinstance(value, dict):
-            if not args:
-                return value
-            checked = {}
-            for key, item in value.items():
-                try:
-                    checked[_coerce(key, args[0])] = _coerce(item, args[1])
-                except _Invalid as err:
-                    raise _Invalid(f"key {_show(key)}: {err}") from None
-            return checked
-    elif isinstance(annotation, type) and issubclass(annotation, Enum):
+        return _coerce_union(value, annotation, args)
+    if origin in (list, tuple) or annotation in (list, tuple):
+        return _coerce_sequence(value, annotation, origin, args)
+    if origin is dict or annotation is dict:
+        return _coerce_mapping(value, annotation, args)
+    if annotation is float:
+        return _coerce_float(value)
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
         try:
             return annotation(value)
         except ValueError:
             raise _Invalid(f"{_show(value)} is not one of "
                            f"{', '.join(str(member.value) for member in annotation)}") from None
-    elif isinstance(annotation, type) and issubclass(annotation, pathlib.PurePath):
-        if isinstance(value, (str, pathlib.PurePath)):
-            return annotation(value)
-    elif isinstance(annotation, type):
-        if isinstance(value, annotation):
-            return value
-    else:
+    if not isinstance(annotation, type):
         return value  # a typing construct without a runtime check
+    if issubclass(annotation, pathlib.PurePath) and isinstance(value, (str, pathlib.PurePath)):
+        return annotation(value)
+    if isinstance(value, annotation) and not (annotation is int and isinstance(value, bool)):
+        return value  # bool is an int to Python, not to a config
     raise _Invalid(f"{_show(value)} is not {describe_type(annotation)}")
+
+
+def _coerce_literal(value: Any, choices: tuple) -> Any:
+    for choice in choices:  # type and value: True is not the choice 1, nor 1.0 the choice 1
+        if type(value) is type(choice) and value == choice:
+            return choice
+    raise _Invalid(f"{_show(value)} is not one of {', '.join(str(choice) for choice in choices)}")
+
+
+def _coerce_union(value: Any, annotation: Any, args: tuple) -> Any:
+    if value is None and _NONE in args:
+        return None
+    alternatives = [arg for arg in args if arg is not _NONE]
+    for alternative in alternatives:
+        try:
+            return _coerce(value, alternative)
+        except _Invalid as err:
+            reason = err
+    if len(alternatives) == 1 and str(reason) != f"{_show(value)} is not {describe_type(alternatives[0])}":
+        raise reason  # a specific reason (an item of a list, a non-finite number) says more
+    raise _Invalid(f"{_show(value)} is not {describe_type(annotation)}")
+
+
+def _coerce_float(value: Any) -> float:
+    number = value
+    if isinstance(value, str) and _YAML12_FLOAT.fullmatch(value.strip()):
+        number = float(value)
+    if isinstance(number, (int, float)) and not isinstance(number, bool):
+        if not math.isfinite(number):
+            raise _Invalid(f"{_show(value)} is not a finite number")
+        return float(number)
+    raise _Invalid(f"{_show(value)} is not {describe_type(float)}")
+
+
+def _coerce_sequence(value: Any, annotation: Any, origin: Any, args: tuple) -> list | tuple:
+    if not isinstance(value, (list, tuple)):
+        raise _Invalid(f"{_show(value)} is not {describe_type(annotation)}")
+    if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
+        if len(value) != len(args):
+            raise _Invalid(f"{_show(value)} is not a list of {len(args)} items")
+        kinds = args
+    else:
+        kinds = [args[0] if args else Any] * len(value)
+    items = []
+    for index, (item, kind) in enumerate(zip(value, kinds), 1):
+        try:
+            items.append(_coerce(item, kind))
+        except _Invalid as err:
+            raise _Invalid(f"item {index} of {_show(list(value))}: {err}") from None
+    return tuple(items) if (origin or annotation) is tuple else items
+
+
+def _coerce_mapping(value: Any, annotation: Any, args: tuple) -> dict:
+    if not isinstance(value, dict):
+        raise _Invalid(f"{_show(value)} is not {describe_type(annotation)}")
+    if not args:
+        return value
+    checked = {}
+    for key, item in value.items():
+        try:
+            checked[_coerce(key, args[0])] = _coerce(item, args[1])
+        except _Invalid as err:
+            raise _Invalid(f"key {_show(key)}: {err}") from None
+    return checked
 
 
 def _check_range(value: Any, metadata: Mapping[str, Any]) -> None:

@@ -35,3 +35,18 @@ def resolve_path(path: str | Path) -> Path:
         return given
     shipped = shipped_dir(head).joinpath(*rest)
     return shipped if shipped.exists() else given
+
+
+def read_json_object(path: str | Path, error: type[Exception], what: str = "JSON object") -> dict:
+    """The JSON object in ``path``; ``error`` (the caller's stage error) naming the file when it
+    cannot be read, is not JSON, or holds something other than an object."""
+    import json
+
+    path = Path(path)
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise error(f"{path}: not a readable {what} ({err})") from None
+    if not isinstance(value, dict):
+        raise error(f"{path}: not a {what} (a JSON {type(value).__name__}, not an object)")
+    return value

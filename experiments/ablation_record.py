@@ -42,6 +42,7 @@ from typing import Any, Mapping, get_args
 
 from biomed_lm.errors import ExperimentError
 from biomed_lm.experiments.choices import SPECIFICATIONS, Specification
+from biomed_lm.resources import read_json_object
 
 __all__ = ["ABLATION_FILE", "SCHEMA_VERSION", "AblationError", "CheckpointRecord", "VariantRecord", "AblationRecord",
            "write_ablation_record", "load_ablation_record", "run_suffix"]
@@ -181,13 +182,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise AblationError(f"{path}: not found (is {path.parent} an ablation directory written by "
                             f"launch/ablate.py?)")
-    try:
-        plan = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise AblationError(f"{path}: not readable JSON: {err}") from None
-    if not isinstance(plan, dict):
-        raise AblationError(f"{path}: the top level must be an object, not {type(plan).__name__}")
-    return plan
+    return read_json_object(path, AblationError)
 
 
 def _schema_version(plan: Mapping[str, Any], fields: _Fields) -> int:

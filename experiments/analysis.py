@@ -60,8 +60,8 @@ import pandas as pd
 import scipy.stats
 
 from biomed_lm.experiments.choices import SEED_EFFECTS, SeedEffect
-from biomed_lm.experiments.design import (AnalysisError, Design, Names, Term, checkpoint_column, fit_mixedlm,
-                                          prepare_runs, usable_fit)
+from biomed_lm.experiments.design import (AnalysisError, Design, Names, Term, checkpoint_column, fit_intercepts,
+                                          fit_mixedlm, prepare_runs, usable_fit)
 
 __all__ = ["MultilevelResult", "fit_multilevel", "format_p", "AnalysisError", "SEED_EFFECTS"]
 
@@ -234,7 +234,7 @@ class MultilevelResult:
             parts.append(f"fine-tuning seeds {_pct(vd['seeds'])}")
         parts.append(f"run-to-run residual noise {_pct(vd.get('residual', float('nan')))}")
         sds = ", ".join(f"{k} SD {math.sqrt(max(v, 0.0)):.2f}" for k, v in re_.items())
-        return (f"Of the variance left after the fixed effects, " + ", ".join(parts) + f" ({sds} points); the "
+        return ("Of the variance left after the fixed effects, " + ", ".join(parts) + f" ({sds} points); the "
                 f"fixed effects explain {_pct(self.r_squared.get('marginal', float('nan')))} of the total variance")
 
     # ---------------------------------------------------------------- export
@@ -521,13 +521,10 @@ def _fit_with_fallback(model: _Model, slopes: Sequence[str], auto: bool) -> tupl
                      + (f"; {'; '.join(messages[:3])}" if messages else "")
                      + "): fell back to random intercepts only"
                      + (" (slopes chosen automatically)" if auto else ""))
-    result, messages, error = fit_mixedlm(formula, data, "1", model.vc_formula)
-    if result is None:
-        raise AnalysisError(f"the multilevel model could not be fitted ({error}) with {len(data)} runs in "
-                            f"{model.n_groups} groups")
-    notes += [f"statsmodels: {m}" for m in messages]
-    if not usable_fit(result):
-        notes.append("the intercept-only fit did not converge cleanly: estimates are tentative")
+    result, fit_notes = fit_intercepts(formula, data, model.vc_formula, "the multilevel model",
+                                       f"with {len(data)} runs in {model.n_groups} groups",
+                                       "the intercept-only fit did not converge cleanly: estimates are tentative")
+    notes += fit_notes
     return result, [], "1"
 
 

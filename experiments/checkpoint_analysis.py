@@ -39,8 +39,8 @@ import scipy.stats
 
 from biomed_lm.experiments.analysis import MultilevelResult, fit_multilevel
 from biomed_lm.experiments.choices import SPECIFICATIONS, Specification
-from biomed_lm.experiments.design import (AnalysisError, Design, Names, checkpoint_column, fit_mixedlm, prepare_runs,
-                                          usable_fit)
+from biomed_lm.experiments.design import (AnalysisError, Design, Names, checkpoint_column, fit_intercepts,
+                                          prepare_runs)
 
 __all__ = ["CheckpointsConfounded", "fit_checkpoint_model", "analyse_runs", "SPECIFICATIONS", "CONFOUNDED_CAVEAT"]
 
@@ -123,13 +123,10 @@ def fit_checkpoint_model(rows: pd.DataFrame | Sequence[Mapping[str, Any]], facto
         raise AnalysisError(f"too few checkpoints for a multilevel model: {n_checkpoints}; need at least 3")
 
     formula = design.formula()
-    fit, messages, error = fit_mixedlm(formula, data, "1", vc_formula)
-    if fit is None:
-        raise AnalysisError(f"the checkpoint model could not be fitted ({error}) with {len(data)} runs of "
-                         f"{n_checkpoints} checkpoints")
-    notes += [f"statsmodels: {m}" for m in messages]
-    if not usable_fit(fit):
-        notes.append("the fit did not converge cleanly: estimates are tentative")
+    fit, fit_notes = fit_intercepts(formula, data, vc_formula, "the checkpoint model",
+                                    f"with {len(data)} runs of {n_checkpoints} checkpoints",
+                                    "the fit did not converge cleanly: estimates are tentative")
+    notes += fit_notes
     notes.append("random intercept per checkpoint (shared by every dataset); variance components: "
                  + (", ".join(vc_formula) if vc_formula else "none") + "; tests: t with between-within df")
     pooled = _boundary_units(fit, vc_formula)

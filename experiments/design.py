@@ -10,6 +10,7 @@ groups. This module is that common part:
 * :class:`Design`: the fixed-effect columns, added block by block (level-1 variables, factor and
   dataset dummies, anything a model adds), each with its readable :class:`Term`;
 * :func:`fit_mixedlm` / :func:`usable_fit`: REML fits, one optimizer after another;
+  :func:`fit_intercepts`, the random-intercept fit that must succeed, with its notes;
 * :func:`checkpoint_column`: each run's pretraining run (checkpoint).
 
 Data a model cannot take raise :class:`AnalysisError`, naming why.
@@ -29,7 +30,7 @@ import statsmodels.formula.api as smf
 
 from biomed_lm.errors import ExperimentError
 
-__all__ = ["AnalysisError", "Names", "Term", "Design", "prepare_runs", "fit_mixedlm", "usable_fit",
+__all__ = ["AnalysisError", "Names", "Term", "Design", "prepare_runs", "fit_mixedlm", "fit_intercepts", "usable_fit",
            "checkpoint_column"]
 
 
@@ -313,6 +314,20 @@ def fit_mixedlm(formula: str, data: pd.DataFrame, re_formula: str, vc_formula: d
             break
         failed.append(f"{method} ({attempt_error or 'not converged'})")
     return result, messages, error
+
+
+def fit_intercepts(formula: str, data: pd.DataFrame, vc_formula: dict | None, what: str, size: str,
+                   unclean: str):
+    """The random-intercept fit an analysis cannot do without: (result, notes). AnalysisError when no
+    optimizer fits it ("{what} could not be fitted (why) {size}"); the ``unclean`` note when the
+    fit did not converge cleanly."""
+    result, messages, error = fit_mixedlm(formula, data, "1", vc_formula)
+    if result is None:
+        raise AnalysisError(f"{what} could not be fitted ({error}) {size}")
+    notes = [f"statsmodels: {m}" for m in messages]
+    if not usable_fit(result):
+        notes.append(unclean)
+    return result, notes
 
 
 def usable_fit(result) -> bool:

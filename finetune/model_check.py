@@ -11,7 +11,10 @@ an :class:`~tokenization.instances.InputError` naming the file:
   header promises), its embedding matrix must have ``config.vocab_size`` rows;
 - tokenizer files must exist and give a fast tokenizer whose size is the embedding matrix's (or
   that size rounded up for tensor cores), unless ``resize_embeddings`` says to resize;
-- the special tokens the fine-tuning inputs use ([CLS], [SEP], [PAD], [UNK]) must be in the vocabulary.
+- the tokenizer is prepared for the checkpoint's model family (:mod:`finetune.model_families`:
+  the prefix space of byte-level BPE, GPT-2's pad token and EOS framing), and the special tokens the
+  family's inputs use ([CLS], [SEP], [PAD], [UNK]; GPT-2: EOS, pad, unk) must be in the vocabulary;
+- a checkpoint class that is not its family's encoder (an ELECTRA generator) is refused.
 """
 
 from __future__ import annotations
@@ -24,13 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from biomed_lm.errors import InputError
+from biomed_lm.finetune.model_families import ModelFamily, model_family, prepare_tokenizer
+from biomed_lm.resources import read_json_object
 
 CONFIG_FILE = "config.json"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
                 "pytorch_model.bin.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",
                    "tokenizer.model")
-SPECIAL_TOKENS = ("cls", "sep", "pad", "unk")
 # Embedding matrices are often padded to a multiple of these (MosaicBERT: 30,522 -> 30,528) so
 # the output projection runs on tensor cores; the extra rows are never indexed.
 _PADDING_MULTIPLES = (8, 64, 128)
@@ -47,11 +51,13 @@ class CheckedModel:
     tokenizer_size: int
     resize_to: int | None = None  # resize the embeddings to this many rows before training
     notes: list[str] = field(default_factory=list)
+    family: ModelFamily = field(default_factory=lambda: model_family(None))
 
     def record(self) -> dict[str, Any]:
         """What ``run.json`` keeps of the check."""
-        return {"directory": str(self.directory), "embedding_rows": self.embedding_rows,
-                "tokenizer_size": self.tokenizer_size, "resized_to": self.resize_to, "notes": list(self.notes)}
+        return {"directory": str(self.directory), "model_family": self.family.name,
+                "embedding_rows": self.embedding_rows, "tokenizer_size": self.tokenizer_size,
+                "resized_to": self.resize_to, "notes": list(self.notes)}
 
 
 def check_model(path: str | Path, *, resize_embeddings: bool = False) -> CheckedModel:
@@ -61,10 +67,13 @@ def check_model(path: str | Path, *, resize_embeddings: bool = False) -> Checked
     rows = int(config["vocab_size"]) if isinstance(config.get("vocab_size"), int) else None
     if rows is None:
         raise InputError(f"{directory / CONFIG_FILE}: no integer vocab_size; not a transformers encoder config")
+    family = model_family(config.get("model_type"))
+    _check_encoder_class(config, family, directory)
     _check_weights(directory, rows)
-    tokenizer = _load_tokenizer(directory)
-    checked = CheckedModel(directory, tokenizer, rows, len(tokenizer), notes=notes)
-    _check_special_tokens(tokenizer, directory)
+    tokenizer = _load_tokenizer(directory, family)
+    notes += prepare_tokenizer(tokenizer, family)
+    checked = CheckedModel(directory, tokenizer, rows, len(tokenizer), notes=notes, family=family)
+    _check_special_tokens(tokenizer, directory, family)
     _match_vocabulary(checked, resize_embeddings)
     return checked
 
@@ -98,13 +107,13 @@ def _step_of(export: Path) -> int:
 
 def _read_config(directory: Path) -> dict[str, Any]:
     path = directory / CONFIG_FILE
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise InputError(f"{path}: cannot be read as JSON ({err})") from None
-    if not isinstance(config, dict):
-        raise InputError(f"{path}: expected a JSON object, got {type(config).__name__}")
-    return config
+    return read_json_object(path, InputError, "model configuration")
+
+
+def _check_encoder_class(config: dict[str, Any], family: ModelFamily, directory: Path) -> None:
+    for architecture in config.get("architectures") or ():
+        if architecture in family.not_encoders:
+            raise InputError(f"{directory / CONFIG_FILE}: {architecture} is {family.not_encoders[architecture]}")
 
 
 # -------------------------------------------------------------------------------- the weights
@@ -172,14 +181,14 @@ def _sharded_shapes(index: Path) -> dict[str, list[int]]:
 
 # ------------------------------------------------------------------------------ the tokenizer
 
-def _load_tokenizer(directory: Path):
+def _load_tokenizer(directory: Path, family: ModelFamily):
     if not any((directory / name).is_file() for name in TOKENIZER_FILES):
         raise InputError(f"{directory}: no tokenizer files (expected one of {', '.join(TOKENIZER_FILES)}); "
                          "save the vocabulary the model was pretrained with into it")
     from transformers import AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(directory)
+        tokenizer = AutoTokenizer.from_pretrained(directory, **family.tokenizer_kwargs())
     except Exception as err:  # noqa: BLE001 - a damaged tokenizer file surfaces as many error types
         raise InputError(f"{directory}: the tokenizer cannot be loaded ({type(err).__name__}: {err})") from None
     if not getattr(tokenizer, "is_fast", False):
@@ -187,13 +196,13 @@ def _load_tokenizer(directory: Path):
     return tokenizer
 
 
-def _check_special_tokens(tokenizer, directory: Path) -> None:
+def _check_special_tokens(tokenizer, directory: Path, family: ModelFamily) -> None:
     vocabulary = tokenizer.get_vocab()
-    for kind in SPECIAL_TOKENS:
+    for kind in family.special_tokens:
         token = getattr(tokenizer, f"{kind}_token", None)
         if token is None:
-            raise InputError(f"{directory}: the tokenizer defines no {kind} token; fine-tuning inputs need "
-                             f"{', '.join(SPECIAL_TOKENS)}")
+            raise InputError(f"{directory}: the tokenizer defines no {kind} token; fine-tuning inputs of a "
+                             f"{family.name} model need {', '.join(family.special_tokens)}")
         if token not in vocabulary:
             raise InputError(f"{directory}: the tokenizer's {kind} token {token!r} is not in its vocabulary")
 

@@ -31,6 +31,7 @@ from biomed_lm.finetune.metrics import MeanStd, mean_std
 from biomed_lm.finetune.sweep import _dataset_id, _grid_key
 from biomed_lm.finetune.trainer import RUN_RECORD
 from biomed_lm.reporting import format_duration, save_figure
+from biomed_lm.resources import read_json_object
 
 __all__ = ["SweepReportError", "SweepRun", "Cell", "parse_sweep_specs", "read_run", "collect_study",
            "grid_cells", "dev_grid", "best_setting", "cost_row", "plot_dev_heatmap", "plot_memory_vs_time",
@@ -161,13 +162,7 @@ def read_run(path: Path, model: str, record: Mapping[str, Any] | None = None) ->
 
 
 def _load_json(path: Path) -> dict[str, Any]:
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise SweepReportError(f"{path}: not a readable run record ({err})") from err
-    if not isinstance(record, dict):
-        raise SweepReportError(f"{path}: not a run record (a JSON {type(record).__name__}, not an object)")
-    return record
+    return read_json_object(path, SweepReportError, "run record")
 
 
 def collect_study(sweeps: Sequence[tuple[str, Path]]) -> tuple[list[SweepRun], list[str]]:

@@ -84,7 +84,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from biomed_lm.pretrain.config import PretrainConfigError
-from biomed_lm.pretrain.modeling import IGNORE_INDEX, PretrainingModel, PretrainingOutput
+from biomed_lm.pretrain.modeling import PretrainingModel, PretrainingOutput
 
 Norm = Literal["linf", "l2"]
 NORMS: tuple[str, ...] = get_args(Norm)

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from biomed_lm.errors import PretrainError
+from biomed_lm.resources import read_json_object
 
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest"
@@ -155,11 +156,8 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     path = folder / MANIFEST
     if not path.is_file():
         raise CheckpointError(f"no {MANIFEST} (a save that never finished, or a checkpoint from an older version)")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise CheckpointError(f"{MANIFEST} is unreadable: {err}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+    manifest = read_json_object(path, CheckpointError, "checkpoint manifest")
+    if manifest.get("format") != MANIFEST_FORMAT:
         raise CheckpointError(f"{MANIFEST} is not a format-{MANIFEST_FORMAT} manifest")
     if manifest.get("self_xxh3_128") != _self_checksum(manifest):
         raise CheckpointError(f"{MANIFEST} does not match its own checksum (the manifest was changed)")

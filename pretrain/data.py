@@ -79,6 +79,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from biomed_lm.errors import PretrainError
+from biomed_lm.resources import read_json_object
 
 FORMAT_VERSION = 1  # bump when the instances or their metadata change meaning
 METADATA_FILE = "pretraining_data.json"
@@ -939,12 +940,7 @@ def _read_metadata(p: Path) -> dict:
     if not meta_path.is_file():
         raise PretrainingDataError(f"{p} is not pretraining data: it has no {METADATA_FILE} (build it with "
                                    "launch/create_pretraining_data.py; a run that did not finish leaves none)")
-    try:
-        metadata = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise PretrainingDataError(f"{meta_path}: unreadable metadata: {err}") from err
-    if not isinstance(metadata, dict):
-        metadata = {}
+    metadata = read_json_object(meta_path, PretrainingDataError, "pretraining-data metadata file")
     missing = [key for key in METADATA_KEYS if key not in metadata]
     if missing:
         raise PretrainingDataError(f"{meta_path}: metadata lacks {', '.join(missing)}")

@@ -65,7 +65,6 @@ the checkpoint's storage dtype (mixed precision is DeepSpeed's business).
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import re
 from dataclasses import asdict, dataclass, field
@@ -78,6 +77,7 @@ from biomed_lm.errors import PretrainError
 from biomed_lm.pretrain.config import InitMode
 from biomed_lm.pretrain.data import vocabulary_fingerprint
 from biomed_lm.pretrain.modeling import build_bert
+from biomed_lm.resources import read_json_object
 from biomed_lm.tokenization.tokenizer_io import load_tokenizer
 
 if TYPE_CHECKING:
@@ -239,11 +239,8 @@ def load_checkpoint_config(init_checkpoint: str | Path) -> BertConfig:
     if missing:
         raise InitializationError(f"init_checkpoint {path} is not a BERT checkpoint directory: it has no "
                                   + ", no ".join(missing))
-    try:
-        raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise InitializationError(f"{path / 'config.json'} is not readable JSON: {err}") from err
-    model_type = raw.get("model_type") if isinstance(raw, dict) else None
+    raw = read_json_object(path / "config.json", InitializationError, "model configuration")
+    model_type = raw.get("model_type")
     if model_type != "bert":
         raise InitializationError(f"init_checkpoint {path} is not a BERT checkpoint: config.json has model_type "
                                   f"{model_type!r}, expected 'bert'")

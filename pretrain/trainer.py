@@ -32,7 +32,6 @@ import functools
 import json
 import logging
 import math
-import os
 import time
 import types
 from pathlib import Path
@@ -41,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import numpy as np
 import torch
 
-from biomed_lm.backend import ensure_distributed_env  # one definition, shared with fine-tuning
+from biomed_lm.backend import start_distributed  # one definition, shared with fine-tuning
 from biomed_lm.pretrain.attention import PADDED
 from biomed_lm.pretrain.checkpoint import (CheckpointError, Selection, checkpoint_tags, latest_tag, load_checkpoint,
                                            save_checkpoint, select_checkpoint, set_aside_diverged)
@@ -194,13 +193,6 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
             "tokens": run.state["tokens"], "model_dir": str(final_dir) if final_dir else None}
 
 
-def _device(local_rank: int) -> torch.device:
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
-
-
 def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments,
                  adversarial: AdversarialConfig | None) -> Run:
     """Check the inputs, build the model and engine, and restore the newest verified checkpoint;
@@ -271,15 +263,10 @@ def _check_arguments(model_args: ModelArguments, data_args: DataArguments, train
 
 
 def _start_distributed(train_args: TrainArguments) -> tuple[int, int, torch.device]:
-    """Join the process group (gloo on CPU, NCCL on GPUs); the batch is resolved for its size."""
-    import deepspeed
-    import torch.distributed as dist
-
-    ensure_distributed_env()
-    deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo", verbose=False)
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    resolve_batch(train_args, world_size)
-    return rank, world_size, _device(int(os.environ.get("LOCAL_RANK", "0")))
+    """Join the process group (the backend's, shared with fine-tuning); the batch is resolved for its size."""
+    context = start_distributed()
+    resolve_batch(train_args, context.world_size)
+    return context.rank, context.world_size, context.device
 
 
 def _load_data(data_args: DataArguments, max_positions: int):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from biomed_lm.experiments.calibration import AblationDesign, VarianceComponents, simulate_runs

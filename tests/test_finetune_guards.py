@@ -133,7 +133,7 @@ def test_config_that_disagrees_with_the_weights_is_refused(model_copy):
                                          "28996"):
         check_model(model_copy)
     config_path.write_text("{not json", encoding="utf-8")
-    with pytest.raises(InputError, match=r"config\.json: cannot be read as JSON"):
+    with pytest.raises(InputError, match=r"config\.json: not a readable model configuration"):
         check_model(model_copy)
 
 

@@ -140,8 +140,8 @@ def test_load_ablation_reads_the_plan_and_resolves_directories(ablation_dir):
 
 @pytest.mark.parametrize("content, message", [
     (None, "ablation.json: not found"),
-    ("{not json", "not readable JSON"),
-    ("[]", "top level must be an object"),
+    ("{not json", "not a readable JSON object"),
+    ("[]", r"not a JSON object \(a JSON list"),
     ('{"factors": {"a": ["x"]}}', "field 'variants': expected a non-empty object"),
     ('{"factors": {"a": ["x"]}, "variants": {"v": {"factors": {"a": "y"}}}}', "field 'variants.v.factors.a': level 'y'"),
     ('{"factors": {"a": ["x"], "b": ["z"]}, "variants": {"v": {"factors": {"a": "x"}}}}', "no level for factor"),

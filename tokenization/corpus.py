@@ -17,6 +17,23 @@ The work runs in three stages, each resumable:
 
 ``summary.json`` counts every record read and every record dropped, by reason, and lists each
 problem with file, line and byte offset.
+
+**Citation links** (for LinkBERT's document relation prediction). The dataset's ``links`` column,
+``list<string>`` (``datasets`` feature ``List(Value("string"))``), holds for each document the PMIDs
+it links to, as decimal strings in the form of the ``id`` column, each once, in document order
+(PubMed's own links first, then those of ``links_file``), never the document's own id. Which
+links: those whose type is in ``link_types`` (default ``["Cites", "ReferenceList"]``, the
+citations: ``CommentsCorrections RefType="Cites"`` and the reference list's PMIDs; see
+:mod:`tokenization.pubmed_xml` for every type), from the XML, from ``links_field`` of a JSONL
+record (a list of PMIDs, type ``Cites``) and from ``links_file`` (lines
+``citing_pmid<TAB>cited_pmid[<TAB>link type]``, type ``Cites`` without a third field; ``#``
+comments and blank lines allowed; a bad line is a ``bad_link`` problem naming file and line, the
+good lines are kept; a file with no usable line stops the run). A plain-text document has an empty
+list. A listed PMID may be absent from the corpus: a consumer keeps the links whose PMID is the
+``id`` of a document it has. ``summary.json``'s ``links`` section counts, over the kept documents:
+documents with a link, links and resolvable links (whose PMID is the ``id`` of a kept document),
+for the column and per link type (``by_type``, every type read, in the column or not), and the
+links file's lines (``citing_not_in_corpus``: links whose citing PMID is no kept document).
 """
 
 from __future__ import annotations
@@ -35,9 +52,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from biomed_lm.errors import TokenizationError
-from biomed_lm.tokenization.pubmed_xml import Deletion, iter_pubmed_records
+from biomed_lm.tokenization.pubmed_xml import CITATION_LINK_TYPES, Deletion, canonical_pmid, iter_pubmed_records
 from biomed_lm.tokenization.sources import (JSONL, TEXT, XML, Problem, accepted_suffixes, expand_inputs, input_format,
-                                            iter_jsonl, iter_lines, sniff_binary, suffix_of)
+                                            iter_jsonl, iter_lines, json_type, sniff_binary, suffix_of)
 
 PARSED_SCHEMA = pa.schema([
     ("key", pa.int64()),          # PMID, or a negative 63-bit text hash for documents without one
@@ -51,8 +68,11 @@ PARSED_SCHEMA = pa.schema([
     ("year", pa.int32()),
     ("language", pa.string()),
     ("version", pa.int32()),      # PubMed's PMID Version (1 when absent); for a delete, null = every version
+    ("link_pmids", pa.list_(pa.int64())),   # every outgoing link of every type, in document order ...
+    ("link_types", pa.list_(pa.string())),  # ... and the type of each ("Cites", "ReferenceList", ...)
 ])
-PARSER_VERSION = 2  # bump when parsing changes, so cached shards are rebuilt
+PARSER_VERSION = 3  # bump when parsing changes, so cached shards are rebuilt
+LINKS_CHUNK = 100_000         # documents whose links are assembled at a time (memory stays flat)
 FLUSH_ROWS = 20_000           # rows per Arrow record batch, at most ...
 FLUSH_CHARS = 4_000_000       # ... and at most this much text, so memory stays flat per worker
 
@@ -76,6 +96,15 @@ class CorpusConfig:
     text_field: str = field(default="text", metadata={"help": "JSONL field holding the document text"})
     id_field: str = field(default="", metadata={
         "help": "JSONL field holding a document id; numeric ids are PMIDs (latest version wins)"})
+    link_types: list[str] = field(default_factory=lambda: list(CITATION_LINK_TYPES), metadata={
+        "help": "link types whose PMIDs go into the links column: PubMed CommentsCorrections RefTypes "
+                "(Cites, CommentOn, CommentIn, ErratumFor, RetractionOf, ...) and ReferenceList (the "
+                "reference list); every type is counted in summary.json either way"})
+    links_file: str = field(default="", metadata={
+        "help": "more links, one per line: citing_pmid<TAB>cited_pmid[<TAB>link type, default Cites] "
+                "(# comments allowed, optionally .gz); merged into the documents' links"})
+    links_field: str = field(default="", metadata={
+        "help": "JSONL field holding the PMIDs a document cites (a list; links of type Cites)"})
     num_proc: int = field(default=0, metadata={"help": "worker processes (0: all CPU cores)", "min": 0})
     max_shard_size: str = field(default="500MB", metadata={"help": "size of each saved Arrow shard"})
     format: Literal["auto", "xml", "text", "jsonl"] = field(default="auto", metadata={
@@ -113,13 +142,13 @@ def text_key(text: str) -> int:
 def _fingerprint(path: Path, config: CorpusConfig) -> str:
     stat = path.stat()
     parts = [str(path.resolve()), str(stat.st_size), str(stat.st_mtime_ns), str(PARSER_VERSION),
-             str(config.format_of(path)), str(config.section_labels), config.text_field, config.id_field]
+             str(config.format_of(path)), str(config.section_labels), config.text_field, config.id_field,
+             config.links_field]
     return hashlib.sha1("\0".join(parts).encode()).hexdigest()[:20]
 
 
 def _rows_from_file(path: Path, config: CorpusConfig, counts: dict, problems: list) -> Iterator[dict]:
     """Parsed rows of one file; problems and counts are collected on the side."""
-    source = path.name
     fmt = config.format_of(path) or TEXT
     binary = sniff_binary(path)
     if binary is not None:
@@ -128,23 +157,39 @@ def _rows_from_file(path: Path, config: CorpusConfig, counts: dict, problems: li
                                 "not read").to_dict())
         return
     if fmt == XML:
-        for item in iter_pubmed_records(path):
-            if isinstance(item, Problem):
-                problems.append(item.to_dict())
-            elif isinstance(item, Deletion):
-                counts["deletions"] += len(item.pmids)
-                for i, pmid in enumerate(item.pmids):
-                    key = int(pmid) if pmid.isdigit() else text_key("pmid:" + pmid)
-                    yield {"key": key, "is_delete": True, "id": pmid, "source": source, "line": item.line,
-                           "version": item.version_of(i)}
-            else:
-                counts["citations"] += 1
-                key = int(item.pmid) if item.pmid.isdigit() else text_key("pmid:" + item.pmid)
-                yield {"key": key, "is_delete": False, "id": item.pmid, "source": source, "line": item.line,
-                       "title": item.title, "abstract": item.abstract_text(config.section_labels),
-                       "n_words": len(item.abstract.split()), "year": item.year, "language": item.language,
-                       "version": item.version}
-        return
+        yield from _xml_rows(path, config, counts, problems)
+    else:
+        yield from _line_rows(path, fmt, config, counts, problems)
+
+
+def _xml_rows(path: Path, config: CorpusConfig, counts: dict, problems: list) -> Iterator[dict]:
+    """Citations and deletions of a PubMed XML file, keyed by PMID."""
+    source = path.name
+    for item in iter_pubmed_records(path):
+        if isinstance(item, Problem):
+            problems.append(item.to_dict())
+        elif isinstance(item, Deletion):
+            counts["deletions"] += len(item.pmids)
+            for i, pmid in enumerate(item.pmids):
+                key = int(pmid) if pmid.isdigit() else text_key("pmid:" + pmid)
+                yield {"key": key, "is_delete": True, "id": pmid, "source": source, "line": item.line,
+                       "version": item.version_of(i)}
+        else:
+            counts["citations"] += 1
+            counts["links_skipped"] += item.skipped_links
+            key = int(item.pmid) if item.pmid.isdigit() else text_key("pmid:" + item.pmid)
+            yield {"key": key, "is_delete": False, "id": item.pmid, "source": source, "line": item.line,
+                   "title": item.title, "abstract": item.abstract_text(config.section_labels),
+                   "n_words": len(item.abstract.split()), "year": item.year, "language": item.language,
+                   "version": item.version,
+                   "link_pmids": [int(pmid) for pmids in item.links.values() for pmid in pmids],
+                   "link_types": [link_type for link_type, pmids in item.links.items() for _ in pmids]}
+
+
+def _line_rows(path: Path, fmt: str, config: CorpusConfig, counts: dict, problems: list) -> Iterator[dict]:
+    """Documents of a text file (one a line) or JSON Lines file, keyed by their id field when it is a
+    PMID, else by their text."""
+    source = path.name
     if fmt == JSONL:
         items = ((it if isinstance(it, Problem) else (it[0], it[1][config.text_field], it[1]))
                  for it in iter_jsonl(path, config.text_field))
@@ -169,22 +214,51 @@ def _rows_from_file(path: Path, config: CorpusConfig, counts: dict, problems: li
             doc_id = str(record[config.id_field])
             if doc_id.isdigit():
                 key, version = int(doc_id), 1
+        links = _jsonl_links(record, doc_id, config, (path, line), counts, problems) if record is not None else []
         yield {"key": key, "is_delete": False, "id": doc_id, "source": source, "line": line, "title": "",
-               "abstract": text, "n_words": len(text.split()), "year": None, "language": "", "version": version}
+               "abstract": text, "n_words": len(text.split()), "year": None, "language": "", "version": version,
+               "link_pmids": links, "link_types": ["Cites"] * len(links)}
     if not documents and not damaged:  # as an XML file without a record is: a problem, not silence
-        size = path.stat().st_size
-        if size == 0 or counts["empty_lines"] == 0:
-            what = "the file is empty" + (" (0 bytes)" if size == 0 else
-                                          " (no line with content)" if fmt == JSONL else " (0 bytes after decompression)")
-        else:
-            what = (f"no document in it: {counts['empty_lines']} " +
-                    (f"records with an empty {config.text_field!r}" if fmt == JSONL else "blank lines"))
-        problems.append(Problem(str(path), "empty", what).to_dict())
+        problems.append(_empty_file_problem(path, fmt, config, counts["empty_lines"]).to_dict())
+
+
+def _jsonl_links(record: dict, doc_id: str, config: CorpusConfig, where: tuple[Path, int], counts: dict,
+                 problems: list) -> list[int]:
+    """The PMIDs in a JSONL record's ``links_field`` (a list of numbers or digit strings), each once,
+    without the document's own id; entries that are not PMIDs are counted in ``links_skipped``."""
+    value = record.get(config.links_field) if config.links_field else None
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        problems.append(Problem(str(where[0]), "wrong_type", f"field {config.links_field!r} is {json_type(value)}, "
+                                "expected a list of PMIDs; the document is kept without links",
+                                line=where[1]).to_dict())
+        return []
+    own = canonical_pmid(doc_id)
+    links: dict[int, None] = {}
+    for entry in value:
+        pmid = canonical_pmid(str(entry)) if isinstance(entry, (int, str)) and not isinstance(entry, bool) else None
+        if pmid is None:
+            counts["links_skipped"] += 1
+        elif pmid != own:
+            links[int(pmid)] = None
+    return list(links)
+
+
+def _empty_file_problem(path: Path, fmt: str, config: CorpusConfig, empty_lines: int) -> Problem:
+    size = path.stat().st_size
+    if size == 0 or empty_lines == 0:
+        what = "the file is empty" + (" (0 bytes)" if size == 0 else
+                                      " (no line with content)" if fmt == JSONL else " (0 bytes after decompression)")
+    else:
+        what = (f"no document in it: {empty_lines} " +
+                (f"records with an empty {config.text_field!r}" if fmt == JSONL else "blank lines"))
+    return Problem(str(path), "empty", what)
 
 
 def parse_file(path: Path, shard_path: Path, config: CorpusConfig) -> dict:
     """Parse one input file into an Arrow stream shard; returns (and stores beside it) its summary."""
-    counts = {"citations": 0, "deletions": 0, "documents": 0, "empty_lines": 0}
+    counts = {"citations": 0, "deletions": 0, "documents": 0, "empty_lines": 0, "links_skipped": 0}
     problems: list[dict] = []
     tmp = shard_path.with_suffix(".arrow.tmp")
     columns: dict[str, list] = {name: [] for name in PARSED_SCHEMA.names}
@@ -274,40 +348,8 @@ def resolve(keys: np.ndarray, is_delete: np.ndarray, n_words: np.ndarray, langua
     among equal versions, the last row; for a text hash (key < 0) the first occurrence is kept.
     Pure and vectorized: arrays in, a boolean keep-mask and counts out.
     """
-    n = len(keys)
-    position = np.arange(n, dtype=np.int64)
-    versions = np.zeros(n, dtype=np.int64) if versions is None else np.asarray(versions, dtype=np.int64)
-    # One sort by (key, version, position): rows of a key are contiguous, and within it those of a version.
-    order = np.lexsort((position, versions, keys))
-    k, v, d = keys[order], versions[order], is_delete[order]
-    key_start = np.ones(n, dtype=bool)
-    key_start[1:] = k[1:] != k[:-1]
-    pair_start = key_start.copy()
-    pair_start[1:] |= v[1:] != v[:-1]
-
-    def group_max(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
-        """Each sorted row's group maximum of ``values`` (groups begin where ``starts`` is True)."""
-        if not n:
-            return values
-        begin = np.flatnonzero(starts)
-        return np.repeat(np.maximum.reduceat(values, begin), np.diff(np.append(begin, n)))
-
-    sorted_position = position[order]
-    delete_all = group_max(np.where(d & (v <= 0), sorted_position, -1), key_start)
-    delete_version = group_max(np.where(d & (v > 0), sorted_position, -1), pair_start)
-    removed = ~d & (sorted_position < np.maximum(delete_all, delete_version))
-    live = ~d & ~removed
-    # The winner of each key among its live rows: the last in sort order for a PMID (highest
-    # version, then latest), the first for a text hash (earliest).
-    index = np.arange(n, dtype=np.int64)
-    last_live = group_max(np.where(live, index, -1), key_start)
-    first_live = -group_max(np.where(live, -index, -n - 1), key_start)
-    winner_sorted = live & (index == np.where(k >= 0, last_live, first_live))
-
-    deleted = np.zeros(n, dtype=bool)
-    deleted[order] = removed
-    final = np.zeros(n, dtype=bool)
-    final[order] = winner_sorted
+    versions = np.zeros(len(keys), dtype=np.int64) if versions is None else np.asarray(versions, dtype=np.int64)
+    deleted, final = _deleted_and_winners(keys, is_delete, versions)
     document = ~is_delete
     counts: dict[str, int] = {}
     counts["deleted"] = int(np.sum(deleted))
@@ -327,6 +369,46 @@ def resolve(keys: np.ndarray, is_delete: np.ndarray, n_words: np.ndarray, langua
     return keep, counts, funnel
 
 
+def _group_max(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Each sorted row's group maximum of ``values`` (groups begin where ``starts`` is True)."""
+    if not len(values):
+        return values
+    begin = np.flatnonzero(starts)
+    return np.repeat(np.maximum.reduceat(values, begin), np.diff(np.append(begin, len(values))))
+
+
+def _deleted_and_winners(keys: np.ndarray, is_delete: np.ndarray, versions: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """Per row in input order: removed by a later delete, and the winner of its key (see :func:`resolve`)."""
+    n = len(keys)
+    position = np.arange(n, dtype=np.int64)
+    # One sort by (key, version, position): rows of a key are contiguous, and within it those of a version.
+    order = np.lexsort((position, versions, keys))
+    k, v, d = keys[order], versions[order], is_delete[order]
+    key_start = np.ones(n, dtype=bool)
+    key_start[1:] = k[1:] != k[:-1]
+    pair_start = key_start.copy()
+    pair_start[1:] |= v[1:] != v[:-1]
+
+    sorted_position = position[order]
+    delete_all = _group_max(np.where(d & (v <= 0), sorted_position, -1), key_start)
+    delete_version = _group_max(np.where(d & (v > 0), sorted_position, -1), pair_start)
+    removed = ~d & (sorted_position < np.maximum(delete_all, delete_version))
+    live = ~d & ~removed
+    # The winner of each key among its live rows: the last in sort order for a PMID (highest
+    # version, then latest), the first for a text hash (earliest).
+    index = np.arange(n, dtype=np.int64)
+    last_live = _group_max(np.where(live, index, -1), key_start)
+    first_live = -_group_max(np.where(live, -index, -n - 1), key_start)
+    winner_sorted = live & (index == np.where(k >= 0, last_live, first_live))
+
+    deleted = np.zeros(n, dtype=bool)
+    deleted[order] = removed
+    final = np.zeros(n, dtype=bool)
+    final[order] = winner_sorted
+    return deleted, final
+
+
 def _read_columns(shards: list[Path], names: list[str]) -> pa.Table:
     tables = []
     for shard in shards:
@@ -335,7 +417,187 @@ def _read_columns(shards: list[Path], names: list[str]) -> pa.Table:
     return pa.concat_tables(tables) if tables else PARSED_SCHEMA.empty_table().select(names)
 
 
-# ----------------------------------------------------------------------------- stage 3: build
+# ----------------------------------------------------------------------------- links
+
+LINKS_FILE_FORMAT = "citing_pmid<TAB>cited_pmid (optionally <TAB>link type)"
+
+
+@dataclass
+class LinksFile:
+    """The links of a ``links_file``: parallel arrays, one entry per good line (self-links left out)."""
+
+    path: str
+    citing: np.ndarray                  # int64 PMIDs
+    cited: np.ndarray                   # int64 PMIDs
+    type_codes: np.ndarray              # int32 indices into type_names
+    type_names: list[str]
+    self_links: int = 0
+
+    def summary(self) -> dict:
+        return {"path": self.path, "links_read": int(len(self.citing)), "self_links": self.self_links}
+
+
+def _link_line(text: str) -> tuple[int, int, str] | str | None:
+    """One line of a links file: ``(citing, cited, link type)``, ``None`` for a blank or ``#``
+    line, or what is wrong with it."""
+    text = text.strip()
+    if not text or text.startswith("#"):
+        return None
+    fields = [f.strip() for f in text.split("\t")]
+    if len(fields) not in (2, 3):
+        return f"{len(fields)} tab-separated field(s), expected {LINKS_FILE_FORMAT}"
+    pmids = []
+    for name, value in zip(("citing_pmid", "cited_pmid"), fields):
+        pmid = canonical_pmid(value)
+        if pmid is None:
+            return f"field {name} {value[:40]!r} is not a PMID (a positive decimal number); expected {LINKS_FILE_FORMAT}"
+        pmids.append(int(pmid))
+    link_type = fields[2] if len(fields) == 3 else "Cites"
+    if not link_type:
+        return "field 3 (the link type) is empty"
+    return pmids[0], pmids[1], link_type
+
+
+def read_links_file(path: str) -> tuple[LinksFile, list[Problem]]:
+    """Read a links file. A bad line is a ``bad_link`` problem naming file and line, and the good
+    lines are kept; a missing file, or one whose every link line is bad, raises TokenizationError."""
+    from array import array
+
+    if not os.path.isfile(path):
+        raise TokenizationError(f"links_file {path}: no such file")
+    citing, cited, codes = array("q"), array("q"), array("i")
+    names: dict[str, int] = {}
+    problems: list[Problem] = []
+    self_links = 0
+    for item in iter_lines(path):
+        if isinstance(item, Problem):
+            problems.append(item)
+            continue
+        parsed = _link_line(item[1])
+        if isinstance(parsed, str):
+            problems.append(Problem(path, "bad_link", f"{parsed}; the line was skipped", line=item[0]))
+        elif parsed is not None and parsed[0] == parsed[1]:
+            self_links += 1
+        elif parsed is not None:
+            citing.append(parsed[0])
+            cited.append(parsed[1])
+            codes.append(names.setdefault(parsed[2], len(names)))
+    if not citing and problems:
+        raise TokenizationError(f"links_file {path}: not one usable link ({len(problems)} bad line(s)); the first: "
+                                f"{problems[0].describe()}")
+    if not citing and not self_links:
+        problems.append(Problem(path, "empty", f"the links file has no link line ({LINKS_FILE_FORMAT})"))
+    links = LinksFile(path, np.frombuffer(citing, dtype=np.int64), np.frombuffer(cited, dtype=np.int64),
+                      np.frombuffer(codes, dtype=np.int32), list(names), self_links)
+    return links, problems
+
+
+def _members(values: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
+    """Which of ``values`` are in ``sorted_keys`` (sorted once, searched per chunk: no hash set rebuilt)."""
+    if not len(sorted_keys):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_keys, values), len(sorted_keys) - 1)
+    return sorted_keys[at] == values
+
+
+def _first_rows(table: pa.Table, keys: list[str]) -> pa.Table:
+    """The first row (by ``pos``) of each distinct ``keys`` combination, in ``pos`` order."""
+    if not table.num_rows:
+        return table
+    first = table.group_by(keys, use_threads=False).aggregate([("pos", "min")]).column("pos_min").to_numpy()
+    return table.take(np.sort(first))
+
+
+class _LinkCounts:
+    """What ``summary.json`` says about links, summed over chunks of documents."""
+
+    def __init__(self, column_types: list[str]):
+        self.column = {"link_types": column_types, "documents_with_links": 0, "links": 0, "resolvable": 0}
+        self.by_type: dict[str, dict[str, int]] = {}
+
+    def add(self, links: pa.Table, column: pa.Table, per_document: np.ndarray) -> None:
+        self.column["documents_with_links"] += int(np.count_nonzero(per_document))
+        self.column["links"] += column.num_rows
+        self.column["resolvable"] += int(pc.sum(column["resolvable"]).as_py() or 0)
+        if not links.num_rows:
+            return
+        grouped = links.group_by("type", use_threads=False).aggregate(
+            [("doc", "count_distinct"), ("pmid", "count"), ("resolvable", "sum")]).to_pylist()
+        for row in grouped:
+            entry = self.by_type.setdefault(row["type"], {"documents": 0, "links": 0, "resolvable": 0})
+            entry["documents"] += row["doc_count_distinct"]
+            entry["links"] += row["pmid_count"]
+            entry["resolvable"] += int(row["resolvable_sum"] or 0)
+
+    def summary(self) -> dict:
+        return {**self.column, "by_type": dict(sorted(self.by_type.items(), key=lambda kv: -kv[1]["links"]))}
+
+def document_links(shards: list[Path], keep: np.ndarray, config: CorpusConfig, links_file: LinksFile | None
+                   ) -> tuple[pa.ChunkedArray, dict]:
+    """The ``links`` column of the kept documents (in their order) and the ``links`` counts of
+    ``summary.json``, assembled :data:`LINKS_CHUNK` documents at a time."""
+    table = _read_columns(shards, ["key", "link_pmids", "link_types"])
+    kept_rows = np.flatnonzero(keep)
+    keys = table.column("key").take(kept_rows).to_numpy()
+    sorted_keys = np.sort(keys[keys >= 0])
+    file_doc, file_order, extra = _file_links_by_document(links_file, keys)
+    counts = _LinkCounts(list(config.link_types))
+    chunks = []
+    for start in range(0, len(kept_rows), LINKS_CHUNK):
+        stop = min(start + LINKS_CHUNK, len(kept_rows))
+        part = table.take(kept_rows[start:stop])
+        lo, hi = np.searchsorted(file_doc, [start, stop])
+        from_file = None
+        if links_file is not None and hi > lo:
+            rows = file_order[lo:hi]
+            types = pa.DictionaryArray.from_arrays(pa.array(links_file.type_codes[rows]),
+                                                   pa.array(links_file.type_names, pa.string()))
+            from_file = (file_doc[lo:hi] - start, links_file.cited[rows], types.cast(pa.string()))
+        chunks.append(_links_of_chunk(part, from_file, sorted_keys, config.link_types, counts))
+    summary = counts.summary()
+    if links_file is not None:
+        summary["links_file"] = links_file.summary() | extra
+    column = pa.chunked_array(chunks, type=pa.list_(pa.string())) if chunks else pa.chunked_array(
+        [], type=pa.list_(pa.string()))
+    return column, summary
+
+
+def _file_links_by_document(links_file: LinksFile | None, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+    """For each link of ``links_file`` whose citing PMID is a kept document: that document's
+    position (sorted), the link's row in the file (in the same order), and how many were not."""
+    if links_file is None or not len(links_file.citing):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), {"citing_not_in_corpus": 0}
+    by_key = np.argsort(keys, kind="stable")
+    at = np.minimum(np.searchsorted(keys[by_key], links_file.citing), max(len(keys) - 1, 0))
+    found = (keys[by_key][at] == links_file.citing) if len(keys) else np.zeros(len(at), dtype=bool)
+    rows = np.flatnonzero(found)
+    doc = by_key[at[rows]]
+    order = np.argsort(doc, kind="stable")
+    return doc[order], rows[order], {"citing_not_in_corpus": int(len(found) - len(rows))}
+
+
+def _links_of_chunk(part: pa.Table, from_file: tuple | None, sorted_keys: np.ndarray, column_types: list[str],
+                    counts: _LinkCounts) -> pa.ListArray:
+    """The ``links`` lists of one chunk of documents; its counts are added to ``counts``."""
+    pmid_lists = part.column("link_pmids").combine_chunks()
+    doc = np.asarray(pc.list_parent_indices(pmid_lists), dtype=np.int64)
+    pmid = np.asarray(pc.list_flatten(pmid_lists), dtype=np.int64)
+    types = pc.list_flatten(part.column("link_types").combine_chunks())
+    if from_file is not None:
+        doc, pmid = np.concatenate([doc, from_file[0]]), np.concatenate([pmid, from_file[1]])
+        types = pa.concat_arrays([types, from_file[2]])
+    order = np.argsort(doc, kind="stable")  # a document's own links first, then the file's
+    links = pa.table({"doc": doc[order], "pmid": pmid[order], "type": types.take(pa.array(order)),
+                      "pos": np.arange(len(order), dtype=np.int64)})
+    links = _first_rows(links, ["doc", "type", "pmid"])
+    links = links.append_column("resolvable", pa.array(_members(links.column("pmid").to_numpy(), sorted_keys)))
+    wanted = pc.is_in(links.column("type"), value_set=pa.array(list(column_types), pa.string()))
+    column = _first_rows(links.filter(wanted), ["doc", "pmid"])
+    per_document = np.bincount(column.column("doc").to_numpy(), minlength=part.num_rows)
+    counts.add(links, column, per_document)
+    offsets = np.concatenate([[0], np.cumsum(per_document)]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), pc.cast(column.column("pmid"), pa.string()))
+
 
 def build_documents(batch: dict, include_title: bool) -> dict:
     """Batched ``datasets.map`` function: parsed rows -> documents with sentences."""

@@ -578,108 +578,137 @@ def render_markdown(report: CoverageReport, plots: Mapping[str, str] | None = No
     the image file shown with it."""
     plots = plots or {}
     names = [v.name for v in report.vocabularies]
-    baseline = names[0]
     out: list[str] = ["# Vocabulary coverage report", ""]
     out += [f"Vocabularies compared: {', '.join(_code(n) for n in names)}. "
             "Definitions are at the end of this report; every number is also in `report.json`.", ""]
+    out += _vocabularies_section(report.vocabularies)
+    if report.terms is not None:
+        out += _terms_section(report.terms, names, plots.get("terms"))
+    if report.sources:
+        out += _lengths_section(report.sources, names)
+    if report.overlaps:
+        out += _overlap_section(report.overlaps)
+    for source in report.sources:
+        out += _source_section(source, names, plots.get(source.name))
+    out += _definitions_section(report)
+    return "\n".join(out)
 
-    out += ["## Vocabularies", ""]
+
+def _vocabularies_section(vocabularies) -> list[str]:
+    out = ["## Vocabularies", ""]
     out += _table(["name", "tokens", "casing", "casing from", "source"],
                   ([_code(v.name), f"{v.size:,}", "uncased" if v.lowercase else "cased", _cell(v.casing_source),
-                    f"{_code(v.path)} ({v.kind})"] for v in report.vocabularies), "lrlll")
-    for v in report.vocabularies:
-        for note in v.notes:
-            out.append(f"- **{v.name}**: {_cell(note)}")
-    if any(v.notes for v in report.vocabularies):
+                    f"{_code(v.path)} ({v.kind})"] for v in vocabularies), "lrlll")
+    for v in vocabularies:
+        out += [f"- **{v.name}**: {_cell(note)}" for note in v.notes]
+    if any(v.notes for v in vocabularies):
         out.append("")
+    return out
 
-    if report.terms is not None:
-        table = report.terms
-        out += ["## Biomedical terms (the paper's Table 1)", ""]
-        out += [f"Terms from {_code(table.source)}. ✓: the term is a single token of the vocabulary "
-                "(kept whole); otherwise the word pieces it is split into.", ""]
-        rows = [[_cell(r.term), _cell(r.category or ""),
-                 *["✓" if r.whole[n] else _pieces(r.pieces[n]) for n in names]] for r in table.rows]
-        rows.append(["**kept whole**", "", *[f"**{table.whole_counts[n]}/{len(table.rows)}**" for n in names]])
-        out += _table(["term", "category", *map(_code, names)], rows, "ll" + "l" * len(names))
-        if "terms" in plots:
-            out += [f"![word pieces per term]({plots['terms']})", ""]
 
-    if report.sources:
-        out += ["## Average input length in word pieces (the paper's Table 8)", ""]
-        out += [f"Mean word pieces per instance, without [CLS]/[SEP]; in parentheses the change against "
-                f"{_code(baseline)}.", ""]
-        rows = []
-        for s in report.sources:
-            base = s.stats_for(baseline).pieces_per_instance
-            rows.append([_cell(s.name), _cell(s.instance), *[
-                f"{s.stats_for(n).pieces_per_instance:.1f}" + (_relative(s.stats_for(n).pieces_per_instance, base)
-                                                               if n != baseline else "") for n in names]])
-        out += _table(["source", "instance", *map(_code, names)], rows, "ll" + "r" * len(names))
-        for title, metric, fmt in (("Word pieces per word", "pieces_per_word", "{:.3f}"),
-                                   ("Words kept whole (share of word occurrences)", "whole_fraction", "{:.1%}"),
-                                   ("[UNK] rate (share of word occurrences)", "unk_rate", "{:.2%}")):
-            out += [f"### {title}", ""]
-            out += _table(["source", *map(_code, names)],
-                          ([_cell(s.name), *[fmt.format(getattr(s.stats_for(n), metric)) for n in names]]
-                           for s in report.sources))
+def _terms_section(table, names: list[str], plot: str | None) -> list[str]:
+    out = ["## Biomedical terms (the paper's Table 1)", ""]
+    out += [f"Terms from {_code(table.source)}. ✓: the term is a single token of the vocabulary "
+            "(kept whole); otherwise the word pieces it is split into.", ""]
+    rows = [[_cell(r.term), _cell(r.category or ""),
+             *["✓" if r.whole[n] else _pieces(r.pieces[n]) for n in names]] for r in table.rows]
+    rows.append(["**kept whole**", "", *[f"**{table.whole_counts[n]}/{len(table.rows)}**" for n in names]])
+    out += _table(["term", "category", *map(_code, names)], rows, "ll" + "l" * len(names))
+    if plot:
+        out += [f"![word pieces per term]({plot})", ""]
+    return out
 
-    if report.overlaps:
-        out += ["## Vocabulary overlap", ""]
-        out += ["Reserved tokens ([PAD], [unused0], ...) left out; \"A in B\" is the share of A's tokens "
-                "that B also has.", ""]
-        out += _table(["A", "B", "tokens A", "tokens B", "shared", "Jaccard", "A in B", "B in A"],
-                      ([_code(o.a), _code(o.b), f"{o.size_a:,}", f"{o.size_b:,}", f"{o.shared:,}",
-                        f"{o.jaccard:.3f}", f"{o.a_covered_by_b:.1%}", f"{o.b_covered_by_a:.1%}"]
-                       for o in report.overlaps), "llrrrrrr")
 
-    for s in report.sources:
-        out += [f"## Source: {_cell(s.name)}", ""]
-        out += [f"- {s.kind}: {_code(s.path)}"]
-        for f in s.files:
-            out.append(f"  - {_code(f.path)} (format {_code(f.format)})")
-        for skipped in s.skipped:
-            out.append(f"  - skipped {_cell(skipped)}")
-        out += [f"- instance: {_cell(s.instance)}",
-                f"- {s.instances:,} instances{' (capped by max_instances)' if s.capped else ''}, "
-                f"{s.words:,} words, {s.distinct_words:,} distinct words", ""]
-        stat = {n: s.stats_for(n) for n in names}
-        rows = [
-            ["word pieces", *[f"{stat[n].pieces:,}" for n in names]],
-            ["pieces per word", *[f"{stat[n].pieces_per_word:.3f}" for n in names]],
-            ["pieces per instance (mean)", *[f"{stat[n].pieces_per_instance:.1f}" for n in names]],
-            ["pieces per instance (median / p95 / max)",
-             *[f"{stat[n].instance_pieces_median:g} / {stat[n].instance_pieces_p95:.1f} / "
-               f"{stat[n].instance_pieces_max:,}" for n in names]],
-            ["words kept whole (1 piece)", *[f"{stat[n].whole_fraction:.1%}" for n in names]],
-            ["distinct words kept whole", *[f"{stat[n].distinct_whole_fraction:.1%}" for n in names]],
-            ["words → [UNK]", *[f"{stat[n].unk_words:,} ({stat[n].unk_rate:.2%})" for n in names]],
-        ]
-        rows += [[f"words in {bucket} pieces",
-                  *[f"{stat[n].piece_histogram[bucket]:.1%}" for n in names]]
-                 for bucket in PIECE_BUCKETS if bucket not in ("[UNK]", "1")]
-        if any(stat[n].erased_words for n in names):
-            rows.append(["words erased by normalization", *[f"{stat[n].erased_words:,}" for n in names]])
-        out += _table(["statistic", *map(_code, names)], rows)
-        if s.name in plots:
-            out += [f"![word pieces per word: {_cell(s.name)}]({plots[s.name]})", ""]
-        for sh in s.shattered:
-            out += [f"### Words {_code(sh.shattered_by)} shatters but {_code(sh.kept_whole_by)} keeps whole", ""]
-            out += [f"{sh.distinct_words:,} distinct words, {sh.occurrences:,} occurrences "
-                    f"({sh.occurrence_fraction:.1%} of all words) are split into ≥ {sh.min_pieces} pieces by "
-                    f"{_code(sh.shattered_by)} and are a single token of {_code(sh.kept_whole_by)}."
-                    + (" The most frequent:" if sh.top else ""), ""]
-            if sh.top:
-                out += _table(["word", "count", f"pieces in {_code(sh.shattered_by)}"],
-                              ([_code(w.word), f"{w.count:,}", _pieces(w.pieces)] for w in sh.top), "lrl")
+def _lengths_section(sources, names: list[str]) -> list[str]:
+    """Input length per source and vocabulary (Table 8), then pieces per word, whole words, [UNK]."""
+    baseline = names[0]
+    out = ["## Average input length in word pieces (the paper's Table 8)", ""]
+    out += [f"Mean word pieces per instance, without [CLS]/[SEP]; in parentheses the change against "
+            f"{_code(baseline)}.", ""]
+    rows = []
+    for s in sources:
+        base = s.stats_for(baseline).pieces_per_instance
+        rows.append([_cell(s.name), _cell(s.instance), *[
+            f"{s.stats_for(n).pieces_per_instance:.1f}" + (_relative(s.stats_for(n).pieces_per_instance, base)
+                                                           if n != baseline else "") for n in names]])
+    out += _table(["source", "instance", *map(_code, names)], rows, "ll" + "r" * len(names))
+    for title, metric, fmt in (("Word pieces per word", "pieces_per_word", "{:.3f}"),
+                               ("Words kept whole (share of word occurrences)", "whole_fraction", "{:.1%}"),
+                               ("[UNK] rate (share of word occurrences)", "unk_rate", "{:.2%}")):
+        out += [f"### {title}", ""]
+        out += _table(["source", *map(_code, names)],
+                      ([_cell(s.name), *[fmt.format(getattr(s.stats_for(n), metric)) for n in names]]
+                       for s in sources))
+    return out
 
-    out += ["## Definitions", "", f"- **word**: {WORD_DEFINITION}"]
+
+def _overlap_section(overlaps) -> list[str]:
+    out = ["## Vocabulary overlap", ""]
+    out += ["Reserved tokens ([PAD], [unused0], ...) left out; \"A in B\" is the share of A's tokens "
+            "that B also has.", ""]
+    out += _table(["A", "B", "tokens A", "tokens B", "shared", "Jaccard", "A in B", "B in A"],
+                  ([_code(o.a), _code(o.b), f"{o.size_a:,}", f"{o.size_b:,}", f"{o.shared:,}",
+                    f"{o.jaccard:.3f}", f"{o.a_covered_by_b:.1%}", f"{o.b_covered_by_a:.1%}"]
+                   for o in overlaps), "llrrrrrr")
+    return out
+
+
+def _source_section(s, names: list[str], plot: str | None) -> list[str]:
+    """One source: where it was read from, its statistics per vocabulary, the shattered words."""
+    out = [f"## Source: {_cell(s.name)}", "", f"- {s.kind}: {_code(s.path)}"]
+    out += [f"  - {_code(f.path)} (format {_code(f.format)})" for f in s.files]
+    out += [f"  - skipped {_cell(skipped)}" for skipped in s.skipped]
+    out += [f"- instance: {_cell(s.instance)}",
+            f"- {s.instances:,} instances{' (capped by max_instances)' if s.capped else ''}, "
+            f"{s.words:,} words, {s.distinct_words:,} distinct words", ""]
+    out += _table(["statistic", *map(_code, names)], _source_statistics({n: s.stats_for(n) for n in names}))
+    if plot:
+        out += [f"![word pieces per word: {_cell(s.name)}]({plot})", ""]
+    for sh in s.shattered:
+        out += _shattered_section(sh)
+    return out
+
+
+def _source_statistics(stat: Mapping[str, Any]) -> list[list[str]]:
+    names = list(stat)
+    rows = [
+        ["word pieces", *[f"{stat[n].pieces:,}" for n in names]],
+        ["pieces per word", *[f"{stat[n].pieces_per_word:.3f}" for n in names]],
+        ["pieces per instance (mean)", *[f"{stat[n].pieces_per_instance:.1f}" for n in names]],
+        ["pieces per instance (median / p95 / max)",
+         *[f"{stat[n].instance_pieces_median:g} / {stat[n].instance_pieces_p95:.1f} / "
+           f"{stat[n].instance_pieces_max:,}" for n in names]],
+        ["words kept whole (1 piece)", *[f"{stat[n].whole_fraction:.1%}" for n in names]],
+        ["distinct words kept whole", *[f"{stat[n].distinct_whole_fraction:.1%}" for n in names]],
+        ["words → [UNK]", *[f"{stat[n].unk_words:,} ({stat[n].unk_rate:.2%})" for n in names]],
+    ]
+    rows += [[f"words in {bucket} pieces", *[f"{stat[n].piece_histogram[bucket]:.1%}" for n in names]]
+             for bucket in PIECE_BUCKETS if bucket not in ("[UNK]", "1")]
+    if any(stat[n].erased_words for n in names):
+        rows.append(["words erased by normalization", *[f"{stat[n].erased_words:,}" for n in names]])
+    return rows
+
+
+def _shattered_section(sh) -> list[str]:
+    out = [f"### Words {_code(sh.shattered_by)} shatters but {_code(sh.kept_whole_by)} keeps whole", ""]
+    out += [f"{sh.distinct_words:,} distinct words, {sh.occurrences:,} occurrences "
+            f"({sh.occurrence_fraction:.1%} of all words) are split into ≥ {sh.min_pieces} pieces by "
+            f"{_code(sh.shattered_by)} and are a single token of {_code(sh.kept_whole_by)}."
+            + (" The most frequent:" if sh.top else ""), ""]
+    if sh.top:
+        out += _table(["word", "count", f"pieces in {_code(sh.shattered_by)}"],
+                      ([_code(w.word), f"{w.count:,}", _pieces(w.pieces)] for w in sh.top), "lrl")
+    return out
+
+
+def _definitions_section(report: CoverageReport) -> list[str]:
+    out = ["## Definitions", "", f"- **word**: {WORD_DEFINITION}"]
     out += [f"- **{key.replace('_', ' ')}**: {text}" for key, text in report.definitions.items()]
     out += [f"- **settings**: shattered at ≥ {report.settings.min_pieces} pieces; top "
             f"{report.settings.top_words} words per table; "
             + (f"at most {report.settings.max_instances:,} instances per source."
                if report.settings.max_instances else "every instance of every source read."), ""]
-    return "\n".join(out)
+    return out
 
 
 # ------------------------------------------------------------------------------------- plots

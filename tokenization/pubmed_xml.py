@@ -13,6 +13,30 @@ makes damage local: a malformed record, a record with invalid UTF-8, or a record
 truncated gzip stream becomes one :class:`~tokenization.streams.Problem` naming the file, line and
 byte offset, and every good record before *and after* it is still yielded. (One ``iterparse`` over
 the whole file stops for good at the first error.)
+
+Outgoing links. Each :class:`Citation` carries ``links``, a mapping *link type -> PMIDs* (a
+tuple of decimal strings, in document order), kept apart by type:
+
+* ``"Cites"``, ``"CommentOn"``, ``"CommentIn"``, ``"ErratumFor"``, ``"ErratumIn"``,
+  ``"RetractionOf"``, ... : ``MedlineCitation/CommentsCorrectionsList/CommentsCorrections``, under
+  its ``RefType`` verbatim (``"Unspecified"`` without one); an entry without a ``<PMID>`` (only a
+  ``RefSource``) is no link;
+* ``"ReferenceList"`` (:data:`REFERENCE_LIST`): the PMIDs of the article's reference list,
+  ``PubmedData/ReferenceList/Reference/ArticleIdList/ArticleId[@IdType="pubmed"]`` (nested
+  reference lists and a book's ``ReferenceList`` included). It is *not* merged into ``"Cites"``:
+  the two lists overlap heavily in today's PubMed, and keeping them apart lets a user count, or
+  trust, one source alone.
+
+The citation links, the ones LinkBERT's document relation prediction uses, are
+:data:`CITATION_LINK_TYPES` (``"Cites"`` and ``"ReferenceList"``); :meth:`Citation.cited` merges
+them (deduplicated, ``"Cites"`` first). The other types are kept for whoever wants them. Within a
+type a PMID is listed once (first occurrence); a link to the citation itself is dropped; a PMID that
+is not a positive decimal number of at most 18 digits (``"PMC12345"``, ``"n/a"``, empty) is dropped
+without a problem and counted in ``Citation.skipped_links``. PMIDs are written without leading
+zeros. Only a record that has a ``<ReferenceList`` parses the reference part of ``PubmedData`` (the
+rest of it, history and article ids, is never parsed); a damaged reference list costs only the
+reference links: the citation is yielded without them, followed by a ``malformed_xml``
+:class:`Problem` that says so.
 """
 
 from __future__ import annotations
@@ -21,7 +45,8 @@ import os
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
-from typing import Iterator
+from itertools import chain
+from typing import Iterable, Iterator
 
 from biomed_lm.tokenization.streams import Problem, StreamDamage, iter_blocks
 
@@ -31,6 +56,12 @@ MAX_RECORD_BYTES = 1 << 26     # a record larger than 64 MiB is certainly damage
 RECORD_TAGS = (b"PubmedArticle", b"PubmedBookArticle", b"MedlineCitation", b"DeleteCitation")
 _RECORD_START = re.compile(rb"<(PubmedArticle|PubmedBookArticle|MedlineCitation|DeleteCitation)(?=[\s/>])")
 _YEAR = re.compile(r"\b(1[89]\d\d|20\d\d)\b")
+_LINK_PMID = re.compile(r"0*([1-9][0-9]{0,17})")
+
+#: The link type of the reference list's PMIDs (the CommentsCorrections types keep their RefType).
+REFERENCE_LIST = "ReferenceList"
+#: The link types that are citations: what LinkBERT's document relation prediction links by default.
+CITATION_LINK_TYPES = ("Cites", REFERENCE_LIST)
 
 
 @dataclass(frozen=True)
@@ -45,6 +76,15 @@ class Citation:
     language: str
     year: int | None
     line: int
+    #: link type -> PMIDs it links to (see the module docstring); left out of the hash, not of ==
+    links: dict[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+    #: links dropped because their PMID is not a number (not compared)
+    skipped_links: int = field(default=0, compare=False)
+
+    def cited(self, types: tuple[str, ...] = CITATION_LINK_TYPES) -> tuple[str, ...]:
+        """The PMIDs linked by any of ``types`` (by default the citations), in the order of
+        ``types`` then of the document, each once."""
+        return tuple(dict.fromkeys(pmid for link_type in types for pmid in self.links.get(link_type, ())))
 
     def document_text(self, include_title: bool = True, section_labels: bool = False) -> str:
         body = self.abstract_text(section_labels)
@@ -103,7 +143,49 @@ def _sections(abstract: ET.Element | None) -> tuple[tuple[str, str], ...]:
     return tuple(sections)
 
 
-def parse_medline_citation(citation: ET.Element, line: int) -> Citation:
+def canonical_pmid(value: str | None) -> str | None:
+    """``value`` as a link target: a PMID in decimal without leading zeros, or ``None`` when it is
+    not a positive number of at most 18 digits (so that it fits an int64 key)."""
+    match = _LINK_PMID.fullmatch((value or "").strip())
+    return match.group(1) if match else None
+
+
+def collect_links(own_pmid: str, pairs: Iterable[tuple[str, str | None]]
+                  ) -> tuple[dict[str, tuple[str, ...]], int]:
+    """``(link type, PMID text)`` pairs -> the links by type (each PMID once per type, in order,
+    without a link to ``own_pmid``) and how many were dropped because their PMID is not a number."""
+    own = canonical_pmid(own_pmid)
+    links: dict[str, dict[str, None]] = {}
+    skipped = 0
+    for link_type, value in pairs:
+        pmid = canonical_pmid(value)
+        if pmid is None:
+            skipped += 1
+        elif pmid != own:
+            links.setdefault(link_type, {})[pmid] = None
+    return {link_type: tuple(pmids) for link_type, pmids in links.items()}, skipped
+
+
+def _comments_corrections(citation: ET.Element) -> Iterator[tuple[str, str | None]]:
+    """``(RefType, PMID text)`` of each CommentsCorrections entry that names a PMID."""
+    for entry in citation.iterfind("CommentsCorrectionsList/CommentsCorrections"):
+        pmid = entry.find("PMID")
+        if pmid is not None:
+            yield (entry.get("RefType") or "").strip() or "Unspecified", pmid.text
+
+
+def _references(root: ET.Element | None) -> Iterator[tuple[str, str | None]]:
+    """``(REFERENCE_LIST, id text)`` of each pubmed id of each ``<Reference>`` under ``root``."""
+    if root is None:
+        return
+    for reference in root.iter("Reference"):
+        for article_id in reference.iterfind("ArticleIdList/ArticleId"):
+            if (article_id.get("IdType") or "").strip().lower() == "pubmed":
+                yield REFERENCE_LIST, article_id.text
+
+
+def parse_medline_citation(citation: ET.Element, line: int, references: ET.Element | None = None) -> Citation:
+    """A ``<MedlineCitation>``; ``references`` holds the reference lists of its ``PubmedData``."""
     pmid_el = citation.find("PMID")
     if pmid_el is None or not _text(pmid_el):
         raise ValueError("MedlineCitation without a PMID")
@@ -113,6 +195,7 @@ def parse_medline_citation(citation: ET.Element, line: int) -> Citation:
     year = _year(article.find("Journal/JournalIssue/PubDate") if article is not None else None,
                  article.find("ArticleDate") if article is not None else None,
                  citation.find("DateCompleted"), citation.find("DateCreated"))
+    links, skipped = collect_links(_text(pmid_el), chain(_comments_corrections(citation), _references(references)))
     return Citation(
         pmid=_text(pmid_el),
         version=_version(pmid_el),
@@ -122,6 +205,8 @@ def parse_medline_citation(citation: ET.Element, line: int) -> Citation:
         language=language,
         year=year,
         line=line,
+        links=links,
+        skipped_links=skipped,
     )
 
 
@@ -131,6 +216,7 @@ def parse_book_document(document: ET.Element, line: int) -> Citation:
         raise ValueError("BookDocument without a PMID")
     sections = _sections(document.find("Abstract"))
     title = _text(document.find("ArticleTitle")) or _text(document.find("Book/BookTitle"))
+    links, skipped = collect_links(_text(pmid_el), chain(_comments_corrections(document), _references(document)))
     return Citation(
         pmid=_text(pmid_el),
         version=_version(pmid_el),
@@ -140,19 +226,45 @@ def parse_book_document(document: ET.Element, line: int) -> Citation:
         language=_text(document.find("Language")),
         year=_year(document.find("Book/PubDate"), document.find("DateRevised")),
         line=line,
+        links=links,
+        skipped_links=skipped,
     )
+
+
+class _DamagedReferences(Exception):
+    """The reference lists of a citation could not be parsed; the citation itself could."""
+
+    def __init__(self, citation: Citation, message: str, line: int):
+        super().__init__(message)
+        self.citation, self.message, self.line = citation, message, line
+
+
+def _parse_pubmed_article(chunk: bytes, line: int) -> Citation:
+    """A ``<PubmedArticle>``: its MedlineCitation and, only when there is one, the reference lists
+    of its PubmedData. Skipping the rest of PubmedData (history, article ids) roughly halves the
+    parsing work of a record without references."""
+    start = chunk.find(b"<MedlineCitation")
+    end = chunk.find(b"</MedlineCitation>")
+    if start < 0 or end < 0:
+        raise ValueError("PubmedArticle without a complete MedlineCitation")
+    end += len(b"</MedlineCitation>")
+    medline = ET.fromstring(chunk[start:end])
+    first = chunk.find(b"<ReferenceList", end)
+    last = chunk.rfind(b"</ReferenceList>")
+    if first < 0 or last < first:
+        return parse_medline_citation(medline, line + chunk.count(b"\n", 0, start))
+    try:
+        references = ET.fromstring(b"<ReferenceLists>" + chunk[first:last + len(b"</ReferenceList>")]
+                                   + b"</ReferenceLists>")
+    except ET.ParseError as err:
+        citation = parse_medline_citation(medline, line + chunk.count(b"\n", 0, start))
+        raise _DamagedReferences(citation, str(err), line + chunk.count(b"\n", 0, first) + err.position[0] - 1)
+    return parse_medline_citation(medline, line + chunk.count(b"\n", 0, start), references)
 
 
 def _parse_record(tag: bytes, chunk: bytes, line: int) -> Citation | Deletion:
     if tag == b"PubmedArticle":
-        # Only the MedlineCitation part is needed; skipping PubmedData (reference lists, history)
-        # roughly halves the parsing work.
-        start = chunk.find(b"<MedlineCitation")
-        end = chunk.find(b"</MedlineCitation>")
-        if start < 0 or end < 0:
-            raise ValueError("PubmedArticle without a complete MedlineCitation")
-        line += chunk.count(b"\n", 0, start)
-        return parse_medline_citation(ET.fromstring(chunk[start:end + len(b"</MedlineCitation>")]), line)
+        return _parse_pubmed_article(chunk, line)
     root = ET.fromstring(chunk)
     if tag == b"MedlineCitation":
         return parse_medline_citation(root, line)
@@ -177,91 +289,105 @@ def _version(pmid: ET.Element, default: int | None = 1) -> int | None:
     return int(value)
 
 
+class _ScanWindow:
+    """The part of the decompressed stream being scanned: its bytes, where they start in the stream
+    (byte offset, newlines before), the end of the stream and why it ended, and line numbers."""
+
+    def __init__(self, blocks: Iterator[bytes]):
+        self.blocks = blocks
+        self.buf = b""
+        self.offset = 0           # byte offset (in the decompressed stream) of buf[0]
+        self.lines_before = 0     # newlines in the stream before buf[0]
+        self.eof = False
+        self.stream_error: str | None = None
+        self._counted_to = 0      # newlines in buf[:_counted_to] are counted in _newlines_seen
+        self._newlines_seen = 0
+
+    def line_of(self, index: int) -> int:
+        """The line of ``buf[index]``. Records are visited in increasing order, so newlines are
+        counted incrementally (linear time)."""
+        if index < self._counted_to:
+            self._counted_to, self._newlines_seen = 0, self.lines_before
+        self._newlines_seen += self.buf.count(b"\n", self._counted_to, index)
+        self._counted_to = index
+        return self._newlines_seen + 1
+
+    def refill(self, keep_from: int) -> None:
+        """Drop ``buf[:keep_from]`` and append the next block, or mark the end of the stream."""
+        self.lines_before = self.line_of(keep_from) - 1
+        self._counted_to, self._newlines_seen = 0, self.lines_before
+        self.offset += keep_from
+        self.buf = self.buf[keep_from:]
+        try:
+            self.buf += next(self.blocks)
+        except StopIteration:
+            self.eof = True
+        except StreamDamage as err:
+            self.eof = True
+            self.stream_error = str(err)
+
+
 def iter_pubmed_records(path: str | os.PathLike) -> Iterator[Citation | Deletion | Problem]:
     """Yield every citation and deletion in file order; damage is yielded as :class:`Problem`."""
     spath = str(path)
     if not os.path.isfile(path):
         yield Problem(spath, "missing", "no such file")
         return
-    blocks = iter_blocks(path, READ_BLOCK)
-    buf = b""
-    buf_offset = 0      # byte offset (in the decompressed stream) of buf[0]
-    lines_before = 0    # newlines in the stream before buf[0]
-    pos = 0             # scanning position in buf
-    eof = False
+    w = _ScanWindow(iter_blocks(path, READ_BLOCK))
+    pos = 0             # scanning position in w.buf
     found_any = False
-    stream_error: str | None = None
-
-    counted_to = 0      # newlines in buf[:counted_to] are counted in newlines_seen
-    newlines_seen = 0
-
-    def line_of(index: int) -> int:
-        # Records are visited in increasing order, so count newlines incrementally (linear time).
-        nonlocal counted_to, newlines_seen
-        if index < counted_to:
-            counted_to, newlines_seen = 0, lines_before
-        newlines_seen += buf.count(b"\n", counted_to, index)
-        counted_to = index
-        return newlines_seen + 1
-
     while True:
-        match = _RECORD_START.search(buf, pos)
+        match = _RECORD_START.search(w.buf, pos)
         if match:
             tag = match.group(1)
             end_tag = b"</" + tag + b">"
-            end = buf.find(end_tag, match.end())
-            limit = end if end >= 0 else len(buf)
-            # A new record starting before this one ends means this one is damaged. (A
-            # MedlineCitation inside a PubmedArticle is part of it, not a new record.)
-            next_start = _RECORD_START.search(buf, match.end(), limit)
-            while next_start and tag == b"PubmedArticle" and next_start.group(1) == b"MedlineCitation":
-                next_start = _RECORD_START.search(buf, next_start.end(), limit)
+            end = w.buf.find(end_tag, match.end())
+            start, where = match.start(), {"line": w.line_of(match.start()), "byte_offset": w.offset + match.start()}
+            next_start = _next_record_start(w.buf, match, end if end >= 0 else len(w.buf))
             if next_start:
                 yield Problem(spath, "malformed_xml", f"<{tag.decode()}> record is not closed before the next "
-                              "record starts; skipped it", line=line_of(match.start()),
-                              byte_offset=buf_offset + match.start())
+                              "record starts; skipped it", **where)
                 pos = next_start.start()
                 continue
             if end >= 0:
-                record_end = end + len(end_tag)
-                found_any = True
-                yield _checked_parse(spath, tag, buf[match.start():record_end], line_of(match.start()),
-                                     buf_offset + match.start())
-                pos = record_end
+                found_any, pos = True, end + len(end_tag)
+                yield from _checked_parse(spath, tag, w.buf[start:pos], where["line"], where["byte_offset"])
                 continue
-            if len(buf) - match.start() > MAX_RECORD_BYTES:
+            if len(w.buf) - start > MAX_RECORD_BYTES:
                 yield Problem(spath, "malformed_xml", f"<{tag.decode()}> record runs past {MAX_RECORD_BYTES} "
-                              "bytes without closing; skipped it", line=line_of(match.start()),
-                              byte_offset=buf_offset + match.start())
+                              "bytes without closing; skipped it", **where)
                 pos = match.end()
                 continue
-        if eof:
-            if match:
-                detail = stream_error or "the file ends inside it"
-                yield Problem(spath, "truncated_record", f"<{match.group(1).decode()}> record is incomplete: "
-                              f"{detail}", line=line_of(match.start()), byte_offset=buf_offset + match.start())
-            elif stream_error:
-                yield Problem(spath, "truncated_or_corrupt_gzip", stream_error, line=line_of(len(buf)),
-                              byte_offset=buf_offset + len(buf))
-            break
+        if w.eof:
+            yield from _end_of_stream_problems(spath, w, match, found_any)
+            return
         # Need more data. Drop what is consumed, but keep an open record, or a short tail in case a
         # start tag straddles the block boundary.
-        keep_from = match.start() if match else max(pos, len(buf) - 64)
-        lines_before = line_of(keep_from) - 1
-        counted_to, newlines_seen = 0, lines_before
-        buf_offset += keep_from
-        buf = buf[keep_from:]
+        w.refill(match.start() if match else max(pos, len(w.buf) - 64))
         pos = 0
-        try:
-            buf += next(blocks)
-        except StopIteration:
-            eof = True
-        except StreamDamage as err:
-            eof = True
-            stream_error = str(err)
 
-    if not found_any and stream_error is None:
-        if buf_offset + len(buf) == 0:
+
+def _next_record_start(buf: bytes, match: re.Match, limit: int) -> re.Match | None:
+    """A record starting inside this one before ``limit`` (which means this one is damaged). A
+    MedlineCitation inside a PubmedArticle is part of it, not a new record."""
+    next_start = _RECORD_START.search(buf, match.end(), limit)
+    while next_start and match.group(1) == b"PubmedArticle" and next_start.group(1) == b"MedlineCitation":
+        next_start = _RECORD_START.search(buf, next_start.end(), limit)
+    return next_start
+
+
+def _end_of_stream_problems(spath: str, w: _ScanWindow, match: re.Match | None, found_any: bool
+                            ) -> Iterator[Problem]:
+    """What the end of the stream says: a record cut off, a damaged gzip stream, or no record at all."""
+    if match:
+        yield Problem(spath, "truncated_record", f"<{match.group(1).decode()}> record is incomplete: "
+                      f"{w.stream_error or 'the file ends inside it'}", line=w.line_of(match.start()),
+                      byte_offset=w.offset + match.start())
+    elif w.stream_error:
+        yield Problem(spath, "truncated_or_corrupt_gzip", w.stream_error, line=w.line_of(len(w.buf)),
+                      byte_offset=w.offset + len(w.buf))
+    if not found_any and w.stream_error is None:
+        if w.offset + len(w.buf) == 0:
             yield Problem(spath, "empty", "the file is empty (0 bytes" + (" after decompression)" if
                           spath.endswith(".gz") else ")") + "; no PubMed record")
         else:
@@ -269,18 +395,31 @@ def iter_pubmed_records(path: str | os.PathLike) -> Iterator[Citation | Deletion
                           "record found; is this a PubMed/MEDLINE XML file?")
 
 
-def _checked_parse(path: str, tag: bytes, chunk: bytes, line: int, offset: int) -> Citation | Deletion | Problem:
+def _checked_parse(path: str, tag: bytes, chunk: bytes, line: int, offset: int
+                   ) -> Iterator[Citation | Deletion | Problem]:
+    """The record, or the problem that stops it; a citation whose reference lists are damaged is
+    yielded without them, followed by the problem."""
     try:
         chunk.decode("utf-8")
     except UnicodeDecodeError as err:
         bad_line = line + chunk.count(b"\n", 0, err.start)
-        return Problem(path, "invalid_utf8", f"{err.reason} in <{tag.decode()}> record starting at line {line}",
-                       line=bad_line, byte_offset=offset + err.start)
+        yield Problem(path, "invalid_utf8", f"{err.reason} in <{tag.decode()}> record starting at line {line}",
+                      line=bad_line, byte_offset=offset + err.start)
+        return
     try:
-        return _parse_record(tag, chunk, line)
+        item = _parse_record(tag, chunk, line)
+    except _DamagedReferences as damaged:
+        yield damaged.citation
+        yield Problem(path, "malformed_xml", f"{damaged.message} in the <ReferenceList> of PMID "
+                      f"{damaged.citation.pmid} (record starting at line {line}); the citation is kept without "
+                      "its reference-list links", line=damaged.line, byte_offset=offset)
+        return
     except ET.ParseError as err:
         err_line, err_col = err.position
-        return Problem(path, "malformed_xml", f"{err} in <{tag.decode()}> record starting at line {line}",
-                       line=line + err_line - 1, byte_offset=offset)
+        yield Problem(path, "malformed_xml", f"{err} in <{tag.decode()}> record starting at line {line}",
+                      line=line + err_line - 1, byte_offset=offset)
+        return
     except ValueError as err:
-        return Problem(path, "malformed_record", str(err), line=line, byte_offset=offset)
+        yield Problem(path, "malformed_record", str(err), line=line, byte_offset=offset)
+        return
+    yield item
