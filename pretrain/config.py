@@ -47,7 +47,8 @@ class ModelArguments:
     init_checkpoint: str = field(default="", metadata={
         "help": "the general-domain BERT directory the continual modes start from (e.g. bert-base-uncased)"})
     model: str = field(default="", metadata={
-        "help": "a preset in configs/model (bert-base, bert-large, bert-small, bert-tiny) or a YAML/JSON file "
+        "help": "a preset in configs/model (bert-base, bert-large, bert-small, bert-tiny, bioformer-8l, "
+                "bioformer-16l, minilm-l6) or a YAML/JSON file "
                 "of BertConfig fields (vocab_size always comes from the tokenizer); default: bert-base from "
                 "scratch, the checkpoint's own architecture in the continual modes"})
     attn_implementation: AttentionImplementation = field(default="auto", metadata={
