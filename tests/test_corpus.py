@@ -75,7 +75,7 @@ def test_sentences_title_and_columns(tmp_path):
                                               title="Naloxone trial.")))
     _, ds = run(tmp_path, [xml], min_words=1)
     row = ds[0]
-    assert ds.column_names == ["id", "source", "text", "sentences", "title", "year", "language"]
+    assert ds.column_names == ["id", "source", "text", "sentences", "title", "year", "language", "links"]
     assert row["sentences"] == ["Naloxone trial.", "Dr. Smith et al. gave 2.5 mg i.v. daily.", "Pain fell."]
     assert row["text"].startswith("Naloxone trial. Dr. Smith") and row["year"] == 2001 and row["language"] == "eng"
     _, ds = run(tmp_path / "no_title", [xml], min_words=1, include_title=False)

@@ -450,7 +450,8 @@ def _link_line(text: str) -> tuple[int, int, str] | str | None:
     for name, value in zip(("citing_pmid", "cited_pmid"), fields):
         pmid = canonical_pmid(value)
         if pmid is None:
-            return f"field {name} {value[:40]!r} is not a PMID (a positive decimal number); expected {LINKS_FILE_FORMAT}"
+            return (f"field {name} {value[:40]!r} is not a PMID (a positive decimal number); "
+                    f"expected {LINKS_FILE_FORMAT}")
         pmids.append(int(pmid))
     link_type = fields[2] if len(fields) == 3 else "Cites"
     if not link_type:
@@ -483,8 +484,9 @@ def read_links_file(path: str) -> tuple[LinksFile, list[Problem]]:
             cited.append(parsed[1])
             codes.append(names.setdefault(parsed[2], len(names)))
     if not citing and problems:
+        first = problems[0].describe().removesuffix("; the line was skipped")
         raise TokenizationError(f"links_file {path}: not one usable link ({len(problems)} bad line(s)); the first: "
-                                f"{problems[0].describe()}")
+                                f"{first}")
     if not citing and not self_links:
         problems.append(Problem(path, "empty", f"the links file has no link line ({LINKS_FILE_FORMAT})"))
     links = LinksFile(path, np.frombuffer(citing, dtype=np.int64), np.frombuffer(cited, dtype=np.int64),
@@ -501,10 +503,11 @@ def _members(values: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
 
 
 def _first_rows(table: pa.Table, keys: list[str]) -> pa.Table:
-    """The first row (by ``pos``) of each distinct ``keys`` combination, in ``pos`` order."""
+    """The first row of each distinct ``keys`` combination, in table order."""
     if not table.num_rows:
         return table
-    first = table.group_by(keys, use_threads=False).aggregate([("pos", "min")]).column("pos_min").to_numpy()
+    rows = table.append_column("row", pa.array(np.arange(table.num_rows, dtype=np.int64)))
+    first = rows.group_by(keys, use_threads=False).aggregate([("row", "min")]).column("row_min").to_numpy()
     return table.take(np.sort(first))
 
 
@@ -532,6 +535,7 @@ class _LinkCounts:
     def summary(self) -> dict:
         return {**self.column, "by_type": dict(sorted(self.by_type.items(), key=lambda kv: -kv[1]["links"]))}
 
+
 def document_links(shards: list[Path], keep: np.ndarray, config: CorpusConfig, links_file: LinksFile | None
                    ) -> tuple[pa.ChunkedArray, dict]:
     """The ``links`` column of the kept documents (in their order) and the ``links`` counts of
@@ -557,9 +561,7 @@ def document_links(shards: list[Path], keep: np.ndarray, config: CorpusConfig, l
     summary = counts.summary()
     if links_file is not None:
         summary["links_file"] = links_file.summary() | extra
-    column = pa.chunked_array(chunks, type=pa.list_(pa.string())) if chunks else pa.chunked_array(
-        [], type=pa.list_(pa.string()))
-    return column, summary
+    return pa.chunked_array(chunks, type=pa.list_(pa.string())), summary
 
 
 def _file_links_by_document(links_file: LinksFile | None, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -587,8 +589,7 @@ def _links_of_chunk(part: pa.Table, from_file: tuple | None, sorted_keys: np.nda
         doc, pmid = np.concatenate([doc, from_file[0]]), np.concatenate([pmid, from_file[1]])
         types = pa.concat_arrays([types, from_file[2]])
     order = np.argsort(doc, kind="stable")  # a document's own links first, then the file's
-    links = pa.table({"doc": doc[order], "pmid": pmid[order], "type": types.take(pa.array(order)),
-                      "pos": np.arange(len(order), dtype=np.int64)})
+    links = pa.table({"doc": doc[order], "pmid": pmid[order], "type": types.take(pa.array(order))})
     links = _first_rows(links, ["doc", "type", "pmid"])
     links = links.append_column("resolvable", pa.array(_members(links.column("pmid").to_numpy(), sorted_keys)))
     wanted = pc.is_in(links.column("type"), value_set=pa.array(list(column_types), pa.string()))
@@ -596,7 +597,8 @@ def _links_of_chunk(part: pa.Table, from_file: tuple | None, sorted_keys: np.nda
     per_document = np.bincount(column.column("doc").to_numpy(), minlength=part.num_rows)
     counts.add(links, column, per_document)
     offsets = np.concatenate([[0], np.cumsum(per_document)]).astype(np.int32)
-    return pa.ListArray.from_arrays(pa.array(offsets), pc.cast(column.column("pmid"), pa.string()))
+    values = pc.cast(column.column("pmid"), pa.string()).combine_chunks()
+    return pa.ListArray.from_arrays(pa.array(offsets), values)
 
 
 def build_documents(batch: dict, include_title: bool) -> dict:
@@ -634,12 +636,19 @@ def prepare_corpus(config: CorpusConfig) -> dict:
         input_problems.append(Problem(str(path), "unknown_format", f"unknown suffix {suffix_of(path)!r}, not read; "
                                       f"accepted: {accepted_suffixes()}; --format text, jsonl or xml reads "
                                       "files of other suffixes that way"))
+    links_file = None
+    if config.links_file:  # read first: a missing or unusable links file stops the run before any parsing
+        links_file, link_problems = read_links_file(config.links_file)
+        input_problems += link_problems
     parsed = parse_inputs(files, work, config)
     shards = [shard for shard, _ in parsed]
     keep, dropped, funnel = _resolve_shards(shards, config)
+    links = {}
     if funnel["kept"]:
-        _build_documents(shards, keep, funnel["kept"], work, out, config)
+        column, links = document_links(shards, keep, config, links_file)
+        _build_documents(shards, keep, funnel["kept"], work, out, config, column)
     summary = _summary(config, out, files, input_problems, parsed, dropped, funnel, time.perf_counter() - started)
+    summary["links"] = links
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     if not funnel["kept"]:
@@ -667,7 +676,7 @@ def _resolve_shards(shards: list[Path], config: CorpusConfig) -> tuple[np.ndarra
 
 
 def _build_documents(shards: list[Path], keep: np.ndarray, n_kept: int, work: Path, out: Path,
-                     config: CorpusConfig) -> None:
+                     config: CorpusConfig, links: pa.ChunkedArray) -> None:
     """Stage 3: the surviving rows, sentence-split, saved as the corpus dataset in ``out``."""
     import datasets
 
@@ -683,9 +692,10 @@ def _build_documents(shards: list[Path], keep: np.ndarray, n_kept: int, work: Pa
     documents = survivors.map(
         build_documents, batched=True, batch_size=500, num_proc=min(config.workers(), max(1, n_kept // 500)),
         fn_kwargs={"include_title": config.include_title},
-        remove_columns=["key", "is_delete", "line", "abstract", "n_words"],
+        remove_columns=["key", "is_delete", "line", "abstract", "n_words", "link_pmids", "link_types"],
         cache_file_name=str(work / f"documents-{recipe}.arrow"), desc="split sentences")
-    documents = documents.select_columns(["id", "source", "text", "sentences", "title", "year", "language"])
+    documents = documents.add_column("links", links, new_fingerprint=f"{recipe}-links")
+    documents = documents.select_columns(["id", "source", "text", "sentences", "title", "year", "language", "links"])
     documents.save_to_disk(str(out), max_shard_size=config.max_shard_size)
     for stale in work.glob("documents-*.arrow"):
         if not stale.name.startswith(f"documents-{recipe}"):
@@ -697,7 +707,8 @@ def _summary(config: CorpusConfig, out: Path, files: list[Path], input_problems:
     """What ``summary.json`` says: what was read, kept and dropped, every problem, and why nothing
     was kept when nothing was."""
     problems = [p.to_dict() for p in input_problems] + [p for _, s in parsed for p in s["problems"]]
-    totals = {k: sum(s[k] for _, s in parsed) for k in ("citations", "deletions", "documents", "empty_lines")}
+    totals = {k: sum(s.get(k, 0) for _, s in parsed)
+              for k in ("citations", "deletions", "documents", "empty_lines", "links_skipped")}
     summary = {
         "output_dir": str(out),
         "documents_kept": funnel["kept"],

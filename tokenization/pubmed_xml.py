@@ -33,10 +33,9 @@ them (deduplicated, ``"Cites"`` first). The other types are kept for whoever wan
 type a PMID is listed once (first occurrence); a link to the citation itself is dropped; a PMID that
 is not a positive decimal number of at most 18 digits (``"PMC12345"``, ``"n/a"``, empty) is dropped
 without a problem and counted in ``Citation.skipped_links``. PMIDs are written without leading
-zeros. Only a record that has a ``<ReferenceList`` parses the reference part of ``PubmedData`` (the
-rest of it, history and article ids, is never parsed); a damaged reference list costs only the
-reference links: the citation is yielded without them, followed by a ``malformed_xml``
-:class:`Problem` that says so.
+zeros. ``PubmedData`` is not parsed as XML: the pubmed ids of its reference lists are picked out of
+the record's bytes between the first ``<ReferenceList`` and the last ``</ReferenceList>`` (ten times
+faster than parsing them, and markup there that ElementTree would refuse costs nothing).
 """
 
 from __future__ import annotations
@@ -57,6 +56,8 @@ RECORD_TAGS = (b"PubmedArticle", b"PubmedBookArticle", b"MedlineCitation", b"Del
 _RECORD_START = re.compile(rb"<(PubmedArticle|PubmedBookArticle|MedlineCitation|DeleteCitation)(?=[\s/>])")
 _YEAR = re.compile(r"\b(1[89]\d\d|20\d\d)\b")
 _LINK_PMID = re.compile(r"0*([1-9][0-9]{0,17})")
+# An <ArticleId IdType="pubmed"> inside a ReferenceList (only a Reference's ArticleIdList holds one there).
+_PUBMED_ARTICLE_ID = re.compile(rb"<ArticleId\b[^>]*?\bIdType\s*=\s*[\"']pubmed[\"'][^>]*>([^<]*)</ArticleId>")
 
 #: The link type of the reference list's PMIDs (the CommentsCorrections types keep their RefType).
 REFERENCE_LIST = "ReferenceList"
@@ -146,6 +147,8 @@ def _sections(abstract: ET.Element | None) -> tuple[tuple[str, str], ...]:
 def canonical_pmid(value: str | None) -> str | None:
     """``value`` as a link target: a PMID in decimal without leading zeros, or ``None`` when it is
     not a positive number of at most 18 digits (so that it fits an int64 key)."""
+    if value and value.isdigit() and value.isascii() and value[0] != "0" and len(value) <= 18:
+        return value  # the common case, without the regular expression
     match = _LINK_PMID.fullmatch((value or "").strip())
     return match.group(1) if match else None
 
@@ -174,18 +177,17 @@ def _comments_corrections(citation: ET.Element) -> Iterator[tuple[str, str | Non
             yield (entry.get("RefType") or "").strip() or "Unspecified", pmid.text
 
 
-def _references(root: ET.Element | None) -> Iterator[tuple[str, str | None]]:
+def _references(root: ET.Element) -> Iterator[tuple[str, str | None]]:
     """``(REFERENCE_LIST, id text)`` of each pubmed id of each ``<Reference>`` under ``root``."""
-    if root is None:
-        return
     for reference in root.iter("Reference"):
         for article_id in reference.iterfind("ArticleIdList/ArticleId"):
             if (article_id.get("IdType") or "").strip().lower() == "pubmed":
                 yield REFERENCE_LIST, article_id.text
 
 
-def parse_medline_citation(citation: ET.Element, line: int, references: ET.Element | None = None) -> Citation:
-    """A ``<MedlineCitation>``; ``references`` holds the reference lists of its ``PubmedData``."""
+def parse_medline_citation(citation: ET.Element, line: int,
+                           references: Iterable[tuple[str, str | None]] = ()) -> Citation:
+    """A ``<MedlineCitation>``; ``references``: the ``(REFERENCE_LIST, id)`` pairs of its ``PubmedData``."""
     pmid_el = citation.find("PMID")
     if pmid_el is None or not _text(pmid_el):
         raise ValueError("MedlineCitation without a PMID")
@@ -195,7 +197,7 @@ def parse_medline_citation(citation: ET.Element, line: int, references: ET.Eleme
     year = _year(article.find("Journal/JournalIssue/PubDate") if article is not None else None,
                  article.find("ArticleDate") if article is not None else None,
                  citation.find("DateCompleted"), citation.find("DateCreated"))
-    links, skipped = collect_links(_text(pmid_el), chain(_comments_corrections(citation), _references(references)))
+    links, skipped = collect_links(_text(pmid_el), chain(_comments_corrections(citation), references))
     return Citation(
         pmid=_text(pmid_el),
         version=_version(pmid_el),
@@ -231,35 +233,21 @@ def parse_book_document(document: ET.Element, line: int) -> Citation:
     )
 
 
-class _DamagedReferences(Exception):
-    """The reference lists of a citation could not be parsed; the citation itself could."""
-
-    def __init__(self, citation: Citation, message: str, line: int):
-        super().__init__(message)
-        self.citation, self.message, self.line = citation, message, line
-
-
 def _parse_pubmed_article(chunk: bytes, line: int) -> Citation:
-    """A ``<PubmedArticle>``: its MedlineCitation and, only when there is one, the reference lists
-    of its PubmedData. Skipping the rest of PubmedData (history, article ids) roughly halves the
-    parsing work of a record without references."""
+    """A ``<PubmedArticle>``: ElementTree parses only its MedlineCitation (skipping PubmedData,
+    history and reference lists, roughly halves the parsing work); the reference lists' pubmed ids
+    are picked out of the bytes (ten times faster than parsing them)."""
     start = chunk.find(b"<MedlineCitation")
     end = chunk.find(b"</MedlineCitation>")
     if start < 0 or end < 0:
         raise ValueError("PubmedArticle without a complete MedlineCitation")
     end += len(b"</MedlineCitation>")
-    medline = ET.fromstring(chunk[start:end])
     first = chunk.find(b"<ReferenceList", end)
     last = chunk.rfind(b"</ReferenceList>")
-    if first < 0 or last < first:
-        return parse_medline_citation(medline, line + chunk.count(b"\n", 0, start))
-    try:
-        references = ET.fromstring(b"<ReferenceLists>" + chunk[first:last + len(b"</ReferenceList>")]
-                                   + b"</ReferenceLists>")
-    except ET.ParseError as err:
-        citation = parse_medline_citation(medline, line + chunk.count(b"\n", 0, start))
-        raise _DamagedReferences(citation, str(err), line + chunk.count(b"\n", 0, first) + err.position[0] - 1)
-    return parse_medline_citation(medline, line + chunk.count(b"\n", 0, start), references)
+    references = []
+    if first >= 0 and last > first:
+        references = [(REFERENCE_LIST, value.decode()) for value in _PUBMED_ARTICLE_ID.findall(chunk, first, last)]
+    return parse_medline_citation(ET.fromstring(chunk[start:end]), line + chunk.count(b"\n", 0, start), references)
 
 
 def _parse_record(tag: bytes, chunk: bytes, line: int) -> Citation | Deletion:
@@ -351,7 +339,7 @@ def iter_pubmed_records(path: str | os.PathLike) -> Iterator[Citation | Deletion
                 continue
             if end >= 0:
                 found_any, pos = True, end + len(end_tag)
-                yield from _checked_parse(spath, tag, w.buf[start:pos], where["line"], where["byte_offset"])
+                yield _checked_parse(spath, tag, w.buf[start:pos], where["line"], where["byte_offset"])
                 continue
             if len(w.buf) - start > MAX_RECORD_BYTES:
                 yield Problem(spath, "malformed_xml", f"<{tag.decode()}> record runs past {MAX_RECORD_BYTES} "
@@ -395,31 +383,18 @@ def _end_of_stream_problems(spath: str, w: _ScanWindow, match: re.Match | None, 
                           "record found; is this a PubMed/MEDLINE XML file?")
 
 
-def _checked_parse(path: str, tag: bytes, chunk: bytes, line: int, offset: int
-                   ) -> Iterator[Citation | Deletion | Problem]:
-    """The record, or the problem that stops it; a citation whose reference lists are damaged is
-    yielded without them, followed by the problem."""
+def _checked_parse(path: str, tag: bytes, chunk: bytes, line: int, offset: int) -> Citation | Deletion | Problem:
     try:
         chunk.decode("utf-8")
     except UnicodeDecodeError as err:
         bad_line = line + chunk.count(b"\n", 0, err.start)
-        yield Problem(path, "invalid_utf8", f"{err.reason} in <{tag.decode()}> record starting at line {line}",
-                      line=bad_line, byte_offset=offset + err.start)
-        return
+        return Problem(path, "invalid_utf8", f"{err.reason} in <{tag.decode()}> record starting at line {line}",
+                       line=bad_line, byte_offset=offset + err.start)
     try:
-        item = _parse_record(tag, chunk, line)
-    except _DamagedReferences as damaged:
-        yield damaged.citation
-        yield Problem(path, "malformed_xml", f"{damaged.message} in the <ReferenceList> of PMID "
-                      f"{damaged.citation.pmid} (record starting at line {line}); the citation is kept without "
-                      "its reference-list links", line=damaged.line, byte_offset=offset)
-        return
+        return _parse_record(tag, chunk, line)
     except ET.ParseError as err:
         err_line, err_col = err.position
-        yield Problem(path, "malformed_xml", f"{err} in <{tag.decode()}> record starting at line {line}",
-                      line=line + err_line - 1, byte_offset=offset)
-        return
+        return Problem(path, "malformed_xml", f"{err} in <{tag.decode()}> record starting at line {line}",
+                       line=line + err_line - 1, byte_offset=offset)
     except ValueError as err:
-        yield Problem(path, "malformed_record", str(err), line=line, byte_offset=offset)
-        return
-    yield item
+        return Problem(path, "malformed_record", str(err), line=line, byte_offset=offset)
