@@ -1,8 +1,9 @@
 #!/usr/bin/env python
-"""Turn a prepared corpus into BERT pretraining instances (MLM + NSP), saved as a datasets dataset.
+"""Turn a prepared corpus into pretraining instances (MLM + a pair objective), saved as a datasets dataset.
 
     python launch/create_pretraining_data.py --corpus runs/corpus/pubmed --tokenizer runs/vocab/pubmed
-        --output-dir runs/data/pubmed_seq128 [--max-seq-length 128] [--short-seq-prob 0.1] [--no-nsp]
+        --output-dir runs/data/pubmed_seq128 [--max-seq-length 128] [--short-seq-prob 0.1]
+        [--pair-task nsp|sop|drp|none] [--packing document|cross-document]
         [--dupe-factor 1] [--seed 12345] [--num-proc N] [--max-shard-size 500MB] [--overwrite]
         [--tokenized-cache DIR]
     python launch/create_pretraining_data.py --config configs/data/phase1_seq128.yaml   # then phase2_seq512.yaml

@@ -1,4 +1,4 @@
-"""Pretraining instances: a prepared corpus and a tokenizer in, BERT MLM + NSP instances on disk out.
+"""Pretraining instances: a prepared corpus and a tokenizer in, MLM instances with a pair objective on disk out.
 
 This is BERT's ``create_pretraining_data.py`` recipe, re-implemented for ``datasets`` and fast
 tokenizers, without the masking: masks are drawn afresh for every batch by the collator
@@ -16,10 +16,22 @@ The recipe, per document (a list of sentences, title first):
    starting at a random sentence and long enough to fill the target (NotNext); the chunk's
    sentences after A are then put back, to start the next chunk, so no text is wasted.
    Otherwise B is the rest of the chunk: the true continuation (IsNext).
-   Without NSP (``nsp=False``) the whole chunk is one segment.
+   The other pair objectives (``pair_task``) label the chunk's A/B pair differently:
+   **sop** (ALBERT's sentence-order prediction): A and B are always the chunk's two consecutive
+   parts, swapped half the time (label SWAPPED, else IN_ORDER); a one-sentence chunk takes the next
+   sentence too, and a document's lone last sentence makes a one-segment instance without a label
+   (ALBERT's code would give it a B from another document, which is NSP, not SOP). **drp**
+   (LinkBERT's document relation prediction): B is the rest of the chunk (CONTIGUOUS), text from a
+   random other document (RANDOM_DOCUMENT) or text from a document A's document cites
+   (LINKED_DOCUMENT), uniformly among those the chunk can have; links come from the corpus's
+   ``links`` column (:mod:`tokenization.corpus`), resolved to corpus rows by :func:`build_link_index`.
+   **none**: the whole chunk is one segment (MLM only); with ``packing: cross-document`` sentences
+   are instead packed up to the length across document ends, [SEP] between documents, as RoBERTa's
+   FULL-SENTENCES (:func:`pack_documents`; packs stay inside groups of :data:`PACK_GROUP` documents).
 3. While A + B is longer than ``max_num_tokens``, one token is removed from the longer segment
    (B on a tie), at its front or its back with equal probability.
-4. The instance is ``[CLS] A [SEP] B [SEP]`` (``[CLS] A [SEP]`` without NSP), unpadded.
+4. The instance is ``[CLS] A [SEP] B [SEP]`` (``[CLS] A [SEP]`` for one segment), unpadded; the pair
+   label is in ``next_sentence_label`` whatever the objective (:data:`PAIR_LABELS`).
 
 So an instance never spans two documents, except for a NotNext B, which by design comes from
 another one. A one-sentence chunk has no boundary to cut at, so its B is always NotNext, as in
@@ -72,7 +84,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from itertools import chain
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Literal, Mapping, NamedTuple, Sequence, get_args
 
 import numpy as np
 import pyarrow as pa
@@ -85,9 +97,19 @@ FORMAT_VERSION = 1  # bump when the instances or their metadata change meaning
 METADATA_FILE = "pretraining_data.json"
 WORK_DIR = "_work"
 
-IS_NEXT = 0          # Hugging Face's convention: label 0 = B continues A
-NOT_NEXT = 1         # label 1 = B comes from another document
-NO_NSP_LABEL = -100  # ignored by the loss; every instance built with nsp=False carries it
+# The pair objective an instance's A/B pair is labelled for (column next_sentence_label holds the label):
+PairTask = Literal["nsp", "sop", "drp", "none"]
+PAIR_TASKS: tuple[str, ...] = get_args(PairTask)
+IS_NEXT, NOT_NEXT = 0, 1          # nsp (BERT; transformers' convention: 0 = B continues A)
+IN_ORDER, SWAPPED = 0, 1          # sop (ALBERT; transformers' sentence_order_label: 0 = original order)
+CONTIGUOUS, RANDOM_DOCUMENT, LINKED_DOCUMENT = 0, 1, 2  # drp (LinkBERT's document relation prediction)
+NO_PAIR_LABEL = -100              # ignored by the loss: pair_task none, and a SOP chunk with no order to swap
+NO_NSP_LABEL = NO_PAIR_LABEL
+#: Each pair task's label names, in label order.
+PAIR_LABELS: dict[str, tuple[str, ...]] = {"nsp": ("is_next", "not_next"), "sop": ("in_order", "swapped"),
+                                           "drp": ("contiguous", "random", "linked"), "none": ()}
+Packing = Literal["document", "cross-document"]
+PACK_GROUP = 256  # cross-document packs never span two groups of this many documents: output independent of batching
 
 # The training columns (what the collator reads) and the provenance column.
 INSTANCE_COLUMNS = ("input_ids", "token_type_ids", "next_sentence_label", "word_starts")
@@ -126,8 +148,15 @@ class PretrainingDataConfig:
     short_seq_prob: float = field(default=0.1, metadata={
         "help": "probability that an instance gets a random shorter target length in [2, max]",
         "min": 0, "max": 1})
-    nsp: bool = field(default=True, metadata={
-        "help": "build A/B pairs with next-sentence labels; --no-nsp builds one-segment, MLM-only instances"})
+    pair_task: PairTask = field(default="nsp", metadata={
+        "help": "the A/B pair objective: nsp (BERT: B continues A or comes from another document), sop "
+                "(ALBERT: two consecutive segments, swapped half the time), drp (LinkBERT: B contiguous, from a "
+                "random document or from a document A's cites, a third each; the corpus needs links), none "
+                "(one segment, MLM only)"})
+    packing: Packing = field(default="document", metadata={
+        "help": "with pair_task none: document (an instance never leaves its document) or cross-document "
+                "(RoBERTa's full sentences: sentences packed up to the length across document ends, [SEP] "
+                "between documents)"})
     dupe_factor: int = field(default=1, metadata={
         "help": "pass over each document this many times, each with other A/B pairings (masks are drawn "
                 "at training time, so duplicates are not needed for new masks)", "min": 1})
@@ -160,6 +189,9 @@ class PretrainingDataConfig:
             raise PretrainingDataError(f"batch_size must be at least 1, not {self.batch_size}")
         if self.seed < 0:
             raise PretrainingDataError(f"seed must be non-negative (numpy seeds), not {self.seed}")
+        if self.packing == "cross-document" and self.pair_task != "none":
+            raise PretrainingDataError(f"packing 'cross-document' makes one-segment instances: it needs pair_task "
+                                       f"none, not {self.pair_task!r}")
 
 
 # ----------------------------------------------------------------------- the recipe (pure)
@@ -167,12 +199,13 @@ class PretrainingDataConfig:
 class InstancePlan(NamedTuple):
     """One instance of a document, in sentences (indices into the document's usable sentences).
 
-    A is sentences ``[a_start, a_end)``. IsNext: B is ``[a_end, b_end)``. NotNext: B comes from
+    A is sentences ``[a_start, a_end)``. A contiguous B is ``[a_end, b_end)``; ``swapped`` (SOP) puts
+    it before A. A B from another document (NSP's NotNext, DRP's random and linked) comes from
     ``other_document``, starting at sentence ``floor(other_start * n)`` of its ``n`` sentences and
     taking sentences until it has ``target_b_length`` tokens (:func:`continuation_start`,
     :func:`continuation_end`); a fraction stands in for the index because ``n`` is only known once
-    the other document has been read. Without NSP, B is empty (``b_end == a_end``) and
-    ``other_document`` is -1.
+    the other document has been read. One-segment instances have ``b_end == a_end`` and
+    ``other_document`` -1. ``label`` is the pair label (:data:`PAIR_LABELS`), or NO_PAIR_LABEL.
     """
 
     a_start: int
@@ -181,10 +214,17 @@ class InstancePlan(NamedTuple):
     other_document: int = -1
     other_start: float = 0.0
     target_b_length: int = 0
+    label: int = NO_PAIR_LABEL
+    swapped: bool = False
 
     @property
     def is_random_next(self) -> bool:
+        """B comes from another document (random or linked)."""
         return self.other_document >= 0
+
+    @property
+    def has_b(self) -> bool:
+        return self.is_random_next or self.b_end > self.a_end
 
     def next_sentence(self) -> int:
         """The first sentence of the document this instance does not use: where the next chunk starts."""
@@ -200,16 +240,20 @@ def draw_target_length(rng: np.random.Generator, max_num_tokens: int, short_seq_
 
 
 def plan_document(sentence_lengths: Sequence[int], rng: np.random.Generator, *, max_num_tokens: int,
-                  short_seq_prob: float = 0.1, nsp: bool = True, document_index: int = 0,
-                  num_documents: int = 1) -> list[InstancePlan]:
+                  short_seq_prob: float = 0.1, pair_task: str = "nsp", document_index: int = 0,
+                  num_documents: int = 1, linked: Sequence[int] = ()) -> list[InstancePlan]:
     """The instances of one document, given the token count of each of its usable sentences.
 
     Pure: sentence lengths and a generator in, plans out (steps 1 and 2 of the module docstring).
-    Every length must be positive. With ``nsp`` the corpus needs ``num_documents >= 2``: the
-    NotNext draw picks one of the ``num_documents - 1`` documents other than ``document_index``.
+    Every length must be positive. NSP and DRP draw other documents: they need ``num_documents >= 2``
+    and pick among the ``num_documents - 1`` documents other than ``document_index``; DRP's linked
+    B comes from one of ``linked`` (the rows of the documents this one cites).
     """
-    if nsp and num_documents < 2:
-        raise PretrainingDataError("next-sentence prediction needs at least 2 documents (or use --no-nsp)")
+    if pair_task not in PAIR_TASKS:
+        raise PretrainingDataError(f"unknown pair_task {pair_task!r}; choose one of {', '.join(PAIR_TASKS)}")
+    if pair_task in ("nsp", "drp") and num_documents < 2:
+        raise PretrainingDataError(f"pair_task {pair_task} draws other documents and needs at least 2 "
+                                   "(or use pair_task none)")
     n = len(sentence_lengths)
     plans: list[InstancePlan] = []
     start = 0
@@ -219,21 +263,82 @@ def plan_document(sentence_lengths: Sequence[int], rng: np.random.Generator, *, 
         while end < n and tokens < target:
             tokens += sentence_lengths[end]
             end += 1
-        if not nsp:
-            plan = InstancePlan(start, end, end)
+        chunk = _Chunk(sentence_lengths, start, end, target, rng)
+        if pair_task == "nsp":
+            plan = _nsp_plan(chunk, document_index, num_documents)
+        elif pair_task == "sop":
+            plan = _sop_plan(chunk)
+        elif pair_task == "drp":
+            plan = _drp_plan(chunk, document_index, num_documents, linked)
         else:
-            size = end - start
-            a_end = start + (int(rng.integers(1, size)) if size >= 2 else 1)
-            if size == 1 or rng.random() < 0.5:
-                other = int(rng.integers(num_documents - 1))
-                other += other >= document_index  # every document but this one, uniformly
-                len_a = int(sum(sentence_lengths[start:a_end]))
-                plan = InstancePlan(start, a_end, a_end, other, float(rng.random()), target - len_a)
-            else:
-                plan = InstancePlan(start, a_end, end)
+            plan = InstancePlan(start, end, end)
         plans.append(plan)
         start = plan.next_sentence()
     return plans
+
+
+@dataclass
+class _Chunk:
+    """Sentences ``[start, end)`` of a document gathered to a target length, and the generator."""
+
+    lengths: Sequence[int]
+    start: int
+    end: int
+    target: int
+    rng: np.random.Generator
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+    def split(self) -> int:
+        """Where A ends: a random sentence boundary inside the chunk (after its one sentence if it has one)."""
+        return self.start + (int(self.rng.integers(1, self.size)) if self.size >= 2 else 1)
+
+    def from_other(self, a_end: int, other: int, label: int) -> InstancePlan:
+        """A from this chunk up to ``a_end``, B from document ``other``, filling the target."""
+        len_a = int(sum(self.lengths[self.start:a_end]))
+        return InstancePlan(self.start, a_end, a_end, other, float(self.rng.random()), self.target - len_a, label)
+
+
+def _other_document(rng: np.random.Generator, document_index: int, num_documents: int) -> int:
+    other = int(rng.integers(num_documents - 1))
+    return other + (other >= document_index)  # every document but this one, uniformly
+
+
+def _nsp_plan(chunk: _Chunk, document_index: int, num_documents: int) -> InstancePlan:
+    """BERT: B continues A, or half the time (always for a one-sentence chunk) comes from another document."""
+    a_end = chunk.split()
+    if chunk.size == 1 or chunk.rng.random() < 0.5:
+        return chunk.from_other(a_end, _other_document(chunk.rng, document_index, num_documents), NOT_NEXT)
+    return InstancePlan(chunk.start, a_end, chunk.end, label=IS_NEXT)
+
+
+def _sop_plan(chunk: _Chunk) -> InstancePlan:
+    """ALBERT: two consecutive segments of the document, swapped half the time. A one-sentence chunk
+    takes the next sentence too; a document's lone last sentence has no order to predict and makes
+    a one-segment instance (NO_PAIR_LABEL), where ALBERT's code would draw B from another document."""
+    if chunk.size == 1 and chunk.end < len(chunk.lengths):
+        chunk.end += 1
+    if chunk.size == 1:
+        return InstancePlan(chunk.start, chunk.end, chunk.end)
+    a_end = chunk.split()
+    swapped = bool(chunk.rng.random() < 0.5)
+    return InstancePlan(chunk.start, a_end, chunk.end, label=SWAPPED if swapped else IN_ORDER, swapped=swapped)
+
+
+def _drp_plan(chunk: _Chunk, document_index: int, num_documents: int, linked: Sequence[int]) -> InstancePlan:
+    """LinkBERT: B contiguous, from a random document, or from a linked (cited) one, uniformly among
+    the relations this chunk can have (no contiguous B for a one-sentence chunk, no linked B for a
+    document without links in the corpus)."""
+    relations = ([CONTIGUOUS] if chunk.size >= 2 else []) + [RANDOM_DOCUMENT] + ([LINKED_DOCUMENT] if len(linked) else [])
+    relation = relations[int(chunk.rng.integers(len(relations)))]
+    a_end = chunk.split()
+    if relation == CONTIGUOUS:
+        return InstancePlan(chunk.start, a_end, chunk.end, label=CONTIGUOUS)
+    if relation == LINKED_DOCUMENT:
+        return chunk.from_other(a_end, int(linked[int(chunk.rng.integers(len(linked)))]), LINKED_DOCUMENT)
+    return chunk.from_other(a_end, _other_document(chunk.rng, document_index, num_documents), RANDOM_DOCUMENT)
 
 
 def continuation_start(num_sentences: int, start_fraction: float) -> int:
@@ -282,16 +387,37 @@ def truncation_cuts(len_a: int, len_b: int, max_num_tokens: int,
 
 
 def word_start_table(vocab: Mapping[str, int], special_ids: Sequence[int],
-                     continuation_prefix: str = "##") -> np.ndarray:
-    """``int8`` per token id: 1 if the token can start a word, 0 for continuation pieces
-    (``##...``) and for ``special_ids``. Pass the structural specials ([CLS], [SEP], [PAD],
-    [MASK]), not [UNK]: an [UNK] stands for a whole word of the text, so it starts one."""
+                     continuation_prefix: str | None = "##", start_marker: str | None = None) -> np.ndarray:
+    """``int8`` per token id: 1 if the token can start a word, 0 for continuation pieces and for
+    ``special_ids``. WordPiece marks continuations (``continuation_prefix``, ``##``); SentencePiece
+    (``▁``) and byte-level BPE (``Ġ``) mark word starts instead (``start_marker``): there a token
+    without the marker continues a word. Pass the structural specials ([CLS], [SEP], [PAD], [MASK]),
+    not [UNK]: an [UNK] stands for a whole word of the text, so it starts one."""
     table = np.ones(max(vocab.values(), default=-1) + 1, dtype=np.int8)
     for token, index in vocab.items():
-        if token.startswith(continuation_prefix):
+        if start_marker is not None:
+            table[index] = token.startswith(start_marker)
+        elif continuation_prefix and token.startswith(continuation_prefix):
             table[index] = 0
     table[np.asarray(list(special_ids), dtype=np.int64)] = 0
     return table
+
+
+def word_boundary_markers(pipeline: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """``(continuation_prefix, start_marker)`` of a fast tokenizer's JSON: WordPiece's ``##`` (or the
+    model's own prefix), SentencePiece's Metaspace replacement (``▁``) or byte-level BPE's ``Ġ``;
+    ``(None, None)`` when the vocabulary marks no word boundary (every token then starts a word)."""
+    model = pipeline.get("model") or {}
+    if model.get("type") == "WordPiece" or model.get("continuing_subword_prefix"):
+        return model.get("continuing_subword_prefix") or "##", None
+    pre = pipeline.get("pre_tokenizer") or {}
+    steps = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
+    for step in steps:
+        if step.get("type") == "Metaspace":
+            return None, step.get("replacement") or "\u2581"
+        if step.get("type") == "ByteLevel":
+            return None, "\u0120"
+    return None, None
 
 
 # ----------------------------------------------------------------------------- tokenization
@@ -413,6 +539,8 @@ class TokenizerInfo:
     special_token_ids: dict[str, int]
     pipeline_json: str         # the fast tokenizer (normalizer, pre-tokenizer, model) as JSON
     word_starts: np.ndarray    # word_start_table of the vocabulary
+    structural_ids: tuple[int, ...] = ()  # [CLS], [SEP], [PAD], [MASK]: never part of a word
+    marks_word_starts: bool = False  # SentencePiece / byte-level BPE: words start at a marker, not at a non-##
 
     @property
     def cls_id(self) -> int:
@@ -434,13 +562,13 @@ def describe_tokenizer(tokenizer, path: str = "") -> TokenizerInfo:
     vocab = tokenizer.get_vocab()
     structural = [specials[name] for name in ("cls", "sep", "pad", "mask") if name in specials]
     pipeline_json = pipeline.to_str()
-    model = json.loads(pipeline_json).get("model") or {}
+    continuation_prefix, start_marker = word_boundary_markers(json.loads(pipeline_json))
     lowercase = (getattr(tokenizer, "init_kwargs", None) or {}).get("do_lower_case")
     return TokenizerInfo(path=path, vocab_size=len(vocab), vocab_sha256=vocabulary_fingerprint(tokenizer),
                          lowercase=lowercase if isinstance(lowercase, bool) else None, special_token_ids=specials,
                          pipeline_json=pipeline_json,
-                         word_starts=word_start_table(vocab, structural,
-                                                      model.get("continuing_subword_prefix") or "##"))
+                         word_starts=word_start_table(vocab, structural, continuation_prefix, start_marker),
+                         structural_ids=tuple(structural), marks_word_starts=start_marker is not None)
 
 
 # --------------------------------------------------------------------------- batch builder
@@ -451,18 +579,20 @@ class RecipeOptions:
 
     max_seq_length: int
     short_seq_prob: float
-    nsp: bool
+    pair_task: str
     dupe_factor: int
     seed: int
+    packing: str = "document"
 
     @property
     def max_num_tokens(self) -> int:
         """Tokens left for text once [CLS] and the [SEP]s are in."""
-        return self.max_seq_length - (3 if self.nsp else 2)
+        return self.max_seq_length - (2 if self.pair_task == "none" else 3)
 
     @classmethod
     def from_config(cls, config: PretrainingDataConfig) -> "RecipeOptions":
-        return cls(config.max_seq_length, config.short_seq_prob, config.nsp, config.dupe_factor, config.seed)
+        return cls(config.max_seq_length, config.short_seq_prob, config.pair_task, config.dupe_factor, config.seed,
+                   config.packing)
 
 
 def token_id_type(vocab_size: int) -> pa.DataType:
@@ -495,9 +625,8 @@ class SentenceTokenizer:
 class _InstanceWriter:
     """Collects instances as slices of token arrays; turns them into one Arrow table per batch."""
 
-    def __init__(self, info: TokenizerInfo, nsp: bool) -> None:
+    def __init__(self, info: TokenizerInfo) -> None:
         self.info = info
-        self.nsp = nsp
         self.cls = np.array([info.cls_id], dtype=np.int32)
         self.sep = np.array([info.sep_id], dtype=np.int32)
         self.pieces: list[np.ndarray] = []
@@ -506,10 +635,11 @@ class _InstanceWriter:
         self.labels: list[int] = []
         self.documents: list[int] = []
 
-    def add(self, a: np.ndarray, b: np.ndarray, label: int, document: int) -> None:
-        self.pieces += [self.cls, a, self.sep, b, self.sep] if self.nsp else [self.cls, a, self.sep]
+    def add(self, a: np.ndarray, b: np.ndarray | None, label: int, document: int) -> None:
+        """``[CLS] a [SEP] b [SEP]``, or ``[CLS] a [SEP]`` when ``b`` is None."""
+        self.pieces += [self.cls, a, self.sep] if b is None else [self.cls, a, self.sep, b, self.sep]
         self.first.append(len(a) + 2)
-        self.second.append(len(b) + 1 if self.nsp else 0)
+        self.second.append(0 if b is None else len(b) + 1)
         self.labels.append(label)
         self.documents.append(document)
 
@@ -525,10 +655,24 @@ class _InstanceWriter:
             "input_ids": pa.ListArray.from_arrays(offsets, pa.array(ids, pa.int32())),
             "token_type_ids": pa.ListArray.from_arrays(offsets, pa.array(segments, pa.int8())),
             "next_sentence_label": pa.array(np.asarray(self.labels, dtype=np.int8)),
-            "word_starts": pa.ListArray.from_arrays(offsets, pa.array(self.info.word_starts[ids], pa.int8())),
+            "word_starts": pa.ListArray.from_arrays(offsets, pa.array(self._word_starts(ids), pa.int8())),
             DOCUMENT_COLUMN: pa.array(np.asarray(self.documents, dtype=np.int64)),
         }
         return pa.Table.from_pydict(columns, schema=INSTANCE_SCHEMA)
+
+    def _word_starts(self, ids: np.ndarray) -> np.ndarray:
+        """The vocabulary's word starts; where the vocabulary marks starts (``▁``, ``Ġ``), also every
+        token right after [CLS] or [SEP]: a segment starts with a sentence, so with a word, but byte-level
+        BPE without a prefix space gives a text's first word no marker. (WordPiece needs no such rule:
+        a ``##`` piece first is a word cut by truncation, and stays a continuation.)"""
+        starts = self.info.word_starts[ids]
+        if not self.info.marks_word_starts:
+            return starts
+        special = np.isin(ids, np.asarray(self.info.structural_ids, dtype=np.int64))
+        after_special = np.zeros_like(special)
+        after_special[1:] = special[:-1]
+        starts[after_special & ~special] = 1
+        return starts
 
 
 @dataclass
@@ -543,14 +687,17 @@ class InstanceBuilder:
     tokenized: Any
     info: TokenizerInfo
     options: RecipeOptions
+    links: Any = None  # DRP: the corpus rows each document links to (LinkIndex)
 
     def _read(self, rows: Sequence[int]) -> TokenizedDocuments:
         return TokenizedDocuments.from_arrow(self.tokenized[list(rows)].column(TOKENIZED_COLUMN))
 
-    def _not_next_sources(self, plans: Sequence[tuple[InstancePlan, int]]) -> list[tuple[TokenizedDocuments, int]]:
-        """``(tokenized documents, row)`` of the document each ``(NotNext plan, its document)`` takes
-        its B from, all read in one go. A draw without a usable sentence moves on to the next
-        document that has one (cyclically, never the plan's own), deterministically."""
+    def _other_sources(self, plans: Sequence[tuple[InstancePlan, int]]
+                       ) -> list[tuple[tuple[TokenizedDocuments, int], int]]:
+        """``((tokenized documents, row), label)`` of the document each ``(plan, its document)`` with a
+        B from another document takes it from, all read in one go. A draw without a usable sentence
+        moves on to the next document that has one (cyclically, never the plan's own),
+        deterministically; a linked B that moves so is then a random one, and labelled so."""
         wanted = sorted({plan.other_document for plan, _ in plans})
         others = self._read(wanted)
         found = {document: (others, row) for row, document in enumerate(wanted)}
@@ -563,48 +710,125 @@ class InstanceBuilder:
                 if candidate == document:
                     candidate, steps = (candidate + 1) % n, steps + 1
                 if steps >= n:
-                    raise PretrainingDataError("next-sentence prediction needs at least 2 documents with text "
-                                               "(or use --no-nsp)")
+                    raise PretrainingDataError(f"pair_task {self.options.pair_task} needs at least 2 documents "
+                                               "with text (or use pair_task none)")
                 if candidate not in found:
                     found[candidate] = (self._read([candidate]), 0)
-            sources.append(found[candidate])
+            moved = candidate != plan.other_document and plan.label == LINKED_DOCUMENT
+            sources.append((found[candidate], RANDOM_DOCUMENT if moved else plan.label))
         return sources
 
-    def __call__(self, batch: pa.Table, indices: Sequence[int]) -> pa.Table:
-        opts = self.options
-        docs = TokenizedDocuments.from_arrow(batch.column(TOKENIZED_COLUMN))
-        jobs = []
+    def _linked(self, document: int) -> Sequence[int]:
+        return self.links.rows(document) if self.links is not None else ()
+
+    def _plans(self, docs: TokenizedDocuments, indices: Sequence[int]) -> list[tuple]:
+        """``(row, document, generator, plans)`` per document of the batch and dupe."""
+        opts, jobs = self.options, []
         for row, document in enumerate(indices):
             lengths = docs.sentence_lengths(row)
             if not lengths:
                 continue  # no usable sentence: the document is skipped (counted in the summary)
+            linked = self._linked(document) if opts.pair_task == "drp" else ()
             for dupe in range(opts.dupe_factor):
                 rng = np.random.default_rng([opts.seed, document, dupe])
                 plans = plan_document(lengths, rng, max_num_tokens=opts.max_num_tokens,
-                                      short_seq_prob=opts.short_seq_prob, nsp=opts.nsp,
-                                      document_index=document, num_documents=len(self.tokenized))
+                                      short_seq_prob=opts.short_seq_prob, pair_task=opts.pair_task,
+                                      document_index=document, num_documents=len(self.tokenized), linked=linked)
                 jobs.append((row, document, rng, plans))
-        not_next = [(plan, document) for _, document, _, plans in jobs for plan in plans if plan.is_random_next]
-        sources = iter(self._not_next_sources(not_next) if not_next else [])
+        return jobs
 
-        writer = _InstanceWriter(self.info, opts.nsp)
+    def __call__(self, batch: pa.Table, indices: Sequence[int]) -> pa.Table:
+        if self.options.packing == "cross-document":
+            return self._packs(indices)
+        docs = TokenizedDocuments.from_arrow(batch.column(TOKENIZED_COLUMN))
+        jobs = self._plans(docs, indices)
+        others = [(plan, document) for _, document, _, plans in jobs for plan in plans if plan.is_random_next]
+        sources = iter(self._other_sources(others) if others else [])
+        writer = _InstanceWriter(self.info)
         for row, document, rng, plans in jobs:
             for plan in plans:
-                a0, a1 = docs.span(row, plan.a_start, plan.a_end)
-                if plan.is_random_next:
-                    source, source_row = next(sources)
-                    other_lengths = source.sentence_lengths(source_row)
-                    start = continuation_start(len(other_lengths), plan.other_start)
-                    end = continuation_end(other_lengths, start, plan.target_b_length)
-                    b0, b1 = source.span(source_row, start, end)
-                    b_ids, label = source.ids, NOT_NEXT
-                else:
-                    b0, b1 = docs.span(row, plan.a_end, plan.b_end)
-                    b_ids, label = docs.ids, IS_NEXT if opts.nsp else NO_NSP_LABEL
+                a, b, label = _segments(docs, row, plan, sources)
                 # Each document's generator continues here, so truncation is as reproducible as the plans.
-                front_a, back_a, front_b, back_b = truncation_cuts(a1 - a0, b1 - b0, opts.max_num_tokens, rng)
-                writer.add(docs.ids[a0 + front_a:a1 - back_a], b_ids[b0 + front_b:b1 - back_b], label, document)
+                front_a, back_a, front_b, back_b = truncation_cuts(len(a), 0 if b is None else len(b),
+                                                                   self.options.max_num_tokens, rng)
+                writer.add(a[front_a:len(a) - back_a], None if b is None else b[front_b:len(b) - back_b],
+                           label, document)
         return writer.table()
+
+    def _packs(self, indices: Sequence[int]) -> pa.Table:
+        """Cross-document packing: this batch builds every group of :data:`PACK_GROUP` documents whose
+        first document it holds (reading the rest of the group from the tokenized corpus), so no
+        pack depends on how the corpus was split into batches or workers."""
+        opts, n = self.options, len(self.tokenized)
+        writer = _InstanceWriter(self.info)
+        for first in sorted(i for i in indices if i % PACK_GROUP == 0):
+            group = self._read(range(first, min(first + PACK_GROUP, n)))
+            sep = np.array([self.info.sep_id], dtype=group.ids.dtype)
+            lengths = [group.sentence_lengths(r) for r in range(group.num_documents)]
+            for dupe in range(opts.dupe_factor):
+                rng = np.random.default_rng([opts.seed, first // PACK_GROUP, dupe])
+                for pack in pack_documents(lengths, rng, max_num_tokens=opts.max_num_tokens,
+                                           short_seq_prob=opts.short_seq_prob):
+                    ids = _pack_ids(group, pack, sep)
+                    front, back, _, _ = truncation_cuts(len(ids), 0, opts.max_num_tokens, rng)
+                    writer.add(ids[front:len(ids) - back], None, NO_PAIR_LABEL, first + pack[0][0])
+        return writer.table()
+
+
+def _segments(docs: TokenizedDocuments, row: int, plan: InstancePlan, sources) -> tuple[np.ndarray, Any, int]:
+    """A's and B's token ids (B None for a one-segment instance) and the pair label, as ``plan`` says;
+    ``sources`` yields the other document (and label) of each plan whose B comes from one."""
+    a0, a1 = docs.span(row, plan.a_start, plan.a_end)
+    a = docs.ids[a0:a1]
+    if plan.is_random_next:
+        (source, source_row), label = next(sources)
+        other_lengths = source.sentence_lengths(source_row)
+        start = continuation_start(len(other_lengths), plan.other_start)
+        end = continuation_end(other_lengths, start, plan.target_b_length)
+        b0, b1 = source.span(source_row, start, end)
+        return a, source.ids[b0:b1], label
+    if not plan.has_b:
+        return a, None, plan.label
+    b0, b1 = docs.span(row, plan.a_end, plan.b_end)
+    b = docs.ids[b0:b1]
+    return (b, a, plan.label) if plan.swapped else (a, b, plan.label)
+
+
+def pack_documents(sentence_lengths: Sequence[Sequence[int]], rng: np.random.Generator, *, max_num_tokens: int,
+                   short_seq_prob: float = 0.0) -> list[list[tuple[int, int, int]]]:
+    """RoBERTa's full-sentence packing of consecutive documents (pure): each pack a list of runs
+    ``(document, first sentence, end sentence)`` in corpus order, consecutive sentences across
+    document ends, one [SEP] between the runs of two documents (counted in the length). A pack closes
+    before a sentence that would overflow its target (:func:`draw_target_length`); a sentence longer
+    than the target alone makes a pack of its own, which the caller truncates."""
+    packs: list[list[tuple[int, int, int]]] = []
+    current: list[tuple[int, int, int]] = []
+    tokens, target = 0, draw_target_length(rng, max_num_tokens, short_seq_prob)
+    for document, lengths in enumerate(sentence_lengths):
+        for k, length in enumerate(lengths):
+            cost = length + (1 if current and current[-1][0] != document else 0)
+            if current and tokens + cost > target:
+                packs.append(current)
+                current, tokens, cost = [], 0, length
+                target = draw_target_length(rng, max_num_tokens, short_seq_prob)
+            if current and current[-1][0] == document:
+                current[-1] = (document, current[-1][1], k + 1)
+            else:
+                current.append((document, k, k + 1))
+            tokens += cost
+    if current:
+        packs.append(current)
+    return packs
+
+
+def _pack_ids(docs: TokenizedDocuments, pack: Sequence[tuple[int, int, int]], sep: np.ndarray) -> np.ndarray:
+    parts = []
+    for index, (document, start, end) in enumerate(pack):
+        if index:
+            parts.append(sep)
+        first, last = docs.span(document, start, end)
+        parts.append(docs.ids[first:last])
+    return np.concatenate(parts)
 
 
 # ----------------------------------------------------------------------------- summary
@@ -616,23 +840,28 @@ def _percentile(histogram: np.ndarray, q: float) -> int:
     return int(np.searchsorted(np.cumsum(histogram), rank))
 
 
-def summarize(instances, num_documents: int, max_seq_length: int, nsp: bool, progress: bool = True) -> dict:
+def summarize(instances, num_documents: int, max_seq_length: int, pair_task: str, progress: bool = True,
+              used_documents: np.ndarray | None = None) -> dict:
     """Counts and length statistics of an instance dataset, read in Arrow record batches (memory:
-    one batch, a length histogram and one bit per corpus document)."""
+    one batch, a length histogram and one bit per corpus document). ``used_documents`` (a bool per
+    corpus document) stands in for the instances' first documents where packs span several."""
     from tqdm.auto import tqdm
 
     histogram = np.zeros(max_seq_length + 1, dtype=np.int64)
     used = np.zeros(num_documents, dtype=bool)
-    not_next = 0
+    label_counts = np.zeros(len(PAIR_LABELS[pair_task]) + 1, dtype=np.int64)  # the last: NO_PAIR_LABEL
     table = instances.data.table if hasattr(instances.data, "table") else instances.data
     bar = tqdm(total=table.num_rows, desc="summarize", unit="instance", disable=not progress)
     for record_batch in table.to_batches(max_chunksize=65_536):
         lengths = pc.list_value_length(record_batch.column("input_ids")).to_numpy(zero_copy_only=False)
         histogram += np.bincount(lengths, minlength=len(histogram))[:len(histogram)]
-        not_next += int(pc.sum(pc.equal(record_batch.column("next_sentence_label"), NOT_NEXT)).as_py() or 0)
+        labels = record_batch.column("next_sentence_label").to_numpy(zero_copy_only=False).astype(np.int64)
+        label_counts += np.bincount(np.where(labels < 0, len(label_counts) - 1, labels), minlength=len(label_counts))
         used[record_batch.column(DOCUMENT_COLUMN).to_numpy()] = True
         bar.update(record_batch.num_rows)
     bar.close()
+    if used_documents is not None:
+        used = used_documents
     count = int(histogram.sum())
     tokens = int(np.dot(histogram, np.arange(len(histogram))))
     used_count = int(used.sum())
@@ -646,7 +875,8 @@ def summarize(instances, num_documents: int, max_seq_length: int, nsp: bool, pro
             "max": int(np.flatnonzero(histogram)[-1]) if count else 0,
         },
         "padding_fraction": round(1 - tokens / (count * max_seq_length), 4) if count else 0.0,
-        "not_next_fraction": round(not_next / count, 4) if nsp and count else None,
+        "not_next_fraction": round(int(label_counts[NOT_NEXT]) / count, 4) if pair_task == "nsp" and count else None,
+        "pair_labels": {name: int(n) for name, n in zip((*PAIR_LABELS[pair_task], "none"), label_counts) if n},
         "documents": {"total": num_documents, "used": used_count, "skipped": num_documents - used_count},
         "instances_per_document": round(count / used_count, 3) if used_count else 0.0,
     }
@@ -658,7 +888,7 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
     length, docs = s["length"], s["documents"]
     lines = [
         f"pretraining data: {metadata.get('output_dir', '')}",
-        f"  max_seq_length {metadata['max_seq_length']}, {'NSP pairs' if metadata['nsp'] else 'MLM only (no NSP)'}, "
+        f"  max_seq_length {metadata['max_seq_length']}, {_pair_description(metadata)}, "
         f"short_seq_prob {metadata['short_seq_prob']}, dupe_factor {metadata['dupe_factor']}, seed {metadata['seed']}",
         f"  documents: {docs['total']:,} in the corpus, {docs['used']:,} used, {docs['skipped']:,} skipped "
         f"(no usable sentence)",
@@ -667,13 +897,27 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
         f"p50 {length['p50']}, p75 {length['p75']}, p90 {length['p90']}, p99 {length['p99']}, max {length['max']}",
         f"  padding if padded to {metadata['max_seq_length']}: {100 * s['padding_fraction']:.1f}% of positions",
     ]
-    if metadata["nsp"]:
-        lines.append(f"  NSP: {100 * s['not_next_fraction']:.1f}% NotNext, "
-                     f"{100 * (1 - s['not_next_fraction']):.1f}% IsNext")
+    if s.get("pair_labels") and pair_task_of(metadata) != "none":
+        total = sum(s["pair_labels"].values())
+        lines.append(f"  {pair_task_of(metadata).upper()} labels: " + ", ".join(
+            f"{name} {100 * n / total:.1f}%" for name, n in s["pair_labels"].items()))
     casing = {True: "uncased", False: "cased"}.get(metadata["lowercase"], "casing unknown")
     lines.append(f"  vocabulary: {metadata['vocab_size']:,} tokens, {casing}, "
                  f"sha256 {metadata['vocab_sha256'][:16]}…")
     return "\n".join(lines)
+
+
+def pair_task_of(metadata: Mapping[str, Any]) -> str:
+    """The data's pair task; data made before pair tasks existed record only ``nsp`` (true/false)."""
+    return metadata.get("pair_task") or ("nsp" if metadata.get("nsp") else "none")
+
+
+def _pair_description(metadata: Mapping[str, Any]) -> str:
+    task = pair_task_of(metadata)
+    if task == "none":
+        packed = metadata.get("packing") == "cross-document"
+        return "MLM only (one segment" + (", packed across documents)" if packed else ")")
+    return {"nsp": "NSP pairs", "sop": "SOP pairs", "drp": "DRP pairs"}[task]
 
 
 # ----------------------------------------------------------------------------- the job
@@ -754,7 +998,7 @@ def tokenize_corpus(corpus, info: TokenizerInfo, cache_dir: str | os.PathLike, n
 
 
 def build_instances(tokenized, info: TokenizerInfo, options: RecipeOptions, cache_dir: str | os.PathLike,
-                    num_proc: int = 1, batch_size: int = 256):
+                    num_proc: int = 1, batch_size: int = 256, links: LinkIndex | None = None):
     """Stage 2: the instances of a tokenized corpus (:data:`INSTANCE_SCHEMA`), through
     ``datasets.map(num_proc=...)``, cached in ``cache_dir`` under a fingerprint of the tokenized
     corpus and the recipe options."""
@@ -762,7 +1006,8 @@ def build_instances(tokenized, info: TokenizerInfo, options: RecipeOptions, cach
 
     fingerprint = "instances-" + _fingerprint(tokenized._fingerprint, json.dumps(asdict(options), sort_keys=True))
     instances = tokenized.map(
-        InstanceBuilder(tokenized=tokenized, info=info, options=options), batched=True, batch_size=batch_size,
+        InstanceBuilder(tokenized=tokenized, info=info, options=options, links=links), batched=True,
+        batch_size=batch_size,
         with_indices=True, remove_columns=[TOKENIZED_COLUMN],
         features=datasets.Features.from_arrow_schema(INSTANCE_SCHEMA), num_proc=num_proc if num_proc > 1 else None,
         cache_file_name=str(Path(cache_dir) / f"{fingerprint}.arrow"), new_fingerprint=fingerprint,
@@ -787,9 +1032,9 @@ def create_pretraining_data(config: PretrainingDataConfig, progress: bool = True
     options = RecipeOptions.from_config(config)
     if len(corpus) == 0:
         raise PretrainingDataError(f"the corpus {config.corpus} has no documents")
-    if config.nsp and len(corpus) < 2:
-        raise PretrainingDataError(f"the corpus {config.corpus} has 1 document; next-sentence prediction "
-                                   "needs at least 2 (or use --no-nsp)")
+    if config.pair_task in ("nsp", "drp") and len(corpus) < 2:
+        raise PretrainingDataError(f"the corpus {config.corpus} has 1 document; pair_task {config.pair_task} "
+                                   "draws other documents and needs at least 2 (or use --pair-task none)")
     work = out / WORK_DIR
     token_cache = Path(config.tokenized_cache) if config.tokenized_cache else work
     for folder in (work, token_cache):
@@ -800,8 +1045,13 @@ def create_pretraining_data(config: PretrainingDataConfig, progress: bool = True
         datasets.disable_progress_bars()
     try:
         tokenized = tokenize_corpus(corpus, info, token_cache, num_proc, config.batch_size)
-        instances = build_instances(tokenized, info, options, work, num_proc, config.batch_size)
-        summary = summarize(instances, len(corpus), config.max_seq_length, config.nsp, progress=progress)
+        links, link_stats = build_link_index(corpus, work) if config.pair_task == "drp" else (None, None)
+        instances = build_instances(tokenized, info, options, work, num_proc, config.batch_size, links)
+        used = _documents_with_text(tokenized) if config.packing == "cross-document" else None
+        summary = summarize(instances, len(corpus), config.max_seq_length, config.pair_task, progress=progress,
+                            used_documents=used)
+        if link_stats is not None:
+            summary["links"] = link_stats
         if summary["instances"] == 0:
             raise PretrainingDataError(f"no instances: none of the {len(corpus):,} documents of {config.corpus} "
                                        "has a sentence that tokenizes to anything")
@@ -820,8 +1070,66 @@ def create_pretraining_data(config: PretrainingDataConfig, progress: bool = True
     _remove_cache(instances)  # the saved shards hold everything now
     if token_cache == work:
         _remove_cache(tokenized)  # a --tokenized-cache folder keeps it for the next run
+    for index_file in work.glob("drp_link_*.npy"):
+        index_file.unlink()
     _remove_empty_work_dir(work)
     return metadata
+
+
+class LinkIndex:
+    """DRP's links as corpus rows: for each document, the rows of the corpus documents it links to
+    (itself never), in CSR form (``offsets``, ``rows``) saved as ``.npy`` files and memory-mapped by
+    each worker on first use (pickling carries the paths, not the arrays)."""
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = str(folder)
+        self._arrays: tuple[np.ndarray, np.ndarray] | None = None
+
+    def rows(self, document: int) -> np.ndarray:
+        if self._arrays is None:
+            self._arrays = tuple(np.load(Path(self.folder) / f"drp_link_{name}.npy", mmap_mode="r")
+                                 for name in ("offsets", "rows"))
+        offsets, rows = self._arrays
+        return np.asarray(rows[offsets[document]:offsets[document + 1]])
+
+    def __getstate__(self) -> dict:
+        return {"folder": self.folder, "_arrays": None}
+
+
+def build_link_index(corpus, folder: Path) -> tuple[LinkIndex, dict]:
+    """The corpus's ``links`` (PMIDs, see :mod:`tokenization.corpus`) resolved to rows of the corpus
+    (links to documents it does not hold are dropped), vectorized; and counts for the summary."""
+    if "links" not in corpus.column_names:
+        raise PretrainingDataError("pair_task drp needs citation links: the corpus has no 'links' column (prepare "
+                                   "it from PubMed XML with launch/prepare_corpus.py, or give --links-file there)")
+    table = corpus.with_format("arrow").data.table
+    pmids = _as_pmids(table.column("id").combine_chunks())
+    links = table.column("links").combine_chunks()
+    targets = _as_pmids(links.flatten())
+    owner = np.repeat(np.arange(len(pmids)), links.value_lengths().fill_null(0).to_numpy(zero_copy_only=False))
+    order = np.argsort(pmids, kind="stable")
+    at = np.clip(np.searchsorted(pmids[order], targets), 0, max(len(pmids) - 1, 0))
+    rows = order[at] if len(pmids) else at
+    keep = (targets >= 0) & (pmids[rows] == targets) & (rows != owner) if len(pmids) else targets < 0
+    counts = np.bincount(owner[keep], minlength=len(pmids))
+    folder.mkdir(parents=True, exist_ok=True)
+    np.save(folder / "drp_link_offsets.npy", np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+    np.save(folder / "drp_link_rows.npy", rows[keep].astype(np.int64))
+    stats = {"links": int(len(targets)), "links_in_corpus": int(keep.sum()),
+             "documents_with_links_in_corpus": int((counts > 0).sum())}
+    return LinkIndex(folder), stats
+
+
+def _as_pmids(strings: pa.Array) -> np.ndarray:
+    """int64 PMIDs of decimal strings; -1 for anything else."""
+    digits = pc.fill_null(pc.utf8_is_digit(strings), False)
+    return pc.cast(pc.if_else(digits, strings, "-1"), pa.int64()).to_numpy(zero_copy_only=False)
+
+
+def _documents_with_text(tokenized) -> np.ndarray:
+    """A bool per corpus document: has at least one usable sentence (what packing uses)."""
+    column = tokenized.with_format("arrow").data.table.column(TOKENIZED_COLUMN)
+    return pc.list_value_length(column).to_numpy(zero_copy_only=False) > 0
 
 
 def _checked_corpus(config: PretrainingDataConfig, out: Path):
@@ -854,14 +1162,18 @@ def _metadata(config: PretrainingDataConfig, out: Path, info, corpus_documents: 
         "lowercase": info.lowercase,
         "special_token_ids": info.special_token_ids,
         "max_seq_length": config.max_seq_length,
-        "nsp": config.nsp,
+        "nsp": config.pair_task == "nsp",  # kept for readers older than pair_task
+        "pair_task": config.pair_task,
+        "pair_classes": len(PAIR_LABELS[config.pair_task]),
+        "packing": config.packing,
         "seed": config.seed,
         "short_seq_prob": config.short_seq_prob,
         "dupe_factor": config.dupe_factor,
         "corpus": str(Path(config.corpus).resolve()),
         "corpus_documents": corpus_documents,
         "columns": list(INSTANCE_SCHEMA.names),
-        "labels": {"is_next": IS_NEXT, "not_next": NOT_NEXT, "no_nsp": NO_NSP_LABEL},
+        "labels": {**{name: index for index, name in enumerate(PAIR_LABELS[config.pair_task])},
+                   "no_pair_label": NO_PAIR_LABEL},
         "summary": summary,
         "created_utc": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
         "seconds": round(seconds, 2),
@@ -913,7 +1225,8 @@ def load_pretraining_data(path: str | os.PathLike, tokenizer=None, max_position_
     columns are missing or misnamed, it is empty, ``tokenizer`` (a loaded tokenizer or a path) has
     another vocabulary or casing than the one the data was built with, the data's
     ``max_seq_length`` exceeds ``max_position_embeddings``, or ``expect_nsp`` is true and the data
-    was built without NSP. Returns ``(dataset, metadata)``; the dataset keeps the ``document``
+    has no pair labels (pair_task none). The metadata always has ``pair_task`` and ``pair_classes``
+    (derived for data made before they existed). Returns ``(dataset, metadata)``; the dataset keeps the ``document``
     provenance column (the collator reads only :data:`INSTANCE_COLUMNS`).
     """
     p = Path(path)
@@ -926,9 +1239,11 @@ def load_pretraining_data(path: str | os.PathLike, tokenizer=None, max_position_
             f"{p} has instances of up to {metadata['max_seq_length']} tokens (max_seq_length) but the model has "
             f"{max_position_embeddings} position embeddings; build the data with --max-seq-length "
             f"{max_position_embeddings} or less, or use a model with more positions")
-    if expect_nsp and not metadata["nsp"]:
-        raise PretrainingDataError(f"{p} was built without next-sentence pairs (--no-nsp) but training expects "
-                                   "NSP; rebuild it without --no-nsp or train MLM only")
+    metadata["pair_task"] = pair_task_of(metadata)
+    metadata.setdefault("pair_classes", len(PAIR_LABELS[metadata["pair_task"]]))
+    if expect_nsp and metadata["pair_task"] == "none":
+        raise PretrainingDataError(f"{p} was built without sentence pairs (pair_task none) but training expects a "
+                                   "pair objective; rebuild it with --pair-task nsp (or sop, drp) or train MLM only")
     return dataset, metadata
 
 

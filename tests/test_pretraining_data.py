@@ -231,9 +231,10 @@ def test_untruncated_documents_keep_all_their_text(build, tokenizer, corpus_docs
 
 
 def test_no_nsp_instances(build, tokenizer):
-    dataset, metadata = build(nsp=False, max_seq_length=32)
+    dataset, metadata = build(pair_task="none", max_seq_length=32)
     where = positions(tokenizer)
     assert metadata["nsp"] is False and metadata["summary"]["not_next_fraction"] is None
+    assert metadata["pair_task"] == "none" and metadata["pair_classes"] == 0
     for row in dataset:
         ids = row["input_ids"]
         assert len(ids) <= 32 and ids[0] == tokenizer.cls_token_id
@@ -402,8 +403,8 @@ def test_loader_rejects_sequences_longer_than_the_model(build):
 
 
 def test_loader_rejects_missing_nsp(build):
-    _, metadata = build(nsp=False, max_seq_length=32)
-    with pytest.raises(PretrainingDataError, match="without next-sentence pairs"):
+    _, metadata = build(pair_task="none", max_seq_length=32)
+    with pytest.raises(PretrainingDataError, match="without sentence pairs .pair_task none."):
         load_pretraining_data(metadata["output_dir"], expect_nsp=True)
     load_pretraining_data(metadata["output_dir"], expect_nsp=False)
 
@@ -481,12 +482,12 @@ def test_cli_config_file_overwrite_and_no_nsp(work, corpus, tokenizer_dir, capsy
                       "num_proc: 1\n")
     assert cli(["--config", str(config)]) == 0
     printed = capsys.readouterr().out
-    assert "instances:" in printed and "NotNext" in printed and str(out) in printed
+    assert "instances:" in printed and "NSP labels: is_next" in printed and str(out) in printed
 
     assert cli(["--config", str(config)]) == 2
     assert f"{out} already holds a dataset" in capsys.readouterr().err
 
-    assert cli(["--config", str(config), "--no-nsp", "--overwrite"]) == 0
+    assert cli(["--config", str(config), "--pair-task", "none", "--overwrite"]) == 0
     _, metadata = load_pretraining_data(out)
     assert metadata["nsp"] is False and metadata["max_seq_length"] == 64
     assert sorted(p.name for p in out.iterdir()) == ["data-00000-of-00001.arrow", "dataset_info.json",
@@ -563,7 +564,7 @@ lengths_strategy = st.lists(st.integers(1, 80), min_size=1, max_size=30)
 @given(lengths_strategy, st.integers(5, 200), st.floats(0, 1), st.integers(0, 2**32 - 1), st.integers(0, 9))
 def test_plans_tile_the_document(lengths, max_num_tokens, short_seq_prob, seed, document_index):
     plans = plan_document(lengths, np.random.default_rng(seed), max_num_tokens=max_num_tokens,
-                          short_seq_prob=short_seq_prob, nsp=True, document_index=document_index, num_documents=10)
+                          short_seq_prob=short_seq_prob, pair_task="nsp", document_index=document_index, num_documents=10)
     start = 0
     for plan in plans:
         assert plan.a_start == start < plan.a_end <= plan.b_end <= len(lengths)
@@ -580,7 +581,7 @@ def test_plans_tile_the_document(lengths, max_num_tokens, short_seq_prob, seed, 
 @given(lengths_strategy, st.integers(3, 200), st.integers(0, 2**32 - 1))
 def test_plans_without_nsp_fill_chunks_to_the_target(lengths, max_num_tokens, seed):
     plans = plan_document(lengths, np.random.default_rng(seed), max_num_tokens=max_num_tokens, short_seq_prob=0.0,
-                          nsp=False)
+                          pair_task="none")
     assert [p.a_start for p in plans] == [0] + [p.a_end for p in plans[:-1]] and plans[-1].a_end == len(lengths)
     for plan in plans:
         assert plan.b_end == plan.a_end and not plan.is_random_next
@@ -603,9 +604,9 @@ def test_is_next_and_not_next_are_equally_likely_for_multi_sentence_chunks():
 
 
 def test_nsp_needs_two_documents():
-    with pytest.raises(PretrainingDataError, match="at least 2 documents"):
+    with pytest.raises(PretrainingDataError, match="needs at least 2"):
         plan_document([5, 5], np.random.default_rng(0), max_num_tokens=10, num_documents=1)
-    assert plan_document([5, 5], np.random.default_rng(0), max_num_tokens=10, nsp=False, num_documents=1)
+    assert plan_document([5, 5], np.random.default_rng(0), max_num_tokens=10, pair_task="none", num_documents=1)
 
 
 @settings(max_examples=200, deadline=None)
