@@ -34,6 +34,16 @@ Whole-word masking (default)
     embedded PubMed sample with bert-base-uncased's vocabulary, every one of 1,600 sequences of
     128 and 512 tokens hit ``n_mask`` exactly (``benchmarks/bench_masking.py`` measures it).
 
+N-gram spans (``max_ngram > 1``, ALBERT's n-gram masking)
+    The words of each sequence are cut into consecutive spans of n words, n drawn independently
+    for each span with p(n) proportional to 1/n up to ``max_ngram`` (ALBERT: 3, so 6/11, 3/11,
+    2/11); a span never crosses a token that cannot be selected ([SEP], padding). Spans then play
+    the part of words above: a random order, taken whole if they fit, one replacement draw each.
+
+Cap (``max_predictions``)
+    The budget is at most ``max_predictions`` tokens (BERT's and ALBERT's ``max_predictions_per_seq``:
+    20 at length 512 in BioALBERT's Table 3).
+
 Replacement (80/10/10)
     Decided per *unit* — a word under whole-word masking (all its pieces get the same treatment),
     a token otherwise — independently, with probabilities
@@ -95,10 +105,21 @@ class MaskingConfig:
         "help": "share of the selected units (words or tokens) replaced by [MASK]"})
     random_replace_prob: float = field(default=0.1, metadata={
         "help": "share of the selected units replaced by random tokens; the rest stay unchanged"})
+    max_ngram: int = field(default=1, metadata={
+        "help": "whole-word masking of n-gram spans of up to this many words, n drawn with probability "
+                "proportional to 1/n (ALBERT: 3); 1 masks single words"})
+    max_predictions: int | None = field(default=None, metadata={
+        "help": "at most this many tokens selected per sequence (ALBERT and BERT's max_predictions_per_seq: "
+                "20 at length 512); None: the rate alone decides"})
 
     def __post_init__(self) -> None:
         for name in ("mlm_probability", "mask_replace_prob", "random_replace_prob"):
             _check_probability(name, getattr(self, name))
+        if self.max_ngram < 1 or (self.max_ngram > 1 and not self.whole_word):
+            raise ValueError(f"max_ngram must be at least 1, and above 1 only with whole-word masking, not "
+                             f"{self.max_ngram} (whole_word={self.whole_word})")
+        if self.max_predictions is not None and self.max_predictions < 1:
+            raise ValueError(f"max_predictions must be at least 1 (or None), not {self.max_predictions}")
         if self.mask_replace_prob + self.random_replace_prob > 1.0 + 1e-12:
             raise ValueError(f"mask_replace_prob + random_replace_prob must not exceed 1, not "
                              f"{self.mask_replace_prob} + {self.random_replace_prob}")
@@ -255,6 +276,32 @@ def _select_words(word_start: Tensor, candidate: Tensor, budget: Tensor,
     return taken.gather(1, word_index), word_index
 
 
+def ngram_weights(max_ngram: int) -> Tensor:
+    """ALBERT's n-gram length distribution: p(n) proportional to 1/n for n = 1..max_ngram."""
+    weights = 1.0 / torch.arange(1, max_ngram + 1, dtype=torch.float64)
+    return weights / weights.sum()
+
+
+def ngram_starts(word_start: Tensor, previous_is_candidate: Tensor, max_ngram: int,
+                 generator: torch.Generator | None) -> Tensor:
+    """Word starts thinned to n-gram span starts: each row's words are cut into consecutive spans
+    whose lengths in words are drawn independently from :func:`ngram_weights`; a span never crosses
+    a token that cannot be selected ([SEP], padding). The spans then act as the words of whole-word
+    masking: visited in a random order, taken whole if they fit, one 80/10/10 draw each. Draws
+    ``rows x length`` values whatever the text, keeping the draw count a function of the shape."""
+    rows, length = word_start.shape
+    cdf = ngram_weights(max_ngram).cumsum(0).to(word_start.device)
+    draws = torch.rand(rows, length, dtype=torch.float64, generator=generator, device=word_start.device)
+    span_words = torch.searchsorted(cdf, draws).clamp(max=max_ngram - 1) + 1  # n for a span starting here
+    starts = torch.zeros_like(word_start)
+    left = torch.zeros(rows, dtype=torch.long, device=word_start.device)  # words still to join the open span
+    for j in range(length):  # a scan over positions, vectorized over the batch
+        new_span = word_start[:, j] & ((left <= 0) | ~previous_is_candidate[:, j])
+        starts[:, j] = new_span
+        left = torch.where(new_span, span_words[:, j] - 1, left - word_start[:, j].long())
+    return starts
+
+
 def mask_tokens(input_ids: Tensor, word_starts: Tensor | None, special_mask: Tensor, *,
                 config: MaskingConfig, mask_token_id: int, random_token_ids: Tensor,
                 generator: torch.Generator | None, mlm_probability: float | None = None
@@ -275,11 +322,15 @@ def mask_tokens(input_ids: Tensor, word_starts: Tensor | None, special_mask: Ten
     device = input_ids.device
     candidate = ~special_mask.bool()
     budget = masking_budget(candidate.sum(1), p)
+    if config.max_predictions is not None:
+        budget = budget.clamp(max=config.max_predictions)
     if config.whole_word:
         if word_starts is None or word_starts.shape != input_ids.shape:
             raise ValueError("whole-word masking needs word_starts shaped like input_ids")
         previous_is_candidate = torch.nn.functional.pad(candidate[:, :-1], (1, 0), value=False)
         word_start = candidate & (word_starts.bool() | ~previous_is_candidate)
+        if config.max_ngram > 1:
+            word_start = ngram_starts(word_start, previous_is_candidate, config.max_ngram, generator)
         selected, word_index = _select_words(word_start, candidate, budget, generator)
         # One draw per word, read by each of its pieces: a word is treated as a whole.
         choice = torch.rand(rows, length + 1, generator=generator, device=device).gather(1, word_index)
