@@ -1,0 +1,123 @@
+"""Model families: everything fine-tuning does differently per encoder architecture, in one table.
+
+The task adapters, heads and the loop are written once for every encoder. What differs between the
+architectures a checkpoint may come from is the handful of fields of :class:`ModelFamily`, looked up
+by the checkpoint's ``config.model_type`` (:func:`model_family`). Two places read the table:
+:mod:`finetune.model_check` prepares the tokenizer (prefix space, pad token, EOS framing) and checks
+the special tokens; :mod:`finetune.modeling` calls the encoder (token types or not) and reads the
+sequence representation. Nothing else branches on the architecture.
+
+==========  ===============  ==================  =============  ============  ===========================
+family      tokenizer        token_type_ids      pad token      prefix space  sequence representation
+==========  ===============  ==================  =============  ============  ===========================
+bert        WordPiece        passed              [PAD]          no            first token ([CLS])
+roberta     byte-level BPE   not (one type)      <pad>          yes           first token (<s>)
+albert      SentencePiece    passed              <pad>          no            first token ([CLS])
+electra     WordPiece        passed              [PAD]          no            first token ([CLS])
+deberta-v2  SentencePiece    only if 2+ types    [PAD]          no            first token ([CLS])
+gpt2        byte-level BPE   never               EOS (none)     yes           last real token (an EOS)
+==========  ===============  ==================  =============  ============  ===========================
+
+* **token_type_ids** are passed only to a family with segment embeddings *and* a checkpoint whose
+  ``type_vocab_size`` is at least 2 (RoBERTa has one type, DeBERTa-v3 none: a pair's second
+  segment would index a row that does not exist or is never used). GPT-2 never gets them: its
+  forward accepts ``token_type_ids`` but embeds them with the *word* embeddings, so 0/1 types would
+  add the vectors of tokens 0 and 1 to every position.
+* **prefix space**: byte-level BPE marks a word start by the space before it ("Ġword"). NER and
+  PICO tokenize pre-split words one by one, so the tokenizer is loaded with
+  ``add_prefix_space=True`` and each word is tokenized as it is inside running text.
+* **GPT-2** is a left-to-right decoder used as an encoder. Its tokenizer has no pad token, no
+  [CLS] and no [SEP]: the pad token is set to EOS (padding is then told apart by the attention
+  mask, never by the id) and the tokenizer appends EOS to every segment (``text <eos>``, a pair as
+  ``a <eos> b <eos>``: a separator for pairs). The sequence representation is the state of the
+  last real (non-pad) token, that closing EOS: the only position that has attended over the whole
+  input (the first token, BERT's [CLS] position, sees only itself). Token tagging reads each
+  word's first sub-word, as for every family (it sees the words before it, not those after).
+
+A ``model_type`` not in the table (DistilBERT, XLM-RoBERTa, ...) gets :data:`GENERIC`: BERT's
+handling, with token types still subject to ``type_vocab_size``. Adding an architecture is one entry
+here and a tiny checkpoint in ``tests/test_finetune_architectures.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal, Mapping
+
+from biomed_lm.errors import InputError
+
+__all__ = ["ModelFamily", "MODEL_FAMILIES", "GENERIC", "model_family", "uses_token_types", "prepare_tokenizer"]
+
+SequenceToken = Literal["first", "last"]
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    """How fine-tuning treats one encoder architecture (the module doc's table)."""
+
+    name: str
+    model_types: tuple[str, ...] = ()
+    #: the encoder has segment embeddings fed by token_type_ids (see :func:`uses_token_types`)
+    token_types: bool = True
+    #: byte-level BPE: load the tokenizer with add_prefix_space=True (pre-split words of NER/PICO)
+    prefix_space: bool = False
+    #: the tokenizer ships no pad token: pad with EOS (the attention mask marks padding)
+    pad_from_eos: bool = False
+    #: the tokenizer frames nothing (no [CLS]/[SEP]): make it close every segment with EOS
+    eos_after_segments: bool = False
+    #: where the sequence representation is read: the first token ([CLS]) or the last real one
+    sequence_token: SequenceToken = "first"
+    #: special tokens the inputs need, after :func:`prepare_tokenizer`
+    special_tokens: tuple[str, ...] = ("cls", "sep", "pad", "unk")
+    #: checkpoint classes (config.architectures) that are not this family's encoder, with what to use
+    not_encoders: Mapping[str, str] = field(default_factory=dict)
+
+    def tokenizer_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of ``AutoTokenizer.from_pretrained`` for this family."""
+        return {"add_prefix_space": True} if self.prefix_space else {}
+
+
+GENERIC = ModelFamily("generic")
+
+MODEL_FAMILIES: Mapping[str, ModelFamily] = MappingProxyType({family.name: family for family in (
+    ModelFamily("bert", ("bert",)),
+    ModelFamily("roberta", ("roberta",), prefix_space=True),
+    ModelFamily("albert", ("albert",)),
+    ModelFamily("electra", ("electra",), not_encoders=MappingProxyType({
+        "ElectraForMaskedLM": "an ELECTRA generator; fine-tune the discriminator (ElectraForPreTraining) instead"})),
+    ModelFamily("deberta-v2", ("deberta-v2",)),
+    ModelFamily("gpt2", ("gpt2",), token_types=False, prefix_space=True, pad_from_eos=True,
+                eos_after_segments=True, sequence_token="last", special_tokens=("eos", "pad", "unk")),
+)})
+_BY_MODEL_TYPE = {model_type: family for family in MODEL_FAMILIES.values() for model_type in family.model_types}
+
+
+def model_family(model_type: str | None) -> ModelFamily:
+    """The family of a checkpoint's ``config.model_type``; :data:`GENERIC` for any other type."""
+    return _BY_MODEL_TYPE.get(str(model_type), GENERIC)
+
+
+def uses_token_types(family: ModelFamily, config: Any) -> bool:
+    """Whether the encoder is given ``token_type_ids``: a family with segment embeddings and a
+    checkpoint with at least two of them (``config.type_vocab_size``)."""
+    return family.token_types and int(getattr(config, "type_vocab_size", 0) or 0) > 1
+
+
+def prepare_tokenizer(tokenizer, family: ModelFamily) -> list[str]:
+    """Set what ``family`` needs on a loaded tokenizer (pad token, EOS framing); returns notes for the
+    run record. The prefix space is a loading option (:meth:`ModelFamily.tokenizer_kwargs`)."""
+    notes = []
+    if family.pad_from_eos and tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise InputError(f"{family.name}: the tokenizer has neither a pad nor an EOS token to pad with")
+        tokenizer.pad_token = tokenizer.eos_token
+        notes.append(f"{family.name}: no pad token; padding with EOS {tokenizer.eos_token!r} (masked out)")
+    if family.eos_after_segments:
+        tokenizer.add_eos_token = True  # transformers' template: "$A <eos>", pairs "$A <eos> $B <eos>"
+        ids = tokenizer("a")["input_ids"]
+        if not ids or ids[-1] != tokenizer.eos_token_id:
+            raise InputError(f"{family.name}: the tokenizer ({type(tokenizer).__name__}) cannot be made to append "
+                             "EOS, the token the sequence representation is read at")
+        notes.append(f"{family.name}: every segment ends with EOS; the sequence representation is its state")
+    return notes
