@@ -1,8 +1,11 @@
 """Fine-tuning models for BLURB: a transformers encoder plus a task-specific head.
 
-Each model is one ``nn.Module`` wrapping any BERT-family encoder (``AutoModel``: our from-scratch
-checkpoints, continual-pretraining ones, external ones) and a head chosen among the modeling
-choices the PubMedBERT paper compares (section 2.4, Tables 12-14):
+Each model is one ``nn.Module`` wrapping any encoder ``AutoModel`` loads (our from-scratch
+checkpoints, continual-pretraining ones, external BERT, RoBERTa, ALBERT, ELECTRA, DeBERTa-v2 and
+GPT-2 ones) and a head chosen among the modeling choices the PubMedBERT paper compares (section 2.4,
+Tables 12-14). How each architecture's encoder is called (token types or not) and where its
+sequence representation is read ([CLS], or GPT-2's last real token) is its entry in
+:mod:`finetune.model_families`, read once when the model is built:
 
 * :class:`TokenTaggingModel` — NER: one label per word, predicted at the word's first sub-word,
   with a linear layer (BLURB's standard), a BiLSTM, or a linear-chain :class:`CRF`.
@@ -36,6 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from biomed_lm.finetune.model_families import SequenceToken, model_family, uses_token_types
 
 IGNORE_INDEX = -100
 
@@ -140,12 +145,36 @@ def _split_rows(values: torch.Tensor, mask: torch.Tensor) -> list[list]:
     return [row[:length] for row, length in zip(rows, lengths)]
 
 
+def sequence_states(hidden: torch.Tensor, attention_mask: torch.Tensor | None,
+                    token: SequenceToken = "first") -> torch.Tensor:
+    """The ``[batch, H]`` sequence representation of ``hidden`` ``[batch, tokens, H]``: the first
+    token's state ([CLS], ``token="first"``), or the last real token's (``"last"``: a left-to-right
+    decoder such as GPT-2, whose last token is the only one that has seen the whole input). "Real"
+    is read from the right-padded ``attention_mask``, never from the pad id (GPT-2 pads with EOS,
+    which also closes every input)."""
+    if token == "first":
+        return hidden[:, 0]
+    if attention_mask is None:
+        return hidden[:, -1]
+    check_prefix_mask(attention_mask, "attention_mask")
+    last = (attention_mask.long().sum(dim=1) - 1).clamp(min=0)
+    return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+
+
 class _EncoderModel(nn.Module):
-    """Owns the encoder: runs it and resizes its embeddings when marker tokens are added."""
+    """Owns the encoder: runs it, and resizes its embeddings when marker tokens are added.
+
+    The encoder's model family (:func:`finetune.model_families.model_family` of its
+    ``config.model_type``) says whether it is given ``token_type_ids`` (:attr:`token_types`) and
+    where the sequence representation is read (:attr:`sequence_token`).
+    """
 
     def __init__(self, encoder: nn.Module):
         super().__init__()
         self.encoder = encoder
+        self.model_family = model_family(getattr(encoder.config, "model_type", None))
+        self.token_types = uses_token_types(self.model_family, encoder.config)
+        self.sequence_token: SequenceToken = self.model_family.sequence_token
 
     @property
     def hidden_size(self) -> int:
@@ -158,7 +187,7 @@ class _EncoderModel(nn.Module):
     def _encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor | None) -> torch.Tensor:
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
-        if token_type_ids is not None:
+        if token_type_ids is not None and self.token_types:
             inputs["token_type_ids"] = token_type_ids
         return self.encoder(**inputs).last_hidden_state
 
@@ -494,6 +523,8 @@ class SequenceClassificationModel(_EncoderModel):
     * ``cls`` — the top-layer [CLS] state (BLURB's standard for every sequence task). It is the raw
       hidden state, not BERT's NSP pooler (tanh dense layer): our checkpoints may be pretrained
       without NSP, external ones may ship no trained pooler, and BLURB fine-tunes on [CLS] itself.
+      A decoder has no [CLS]: for GPT-2 it is the state of the last real token (the EOS that closes
+      the input; :func:`sequence_states`, :mod:`finetune.model_families`).
     * ``mention_max_pool`` — the two entity mentions' token states, each max-pooled over its span,
       concatenated (``entity_spans`` ``[batch, 2, 2]``: half-open ``[start, end)`` token indices).
     * ``entity_start`` — the states at the two entity-start marker tokens, concatenated
@@ -527,16 +558,18 @@ class SequenceClassificationModel(_EncoderModel):
                 entity_spans: torch.Tensor | None = None,
                 entity_starts: torch.Tensor | None = None) -> SequenceClassificationOutput:
         hidden = self._encode(input_ids, attention_mask, token_type_ids)
-        features = self.dropout(self.represent(hidden, entity_spans, entity_starts))
+        features = self.dropout(self.represent(hidden, entity_spans, entity_starts, attention_mask))
         logits = self.classifier(features)
         loss = None if labels is None else self._loss(logits, labels)
         return SequenceClassificationOutput(logits=logits, loss=loss)
 
     def represent(self, hidden: torch.Tensor, entity_spans: torch.Tensor | None = None,
-                  entity_starts: torch.Tensor | None = None) -> torch.Tensor:
-        """The ``[batch, width]`` features the classifier reads, from the encoder's hidden states."""
+                  entity_starts: torch.Tensor | None = None,
+                  attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The ``[batch, width]`` features the classifier reads, from the encoder's hidden states
+        (``attention_mask`` places the last real token for families that read it)."""
         if self.representation == "cls":
-            return hidden[:, 0]
+            return sequence_states(hidden, attention_mask, self.sequence_token)
         if self.representation == "mention_max_pool":
             if entity_spans is None:
                 raise ValueError("representation 'mention_max_pool' needs entity_spans [batch, 2, 2]")
