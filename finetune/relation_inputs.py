@@ -25,6 +25,7 @@ whatever their order in the text; directed relations (ChemProt: chemical → gen
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -278,17 +279,30 @@ def add_marker_tokens(tokenizer, markers: Sequence[str] = ENTITY_MARKERS) -> lis
 
     Special added tokens are matched before normalization (so lower-casing tokenizers keep
     ``[E1]`` whole), split out wherever they stand, skipped by ``decode(skip_special_tokens=True)``
-    and saved with the tokenizer. Markers already present are not added twice. Afterwards call
-    ``model.resize_token_embeddings(len(tokenizer))``.
+    and saved with the tokenizer. With byte-level BPE (RoBERTa, GPT-2: spaces are part of the
+    tokens) each marker takes the space before it (``lstrip``), so no lone space token ("Ġ") is left
+    before every marker; the word after a marker keeps its space and is split as inside running
+    text. (WordPiece and SentencePiece drop or re-add that space themselves.) Markers already
+    present are not added twice. Afterwards call ``model.resize_token_embeddings(len(tokenizer))``
+    (the trainer does).
     """
     from tokenizers import AddedToken
 
     vocabulary = tokenizer.get_vocab()
     missing = [marker for marker in markers if marker not in vocabulary]
     if missing:
-        tokenizer.add_tokens([AddedToken(marker, special=True, normalized=False) for marker in missing],
+        lstrip = _spaces_in_tokens(tokenizer)
+        tokenizer.add_tokens([AddedToken(marker, special=True, normalized=False, lstrip=lstrip) for marker in missing],
                              special_tokens=True)
     return list(markers)
+
+
+def _spaces_in_tokens(tokenizer) -> bool:
+    """Whether the tokenizer keeps spaces inside its tokens: a byte-level BPE pre-tokenizer."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return False
+    return '"ByteLevel"' in json.dumps(json.loads(backend.to_str()).get("pre_tokenizer"))
 
 
 def _token_range(offsets: Sequence[tuple[int, int]], start: int, end: int) -> tuple[int, int]:

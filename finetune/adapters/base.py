@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 import torch
 from torch import nn
 
+from biomed_lm.errors import InputError
+
 if TYPE_CHECKING:
     from biomed_lm.finetune.readers.examples import BlurbDataset
     from biomed_lm.finetune.trainer import FinetuneArgs
@@ -42,6 +44,9 @@ class TaskAdapter(ABC):
         self.args, self.dataset, self.tokenizer = args, dataset, tokenizer
         self.max_length = args.effective_max_length()
         self.pad_id = tokenizer.pad_token_id
+        if self.pad_id is None:
+            raise InputError(f"{type(tokenizer).__name__} has no pad token: load the checkpoint through "
+                             "finetune.model_check.check_model, which sets one where the model family has none")
         self.labels: tuple[str, ...] = tuple(dataset.labels)
         self.stats: dict[str, int] = {}
 

@@ -1,10 +1,13 @@
 """Adapters for token tagging: NER (one tag per word, BIO/IO/BIOUL, linear/BiLSTM/CRF head) and
 EBM PICO (a set of PIO elements per word, one sigmoid per element).
 
-Words are split into sub-words; the word's label sits on its first sub-word and every other
-position is ``-100``. A sentence longer than ``max_length`` is cut into consecutive windows of whole
-words (:func:`word_windows`), so no word is dropped and every word gets a prediction; predictions
-are put back together per sentence.
+Words are split into sub-words, each word on its own (byte-level BPE tokenizers are loaded with a
+prefix space, so a word is split as it is inside running text); the word's label sits on its first
+sub-word and every other position is ``-100``. Each window is framed by the special tokens the
+tokenizer frames a text with (:func:`special_frame`: [CLS] ... [SEP], <s> ... </s>, GPT-2's
+... EOS). A sentence longer than ``max_length`` is cut into consecutive windows of whole words
+(:func:`word_windows`), so no word is dropped and every word gets a prediction; predictions are put
+back together per sentence.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from biomed_lm.finetune.blurb import NER, PICO
 from biomed_lm.finetune.modeling import IGNORE_INDEX, MultiTokenTaggingModel, TokenTaggingModel
 from biomed_lm.finetune.tagging import convert_tags, split_tag, tag_labels
 
-__all__ = ["TokenTaggingAdapter", "PicoAdapter", "word_windows", "tagging_features", "pad_tagging"]
+__all__ = ["TokenTaggingAdapter", "PicoAdapter", "word_windows", "special_frame", "tagging_features", "pad_tagging"]
 
 
 def word_windows(subword_counts: Sequence[int], budget: int) -> list[tuple[int, int]]:
@@ -59,23 +62,39 @@ def _word_pieces(tokenizer, sentences: Sequence[Sequence[str]]) -> list[list[lis
     return out
 
 
+def special_frame(tokenizer) -> tuple[list[int], list[int]]:
+    """The special token ids the tokenizer puts before and after a single text: ``([CLS], [SEP])``
+    for BERT, ``(<s>, </s>)`` for RoBERTa, ``([], [EOS])`` for GPT-2 as :mod:`finetune.model_check`
+    prepares it. Read from the tokenizer's own template (the special-tokens mask of a one-word
+    text), so a window of words is framed exactly as the tokenizer frames running text."""
+    encoding = tokenizer("a", return_special_tokens_mask=True)
+    ids, special = list(encoding["input_ids"]), encoding["special_tokens_mask"]
+    content = [index for index, flag in enumerate(special) if not flag]
+    if not content:
+        raise InputError(f"{type(tokenizer).__name__} gives no content token for the text 'a'")
+    return ids[:content[0]], ids[content[-1] + 1:]
+
+
 def tagging_features(examples: Sequence, tokenizer, max_length: int, encode_labels: Callable) -> list[dict]:
     """Windowed NER/PICO features; each remembers its example and first word for mapping back."""
-    budget = max_length - 2
+    prefix, suffix = special_frame(tokenizer)
+    budget = max_length - len(prefix) - len(suffix)
+    if budget < 1:
+        raise InputError(f"max_length {max_length} leaves no room next to {len(prefix) + len(suffix)} special tokens")
     features = []
     all_pieces = _word_pieces(tokenizer, [example.tokens for example in examples])
     for example_index, (example, pieces) in enumerate(zip(examples, all_pieces)):
         labels = encode_labels(example)
         for start, end in word_windows([len(p) for p in pieces], budget):
-            ids, label_row, word_mask = [tokenizer.cls_token_id], [None], [False]
+            ids, label_row, word_mask = list(prefix), [None] * len(prefix), [False] * len(prefix)
             for word in range(start, end):
-                word_ids = pieces[word][:max(1, budget - (len(ids) - 1))]
+                word_ids = pieces[word][:max(1, budget - (len(ids) - len(prefix)))]
                 ids.extend(word_ids)
                 label_row.extend([labels[word]] + [None] * (len(word_ids) - 1))
                 word_mask.extend([True] + [False] * (len(word_ids) - 1))
-            ids.append(tokenizer.sep_token_id)
-            label_row.append(None)
-            word_mask.append(False)
+            ids.extend(suffix)
+            label_row.extend([None] * len(suffix))
+            word_mask.extend([False] * len(suffix))
             features.append({"input_ids": ids, "labels": label_row, "word_mask": word_mask,
                              "example": example_index, "first_word": start, "num_words": end - start})
     return features
