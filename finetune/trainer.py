@@ -269,9 +269,23 @@ def _versions() -> dict[str, str]:
             "transformers": transformers.__version__, "numpy": np.__version__}
 
 
-def _peak_memory(device: torch.device) -> dict[str, Any]:
+def _reset_peak_rss() -> str:
+    """Start this run's peak-RSS window where the system allows it (Linux: writing 5 to
+    /proc/self/clear_refs resets the high-water mark that ru_maxrss reads), so each run of a sweep
+    in one process records its own peak. Returns the scope of the peak: "run" or "process"."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5", encoding="ascii")
+    except OSError:
+        return "process"
+    return "run"
+
+
+def _peak_memory(device: torch.device, rss_scope: str) -> dict[str, Any]:
+    """The run's peak memory: process RSS (since :func:`_reset_peak_rss`, ``peak_rss_scope`` says
+    whether that is the run or the whole process) and, on a GPU, the allocator's peak since the run
+    started (:func:`_prepare_training` resets it)."""
     peak = {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            * (1 if sys.platform == "darwin" else 1024)}
+            * (1 if sys.platform == "darwin" else 1024), "peak_rss_scope": rss_scope}
     if device.type == "cuda":
         peak["cuda_max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
     return peak
@@ -390,12 +404,14 @@ class _Training:
 
 @dataclass
 class _Selection:
-    """Stage 4's result: the dev score per epoch and the epoch kept (its weights are loaded)."""
+    """Stage 4's result: the dev score per epoch, the epoch kept (its weights are loaded) and the
+    seconds spent in training steps (dev scoring excluded)."""
 
     epochs: list[dict[str, Any]] = field(default_factory=list)
     best_epoch: int = 0
     best_score: float = -math.inf
     best_dev: dict[str, Any] = field(default_factory=dict)
+    train_time_s: float = 0.0
 
 
 def _finished_run(args: FinetuneArgs, record_path: Path, log) -> RunResult | None:
@@ -438,6 +454,8 @@ def _prepare_training(args: FinetuneArgs, data: _Data) -> _Training:
     """Stage 3: the process group, the model, the shuffled (or distributed) loader, AdamW with the
     slanted triangular schedule, and the stepper (plain PyTorch or a DeepSpeed engine)."""
     distributed = start_distributed(args.deepspeed)
+    if distributed.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(distributed.device)
     model = _build_model(args, data.task, data.checked).to(distributed.device)
     sampler = None
     if distributed.world_size > 1:
@@ -463,7 +481,9 @@ def _train_and_select(args: FinetuneArgs, data: _Data, run: _Training, log) -> _
     for epoch in range(1, args.epochs + 1):
         if run.sampler is not None:
             run.sampler.set_epoch(epoch)
+        started = time.perf_counter()
         losses = train_epoch(run.stepper, run.loader, data.task, device, progress, epoch)
+        selection.train_time_s += time.perf_counter() - started
         dev = _evaluate(run.model, data.task, data.examples[DEV], data.features[DEV], args, metric, device)
         selection.epochs.append({"epoch": epoch, "train_loss": float(np.mean(losses)) if losses else None,
                                  "dev_score": dev["score"]})
@@ -481,7 +501,7 @@ _HYPERPARAMETERS = ("learning_rate", "batch_size", "epochs", "warmup_ratio", "we
 
 
 def _run_record(args: FinetuneArgs, data: _Data, run: _Training, selection: _Selection, test: dict[str, Any],
-                started: float) -> dict[str, Any]:
+                started: float, rss_scope: str) -> dict[str, Any]:
     """Stage 5: everything the run depended on and produced, as ``run.json`` holds it."""
     dataset, device = data.dataset, run.distributed.device
     return {
@@ -498,9 +518,9 @@ def _run_record(args: FinetuneArgs, data: _Data, run: _Training, selection: _Sel
         "dev_per_epoch": selection.epochs, "best_epoch": selection.best_epoch,
         "best_dev_score": selection.best_score, "best_dev": selection.best_dev,
         "test_score": test["score"], "test": test, "total_steps": run.total_steps,
-        "wall_time_s": round(time.time() - started, 3), "device": str(device),
-        "world_size": run.distributed.world_size, "deepspeed": args.deepspeed,
-        "memory": _peak_memory(device), "versions": _versions(),
+        "wall_time_s": round(time.time() - started, 3), "train_time_s": round(selection.train_time_s, 3),
+        "device": str(device), "world_size": run.distributed.world_size, "deepspeed": args.deepspeed,
+        "memory": _peak_memory(device, rss_scope), "versions": _versions(),
     }
 
 
@@ -515,7 +535,7 @@ def run_finetune(args: FinetuneArgs, log=print) -> RunResult:
     finished = _finished_run(args, record_path, log)
     if finished is not None:
         return finished
-    started = time.time()
+    started, rss_scope = time.time(), _reset_peak_rss()
     data = _prepare_data(args, log)
     run = _prepare_training(args, data)
     log(f"{data.dataset.name} ({data.dataset.task_type}): {len(data.examples[TRAIN])} train / "
@@ -524,7 +544,7 @@ def run_finetune(args: FinetuneArgs, log=print) -> RunResult:
     test = _evaluate(run.model, data.task, data.examples[TEST], data.features[TEST], args, data.dataset.metric,
                      run.distributed.device)
     log(f"test {data.dataset.metric} (epoch {selection.best_epoch}): {test['score']:.4f}")
-    record = _run_record(args, data, run, selection, test, started)
+    record = _run_record(args, data, run, selection, test, started, rss_scope)
     if run.distributed.rank == 0:
         record_path.parent.mkdir(parents=True, exist_ok=True)
         _write_json(record_path, _jsonable(record))
