@@ -266,7 +266,7 @@ def adversarial_pretraining_loss(model: PretrainingModel, batch: Mapping[str, to
     ``batch`` holds ``input_ids``, ``attention_mask``, ``token_type_ids`` and ``labels`` (other keys
     are ignored); ``clean_logits`` are the clean MLM logits at the positions where
     ``labels != -100``, in row-major order and with their graph, i.e. what
-    ``model.bert.cls.predictions`` produced inside ``model``'s forward. The perturbed passes run in
+    ``model.mlm_head`` produced inside ``model``'s forward. The perturbed passes run in
     the model's own layout (unpadded or padded); δ's noise is drawn in the padded shape either way
     and gathered, so both layouts perturb every real token alike."""
     prepared = model.prepare(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["labels"])
@@ -345,7 +345,7 @@ class AdversarialPretrainingModel(PretrainingModel):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
                 labels: torch.Tensor, next_sentence_label: torch.Tensor | None = None) -> AdversarialPretrainingOutput:
-        with _capture_outputs(self.bert.cls.predictions) as head_outputs:
+        with _capture_outputs(self.mlm_head) as head_outputs:
             out = super().forward(input_ids, attention_mask, token_type_ids, labels, next_sentence_label)
         standard = {f.name: getattr(out, f.name) for f in dataclasses.fields(PretrainingOutput)}
         zero = torch.zeros((), dtype=torch.float32, device=input_ids.device)
@@ -355,7 +355,7 @@ class AdversarialPretrainingModel(PretrainingModel):
                                                 adv_delta_retained=zero, adv_nonfinite=zero.long())
         if len(head_outputs) != 1 or head_outputs[0].shape[0] != mlm_count:
             raise RuntimeError(
-                "AdversarialPretrainingModel expects PretrainingModel.forward to call bert.cls.predictions once, on "
+                "AdversarialPretrainingModel expects PretrainingModel.forward to call its MLM head once, on "
                 f"the {mlm_count} masked positions; it saw {[tuple(o.shape) for o in head_outputs]}")
         batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids,
                  "labels": labels}

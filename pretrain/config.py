@@ -36,21 +36,30 @@ class PretrainConfigError(PretrainError, ValueError):
 
 
 InitMode = Literal["scratch", "continual", "continual-new-vocab"]
+# The model families pretraining builds; pretrain.families.FAMILIES has one entry per name.
+Architecture = Literal["bert", "albert", "roberta"]
 
 
 @dataclass
 class ModelArguments:
+    architecture: Architecture = field(default="bert", metadata={
+        "help": "the model family: bert (BertForPreTraining; pair tasks nsp, sop, drp), albert "
+                "(AlbertForPreTraining: factorized embeddings, shared layers, SOP head; pair tasks sop, nsp) or "
+                "roberta (RobertaForMaskedLM: MLM only, no pair head); albert and roberta run transformers' "
+                "padded forward"})
     init: InitMode = field(default="scratch", metadata={
         "help": "scratch: random weights, the in-domain vocabulary (PubMedBERT); continual: a general-domain "
                 "checkpoint and its own vocabulary (BioBERT); continual-new-vocab: its weights with the "
                 "in-domain vocabulary (shared tokens copied, new ones from the mean of their old pieces)"})
     init_checkpoint: str = field(default="", metadata={
-        "help": "the general-domain BERT directory the continual modes start from (e.g. bert-base-uncased)"})
+        "help": "the general-domain checkpoint directory the continual modes start from (e.g. bert-base-uncased; "
+                "of the --architecture family)"})
     model: str = field(default="", metadata={
         "help": "a preset in configs/model (bert-base, bert-large, bert-small, bert-tiny, bioformer-8l, "
-                "bioformer-16l, minilm-l6) or a YAML/JSON file "
-                "of BertConfig fields (vocab_size always comes from the tokenizer); default: bert-base from "
-                "scratch, the checkpoint's own architecture in the continual modes"})
+                "bioformer-16l, minilm-l6; albert-base, albert-large, albert-tiny) or a YAML/JSON file of the "
+                "family's config fields (vocab_size always comes from the tokenizer; roberta takes BERT presets); "
+                "default: bert-base (albert-base for albert) from scratch, the checkpoint's own architecture in "
+                "the continual modes"})
     attn_implementation: AttentionImplementation = field(default="auto", metadata={
         "help": "attention over the unpadded batch: auto (the fastest that runs here: flash_attn, varlen, "
                 "sdpa_padded or flex on CUDA, sdpa_loop on CPU; the run log says which), or one of them by name; "
@@ -78,7 +87,10 @@ class DataArguments:
         "help": "the masking rate a stepwise or linear schedule ends at (e.g. 0.25 from 0.05, or 0.15 from 0.30)",
         "min": 0, "max": 1})
     mask_schedule_stages: int = field(default=5, metadata={"help": "stages of a stepwise schedule", "min": 1})
-    nsp: bool = field(default=True, metadata={"help": "train next-sentence prediction (the data must have it)"})
+    nsp: bool = field(default=True, metadata={
+        "help": "train the data's sentence-pair objective (its pair_task: nsp, sop or drp; the data must have one, "
+                "and the architecture's head must take it); --no-nsp trains MLM only. metrics.jsonl's nsp_loss and "
+                "nsp_accuracy hold whichever pair task ran (run_config.json's pair_task says which)"})
     num_workers: int = field(default=1, metadata={"help": "DataLoader worker processes per rank", "min": 0})
 
 
@@ -153,36 +165,51 @@ class TrainArguments:
 
 
 # Preset fields checked beyond their names: (annotation, range metadata) as common.config reads them.
+# (embedding_size, num_hidden_groups, inner_group_num and classifier_dropout_prob are ALBERT's.)
 _PRESET_CHECKS: dict[str, tuple[Any, dict[str, float]]] = {
     **{name: (int, {"min": 1}) for name in ("hidden_size", "num_hidden_layers", "num_attention_heads",
-                                             "intermediate_size", "max_position_embeddings", "type_vocab_size")},
-    **{name: (float, {"min": 0, "max": 1}) for name in ("hidden_dropout_prob", "attention_probs_dropout_prob")},
+                                             "intermediate_size", "max_position_embeddings", "type_vocab_size",
+                                             "embedding_size", "num_hidden_groups", "inner_group_num")},
+    **{name: (float, {"min": 0, "max": 1}) for name in ("hidden_dropout_prob", "attention_probs_dropout_prob",
+                                                         "classifier_dropout_prob")},
     "classifier_dropout": (Optional[float], {"min": 0, "max": 1}),
     "layer_norm_eps": (float, {"gt": 0}),
     "initializer_range": (float, {"gt": 0}),
     "hidden_act": (str, {}),
+    "model_type": (str, {}),
 }
 
 
+def _preset_config_class(path: Path, model_type: Any):
+    """The transformers config class of a preset's declared ``model_type`` (BERT when it declares none)."""
+    from transformers import CONFIG_MAPPING
+
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
+        raise PretrainConfigError(f"{path}: model_type {model_type!r} is not a transformers model type "
+                                  "(a preset of another family says e.g. model_type: albert)")
+    return CONFIG_MAPPING[model_type]
+
+
 def _check_preset(path: Path, values: dict[str, Any]) -> None:
-    """Refuse keys that are not BertConfig fields (a typo would reach the exported config.json)
-    and values of the wrong type or out of range."""
+    """Refuse keys that are not fields of the preset's config class (BertConfig, or the class of the
+    ``model_type`` it declares; a typo would reach the exported config.json) and values of the wrong
+    type or out of range."""
     import difflib
     import inspect
-
-    from transformers import BertConfig
 
     from biomed_lm.config import check_value
     from biomed_lm.errors import ConfigError
 
-    defaults = BertConfig().to_dict()
-    known = set(defaults) | {name for name, p in inspect.signature(BertConfig.__init__).parameters.items()
-                             if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    config_class = _preset_config_class(path, values.get("model_type", "bert"))
+    defaults = config_class().to_dict()
+    known = set(defaults) | {"model_type"} | {
+        name for name, p in inspect.signature(config_class.__init__).parameters.items()
+        if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
     for key in values:
         if key not in known:
             close = difflib.get_close_matches(str(key), sorted(known), n=3)
             hint = f"; did you mean {' or '.join(close)}?" if close else ""
-            raise PretrainConfigError(f"{path}: {key!r} is not a BertConfig field{hint}")
+            raise PretrainConfigError(f"{path}: {key!r} is not a {config_class.__name__} field{hint}")
     try:
         for key, (annotation, bounds) in _PRESET_CHECKS.items():
             if key in values:
@@ -193,13 +220,19 @@ def _check_preset(path: Path, values: dict[str, Any]) -> None:
     heads = values.get("num_attention_heads", defaults["num_attention_heads"])
     if hidden % heads:
         raise PretrainConfigError(f"{path}: hidden_size {hidden} is not a multiple of num_attention_heads {heads}")
+    layers, groups = values.get("num_hidden_layers", defaults["num_hidden_layers"]), values.get("num_hidden_groups")
+    if groups is not None and groups > layers:
+        raise PretrainConfigError(f"{path}: num_hidden_groups {groups} is more than num_hidden_layers {layers}")
 
 
 def load_model_preset(name_or_path: str) -> dict[str, Any]:
-    """BertConfig fields from a preset name (``configs/model/<name>.yaml``) or a YAML/JSON file.
+    """Config fields from a preset name (``configs/model/<name>.yaml``) or a YAML/JSON file.
 
-    Keys that are not BertConfig fields are refused (with the close matches), and so are sizes
-    that are not positive integers and dropouts outside [0, 1]."""
+    A preset holds BertConfig fields unless it declares another ``model_type`` (``model_type:
+    albert``: AlbertConfig fields), which stays in the returned mapping so that the model family
+    can check it (:meth:`pretrain.families.ModelFamily.preset_fields`). Keys that are not fields of
+    that config class are refused (with the close matches), and so are sizes that are not positive
+    integers and dropouts outside [0, 1]."""
     preset_dir = shipped_dir("configs") / "model"
     path = resolve_path(name_or_path)
     if not path.suffix:
@@ -209,7 +242,7 @@ def load_model_preset(name_or_path: str) -> dict[str, Any]:
         raise PretrainConfigError(f"model {name_or_path!r}: no such preset or file (presets: {', '.join(presets)})")
     values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     if not isinstance(values, dict):
-        raise PretrainConfigError(f"{path}: expected a mapping of BertConfig fields")
+        raise PretrainConfigError(f"{path}: expected a mapping of config fields")
     _check_preset(path, values)
     values.pop("vocab_size", None)  # always the tokenizer's
     return values

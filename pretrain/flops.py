@@ -12,7 +12,14 @@ respect to the input and the one with respect to the weight).
   multiply-adds a layer, never at a padded length. Padding is compute the hardware spends, not
   work the model needs; :func:`padded_positions_fraction` reports it separately;
 - the MLM head on the masked tokens only (dense transform h² + decoder h·vocab a masked token);
-- the NSP head (pooler h² + classifier 2·h a sequence), only for sequences with an NSP label.
+- the NSP head (pooler h² + classifier 2·h a sequence), only for sequences with an NSP label; the
+  pair head of another pair task likewise, with its classes (DRP: 3·h; ``config.pair_classes``).
+
+ALBERT (``model_type`` "albert") is counted as it computes, not as BERT-shaped: its layers share
+their weights, but every one of the ``num_hidden_layers`` still runs, so the per-layer count is
+the same; the factorized embedding adds the E→H projection (``embedding_hidden_mapping_in``, E·h a
+token), and the MLM head projects h→E before an E→vocab decoder (h·E + E·vocab a masked token,
+instead of h² + h·vocab). RoBERTa computes what BERT does (without the pair head).
 
 What is not counted: embedding lookups (a gather does no multiply-adds; Chinchilla, Hoffmann et
 al. 2022, appendix F, counts the input embedding as a one-hot matmul, PaLM does not, and neither
@@ -42,7 +49,8 @@ FLOPS_PER_MULTIPLY_ADD = 2
 
 
 class EncoderConfig(Protocol):
-    """The fields of a ``transformers.BertConfig`` the count reads."""
+    """The fields of a ``transformers.BertConfig`` the count reads (an ALBERT config's
+    ``embedding_size`` and ``model_type``, and a ``pair_classes`` other than 2, too)."""
 
     hidden_size: int
     num_hidden_layers: int
@@ -90,16 +98,43 @@ def attention_multiply_adds_per_pair(config: EncoderConfig) -> int:
     return 2 * _dims(config).hidden
 
 
+# Model types whose embeddings are factorized: E-wide, projected to h before the first layer, with an
+# MLM head that projects h back to E before the E→vocab decoder (ALBERT).
+_FACTORIZED_EMBEDDINGS = frozenset({"albert"})
+
+
+def _embedding_size(config: EncoderConfig) -> int | None:
+    """E of a factorized-embedding model, None for the others (BERT, RoBERTa: E = h, no projection)."""
+    if getattr(config, "model_type", "bert") not in _FACTORIZED_EMBEDDINGS:
+        return None
+    value = getattr(config, "embedding_size")
+    if isinstance(value, bool) or operator.index(value) <= 0:
+        raise ValueError(f"config.embedding_size must be a positive integer, not {value!r}")
+    return operator.index(value)
+
+
+def embedding_multiply_adds_per_token(config: EncoderConfig) -> int:
+    """The factorized embedding's E→h projection for one token (ALBERT: E·h); 0 for BERT and RoBERTa,
+    whose embeddings are gathers (not counted)."""
+    e = _embedding_size(config)
+    return 0 if e is None else e * _dims(config).hidden
+
+
 def mlm_head_multiply_adds(config: EncoderConfig) -> int:
-    """The MLM head for one masked token: transform dense h² and decoder h·vocab."""
-    d = _dims(config)
+    """The MLM head for one masked token: transform dense h² and decoder h·vocab (ALBERT: dense h·E
+    and decoder E·vocab)."""
+    d, e = _dims(config), _embedding_size(config)
+    if e is not None:
+        return d.hidden * e + e * d.vocab
     return d.hidden * d.hidden + d.hidden * d.vocab
 
 
 def nsp_head_multiply_adds(config: EncoderConfig) -> int:
-    """The NSP head for one sequence: pooler dense h² (on [CLS]) and the 2-way classifier 2·h."""
+    """The pair head for one sequence: pooler dense h² (on [CLS]) and the classifier, 2·h for the
+    2-way NSP/SOP head (``config.pair_classes``·h for another, DRP's 3)."""
     d = _dims(config)
-    return d.hidden * d.hidden + 2 * d.hidden
+    classes = getattr(config, "pair_classes", None) or 2
+    return d.hidden * d.hidden + classes * d.hidden
 
 
 def step_flops_from_counts(config: EncoderConfig, tokens: float, attention_pairs: float, masked_tokens: float,
@@ -119,6 +154,7 @@ def step_flops_from_counts(config: EncoderConfig, tokens: float, attention_pairs
     d = _dims(config)
     forward = (d.layers * (tokens * layer_multiply_adds_per_token(config)
                            + attention_multiply_adds_per_pair(config) * attention_pairs)
+               + tokens * embedding_multiply_adds_per_token(config)
                + masked_tokens * mlm_head_multiply_adds(config)
                + nsp_sequences * nsp_head_multiply_adds(config))
     return float(TRAINING_PASSES * FLOPS_PER_MULTIPLY_ADD * forward)

@@ -54,12 +54,26 @@ The paper (Table 9) compares three starting points, and so does this module:
 
     :class:`InitReport` counts the copied, built and fallback rows.
 
+Model families. Everything above is said of BERT; the other families (:mod:`pretrain.families`)
+go through the same three modes with their own class, names and heads: the checkpoint's
+``model_type`` must be the family's (``albert`` for ``--architecture albert``), the tensors it may
+lack are the family's heads and pooler, and the vocabulary tensors are the family's word
+embeddings and MLM bias (ALBERT's are E-wide, not H-wide; the rule is the same).
+``continual-new-vocab`` needs a WordPiece tokenizer in the checkpoint (ALBERT's own releases ship
+SentencePiece ones, which :class:`PieceSplitter` refuses by name).
+
+The pair head. ``pair_task`` (the run's trained pair objective, see
+:func:`pretrain.families.resolve_pair_objective`) sizes it: BERT with ``drp`` gets a 3-way head,
+newly initialized unless the checkpoint is a DRP export with its head saved beside it
+(``pair_head.safetensors``), which is then restored.
+
 Random parts (everything in ``scratch``, the missing heads in the continual modes) come from
 torch's global generator: seed it before calling (the trainer does, identically on every rank).
-All returned models are plain ``BertForPreTraining`` modules with tied output embeddings and
-``architectures = ["BertForPreTraining"]``: ``save_pretrained`` output loads with
-``BertForPreTraining``, ``BertForMaskedLM`` and ``AutoModel``. Everything is float32, whatever
-the checkpoint's storage dtype (mixed precision is DeepSpeed's business).
+All returned models are plain ``transformers`` modules of the family's class (``BertForPreTraining``
+for BERT) with tied output embeddings and ``architectures`` naming that class:
+``save_pretrained`` output loads with it (BERT's also with ``BertForMaskedLM``) and ``AutoModel``.
+Everything is float32, whatever the checkpoint's storage dtype (mixed precision is DeepSpeed's
+business).
 """
 
 from __future__ import annotations
@@ -76,7 +90,7 @@ import torch
 from biomed_lm.errors import PretrainError
 from biomed_lm.pretrain.config import InitMode
 from biomed_lm.pretrain.data import vocabulary_fingerprint
-from biomed_lm.pretrain.modeling import build_bert
+from biomed_lm.pretrain.families import BERT, ModelFamily, get_family
 from biomed_lm.resources import read_json_object
 from biomed_lm.tokenization.tokenizer_io import load_tokenizer
 
@@ -93,12 +107,11 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json")
 # Missing from a checkpoint, these are legitimately initialized fresh: the pretraining heads and
 # the pooler (BertForMaskedLM checkpoints have no pooler). Anything else missing is refused.
-INITIALIZABLE_PREFIXES = ("cls.", "bert.pooler.")
+# (BERT's; each family has its own: ModelFamily.initializable.)
+INITIALIZABLE_PREFIXES = BERT.initializable
 # The state-dict entries indexed by vocabulary id (the decoder ones are tied to the other two).
-WORD_EMBEDDINGS = "bert.embeddings.word_embeddings.weight"
-MLM_BIAS = "cls.predictions.bias"
-VOCABULARY_TENSORS = frozenset({WORD_EMBEDDINGS, MLM_BIAS, "cls.predictions.decoder.weight",
-                                "cls.predictions.decoder.bias"})
+WORD_EMBEDDINGS, MLM_BIAS = BERT.vocabulary_tensors[:2]
+VOCABULARY_TENSORS = frozenset(BERT.vocabulary_tensors)
 # Config fields that never come from a model preset (the tokenizer decides them).
 TOKENIZER_FIELDS = frozenset({"vocab_size", "pad_token_id"})
 _PLACEHOLDER = re.compile(r"\[[^\[\]\s]+\]")
@@ -163,15 +176,19 @@ class InitReport:
 
 
 def initialize_model(mode: str, *, tokenizer, model_fields: dict | None = None, init_checkpoint: str | None = None,
-                     attn_implementation: str = "sdpa") -> tuple[BertForPreTraining, InitReport]:
-    """A ``BertForPreTraining`` to start pretraining from, and an :class:`InitReport`.
+                     attn_implementation: str = "sdpa", architecture: str = "bert", pair_task: str | None = None
+                     ) -> tuple[BertForPreTraining, InitReport]:
+    """A model of ``architecture``'s family (``BertForPreTraining`` for BERT) to start pretraining
+    from, and an :class:`InitReport`.
 
     ``tokenizer`` is the tokenizer the run trains with (the one its instances were made with).
-    ``model_fields`` (BertConfig fields from a preset) are required for ``scratch`` and only
+    ``model_fields`` (the family's config fields from a preset) are required for ``scratch`` and only
     compared with the checkpoint's config in the continual modes. ``init_checkpoint`` is a
-    general-domain BERT directory (config, weights, tokenizer) for the continual modes and must
-    be absent for ``scratch``. Raises :class:`InitializationError` before loading any weights
-    when the combination cannot work."""
+    general-domain checkpoint directory of the family (config, weights, tokenizer) for the continual
+    modes and must be absent for ``scratch``. ``pair_task`` sizes the pair head (None: the class's
+    own head; see :meth:`pretrain.families.ModelFamily.set_pair_task`). Raises
+    :class:`InitializationError` before loading any weights when the combination cannot work."""
+    family = get_family(architecture)
     if mode not in INIT_MODES:
         raise InitializationError(f"unknown initialization mode {mode!r}; choose one of {', '.join(INIT_MODES)}")
     if mode == SCRATCH:
@@ -181,16 +198,16 @@ def initialize_model(mode: str, *, tokenizer, model_fields: dict | None = None, 
                 f"use mode 'continual' or 'continual-new-vocab' to start from it, or drop the checkpoint")
         if model_fields is None:
             raise InitializationError("mode 'scratch' needs model_fields (a model preset) for the architecture")
-        model = build_bert(model_fields, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                           attn_implementation=attn_implementation)
+        model = family.build(model_fields, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                             attn_implementation=attn_implementation, pair_task=pair_task)
         return model, InitReport(mode=mode, checkpoint=None, vocab_size=len(tokenizer),
                                  newly_initialized=[name for name, _ in model.named_parameters()])
 
     if not init_checkpoint:
-        raise InitializationError(f"mode {mode!r} starts from a general-domain BERT checkpoint; "
+        raise InitializationError(f"mode {mode!r} starts from a general-domain {family.title} checkpoint; "
                                   f"give init_checkpoint (a directory with config, weights and tokenizer)")
     path = Path(init_checkpoint)
-    config = load_checkpoint_config(path)
+    config = load_checkpoint_config(path, architecture)
     old_tokenizer = _checkpoint_tokenizer(path)
     if config.vocab_size < len(old_tokenizer):
         raise InitializationError(f"{path}: the model has {config.vocab_size} embedding rows but its tokenizer "
@@ -202,14 +219,14 @@ def initialize_model(mode: str, *, tokenizer, model_fields: dict | None = None, 
 
     if mode == CONTINUAL:
         _require_same_vocabulary(tokenizer, old_tokenizer, path)
-        model, newly, unused = _load_pretraining_model(path, attn_implementation)
+        model, newly, unused = _load_pretraining_model(path, attn_implementation, family, pair_task)
         return model, InitReport(mode=mode, checkpoint=str(path), vocab_size=config.vocab_size,
                                  checkpoint_vocab_size=config.vocab_size, newly_initialized=newly,
                                  copied_rows=config.vocab_size, ignored_model_fields=ignored,
                                  unused_checkpoint_keys=unused)
 
-    old_model, newly, unused = _load_pretraining_model(path, attn_implementation)
-    model, rows = _transplant_vocabulary(old_model, old_tokenizer, tokenizer, attn_implementation)
+    old_model, newly, unused = _load_pretraining_model(path, attn_implementation, family, pair_task)
+    model, rows = _transplant_vocabulary(old_model, old_tokenizer, tokenizer, attn_implementation, family, pair_task)
     return model, InitReport(mode=mode, checkpoint=str(path), vocab_size=len(tokenizer),
                              checkpoint_vocab_size=len(old_tokenizer), newly_initialized=newly,
                              copied_rows=rows.copied, built_rows=rows.built, fallback_rows=len(rows.fallback),
@@ -217,12 +234,12 @@ def initialize_model(mode: str, *, tokenizer, model_fields: dict | None = None, 
                              unused_checkpoint_keys=unused)
 
 
-def load_checkpoint_config(init_checkpoint: str | Path) -> BertConfig:
-    """The ``BertConfig`` of a checkpoint directory, after checking the directory is a usable BERT
-    checkpoint (config of model_type "bert", weights, tokenizer). Cheap (no weights are read), so
-    a trainer can check e.g. ``max_position_embeddings`` against its data before loading."""
-    from transformers import BertConfig
-
+def load_checkpoint_config(init_checkpoint: str | Path, architecture: str = "bert") -> BertConfig:
+    """The config (``BertConfig`` for BERT) of a checkpoint directory, after checking the directory
+    is a usable checkpoint of ``architecture``'s family (config of its model_type, weights,
+    tokenizer). Cheap (no weights are read), so a trainer can check e.g. the positions against its
+    data before loading."""
+    family = get_family(architecture)
     path = Path(init_checkpoint)
     if not path.exists():
         raise InitializationError(f"init_checkpoint {path} does not exist")
@@ -237,14 +254,15 @@ def load_checkpoint_config(init_checkpoint: str | Path) -> BertConfig:
     if not any((path / name).is_file() for name in TOKENIZER_FILES):
         missing.append("tokenizer (" + " or ".join(TOKENIZER_FILES) + ")")
     if missing:
-        raise InitializationError(f"init_checkpoint {path} is not a BERT checkpoint directory: it has no "
+        raise InitializationError(f"init_checkpoint {path} is not a {family.title} checkpoint directory: it has no "
                                   + ", no ".join(missing))
     raw = read_json_object(path / "config.json", InitializationError, "model configuration")
     model_type = raw.get("model_type")
-    if model_type != "bert":
-        raise InitializationError(f"init_checkpoint {path} is not a BERT checkpoint: config.json has model_type "
-                                  f"{model_type!r}, expected 'bert'")
-    return BertConfig.from_pretrained(str(path), local_files_only=True)
+    if model_type != family.model_type:
+        raise InitializationError(f"init_checkpoint {path} is not a {family.title} checkpoint: config.json has "
+                                  f"model_type {model_type!r}, expected {family.model_type!r} (--architecture "
+                                  f"{family.name})")
+    return family.transformers_class(family.config_class).from_pretrained(str(path), local_files_only=True)
 
 
 class PieceSplitter:
@@ -319,10 +337,10 @@ class _Rows:
     fallback: list[str]
 
 
-def _transplant_vocabulary(old_model, old_tokenizer, new_tokenizer, attn_implementation: str):
+def _transplant_vocabulary(old_model, old_tokenizer, new_tokenizer, attn_implementation: str,
+                           family: ModelFamily = BERT, pair_task: str | None = None):
     """A model with ``old_model``'s weights and ``new_tokenizer``'s vocabulary (rules: module doc)."""
     import torch.nn.functional as F
-    from transformers import BertForPreTraining
 
     new_tokens = _tokens_by_id(new_tokenizer, "the run's tokenizer")
     old_tokens = _tokens_by_id(old_tokenizer, "the checkpoint's tokenizer")
@@ -351,20 +369,22 @@ def _transplant_vocabulary(old_model, old_tokenizer, new_tokenizer, attn_impleme
     config = copy.deepcopy(old_model.config)
     config.vocab_size = len(new_tokens)
     config.pad_token_id = new_tokenizer.pad_token_id
-    config.architectures = ["BertForPreTraining"]
-    model = BertForPreTraining._from_config(config, attn_implementation=attn_implementation)
+    config.architectures = [family.model_class]
+    model = family.transformers_class(family.model_class)._from_config(config, attn_implementation=attn_implementation)
+    family.set_pair_task(model, pair_task)  # the head old_model was given, so its tensors fit
 
     old_state, new_state = old_model.state_dict(), model.state_dict()
+    word_embeddings, mlm_bias = family.vocabulary_tensors[:2]
     with torch.no_grad():
         for name, tensor in new_state.items():
-            if name in VOCABULARY_TENSORS:
+            if name in family.vocabulary_tensors:
                 continue
             if name not in old_state or old_state[name].shape != tensor.shape:
                 raise InitializationError(f"cannot transplant {name}: the checkpoint's tensor is "
                                           f"{tuple(old_state[name].shape) if name in old_state else 'absent'}, "
                                           f"the new model's {tuple(tensor.shape)}")
             tensor.copy_(old_state[name])
-        for name in (WORD_EMBEDDINGS, MLM_BIAS):
+        for name in (word_embeddings, mlm_bias):
             old = old_state[name].float()
             table = old if old.dim() == 2 else old[:, None]
             rows = torch.empty((len(new_tokens), table.shape[1]), dtype=table.dtype)
@@ -423,35 +443,50 @@ def _conflicting_fields(model_fields: dict, config) -> dict[str, dict[str, Any]]
             if name not in TOKENIZER_FIELDS and getattr(config, name, None) != value}
 
 
-def _load_pretraining_model(path: Path, attn_implementation: str):
-    """``BertForPreTraining`` from a checkpoint, the parameters it had to initialize, and the
-    checkpoint tensors it did not use. Refuses a checkpoint missing more than heads and pooler."""
-    from transformers import BertForPreTraining
-
+def _load_pretraining_model(path: Path, attn_implementation: str, family: ModelFamily = BERT,
+                            pair_task: str | None = None):
+    """The family's class (``BertForPreTraining``) from a checkpoint, the parameters it had to
+    initialize, and the checkpoint tensors it did not use. Refuses a checkpoint missing more than
+    heads and pooler. The pair head is sized for ``pair_task``: one that does not fit is replaced by
+    a new head (listed as newly initialized; the checkpoint's, if it had one, as unused), and a head
+    saved beside a DRP export (``pair_head.safetensors``) is restored."""
     try:
-        model, info = BertForPreTraining.from_pretrained(
+        model, info = family.transformers_class(family.model_class).from_pretrained(
             str(path), attn_implementation=attn_implementation, output_loading_info=True,
             local_files_only=True, dtype=torch.float32)
     except (OSError, ValueError, RuntimeError) as err:
-        raise InitializationError(f"cannot load BERT weights from {path}: {err}") from err
+        raise InitializationError(f"cannot load {family.title} weights from {path}: {err}") from err
     if info.get("mismatched_keys"):
         raise InitializationError(f"{path}: tensors whose shape does not match the config: "
                                   f"{sorted(map(str, info['mismatched_keys']))}")
-    # Tied tensors are reported under every alias (cls.predictions.decoder.bias is
-    # cls.predictions.bias); name each parameter once, as named_parameters does.
-    canonical = {id(p): name for name, p in model.named_parameters()}
-    newly = set()
-    for key in info.get("missing_keys", ()):
-        try:
-            newly.add(canonical[id(model.get_parameter(key))])
-        except AttributeError:  # a buffer (e.g. position ids): computed, not learnt
-            continue
-    essential = sorted(name for name in newly if not name.startswith(INITIALIZABLE_PREFIXES))
+    newly = _newly_initialized(model, info.get("missing_keys", ()))
+    essential = sorted(name for name in newly if not name.startswith(family.initializable))
     if essential:
         raise InitializationError(
             f"{path} lacks weights a continued model needs (they would start random): {', '.join(essential[:8])}"
             + (f" and {len(essential) - 8} more" if len(essential) > 8 else "")
-            + "; is it a BERT checkpoint with the usual parameter names?")
-    model.config.architectures = ["BertForPreTraining"]
+            + f"; is it a {family.title} checkpoint with the usual parameter names?")
+    unused = sorted(map(str, info.get("unexpected_keys", ())))
+    head = family.pair_head_of(model)
+    head_names = [f"{family.pair_head}.{name}" for name, _ in head.named_parameters()] if head is not None else []
+    if family.set_pair_task(model, pair_task):
+        unused += [name for name in head_names if name not in newly]  # the checkpoint's head, of another size
+        newly.update(head_names)
+    newly.difference_update(family.load_pair_head(model, path))
+    model.config.architectures = [family.model_class]
     order = {name: i for i, (name, _) in enumerate(model.named_parameters())}
-    return model, sorted(newly, key=order.__getitem__), sorted(map(str, info.get("unexpected_keys", ())))
+    return model, sorted(newly, key=order.__getitem__), unused
+
+
+def _newly_initialized(model, missing_keys) -> set[str]:
+    """The parameters behind ``from_pretrained``'s missing keys. Tied tensors are reported under every
+    alias (cls.predictions.decoder.bias is cls.predictions.bias); each parameter is named once, as
+    named_parameters does."""
+    canonical = {id(p): name for name, p in model.named_parameters()}
+    newly = set()
+    for key in missing_keys:
+        try:
+            newly.add(canonical[id(model.get_parameter(key))])
+        except AttributeError:  # a buffer (e.g. position ids): computed, not learnt
+            continue
+    return newly

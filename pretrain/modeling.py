@@ -1,13 +1,16 @@
-"""The pretraining model: ``transformers.BertForPreTraining`` weights, run on real tokens only.
+"""The pretraining model: a ``transformers`` model of one family, BERT's run on real tokens only.
 
-The weights are a plain ``BertForPreTraining`` (MLM head tied to the input embeddings, NSP head on
-the pooled [CLS]), so every export loads with ``BertForPreTraining``, ``BertForMaskedLM`` and
-``AutoModel``. Only the forward pass differs, in two ways:
+The weights are a plain ``transformers`` model of the run's family (:mod:`pretrain.families`:
+``BertForPreTraining``, ``AlbertForPreTraining`` or ``RobertaForMaskedLM``; MLM head tied to the
+input embeddings, the pair head on the pooled [CLS]), so exports load with ``from_pretrained``.
+Where the family keeps its encoder, MLM head and pair head is the family's business; this module
+asks it. Only the forward pass differs from transformers', in two ways:
 
-* **Unpadded** (the default on every device): the micro-batch's real tokens run through the
+* **Unpadded** (BERT's default on every device): the micro-batch's real tokens run through the
   encoder concatenated, with attention kept within each sequence (:mod:`pretrain.unpadded`,
   kernels in :mod:`pretrain.attention`). ``attention="hf_sdpa"`` / ``"hf_eager"`` run transformers'
-  own padded forward instead: the reference the equivalence tests compare against.
+  own padded forward instead: the reference the equivalence tests compare against, and the only
+  forward of the families without the unpadded path (ALBERT, RoBERTa).
 * **Masked positions only**: BERT masks 15% of the tokens, and projecting every position onto a
   30k vocabulary is the single largest matrix multiply of the step, so the MLM head runs on the
   masked positions' hidden states alone (the same loss, about a seventh of the head's work).
@@ -24,18 +27,17 @@ from torch import nn
 
 from biomed_lm.pretrain import unpadded
 from biomed_lm.pretrain.attention import PADDED
+from biomed_lm.pretrain.config import PretrainConfigError
+from biomed_lm.pretrain.families import BERT, family_of
 
 IGNORE_INDEX = -100
 
 
 def build_bert(model_fields: dict, vocab_size: int, pad_token_id: int, attn_implementation: str = "sdpa"):
     """A freshly initialized ``BertForPreTraining`` from BertConfig fields and the tokenizer's size
-    (``attn_implementation`` is transformers' own: see :func:`hf_attention`)."""
-    from transformers import BertConfig, BertForPreTraining
-
-    config = BertConfig(**model_fields, vocab_size=vocab_size, pad_token_id=pad_token_id)
-    config.architectures = ["BertForPreTraining"]
-    return BertForPreTraining._from_config(config, attn_implementation=attn_implementation)
+    (``attn_implementation`` is transformers' own: see :func:`hf_attention`); the bert family's
+    :meth:`~pretrain.families.ModelFamily.build`."""
+    return BERT.build(model_fields, vocab_size, pad_token_id, attn_implementation)
 
 
 def hf_attention(attention: str) -> str:
@@ -91,9 +93,14 @@ class PaddedBatch:
 
 
 class PretrainingModel(nn.Module):
-    """Wraps a ``BertForPreTraining``; ``self.bert`` is what gets exported.
+    """Wraps a model of one family (``BertForPreTraining``, ``AlbertForPreTraining``,
+    ``RobertaForMaskedLM``; the family is read off its config); ``self.bert`` is what gets exported,
+    whatever the family (the name keeps the checkpoints' parameter names).
 
-    ``attention`` is a resolved kernel name (:func:`pretrain.attention.choose_kernel`);
+    ``nsp``: train the pair objective (the data's pair task, whose labels arrive as
+    ``next_sentence_label``; see :func:`pretrain.families.resolve_pair_objective`).
+    ``attention`` is a resolved kernel name (:func:`pretrain.attention.choose_kernel`), one of
+    transformers' padded ones for a family without the unpadded path;
     ``pad_to_multiple_of`` rounds the unpadded token count up (bounded shapes for ``torch.compile``)."""
 
     #: What :meth:`forward` returns; the trainer asks it for the variant's extra totals and metrics.
@@ -103,6 +110,10 @@ class PretrainingModel(nn.Module):
                  pad_to_multiple_of: int | None = None):
         super().__init__()
         self.bert = bert
+        self.family = family_of(bert.config)
+        if attention not in PADDED and not self.family.unpadded:
+            raise PretrainConfigError(f"attention {attention!r} runs unpadded, and the {self.family.name} family has "
+                                      f"no unpadded path: use one of {', '.join(PADDED)}")
         self.nsp = nsp
         self.attention = attention
         self.pad_to_multiple_of = pad_to_multiple_of
@@ -110,6 +121,21 @@ class PretrainingModel(nn.Module):
     @property
     def unpadded(self) -> bool:
         return self.attention not in PADDED
+
+    @property
+    def encoder(self) -> nn.Module:
+        """The family's encoder (``BertModel``, ``AlbertModel``, ``RobertaModel``)."""
+        return self.family.encoder_of(self.bert)
+
+    @property
+    def mlm_head(self) -> nn.Module:
+        """The MLM head: hidden states in, vocabulary logits out."""
+        return self.family.mlm_head_of(self.bert)
+
+    @property
+    def pair_head(self) -> nn.Module | None:
+        """The pair classifier on the pooled [CLS] (None for a family without one)."""
+        return self.family.pair_head_of(self.bert)
 
     def prepare(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
                 labels: torch.Tensor | None = None) -> "PaddedBatch | unpadded.VarlenBatch":
@@ -125,20 +151,20 @@ class PretrainingModel(nn.Module):
 
     def encode(self, batch: "PaddedBatch | unpadded.VarlenBatch", inputs_embeds: torch.Tensor | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Last hidden states (one row per token of ``batch``'s layout) and the pooled [CLS] states."""
+        """Last hidden states (one row per token of ``batch``'s layout) and the pooled [CLS] states
+        (None for a family without a pooler)."""
         if isinstance(batch, PaddedBatch):
-            ids = None if inputs_embeds is not None else batch.input_ids
-            out = self.bert.bert(input_ids=ids, inputs_embeds=inputs_embeds, attention_mask=batch.attention_mask,
-                                 token_type_ids=batch.token_type_ids)
-            return out[0], out[1]
-        hidden = unpadded.encode(self.bert.bert, batch, self.attention, inputs_embeds)
-        return hidden, unpadded.pool(self.bert.bert, hidden, batch)
+            return self.family.encode_padded(self.bert, batch.input_ids, batch.attention_mask, batch.token_type_ids,
+                                             inputs_embeds)
+        encoder = self.encoder
+        hidden = unpadded.encode(encoder, batch, self.attention, inputs_embeds)
+        return hidden, unpadded.pool(encoder, hidden, batch)
 
     def masked_logits(self, batch: "PaddedBatch | unpadded.VarlenBatch", inputs_embeds: torch.Tensor | None = None
                       ) -> torch.Tensor:
         """MLM logits at the masked positions, in the padded batch's row-major order (ALUM's forward)."""
         hidden, _ = self.encode(batch, inputs_embeds)
-        return self.bert.cls.predictions(hidden[batch.labels != IGNORE_INDEX])
+        return self.mlm_head(hidden[batch.labels != IGNORE_INDEX])
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
                 labels: torch.Tensor, next_sentence_label: torch.Tensor | None = None) -> PretrainingOutput:
@@ -147,34 +173,38 @@ class PretrainingModel(nn.Module):
     def losses(self, batch: "PaddedBatch | unpadded.VarlenBatch", next_sentence_label: torch.Tensor | None
                ) -> PretrainingOutput:
         sequence_output, pooled_output = self.encode(batch)
-        heads, device = self.bert.cls, sequence_output.device
+        mlm_head, device = self.mlm_head, sequence_output.device
         masked = batch.labels != IGNORE_INDEX
         targets = batch.labels[masked]
         mlm_count = targets.numel()
         if mlm_count:
-            logits = heads.predictions(sequence_output[masked])
+            logits = mlm_head(sequence_output[masked])
             mlm_loss = F.cross_entropy(logits.float(), targets)
             mlm_correct = (logits.argmax(-1) == targets).sum()
         else:  # keeps every parameter in the graph, so data-parallel gradient reduction still works
-            mlm_loss = heads.predictions(sequence_output.flatten(0, -2)[:1]).sum() * 0.0
+            mlm_loss = mlm_head(sequence_output.flatten(0, -2)[:1]).sum() * 0.0
             mlm_correct = torch.zeros((), dtype=torch.long, device=device)
-
-        nsp_logits = heads.seq_relationship(pooled_output)
-        has_nsp = self.nsp and next_sentence_label is not None and bool((next_sentence_label != IGNORE_INDEX).any())
-        if has_nsp:
-            nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label, ignore_index=IGNORE_INDEX)
-            valid = next_sentence_label != IGNORE_INDEX
-            nsp_correct = (nsp_logits.argmax(-1)[valid] == next_sentence_label[valid]).sum()
-            nsp_count = int(valid.sum())
-        else:
-            nsp_loss = nsp_logits.sum() * 0.0
-            nsp_correct = torch.zeros((), dtype=torch.long, device=device)
-            nsp_count = 0
+        nsp_loss, nsp_correct, nsp_count = self._pair_loss(pooled_output, next_sentence_label, device)
         return PretrainingOutput(
             loss=mlm_loss + nsp_loss, mlm_loss=mlm_loss.detach(), nsp_loss=nsp_loss.detach(),
             mlm_correct=mlm_correct, mlm_count=torch.tensor(mlm_count, device=device),
             nsp_correct=nsp_correct, nsp_count=torch.tensor(nsp_count, device=device),
             **_positions(batch))
+
+    def _pair_loss(self, pooled_output: torch.Tensor | None, label: torch.Tensor | None, device: torch.device
+                   ) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """The pair objective's loss, correct predictions and labelled sequences (0 without labels,
+        when not trained, or for a family without a pair head)."""
+        head = self.pair_head
+        no_correct = torch.zeros((), dtype=torch.long, device=device)
+        if head is None:
+            return torch.zeros((), device=device), no_correct, 0
+        logits = head(pooled_output)
+        if not (self.nsp and label is not None and bool((label != IGNORE_INDEX).any())):
+            return logits.sum() * 0.0, no_correct, 0  # the head stays in the graph
+        loss = F.cross_entropy(logits.float(), label, ignore_index=IGNORE_INDEX)
+        valid = label != IGNORE_INDEX
+        return loss, (logits.argmax(-1)[valid] == label[valid]).sum(), int(valid.sum())
 
 
 def _positions(batch: "PaddedBatch | unpadded.VarlenBatch") -> dict[str, int]:

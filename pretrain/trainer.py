@@ -1,4 +1,8 @@
-"""The pretraining loop: BERT MLM + NSP under DeepSpeed, resumable to the exact step.
+"""The pretraining loop: MLM + a sentence-pair objective under DeepSpeed, resumable to the exact step.
+
+The model family (BERT, ALBERT, RoBERTa) and the pair task (NSP, SOP, DRP or none) are looked up,
+never branched on, here: :mod:`pretrain.families` says how each family is built, run and
+exported, and which pair tasks its head takes (refused before training otherwise).
 
 One code path serves a laptop CPU, ``deepspeed --num_gpus 2`` on one machine (gloo on CPU, NCCL on
 GPUs) and multi-node runs with a hostfile: DeepSpeed owns data parallelism, gradient
@@ -47,6 +51,7 @@ from biomed_lm.pretrain.checkpoint import (CheckpointError, Selection, checkpoin
 from biomed_lm.pretrain.config import (DataArguments, ModelArguments, PretrainConfigError, TrainArguments,
                                        create_ds_config, load_model_preset, resolve_batch, schedule_steps)
 from biomed_lm.pretrain.divergence import DivergenceGuard, Verdict
+from biomed_lm.pretrain.families import ModelFamily, family_of, get_family, resolve_pair_objective
 from biomed_lm.pretrain.flops import mfu, peak_flops, step_flops_from_counts
 from biomed_lm.pretrain.metrics import MetricsLogger
 from biomed_lm.pretrain.modeling import PretrainingModel, count_parameters, hf_attention
@@ -199,22 +204,23 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
     everything that can be wrong is found here, before any training."""
     from biomed_lm.pretrain.initialization import initialize_model
 
-    model_fields, max_positions = _check_arguments(model_args, data_args, train_args)
+    family, model_fields, max_positions = _check_arguments(model_args, data_args, train_args)
     rank, world_size, device = _start_distributed(train_args)
     run_dir = Path(train_args.output_dir)
-    tokenizer, dataset, data_meta = _load_data(data_args, max_positions)
+    tokenizer, dataset, data_meta, pair = _load_data(data_args, max_positions, family)
     selection = _select_resume_checkpoint(run_dir, train_args, rank)
 
     torch.manual_seed(train_args.seed)  # identical initial weights on every rank
     bert, init_report = initialize_model(model_args.init, tokenizer=tokenizer, model_fields=model_fields,
                                          init_checkpoint=model_args.init_checkpoint or None,
-                                         attn_implementation=hf_attention(model_args.attn_implementation))
+                                         attn_implementation=hf_attention(model_args.attn_implementation),
+                                         architecture=family.name, pair_task=pair.task)
     signature = run_signature(model_args=model_args, data_args=data_args, train_args=train_args,
                               adversarial=adversarial, world_size=world_size, data_meta=data_meta,
-                              architecture=_architecture(bert.config))
+                              architecture=family.signature(bert.config))
     config_changes = compare_signatures(selection.manifest["signature"], signature,
                                         allow_change=train_args.allow_config_change) if selection.tag else {}
-    model, execution = _pretraining_model(bert, model_args, data_args, train_args, adversarial, device)
+    model, execution = _pretraining_model(bert, model_args, pair.trained, train_args, adversarial, device)
     engine, gate, optimizer_impl = _build_engine(model, train_args, world_size, device)
     torch.manual_seed(train_args.seed + rank)  # dropout differs across ranks, reproducibly
     if selection.tag is None and train_args.continue_from:
@@ -226,11 +232,13 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
                   "train": dataclasses.asdict(train_args), "world_size": world_size,
                   "adversarial": dataclasses.asdict(adversarial) if adversarial is not None else None,
                   "optimizer_impl": optimizer_impl, "execution": dataclasses.asdict(execution),
+                  "model_class": family.model_class, "pair_task": pair.as_dict(),
                   "parameters": count_parameters(bert), "initialization": init_report.as_dict(),
                   "data_meta": data_meta, "resumes": _resume_history(run_dir, rank, selection, config_changes, state)}
     logger = MetricsLogger(run_dir, enabled=rank == 0, wandb_mode=train_args.wandb_mode,
                            wandb_project=train_args.wandb_project, run_name=train_args.run_name,
                            config=run_config, total_steps=train_args.max_steps, initial_step=state["step"])
+    logger.message(f"model family {family.name} ({family.model_class}); {pair.describe()}")
     _log_start(logger, selection, state, config_changes, init_report, train_args, run_dir)
     logger.message(execution.describe())
     logger.message(f"{count_parameters(bert) / 1e6:.1f}M parameters, {len(dataset):,} instances, global batch "
@@ -247,19 +255,23 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
 
 
 def _check_arguments(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments
-                     ) -> tuple[dict | None, int]:
-    """The model preset's fields and the position limit; a bad preset is refused before DeepSpeed starts."""
+                     ) -> tuple[ModelFamily, dict | None, int]:
+    """The model family, its preset's fields and the position limit; a bad preset, or a layout the
+    family cannot run, is refused before DeepSpeed starts."""
     from biomed_lm.pretrain.initialization import load_checkpoint_config
 
     if not train_args.output_dir:
         raise PretrainConfigError("output_dir is required")
     if not data_args.data_dir or not data_args.tokenizer:
         raise PretrainConfigError("data_dir and tokenizer are required")
+    family = get_family(model_args.architecture)
+    family.resolve_attention(model_args.attn_implementation, model_args.compile)
+    preset = model_args.model or (family.default_preset if model_args.init == "scratch" else "")
+    model_fields = family.preset_fields(load_model_preset(preset), preset) if preset else None
     if model_args.init == "scratch":
-        model_fields = load_model_preset(model_args.model or "bert-base")
-        return model_fields, int(model_fields.get("max_position_embeddings", 512))
-    model_fields = load_model_preset(model_args.model) if model_args.model else None
-    return model_fields, load_checkpoint_config(model_args.init_checkpoint).max_position_embeddings
+        return family, model_fields, int(model_fields.get("max_position_embeddings", 512))
+    return family, model_fields, family.usable_positions(load_checkpoint_config(model_args.init_checkpoint,
+                                                                                family.name))
 
 
 def _start_distributed(train_args: TrainArguments) -> tuple[int, int, torch.device]:
@@ -269,18 +281,21 @@ def _start_distributed(train_args: TrainArguments) -> tuple[int, int, torch.devi
     return context.rank, context.world_size, context.device
 
 
-def _load_data(data_args: DataArguments, max_positions: int):
-    """The tokenizer, the instances and their metadata (checked against the tokenizer and model)."""
+def _load_data(data_args: DataArguments, max_positions: int, family: ModelFamily):
+    """The tokenizer, the instances, their metadata (checked against the tokenizer and model) and
+    the pair objective the run trains (checked against the family's head)."""
     from biomed_lm.pretrain.data import load_pretraining_data
     from biomed_lm.tokenization.tokenizer_io import load_tokenizer
 
     tokenizer = load_tokenizer(data_args.tokenizer)
     dataset, data_meta = load_pretraining_data(data_args.data_dir, tokenizer=tokenizer,
-                                               max_position_embeddings=max_positions, expect_nsp=data_args.nsp)
+                                               max_position_embeddings=max_positions,
+                                               expect_nsp=data_args.nsp and family.pair_head is not None)
+    pair = resolve_pair_objective(family, data_meta, data_args.nsp, source=data_args.data_dir)
     data_meta = {k: v for k, v in data_meta.items() if k != "summary"}
     data_meta.setdefault("instances", len(dataset))
     data_meta.setdefault("fingerprint", getattr(dataset, "_fingerprint", None))
-    return tokenizer, dataset, data_meta
+    return tokenizer, dataset, data_meta, pair
 
 
 def _restore(engine, run_dir: Path, selection: Selection, train_args: TrainArguments,
@@ -406,25 +421,27 @@ class Execution:
         return text
 
 
-def _pretraining_model(bert, model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments,
+def _pretraining_model(bert, model_args: ModelArguments, train_pair: bool, train_args: TrainArguments,
                        adversarial: AdversarialConfig | None, device: torch.device):
-    """The trained module around ``bert``: the attention kernel chosen for this device and precision,
-    compiled when asked, ALUM's wrapper when on; moved to ``device``."""
+    """The trained module around ``bert``: the attention kernel chosen for this device, precision
+    and model family, compiled when asked, ALUM's wrapper when on, the pair objective trained when
+    ``train_pair``; moved to ``device``."""
     from biomed_lm.pretrain.adversarial import AdversarialPretrainingModel
     from biomed_lm.pretrain.attention import choose_kernel
     from biomed_lm.pretrain.compiling import compile_dense_blocks, should_compile
 
+    family = family_of(bert.config)
+    requested, family_notes = family.resolve_attention(model_args.attn_implementation, model_args.compile)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(train_args.precision, torch.float32)
-    attention, passed_over = choose_kernel(model_args.attn_implementation, device, dtype,
-                                           float(bert.config.attention_probs_dropout_prob))
-    compiled = should_compile(model_args.compile, device.type)
-    execution = Execution(attention, passed_over, unpadded=attention not in PADDED, compiled=compiled,
+    attention, passed_over = choose_kernel(requested, device, dtype, float(bert.config.attention_probs_dropout_prob))
+    compiled = should_compile(model_args.compile, device.type) and family.unpadded
+    execution = Execution(attention, family_notes + passed_over, unpadded=attention not in PADDED, compiled=compiled,
                           bucket_tokens=model_args.bucket_tokens if compiled and attention not in PADDED else None)
     layout = {"attention": attention, "pad_to_multiple_of": execution.bucket_tokens}
     if adversarial is not None and adversarial.adversarial:
-        model = AdversarialPretrainingModel(bert, nsp=data_args.nsp, adversarial=adversarial, **layout)
+        model = AdversarialPretrainingModel(bert, nsp=train_pair, adversarial=adversarial, **layout)
     else:
-        model = PretrainingModel(bert, nsp=data_args.nsp, **layout)
+        model = PretrainingModel(bert, nsp=train_pair, **layout)
     model.to(device)
     if compiled:
         compile_dense_blocks(bert)
@@ -451,14 +468,6 @@ def _select_resume_checkpoint(run_dir: Path, train_args: TrainArguments, rank: i
     if isinstance(found[0], CheckpointError):
         raise found[0]
     return found[0]
-
-
-def _architecture(config) -> dict[str, Any]:
-    """The model's shape as its config says it (what the saved tensors depend on)."""
-    keys = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-            "max_position_embeddings", "type_vocab_size", "hidden_act", "layer_norm_eps",
-            "hidden_dropout_prob", "attention_probs_dropout_prob")
-    return {key: getattr(config, key, None) for key in keys}
 
 
 def _build_engine(model, train_args: TrainArguments, world_size: int, device: torch.device):
@@ -736,7 +745,7 @@ def fp16_overflow_verdict(verdict: Verdict, loss: float, fp16: bool) -> Verdict:
 
 
 def _export_hf(bert, tokenizer, path: Path) -> None:
-    """A transformers-format copy: loads with BertForPreTraining, BertForMaskedLM, AutoModel."""
-    path.mkdir(parents=True, exist_ok=True)
-    bert.save_pretrained(str(path), safe_serialization=True)
-    tokenizer.save_pretrained(str(path))
+    """A transformers-format copy: loads with the family's class (BertForPreTraining,
+    AlbertForPreTraining, RobertaForMaskedLM) and AutoModel; a BERT with DRP's 3-way head exports
+    as BertForMaskedLM with the head beside it (:meth:`pretrain.families.ModelFamily.export`)."""
+    family_of(bert.config).export(bert, tokenizer, path)
