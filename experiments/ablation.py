@@ -69,7 +69,8 @@ from biomed_lm.experiments.choices import FACTOR_LEVELS, FACTORS, GENERAL, SPECI
 from biomed_lm.resources import resolve_path
 
 __all__ = ["run_suffix", "AblationConfig", "PretrainBudget", "PretrainPhase", "Variant", "plan_variants",
-           "load_ablation_config", "run_ablation", "StepFailed", "FACTORS", "FACTOR_LEVELS", "ABLATION_FILE"]
+           "load_ablation_config", "ablation_config_from", "run_ablation", "StepFailed", "FACTORS", "FACTOR_LEVELS",
+           "ABLATION_FILE"]
 
 PRETRAIN_DONE = "pretrain_done.json"
 _DEFAULT_LEVELS = {"vocabulary": ["in-domain"], "masking": ["whole-word"], "initialization": ["scratch"],
@@ -148,7 +149,12 @@ def load_ablation_config(path: str | Path, overrides: Mapping[str, Any] | None =
     """Read and check an ablation YAML; unknown keys and levels are errors naming the file and key."""
     values = load_yaml_mapping(path)
     values.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    where = str(path)
+    return ablation_config_from(values, str(path))
+
+
+def ablation_config_from(values: Mapping[str, Any], where: str) -> AblationConfig:
+    """An :class:`AblationConfig` from an ablation mapping (a YAML file's, or a recipe's); ``where``
+    names it in errors."""
     _check_top_keys(values, where)
     if not isinstance(values["corpora"], dict):
         raise ConfigError(f"{where}: 'corpora' must map corpus names to launch/prepare_corpus.py configs")

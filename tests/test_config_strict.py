@@ -235,8 +235,9 @@ def _parsers() -> dict:
 
 def test_every_config_folder_is_checked_here():
     folders = {p.name for p in (REPO / "configs").iterdir() if p.is_dir() and any(p.glob("*.yaml"))}
-    # ablation: launch/ablate.py (load_ablation_config); model: presets (load_model_preset)
-    assert folders == set(_parsers()) | {"ablation", "model"}
+    # ablation: launch/ablate.py (load_ablation_config); model: presets (load_model_preset);
+    # recipes: launch/recipe.py (load_recipe; tests/test_recipes.py loads each, full and tiny)
+    assert folders == set(_parsers()) | {"ablation", "model", "recipes"}
 
 
 @pytest.mark.parametrize("folder", ["pretrain", "data", "corpus", "vocab", "finetune", "blurb"])
@@ -302,6 +303,7 @@ def _bad_cli_cases(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
         "finetune": (["--config", str(tmp_path / "finetune.yaml")], "batch_size: 1.5 is not an integer"),
         "prepare_corpus": (["--inputs", "x", "--output_dir", out, "--min_words", "-1"], "--min_words: -1"),
         "pretrain": (["--log_every", "0"], "--log_every: 0 is out of range: must be >= 1"),
+        "recipe": (["pubmedbert", "--scale", "0"], "--scale: 0.0 is out of range: must be > 0"),
         "report": (["--config", str(tmp_path / "report.yaml")], "ablation_dir: 5 is not a string"),
         "sweep_report": (["--sweeps", f"a={tmp_path / 'absent'}", "--output_dir", out], "is not a directory"),
         "vocab_report": (["--tokenizers", "a=b", "--output_dir", out, "--top_words", "-1"], "--top_words: -1"),

@@ -1,0 +1,135 @@
+"""Recipes: one complete plan per system of the papers — corpus, vocabulary, instances, pretraining
+phases, BLURB — runnable with one command (``launch/recipe.py NAME``).
+
+A recipe (``configs/recipes/<name>.yaml``) is an ablation config (:mod:`experiments.ablation`) whose
+factors each have one level — the system itself — so the ablation runner's steps, sharing,
+resumption and records serve it unchanged, with two more keys:
+
+``system``
+    What the recipe reproduces, for people and for the README's table: ``name``, ``paper``,
+    ``reproduces`` and ``leaves_out`` (each a sentence), ``tokens`` (the pretraining tokens the
+    paper's setting processes) and ``shape`` (the model preset whose measured throughput projects
+    the cost).
+``tiny``
+    Overrides for a CPU-sized run of the same plan (``--tiny``), merged over :data:`TINY`: the
+    embedded sample corpus, a small vocabulary, a tiny model of the same family, two steps of the
+    first phase and a 32-example fine-tune. Every recipe runs this way in ``tests/test_recipes.py``.
+
+``--scale S`` multiplies every phase's steps (the paper's settings at S = 1).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from biomed_lm.config import load_yaml_mapping
+from biomed_lm.errors import ConfigError
+from biomed_lm.experiments.ablation import AblationConfig, ablation_config_from
+from biomed_lm.resources import resolve_path, shipped_dir
+
+RECIPE_KEYS = ("system", "tiny")
+SYSTEM_KEYS = ("name", "paper", "reproduces", "leaves_out", "tokens", "shape")
+TINY_CORPUS = "configs/corpus/demo.yaml"  # the embedded sample
+
+#: The CPU-sized run every recipe shares; a recipe's own ``tiny`` is merged over it.
+TINY: dict[str, Any] = {
+    "vocab": {"vocab_size": 2000},
+    "pretrain_seeds": 1,
+    "pretrain": {
+        "max_steps": 2, "micro_batch_size": 4, "global_batch_size": 0, "gradient_accumulation_steps": 1,
+        "num_gpus": 1, "hostfile": "",
+        "extra_args": ["--precision", "fp32", "--global_batch_size", "0", "--checkpoint_every", "2",
+                       "--num_workers", "0", "--wandb_mode", "disabled"],
+    },
+    "finetune": {"data_root": "data/blurb", "datasets": ["ncbi-disease"], "learning_rates": [5.0e-4],
+                 "batch_sizes": [8], "epochs": 1, "num_seeds": 1, "max_length": 64, "max_train_examples": 32,
+                 "max_eval_examples": 16, "deepspeed": False},
+    "parallel_jobs": 1,
+    "num_proc": 1,
+}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    system: dict[str, Any]
+    ablation: AblationConfig
+
+
+def recipe_names() -> list[str]:
+    return sorted(p.stem for p in (shipped_dir("configs") / "recipes").glob("*.yaml"))
+
+
+def recipe_path(name_or_path: str) -> Path:
+    """``configs/recipes/<name>.yaml`` for a name, or the YAML file given."""
+    path = resolve_path(name_or_path)
+    if path.suffix in (".yaml", ".yml"):
+        return path
+    path = shipped_dir("configs") / "recipes" / f"{name_or_path}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"no recipe {name_or_path!r}; recipes: {', '.join(recipe_names())}")
+    return path
+
+
+def load_recipe(name_or_path: str, *, tiny: bool = False, scale: float = 1.0, output_dir: str | None = None,
+                continual_from: str | None = None) -> Recipe:
+    """The recipe's plan as an :class:`AblationConfig`: at the paper's settings times ``scale``, or
+    its CPU-sized run (``tiny``); ``output_dir`` and ``continual_from`` override the recipe's."""
+    path = recipe_path(name_or_path)
+    values = load_yaml_mapping(path)
+    system, own_tiny = values.pop("system", None), values.pop("tiny", None) or {}
+    _check_system(system, path)
+    if tiny:
+        values = _tiny(values, own_tiny)
+    elif scale != 1.0:
+        values = _scaled(values, scale)
+    values.update({k: v for k, v in {"output_dir": output_dir, "continual_from": continual_from}.items() if v})
+    return Recipe(path.stem, system, ablation_config_from(values, str(path)))
+
+
+def _check_system(system: Any, path: Path) -> None:
+    if not isinstance(system, dict):
+        raise ConfigError(f"{path}: 'system' is required: a mapping with {', '.join(SYSTEM_KEYS)}")
+    missing, extra = set(SYSTEM_KEYS) - set(system), set(system) - set(SYSTEM_KEYS)
+    if missing or extra:
+        raise ConfigError(f"{path}: system: " + "; ".join(
+            part for part in (f"missing {', '.join(sorted(missing))}" if missing else "",
+                              f"unknown {', '.join(sorted(extra))}" if extra else "") if part))
+
+
+def _tiny(values: Mapping[str, Any], own: Mapping[str, Any]) -> dict[str, Any]:
+    """The CPU-sized plan: :data:`TINY` and the recipe's ``tiny`` over the recipe, every corpus the
+    embedded sample, the first phase only (the phase continuation has tests of its own)."""
+    merged = merge(values, TINY)
+    merged["corpora"] = {name: TINY_CORPUS for name in values.get("corpora", {})}
+    merged["pretrain"].pop("phase2", None)
+    return merge(merged, own)
+
+
+def _scaled(values: Mapping[str, Any], scale: float) -> dict[str, Any]:
+    if scale <= 0:
+        raise ConfigError(f"--scale must be positive, not {scale}")
+    scaled = copy.deepcopy(dict(values))
+    for phase in (scaled["pretrain"], scaled["pretrain"].get("phase2") or {}):
+        if "max_steps" in phase:
+            phase["max_steps"] = max(1, round(phase["max_steps"] * scale))
+    return scaled
+
+
+def merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``overrides`` merged in, mappings key by key (lists and values replace)."""
+    merged = copy.deepcopy(dict(base))
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def projected_hours(system: Mapping[str, Any], tokens_per_second: float) -> float:
+    """Device-hours of the recipe's pretraining tokens at a measured throughput."""
+    return float(system["tokens"]) / tokens_per_second / 3600

@@ -1,0 +1,102 @@
+"""Recipes (experiments/recipes.py, launch/recipe.py, configs/recipes/): every shipped recipe loads at
+the paper's settings and as its tiny run, and each tiny run goes corpus -> vocabulary -> instances ->
+pretraining -> export -> ``from_pretrained`` -> one BLURB fine-tune, through the real entry script."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from biomed_lm.errors import ConfigError
+from biomed_lm.experiments.ablation import plan_variants
+from biomed_lm.experiments.recipes import SYSTEM_KEYS, load_recipe, merge, recipe_names
+from tests.conftest import REPO
+
+SHIPPED = ["biobert", "pubmedbert", "pubmedbert-alum"]
+
+
+def test_the_recipes_are_shipped():
+    assert set(SHIPPED) <= set(recipe_names())
+
+
+@pytest.mark.parametrize("name", recipe_names())
+def test_each_recipe_is_one_system_at_the_papers_settings(name):
+    recipe = load_recipe(name)
+    assert set(recipe.system) == set(SYSTEM_KEYS) and all(recipe.system[key] for key in SYSTEM_KEYS)
+    variants, _ = plan_variants(recipe.ablation.factors)
+    assert len(variants) == 1  # one level per factor: the system itself
+    assert recipe.ablation.pretrain.max_steps >= 1000 and recipe.ablation.pretrain.global_batch(8) >= 192
+    tiny = load_recipe(name, tiny=True, output_dir="/tmp/x")
+    assert tiny.ablation.pretrain.max_steps == 2 and tiny.ablation.pretrain.phase2 is None
+    assert set(tiny.ablation.corpora.values()) == {"configs/corpus/demo.yaml"}
+    assert tiny.ablation.output_dir == "/tmp/x" and tiny.ablation.finetune["max_train_examples"] == 32
+
+
+def test_scale_multiplies_every_phase():
+    full, half = load_recipe("pubmedbert"), load_recipe("pubmedbert", scale=0.5)
+    assert half.ablation.pretrain.max_steps == full.ablation.pretrain.max_steps // 2
+    assert half.ablation.pretrain.phase2["max_steps"] == full.ablation.pretrain.phase2["max_steps"] // 2
+    with pytest.raises(ConfigError, match="scale must be positive"):
+        load_recipe("pubmedbert", scale=-1)
+
+
+def test_unknown_recipe_and_bad_system_are_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match="no recipe 'nope'; recipes: .*pubmedbert"):
+        load_recipe("nope")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((REPO / "configs/recipes/pubmedbert.yaml").read_text().replace("  shape: bert-base\n", ""))
+    with pytest.raises(ConfigError, match="system: missing shape"):
+        load_recipe(str(bad))
+
+
+def test_merge_is_deep_and_leaves_its_inputs():
+    base = {"a": {"b": 1, "c": [1]}, "d": 2}
+    assert merge(base, {"a": {"c": [2]}, "e": 3}) == {"a": {"b": 1, "c": [2]}, "d": 2, "e": 3}
+    assert base == {"a": {"b": 1, "c": [1]}, "d": 2}
+
+
+def test_the_cli_lists_recipes_and_refuses_unknown_ones():
+    listed = subprocess.run([sys.executable, str(REPO / "launch/recipe.py"), "--list"], capture_output=True,
+                            text=True, cwd=REPO)
+    assert listed.returncode == 0 and "pubmedbert" in listed.stdout.split()
+    bad = subprocess.run([sys.executable, str(REPO / "launch/recipe.py"), "nope"], capture_output=True, text=True,
+                         cwd=REPO)
+    assert bad.returncode == 2 and "no recipe 'nope'" in bad.stderr
+
+
+@pytest.fixture(scope="module")
+def prepared_corpus(tmp_path_factory) -> Path:
+    """The embedded sample, prepared once and copied into each recipe's output (the step is skipped there)."""
+    out = tmp_path_factory.mktemp("recipe_corpus") / "pubmed"
+    done = subprocess.run([sys.executable, str(REPO / "launch/prepare_corpus.py"), "--config",
+                           "configs/corpus/demo.yaml", "--output-dir", str(out), "--num-proc", "1"],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out
+
+
+@pytest.mark.parametrize("name", recipe_names())
+def test_tiny_recipe_runs_end_to_end(name, prepared_corpus, tmp_path):
+    from transformers import AutoConfig, AutoModel
+
+    out = tmp_path / name
+    for corpus in load_recipe(name, tiny=True).ablation.corpora:
+        shutil.copytree(prepared_corpus, out / "corpus" / corpus)
+    done = subprocess.run([sys.executable, str(REPO / "launch/recipe.py"), name, "--tiny", "--output_dir", str(out)],
+                          capture_output=True, text=True, cwd=REPO, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    record = json.loads((out / "ablation.json").read_text())
+    (variant,) = record["variants"].values()
+    model = Path(variant["checkpoints"][0]["model"])
+    architecture = AutoConfig.from_pretrained(model).architectures[0]
+    import transformers
+
+    getattr(transformers, architecture).from_pretrained(model)  # the export's own class
+    AutoModel.from_pretrained(model)
+    summary = json.loads((Path(variant["checkpoints"][0]["finetune_dir"]) / "summary.json").read_text())
+    assert "ncbi-disease" in json.dumps(summary)
