@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""BERT pretraining (MLM + NSP, whole-word masking) through DeepSpeed.
+"""BERT pretraining (MLM + NSP, whole-word masking) through DeepSpeed; ALBERT and RoBERTa with --architecture.
 
     deepspeed launch/pretrain.py --config configs/pretrain/pubmedbert_phase1.yaml [--flag value ...]
     deepspeed --num_gpus 2 launch/pretrain.py --config configs/pretrain/demo.yaml   # 2 ranks (gloo on CPU)

@@ -9,6 +9,9 @@ keeps its own [CLS], token types and positions from 0, so the result is the padd
 rounding, and the weights are the same ``BertForPreTraining`` parameters: exports load in
 ``transformers`` unchanged.
 
+Only the BERT family runs this way (:mod:`pretrain.families`): the forward below is ``BertModel``'s
+modules, token by token; ALBERT and RoBERTa run transformers' padded forward.
+
 The masking collators still build padded ``(batch, length)`` tensors (masking is defined per
 sequence and the property tests check it there); :func:`unpad` converts one micro-batch, a gather
 of a few integer tensors, before the encoder runs.

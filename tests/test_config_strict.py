@@ -166,7 +166,7 @@ def test_help_lists_choices_and_ranges(capsys):
         parse_config(PRETRAIN, ["--help"])
     out = capsys.readouterr().out
     assert "{constant,stepwise,linear}" in out and "{auto,flash_attn,varlen,sdpa_padded,flex,sdpa_nested,sdpa_loop,hf_sdpa,hf_eager}" in out and "{0,1,2}" in out
-    assert "{fp32,fp16,bf16}" in out
+    assert "{fp32,fp16,bf16}" in out and "{bert,albert,roberta}" in out
     assert "in [0, 1)" in out and ">= 1" in out
 
 
