@@ -33,6 +33,7 @@ from biomed_lm.resources import resolve_path, shipped_dir
 RECIPE_KEYS = ("system", "tiny")
 SYSTEM_KEYS = ("name", "paper", "reproduces", "leaves_out", "tokens", "shape")
 TINY_CORPUS = "configs/corpus/demo.yaml"  # the embedded sample
+TINY_FINETUNE = "configs/blurb/recipe_tiny.yaml"  # 32 examples of the committed NER dataset
 
 #: The CPU-sized run every recipe shares; a recipe's own ``tiny`` is merged over it.
 TINY: dict[str, Any] = {
@@ -44,9 +45,6 @@ TINY: dict[str, Any] = {
         "extra_args": ["--precision", "fp32", "--global_batch_size", "0", "--checkpoint_every", "2",
                        "--num_workers", "0", "--wandb_mode", "disabled"],
     },
-    "finetune": {"data_root": "data/blurb", "datasets": ["ncbi-disease"], "learning_rates": [5.0e-4],
-                 "batch_sizes": [8], "epochs": 1, "num_seeds": 1, "max_length": 64, "max_train_examples": 32,
-                 "max_eval_examples": 16, "deepspeed": False},
     "parallel_jobs": 1,
     "num_proc": 1,
 }
@@ -103,7 +101,8 @@ def _check_system(system: Any, path: Path) -> None:
 def _tiny(values: Mapping[str, Any], own: Mapping[str, Any]) -> dict[str, Any]:
     """The CPU-sized plan: :data:`TINY` and the recipe's ``tiny`` over the recipe, every corpus the
     embedded sample, the first phase only (the phase continuation has tests of its own)."""
-    merged = merge(values, TINY)
+    finetune = {k: v for k, v in load_yaml_mapping(TINY_FINETUNE).items() if k not in ("model", "output_dir")}
+    merged = merge(values, {**TINY, "finetune": finetune})
     merged["corpora"] = {name: TINY_CORPUS for name in values.get("corpora", {})}
     merged["pretrain"].pop("phase2", None)
     return merge(merged, own)
