@@ -1,10 +1,15 @@
-"""Build an in-domain WordPiece vocabulary from a prepared corpus or raw text (PubMedBERT step 1).
+"""Build an in-domain vocabulary from a prepared corpus or raw text (PubMedBERT step 1).
 
     python launch/build_vocab.py --inputs PATH [PATH ...] --output-dir DIR
         [--config configs/vocab/demo.yaml] [--vocab-size N] [--cased] [--min-frequency N]
-        [--algorithm wordpiece|unigram] [--special-token-layout bert|compact] [--overwrite]
+        [--format wordpiece|sentencepiece|bytelevel-bpe]
+        [--algorithm wordpiece|unigram] [--special-token-layout bert|compact]   (format wordpiece)
+        [--add-prefix-space]                                                     (format bytelevel-bpe)
+        [--overwrite]
 
-The output directory loads with ``transformers.AutoTokenizer.from_pretrained`` and records its
+Formats: ``wordpiece`` (BERT, default), ``sentencepiece`` (ALBERT: a SentencePiece unigram model
+used with its own segmentation, saved as spiece.model too) and ``bytelevel-bpe`` (RoBERTa). The
+output directory loads with ``transformers.AutoTokenizer.from_pretrained`` and records its format,
 casing and how it was built (``vocab_card.json``). The logic lives in :mod:`tokenization.vocab`;
 this script only turns command-line options (and an optional YAML file) into a call to it.
 """

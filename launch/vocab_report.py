@@ -1,4 +1,4 @@
-"""Compare WordPiece vocabularies on biomedical terms, corpora and BLURB datasets (the paper's
+"""Compare vocabularies (WordPiece, SentencePiece, byte-level BPE) on biomedical terms, corpora and BLURB datasets (the paper's
 Tables 1 and 8): how often each vocabulary shatters words, how long it makes inputs, how the
 vocabularies overlap. Writes report.md, report.json and PNG plots into --output-dir.
 
@@ -10,9 +10,10 @@ Example (from the repository root):
         --datasets NCBI-disease=data/blurb/NCBI-disease/test.tsv \\
         --output-dir runs/vocab_report
 
-A tokenizer is NAME=PATH, PATH a tokenizer directory or a vocab.txt; its casing is what the
-directory records or, for a bare vocab.txt, inferred (uppercase tokens mean cased), unless
---casing NAME=cased|uncased sets it. Corpora and datasets are [NAME=]PATH (the name defaults to
+A tokenizer is NAME=PATH, PATH a tokenizer directory (WordPiece, SentencePiece or byte-level BPE),
+a bare vocab.txt (WordPiece) or a bare SentencePiece .model file; each segments words with its own
+algorithm. Its casing is what the directory records or, for a bare file, inferred (uppercase
+tokens mean cased), unless --casing NAME=cased|uncased sets it. Corpora and datasets are [NAME=]PATH (the name defaults to
 the file or directory name); a dataset directory means all its data files, each file's format
 detected from its content unless --dataset-format [NAME=]FORMAT names it.
 """
@@ -39,7 +40,8 @@ CASINGS = {"cased": False, "uncased": True}
 @dataclass
 class VocabReportArguments:
     tokenizers: list[str] = field(metadata={
-        "help": "NAME=PATH for each tokenizer to compare (a tokenizer directory or a vocab.txt); "
+        "help": "NAME=PATH for each tokenizer to compare (a WordPiece, SentencePiece or byte-level BPE tokenizer "
+                "directory, a vocab.txt or a SentencePiece .model file); "
                 "the first is the baseline that relative changes are measured against"})
     output_dir: str = field(metadata={"help": "where report.md, report.json and the plots are written"})
     terms: str = field(default=DEFAULT_TERMS, metadata={
@@ -116,7 +118,8 @@ def run(args: VocabReportArguments) -> int:
     files = write_report(report, args.output_dir)
 
     for v in report.vocabularies:
-        print(f"{v.name}: {v.size:,} tokens, {'uncased' if v.lowercase else 'cased'} ({v.casing_source}), {v.path}")
+        print(f"{v.name}: {v.size:,}-token {v.format}, {'uncased' if v.lowercase else 'cased'} ({v.casing_source}), "
+              f"{v.path}")
         for note in v.notes:
             print(f"  note: {note}")
     if report.terms is not None:

@@ -4,8 +4,16 @@ PubMedBERT's case for an in-domain vocabulary rests on two observations: a gener
 vocabulary shatters common biomedical terms into meaningless pieces (Table 1: *naloxone* becomes
 ``na ##lo ##xon ##e``), and so makes every input longer (Table 8: NCBI-disease sentences are 34.2
 word pieces with BERT's vocabulary, 27.4 with PubMed's). This module measures both for any set of
-WordPiece tokenizers, on term lists, corpora and BLURB-format datasets, and writes a report a
-person can read (``report.md``, with plots) and a program can consume (``report.json``).
+tokenizers, on term lists, corpora and BLURB-format datasets, and writes a report a person can
+read (``report.md``, with plots) and a program can consume (``report.json``).
+
+Formats
+    Three tokenizer formats can be compared with each other: WordPiece (BERT, ``##`` marks a
+    continuation), SentencePiece (ALBERT, ``▁`` marks a word start; a tokenizer directory or a bare
+    ``.model`` file) and byte-level BPE (RoBERTa, ``Ġ`` marks a piece after a space). Each is
+    read through one adapter (:data:`FORMATS`, chosen from the tokenizer's pipeline) that knows how
+    to segment a word with the format's own algorithm and how to write its tokens in WordPiece form
+    for the overlap table; everything after segmentation is the same for all formats.
 
 Definitions (they are printed in every report)
     word      a BERT pre-tokenization unit, one definition shared by all vocabularies
@@ -13,13 +21,18 @@ Definitions (they are printed in every report)
               normalizer (lowercasing when uncased) and WordPiece to it.
     instance  what a model reads at once: a document of a corpus, a dataset example
               (:mod:`tokenization.instances` says which for each format).
-    pieces    WordPiece tokens, without [CLS]/[SEP].
+    pieces    the vocabulary's tokens for the word, without [CLS]/[SEP]. SentencePiece and byte-level
+              BPE tell a word that follows a space from one that does not; a word is segmented as
+              it follows a space (``▁``/``Ġ`` word start), a punctuation mark as attached to its
+              neighbour (no marker), as they mostly are in running text. Summed over the words of
+              a text this comes within about 1.5% of tokenizing the text itself (WordPiece: exactly).
     whole     a word tokenized to exactly one piece that is not [UNK].
     [UNK]     a word whose pieces include the unknown token (WordPiece maps an unknown word to a
               single [UNK]); [UNK] words are neither whole nor shattered.
     shattered a word tokenized to at least ``min_pieces`` pieces (2 by default).
-    overlap   token sets compared as strings, reserved tokens ([PAD], [UNK], [unused7], ...) left
-              out; ``##x`` and ``x`` are different tokens, and so are ``The`` and ``the``.
+    overlap   token sets compared as strings in WordPiece form (``▁x``/``Ġx`` -> ``x``, any other
+              SentencePiece or BPE piece -> ``##x``, bytes decoded), reserved and special tokens
+              left out; ``##x`` and ``x`` are different tokens, and so are ``The`` and ``the``.
 
 Efficiency: the words of a source are counted first, and each distinct word is tokenized once per
 vocabulary in a batch (Rust, parallel); every statistic is then arithmetic on counts, so a
@@ -47,6 +60,7 @@ import numpy as np
 from biomed_lm.errors import InputError
 from biomed_lm.tokenization.instances import DatasetFile, Source
 from biomed_lm.tokenization.tokenizer_io import load_tokenizer, recorded_lowercase
+from biomed_lm.tokenization.words import is_punctuation
 
 LOG = logging.getLogger(__name__)
 
@@ -63,16 +77,21 @@ WORD_DEFINITION = (
     "whitespace normalized), CJK characters are set apart, and it is split on whitespace and on every "
     "punctuation character (tokenizers' BertNormalizer without lowercasing, then BertPreTokenizer). "
     "The same words are used for every vocabulary; each vocabulary then applies its own normalizer "
-    "(lowercasing and accent stripping when uncased) and WordPiece to each word, which gives exactly "
-    "the pieces the tokenizer produces in running text.")
+    "(lowercasing and accent stripping when uncased) and segmentation (WordPiece, SentencePiece's "
+    "unigram Viterbi or byte-level BPE) to each word. For WordPiece this gives exactly the pieces the "
+    "tokenizer produces in running text; SentencePiece and byte-level BPE segment a word as it follows "
+    "a space (word-start marker) and a punctuation mark as attached to its neighbour, which comes within "
+    "about 1.5% of tokenizing the text itself.")
 DEFINITIONS = {
-    "pieces": "WordPiece tokens, without [CLS]/[SEP].",
+    "pieces": "the vocabulary's tokens (WordPiece, SentencePiece or byte-level BPE pieces), without special tokens.",
     "whole": "a word tokenized to exactly one piece that is not [UNK].",
     "unk": "a word whose pieces include the unknown token; WordPiece maps a word it cannot spell to a "
            "single [UNK]. [UNK] words are neither whole nor shattered.",
     "shattered": "a word tokenized to at least min_pieces pieces (see settings).",
-    "overlap": "token sets compared as strings, reserved bracketed tokens ([PAD], [UNK], [unused7], ...) "
-               "left out; '##x' and 'x' are different tokens, and so are 'The' and 'the'.",
+    "overlap": "token sets compared as strings in WordPiece form (a SentencePiece or byte-level BPE piece "
+               "with its word-start marker as 'x', without it as '##x', bytes decoded), special and reserved "
+               "bracketed tokens ([PAD], [UNK], [unused7], ...) left out; '##x' and 'x' are different tokens, "
+               "and so are 'The' and 'the'.",
     "instance_pieces": "word pieces per instance: mean, median, 95th percentile and maximum over instances.",
 }
 
@@ -85,24 +104,152 @@ class VocabularyInfo:
 
     name: str
     path: str
-    kind: str                       # "tokenizer directory" or "vocab.txt file"
+    kind: str                       # "tokenizer directory", "vocab.txt file" or "SentencePiece .model file"
     size: int                       # every token, reserved ones included
     lowercase: bool                 # what its normalizer does, checked on the loaded tokenizer
     casing_source: str
     uppercase_tokens: int           # non-reserved tokens with an uppercase letter
     uppercase_examples: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    format: str = "wordpiece"       # a key of FORMATS
+
+
+class WordPieceFormat:
+    """The adapter of one tokenizer format: how it segments words and how its tokens read in
+    WordPiece form. This one is WordPiece's (BERT): a word is tokenized by the whole pipeline, which
+    gives exactly the pieces of running text, and tokens are already in WordPiece form. The other
+    formats differ only in what they override; :data:`FORMATS` lists them."""
+
+    name = "wordpiece"
+
+    def __init__(self, engine: Any, unk_token: str) -> None:
+        self.engine = engine
+        self.unk_token = unk_token
+        self.unk_id = engine.token_to_id(unk_token)
+
+    def segment(self, texts: Sequence[str]) -> list[tuple[str, ...]]:
+        """The pieces of each text (a word, or a term of several words), without special tokens;
+        an unknown piece reads as the unknown token (a unigram model returns the text it covers)."""
+        return self._encode(list(texts))
+
+    def wordpiece_form(self, token: str) -> str | None:
+        """``token`` as a WordPiece token (for overlaps), or None for one that stands for nothing."""
+        return token
+
+    def _encode(self, texts: list[str]) -> list[tuple[str, ...]]:
+        pieces: list[tuple[str, ...]] = []
+        for start in range(0, len(texts), SEGMENT_BATCH):
+            for e in self.engine.encode_batch(texts[start:start + SEGMENT_BATCH], add_special_tokens=False):
+                pieces.append(tuple(self.unk_token if i == self.unk_id else t for i, t in zip(e.ids, e.tokens)))
+        return pieces
+
+    def _model_pieces(self, text: str) -> tuple[str, ...]:
+        """The model's own segmentation of an already pre-tokenized piece of text."""
+        return tuple(self.unk_token if t.id == self.unk_id else t.value for t in self.engine.model.tokenize(text))
+
+
+class _MarkedFormat(WordPieceFormat):
+    """A format that marks word starts (``marker``) instead of continuations: a word is segmented as
+    it follows a space (:meth:`as_word`), a punctuation mark as attached to its neighbour
+    (:meth:`attached`), as they mostly are in running text; a term of several words takes the
+    pipeline as it is."""
+
+    marker = ""
+
+    def segment(self, texts: Sequence[str]) -> list[tuple[str, ...]]:
+        pieces = self._encode([self.as_word(t) for t in texts])
+        return [self.attached(t) if is_punctuation(t) else p for t, p in zip(texts, pieces)]
+
+    def as_word(self, text: str) -> str:
+        return text
+
+    def attached(self, word: str) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def normalized(self, word: str) -> str:
+        normalizer = self.engine.normalizer
+        return normalizer.normalize_str(word) if normalizer is not None else word
+
+    def wordpiece_form(self, token: str) -> str | None:
+        text = self.text_of(token)
+        if text.startswith(self.marker):
+            return text[len(self.marker):] or None
+        return "##" + text
+
+    def text_of(self, token: str) -> str:
+        return token
+
+
+class SentencePieceFormat(_MarkedFormat):
+    """SentencePiece (ALBERT): the unigram model's Viterbi segmentation, ``▁`` before each word
+    (the pipeline's Metaspace pre-tokenizer puts it there)."""
+
+    name = "sentencepiece"
+    marker = "\u2581"
+
+    def attached(self, word: str) -> tuple[str, ...]:
+        text = self.normalized(word).strip()
+        return self._model_pieces(text) if text else ()
+
+
+class ByteLevelBPEFormat(_MarkedFormat):
+    """Byte-level BPE (RoBERTa): merges over the bytes of the word, ``Ġ`` (a space byte) before
+    each word. Tokens are byte strings; their WordPiece form is the text they decode to."""
+
+    name = "bytelevel-bpe"
+    marker = " "  # Ġ, as the decoded text of a token reads it
+
+    def __init__(self, engine: Any, unk_token: str) -> None:
+        from tokenizers import decoders, pre_tokenizers
+
+        super().__init__(engine, unk_token)
+        self._bytes = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        self._decoder = decoders.ByteLevel()
+
+    def as_word(self, text: str) -> str:
+        return " " + text
+
+    def attached(self, word: str) -> tuple[str, ...]:
+        splits = self._bytes.pre_tokenize_str(self.normalized(word))
+        return tuple(piece for split, _ in splits for piece in self._model_pieces(split))
+
+    def text_of(self, token: str) -> str:
+        text = self._decoder.decode([token])
+        return token if "\ufffd" in text else text  # part of a character: kept as bytes
+
+
+#: Tokenizer format -> its adapter.
+FORMATS: dict[str, type[WordPieceFormat]] = {
+    "wordpiece": WordPieceFormat, "sentencepiece": SentencePieceFormat, "bytelevel-bpe": ByteLevelBPEFormat}
+
+
+def detect_format(pipeline: Mapping[str, Any]) -> str:
+    """The format of a fast tokenizer from its JSON: a WordPiece model, a Metaspace (``▁``)
+    pre-tokenizer or a ByteLevel (``Ġ``) one; anything else is refused."""
+    model = (pipeline.get("model") or {}).get("type")
+    pre = pipeline.get("pre_tokenizer") or {}
+    steps = {step.get("type") for step in (pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre])}
+    if model == "WordPiece":
+        return "wordpiece"
+    if "Metaspace" in steps:
+        return "sentencepiece"
+    if "ByteLevel" in steps:
+        return "bytelevel-bpe"
+    raise InputError(f"unsupported tokenizer: a {model} model with pre-tokenizer(s) {sorted(filter(None, steps))}; "
+                     "the report reads WordPiece, SentencePiece (Metaspace) and byte-level BPE tokenizers")
 
 
 @dataclass(frozen=True, eq=False)
 class Vocabulary:
-    """A loaded tokenizer, ready to segment words: ``tokens`` holds its non-reserved tokens and
-    ``engine`` a ``tokenizers.Tokenizer`` copy with padding and truncation turned off."""
+    """A loaded tokenizer, ready to segment words: ``tokens`` holds its non-reserved tokens in
+    WordPiece form, ``engine`` a ``tokenizers.Tokenizer`` copy with padding and truncation turned
+    off and ``adapter`` its format's :class:`WordPieceFormat`."""
 
     info: VocabularyInfo
     tokens: frozenset[str]
     unk_token: str
     engine: Any = field(repr=False)
+    adapter: WordPieceFormat | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
@@ -110,11 +257,8 @@ class Vocabulary:
 
     def segment(self, texts: Sequence[str]) -> list[tuple[str, ...]]:
         """The pieces of each text (a word, or a term of several words), without special tokens."""
-        pieces: list[tuple[str, ...]] = []
-        for start in range(0, len(texts), SEGMENT_BATCH):
-            batch = list(texts[start:start + SEGMENT_BATCH])
-            pieces.extend(tuple(e.tokens) for e in self.engine.encode_batch(batch, add_special_tokens=False))
-        return pieces
+        adapter = self.adapter or WordPieceFormat(self.engine, self.unk_token)
+        return adapter.segment(texts)
 
 
 def _normalizer_lowercases(engine: Any) -> bool:
@@ -146,14 +290,13 @@ def _describe_casing(path: Path, requested: bool | None, actual: bool, claimed: 
 
 
 def load_vocabulary(name: str, path: str | os.PathLike, lowercase: bool | None = None) -> Vocabulary:
-    """Load a tokenizer directory or bare ``vocab.txt`` with :func:`load_tokenizer`.
+    """Load a tokenizer directory (WordPiece, SentencePiece or byte-level BPE), a bare ``vocab.txt``
+    or a bare SentencePiece ``.model`` file with :func:`load_tokenizer`.
 
     ``lowercase=None`` takes the casing the directory records, or infers it from the vocabulary;
     a value sets it explicitly (and must agree with what a directory records). The casing reported
     is what the loaded tokenizer's normalizer actually does.
     """
-    from tokenizers import Tokenizer
-
     p = Path(path)
     if not p.exists():
         raise InputError(f"tokenizer {name!r}: no such file or directory: {p}")
@@ -161,28 +304,47 @@ def load_vocabulary(name: str, path: str | os.PathLike, lowercase: bool | None =
         tokenizer = load_tokenizer(p, lowercase=lowercase)
     except (OSError, ValueError) as err:
         raise InputError(f"tokenizer {name!r}: cannot load {p}: {err}") from err
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
-        raise InputError(f"tokenizer {name!r}: {p} has no fast (tokenizers) backend to segment with")
-    engine = Tokenizer.from_str(backend.to_str())
-    engine.no_padding()
-    engine.no_truncation()
-
+    engine, fmt = _engine_of(name, p, tokenizer)
+    unk = tokenizer.unk_token or getattr(engine.model, "unk_token", None) or "[UNK]"
+    adapter = FORMATS[fmt](engine, unk)
     vocab = engine.get_vocab(with_added_tokens=True)
     ordered = [token for token, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
     special = set(getattr(tokenizer, "all_special_tokens", ()))
-    content = [t for t in ordered if t not in special and not RESERVED_TOKEN.match(t)]
+    forms = (adapter.wordpiece_form(t) for t in ordered if t not in special and not RESERVED_TOKEN.match(t))
+    content = list(dict.fromkeys(t for t in forms if t))
     uppercase = [t for t in content if t != t.lower()]  # the same evidence load_tokenizer infers from
     actual = _normalizer_lowercases(engine)
 
     casing_source, notes = _describe_casing(p, lowercase, actual, tokenizer.init_kwargs.get("do_lower_case"),
                                             uppercase, len(content))
-    unk = tokenizer.unk_token or getattr(engine.model, "unk_token", None) or "[UNK]"
-    info = VocabularyInfo(name=name, path=str(path), kind="tokenizer directory" if p.is_dir() else "vocab.txt file",
-                          size=len(ordered), lowercase=actual, casing_source=casing_source,
-                          uppercase_tokens=len(uppercase), uppercase_examples=tuple(uppercase[:5]),
-                          notes=notes)
-    return Vocabulary(info=info, tokens=frozenset(content), unk_token=unk, engine=engine)
+    info = VocabularyInfo(name=name, path=str(path), kind=_kind(p), size=len(ordered), lowercase=actual,
+                          casing_source=casing_source, uppercase_tokens=len(uppercase),
+                          uppercase_examples=tuple(uppercase[:5]), notes=notes, format=fmt)
+    return Vocabulary(info=info, tokens=frozenset(content), unk_token=unk, engine=engine, adapter=adapter)
+
+
+def _engine_of(name: str, path: Path, tokenizer: Any) -> tuple[Any, str]:
+    """A private copy of the tokenizer's fast backend (no padding, no truncation) and its format."""
+    from tokenizers import Tokenizer
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise InputError(f"tokenizer {name!r}: {path} has no fast (tokenizers) backend to segment with")
+    pipeline = backend.to_str()
+    try:
+        fmt = detect_format(json.loads(pipeline))
+    except InputError as err:
+        raise InputError(f"tokenizer {name!r}: {path}: {err}") from err
+    engine = Tokenizer.from_str(pipeline)
+    engine.no_padding()
+    engine.no_truncation()
+    return engine, fmt
+
+
+def _kind(path: Path) -> str:
+    if path.is_dir():
+        return "tokenizer directory"
+    return "SentencePiece .model file" if path.suffix == ".model" else "vocab.txt file"
 
 
 # ------------------------------------------------------------------------------------- terms
@@ -596,9 +758,9 @@ def render_markdown(report: CoverageReport, plots: Mapping[str, str] | None = No
 
 def _vocabularies_section(vocabularies) -> list[str]:
     out = ["## Vocabularies", ""]
-    out += _table(["name", "tokens", "casing", "casing from", "source"],
-                  ([_code(v.name), f"{v.size:,}", "uncased" if v.lowercase else "cased", _cell(v.casing_source),
-                    f"{_code(v.path)} ({v.kind})"] for v in vocabularies), "lrlll")
+    out += _table(["name", "format", "tokens", "casing", "casing from", "source"],
+                  ([_code(v.name), v.format, f"{v.size:,}", "uncased" if v.lowercase else "cased",
+                    _cell(v.casing_source), f"{_code(v.path)} ({v.kind})"] for v in vocabularies), "llrlll")
     for v in vocabularies:
         out += [f"- **{v.name}**: {_cell(note)}" for note in v.notes]
     if any(v.notes for v in vocabularies):

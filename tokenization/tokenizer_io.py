@@ -1,10 +1,28 @@
-"""Saving and loading BERT WordPiece tokenizers, with casing recorded explicitly.
+"""Saving and loading tokenizers (BERT WordPiece, ALBERT SentencePiece, RoBERTa byte-level BPE),
+with casing recorded explicitly.
 
-A tokenizer directory written here holds ``tokenizer.json`` (the fast tokenizer, whose normalizer
+A WordPiece directory written here holds ``tokenizer.json`` (the fast tokenizer, whose normalizer
 lowercases or not), ``vocab.txt`` (one token per line, line number = id), ``tokenizer_config.json``
 (``do_lower_case`` for ``transformers``) and ``vocab_card.json`` (how it was built). Casing lives in
 all three, so a cased vocabulary cannot be used lowercased by accident: :func:`load_tokenizer`
 refuses a casing request that contradicts what the directory records.
+
+The two other formats are written by the ``transformers`` class of their model family, so
+``AutoTokenizer`` rebuilds exactly the pipeline that was saved:
+
+* SentencePiece (:func:`albert_tokenizer`): ``AlbertTokenizer`` over a SentencePiece unigram model,
+  ``tokenizer.json`` + ``tokenizer_config.json`` + the model itself (``spiece.model``, ALBERT's name).
+  ALBERT's text preparation (`````` and ``''`` to ``"``; when uncased, NFKD, accents stripped and
+  lowercased: :func:`albert_preprocessor`) runs first, then the model's own normalization (its
+  precompiled NFKC map), then its Viterbi segmentation; ``▁`` marks a word start. Special tokens as
+  ALBERT's: ``<pad>`` 0, ``<unk>`` 1, ``[CLS]`` 2, ``[SEP]`` 3, ``[MASK]`` 4.
+* Byte-level BPE (:func:`roberta_tokenizer`): ``RobertaTokenizer`` (``vocab.json``, ``merges.txt``,
+  ``tokenizer.json``); ``Ġ`` marks a word start. Special tokens as roberta-base's: ``<s>`` 0,
+  ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3, ``<mask>`` 4. RoBERTa's pipeline has no normalizer, so an
+  uncased byte-level BPE tokenizer (BERT's lowercasing and accent stripping in front) is saved as
+  a generic ``PreTrainedTokenizerFast``, which ``transformers`` loads from ``tokenizer.json`` as is.
+
+:func:`load_tokenizer` also takes a bare SentencePiece ``.model`` file (ALBERT's pipeline around it).
 """
 
 from __future__ import annotations
@@ -18,7 +36,18 @@ from biomed_lm.errors import TokenizationError
 
 SPECIAL_TOKENS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]",
                   "sep_token": "[SEP]", "mask_token": "[MASK]"}
+# ALBERT's special tokens, in id order (albert-base-v2's spiece.model: <pad> 0, <unk> 1, [CLS] 2, ...).
+ALBERT_SPECIAL_TOKENS = {"pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "[CLS]",
+                         "sep_token": "[SEP]", "mask_token": "[MASK]"}
+# RoBERTa's special tokens, in id order (roberta-base: <s> 0, <pad> 1, </s> 2, <unk> 3, <mask> 4).
+ROBERTA_SPECIAL_TOKENS = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>",
+                          "unk_token": "<unk>", "mask_token": "<mask>"}
+ROBERTA_ROLES = {**ROBERTA_SPECIAL_TOKENS, "cls_token": "<s>", "sep_token": "</s>"}
 VOCAB_CARD = "vocab_card.json"
+SENTENCEPIECE_MODEL_FILE = "spiece.model"  # ALBERT's name for it
+MODEL_MAX_LENGTH = 512
+# A SentencePiece piece of one of these types is text; the others are <unk> and control symbols.
+_SPM_TEXT_PIECE_TYPES = (1, 4)  # NORMAL, USER_DEFINED
 
 
 class CasingMismatchError(TokenizationError, ValueError):
@@ -77,9 +106,111 @@ def save_tokenizer_dir(tokenizer, out_dir: str | os.PathLike, lowercase: bool,
     }
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     (out / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS, indent=2) + "\n", encoding="utf-8")
-    full_card = {"lowercase": lowercase, "vocab_size": len(by_id),
-                 "special_token_ids": {t: vocab[t] for t in SPECIAL_TOKENS.values()}, **(card or {})}
+    write_vocab_card(out, vocab, lowercase, SPECIAL_TOKENS.values(), card)
+    return out
+
+
+def write_vocab_card(out: Path, vocab: dict[str, int], lowercase: bool, specials, card: dict[str, Any] | None) -> None:
+    """``vocab_card.json``: the casing, the actual size and the special token ids, then ``card``."""
+    full_card = {"lowercase": lowercase, "vocab_size": len(vocab),
+                 "special_token_ids": {t: vocab[t] for t in specials}, **(card or {})}
     (out / VOCAB_CARD).write_text(json.dumps(full_card, indent=2) + "\n", encoding="utf-8")
+
+
+# ------------------------------------------------------------------ SentencePiece (ALBERT)
+
+def albert_preprocessor(lowercase: bool):
+    """ALBERT's text preparation before the SentencePiece model's own normalization: `````` and
+    ``''`` become ``"``; uncased also decomposes (NFKD), strips accents and lowercases, cased keeps
+    accents. Taken from ``AlbertTokenizer`` itself (built without a model), so training text is
+    prepared exactly as the saved tokenizer prepares it."""
+    from transformers import AlbertTokenizer
+
+    return AlbertTokenizer(do_lower_case=lowercase, keep_accents=not lowercase).backend_tokenizer.normalizer
+
+
+def sentencepiece_proto(model: bytes):
+    """The parsed ``ModelProto`` of a serialized SentencePiece model."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model)
+    return proto
+
+
+def albert_tokenizer(model: bytes, lowercase: bool, model_max_length: int = MODEL_MAX_LENGTH):
+    """``transformers.AlbertTokenizer`` (fast) over a serialized SentencePiece unigram model: the
+    model's pieces and scores as a ``tokenizers`` Unigram (the same Viterbi segmentation), ALBERT's
+    preparation and the model's precompiled normalization, ``▁`` word starts (prefixed to every
+    word) and ``[CLS] A [SEP] B [SEP]`` with segment ids. ``AlbertTokenizer`` reads the unknown
+    piece at id 1, so a model with it elsewhere is refused; special tokens the model lacks are
+    appended as added tokens (a model built here has ALBERT's five at ids 0..4)."""
+    from transformers import AlbertTokenizer
+
+    proto = sentencepiece_proto(model)
+    pieces = [(p.piece, p.score) for p in proto.pieces]
+    if proto.trainer_spec.unk_id != 1:
+        raise TokenizationError(f"the SentencePiece model has its unknown piece at id {proto.trainer_spec.unk_id}; "
+                                "ALBERT's pipeline needs it at id 1 (load the model's tokenizer directory instead)")
+    return AlbertTokenizer(vocab=pieces, unk_token=pieces[1][0], do_lower_case=lowercase, keep_accents=not lowercase,
+                           _spm_precompiled_charsmap=proto.normalizer_spec.precompiled_charsmap or None,
+                           model_max_length=model_max_length,
+                           model_input_names=["input_ids", "token_type_ids", "attention_mask"])
+
+
+def infer_lowercase_from_sentencepiece(model: bytes) -> bool:
+    """A SentencePiece model is uncased when no text piece changes under lowercasing (the rule
+    :func:`infer_lowercase_from_vocab` applies to a ``vocab.txt``)."""
+    proto = sentencepiece_proto(model)
+    return all(p.piece == p.piece.lower() for p in proto.pieces if p.type in _SPM_TEXT_PIECE_TYPES)
+
+
+# ------------------------------------------------------------------ byte-level BPE (RoBERTa)
+
+def roberta_tokenizer(tokenizer, lowercase: bool, add_prefix_space: bool,
+                      model_max_length: int = MODEL_MAX_LENGTH):
+    """A ``transformers`` tokenizer over a trained byte-level BPE ``tokenizers.Tokenizer`` whose
+    first ids are RoBERTa's special tokens: ``RobertaTokenizer`` when cased (its pipeline: byte-level
+    pre-tokenizer, ``<s> A </s></s> B </s>``, ``<mask>`` taking the space before it), otherwise the
+    same pipeline behind BERT's lowercasing and accent stripping as a ``PreTrainedTokenizerFast``."""
+    from tokenizers import AddedToken, processors
+    from transformers import PreTrainedTokenizerFast, RobertaTokenizer
+
+    mask = AddedToken(ROBERTA_SPECIAL_TOKENS["mask_token"], lstrip=True, rstrip=False, normalized=False, special=True)
+    roles = {**ROBERTA_ROLES, "mask_token": mask}
+    if not lowercase:
+        model = json.loads(tokenizer.to_str())["model"]
+        merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
+        return RobertaTokenizer(vocab=model["vocab"], merges=merges, add_prefix_space=add_prefix_space,
+                                trim_offsets=True, model_max_length=model_max_length, **roles)
+    tokenizer.add_special_tokens([mask])
+    tokenizer.post_processor = processors.RobertaProcessing(
+        (ROBERTA_ROLES["sep_token"], tokenizer.token_to_id(ROBERTA_ROLES["sep_token"])),
+        (ROBERTA_ROLES["cls_token"], tokenizer.token_to_id(ROBERTA_ROLES["cls_token"])),
+        trim_offsets=True, add_prefix_space=add_prefix_space)
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, model_max_length=model_max_length,
+                                   add_prefix_space=add_prefix_space, **roles)
+
+
+def save_transformers_dir(tokenizer, out_dir: str | os.PathLike, lowercase: bool, specials,
+                          card: dict[str, Any] | None = None) -> Path:
+    """Write a ``transformers`` fast tokenizer with ``save_pretrained`` (``tokenizer.json``,
+    ``tokenizer_config.json``) and the vocabulary card; ``specials`` are the tokens whose ids the
+    card records. The caller adds the format's own files (``spiece.model``, ``vocab.json``)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    vocab = tokenizer.backend_tokenizer.get_vocab(with_added_tokens=True)
+    missing = [t for t in specials if t not in vocab]
+    if missing:
+        raise ValueError(f"tokenizer lacks the special token(s) {missing}")
+    tokenizer.save_pretrained(str(out))
+    config_file = out / "tokenizer_config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config["do_lower_case"] = lowercase
+    if config.get("tokenizer_class") == "TokenizersBackend":  # transformers 5's name; 4.x knows the other
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_vocab_card(out, vocab, lowercase, specials, card)
     return out
 
 
@@ -111,10 +242,11 @@ def recorded_lowercase(path: str | os.PathLike) -> bool | None:
 
 
 def load_tokenizer(path: str | os.PathLike, lowercase: bool | None = None):
-    """Load a BERT tokenizer from a directory or a bare ``vocab.txt``.
+    """Load a tokenizer from a directory (any format ``AutoTokenizer`` reads), a bare ``vocab.txt``
+    (BERT WordPiece) or a bare SentencePiece ``.model`` file (ALBERT's pipeline around it).
 
-    ``lowercase=None`` uses what the directory records (or, for a bare vocab file, infers it: a
-    vocabulary with uppercase tokens is cased). An explicit ``lowercase`` that contradicts the
+    ``lowercase=None`` uses what the directory records (or, for a bare vocab or model file, infers
+    it: a vocabulary with uppercase tokens is cased). An explicit ``lowercase`` that contradicts the
     recorded casing raises :class:`CasingMismatchError`.
     """
     from transformers import AutoTokenizer, BertTokenizer
@@ -130,12 +262,17 @@ def load_tokenizer(path: str | os.PathLike, lowercase: bool | None = None):
                 f"{'lowercased' if lowercase else 'cased'}")
         tok = AutoTokenizer.from_pretrained(str(p))
         effective = recorded if recorded is not None else lowercase
+    elif p.is_file() and p.suffix == ".model":
+        model = p.read_bytes()
+        effective = infer_lowercase_from_sentencepiece(model) if lowercase is None else lowercase
+        tok = albert_tokenizer(model, lowercase=effective)
     elif p.is_file():
         effective = infer_lowercase_from_vocab(p) if lowercase is None else lowercase
         # BertTokenizer(path) — the positional form; BertTokenizer(vocab_file=...) silently builds
         # a 5-token vocabulary in transformers 5.
         tok = BertTokenizer(str(p), do_lower_case=effective)
     else:
-        raise FileNotFoundError(f"tokenizer not found: {p} (expected a directory or a vocab.txt file)")
+        raise FileNotFoundError(f"tokenizer not found: {p} (expected a directory, a vocab.txt file or a "
+                                "SentencePiece .model file)")
     tok.init_kwargs["do_lower_case"] = effective
     return tok

@@ -1,11 +1,38 @@
-"""In-domain WordPiece vocabularies: the first ingredient of PubMedBERT-style pretraining.
+"""In-domain vocabularies: the first ingredient of PubMedBERT-style pretraining.
 
 A general-domain vocabulary shatters biomedical terms ("lymphoma" becomes ``l ##ym ##ph ##oma``
 in bert-base-uncased), which wastes sequence length and makes the model learn a term from pieces
 shared with unrelated words. PubMedBERT's first finding is that a vocabulary learnt from PubMed
-itself keeps such terms whole. This module learns one, in the exact format BERT models consume.
+itself keeps such terms whole. This module learns one, in the exact format a model family consumes.
 
-Two algorithms produce the same kind of output:
+Three tokenizer formats (``format``):
+
+``wordpiece`` (default)
+    BERT's WordPiece: ``##`` marks word-internal pieces, greedy longest-match-first segmentation,
+    BERT's special tokens; learnt by one of the two algorithms below.
+``sentencepiece``
+    ALBERT's (BioALBERT's "SentencePiece, 30k vocabulary"): a SentencePiece unigram LM
+    (``model_type=unigram``) used with its own Viterbi segmentation, ``▁`` marking the piece that
+    begins a word. The text is prepared as ``AlbertTokenizer`` prepares it (uncased: NFKD, accents
+    stripped, lowercased; cased: case and accents kept), then SentencePiece's NFKC normalization.
+    Special tokens as ALBERT's: ``<pad>`` 0, ``<unk>`` 1, ``[CLS]`` 2, ``[SEP]`` 3, ``[MASK]`` 4.
+    The directory holds ``tokenizer.json`` (``AlbertTokenizer``) and the model (``spiece.model``).
+    SentencePiece splits only on whitespace, so a piece may hold punctuation ("▁(", ")."); its
+    seed pieces and EM run on the corpus's whitespace-separated chunks, counted (a chunk longer
+    than 100 characters or holding a character outside the ``limit_alphabet`` most frequent is
+    left out of training, as for WordPiece). ``min_frequency`` does not apply: the unigram LM
+    prunes by likelihood.
+``bytelevel-bpe``
+    RoBERTa's: ``tokenizers``' byte-level BPE, ``Ġ`` marking a piece that follows a space; every
+    byte is in the alphabet, so nothing is ever unknown (``limit_alphabet`` does not apply).
+    Special tokens as roberta-base's: ``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3, ``<mask>`` 4.
+    ``add_prefix_space`` gives a text's first word the space the others have (RoBERTa: no). The
+    directory holds ``vocab.json``, ``merges.txt`` and ``tokenizer.json`` (``RobertaTokenizer``;
+    uncased, BERT's lowercasing and accent stripping in front, it is a ``PreTrainedTokenizerFast``).
+
+``algorithm`` and ``special_token_layout`` say how a WordPiece vocabulary is learnt and laid out;
+the other formats have their own, and a non-default value of either with them is refused. Two
+algorithms produce WordPiece vocabularies:
 
 ``wordpiece`` (default)
     HF ``tokenizers``' ``WordPieceTrainer``: BPE-style merges over word counts, most frequent pair
@@ -29,7 +56,7 @@ Two algorithms produce the same kind of output:
     segmentation itself. A unigram LM keeps only pieces it expects to use, so on a small corpus
     the vocabulary can stay below the requested size (the card records both sizes).
 
-Both start from one reading pass that counts words exactly as BERT's normalizer and
+Both WordPiece algorithms start from one reading pass that counts words exactly as BERT's normalizer and
 pre-tokenizer make them (lowercased with accents stripped when uncased; split on whitespace and
 punctuation), so no vocabulary entry can cross a boundary BERT will put between words, and casing
 is the one the model will see. Both give every character of the alphabet a bare and a ``##``
@@ -39,17 +66,20 @@ for byte. (HF's ``WordPieceTrainer`` alone is not: it numbers ``##`` characters 
 and breaks ties between equally frequent merges by those numbers, huggingface/tokenizers#1794.
 Here it is given the counted words and the whole ``##`` alphabet up front, which fixes every id.)
 
-Special tokens take BERT's conventional ids, in one of two layouts (``special_token_layout``):
+WordPiece special tokens take BERT's conventional ids, in one of two layouts (``special_token_layout``):
 
 * ``bert`` (default), bert-base-uncased's: ``[PAD]`` = 0, ``[unused0]``..``[unused98]`` = 1..99,
   ``[UNK]`` = 100, ``[CLS]`` = 101, ``[SEP]`` = 102, ``[MASK]`` = 103;
 * ``compact``, PubMedBERT's released vocabulary: ``[PAD]`` ``[UNK]`` ``[CLS]`` ``[SEP]`` ``[MASK]`` = 0..4.
 
-``vocab_size`` counts every entry, special and ``[unused]`` ones included. A small corpus may not
-support the requested size; the vocabulary card records both the requested and the actual size.
-The output directory is written by :func:`tokenization.tokenizer_io.save_tokenizer_dir`: it loads
-with ``transformers.AutoTokenizer.from_pretrained`` and records its casing, so a cased vocabulary
-is never used lowercased by accident.
+In every format ``vocab_size`` counts every entry, special and ``[unused]`` ones included. A small
+corpus may not support the requested size; the vocabulary card records both the requested and the
+actual size, the format, the casing and the library versions. Every format is deterministic: the
+same corpus and options give the same files, byte for byte (the card's time stamps aside);
+SentencePiece's EM sums counts per thread, so it always runs with ``SENTENCEPIECE_THREADS``
+threads, whatever the machine. The output directory is written by
+:mod:`tokenization.tokenizer_io`: it loads with ``transformers.AutoTokenizer.from_pretrained`` and
+records its casing, so a cased vocabulary is never used lowercased by accident.
 """
 
 from __future__ import annotations
@@ -66,16 +96,23 @@ from typing import Any, Collection, Iterable, Iterator, Literal, Mapping, Sequen
 
 from biomed_lm.errors import TokenizationError
 from biomed_lm.tokenization.sources import expand_inputs, is_prepared_corpus, iter_texts
-from biomed_lm.tokenization.tokenizer_io import (SPECIAL_TOKENS, VOCAB_CARD, bert_normalizer, bert_pipeline,
-                                                 save_tokenizer_dir)
+from biomed_lm.tokenization.tokenizer_io import (ALBERT_SPECIAL_TOKENS, ROBERTA_SPECIAL_TOKENS,
+                                                 SENTENCEPIECE_MODEL_FILE, SPECIAL_TOKENS, VOCAB_CARD, albert_preprocessor,
+                                                 albert_tokenizer, bert_normalizer, bert_pipeline, roberta_tokenizer,
+                                                 save_tokenizer_dir, save_transformers_dir)
 from biomed_lm.tokenization.words import ASCII_WORD
 
 logger = logging.getLogger(__name__)
 
+Format = Literal["wordpiece", "sentencepiece", "bytelevel-bpe"]
 Algorithm = Literal["wordpiece", "unigram"]
 Layout = Literal["bert", "compact"]
+FORMATS: tuple[str, ...] = get_args(Format)
 ALGORITHMS: tuple[str, ...] = get_args(Algorithm)
 LAYOUTS: tuple[str, ...] = get_args(Layout)
+ALBERT_SPECIALS = tuple(ALBERT_SPECIAL_TOKENS.values())    # ids 0..4
+ROBERTA_SPECIALS = tuple(ROBERTA_SPECIAL_TOKENS.values())  # ids 0..4
+BYTE_ALPHABET_SIZE = 256
 
 PAD, UNK, CLS, SEP, MASK = (SPECIAL_TOKENS[f"{name}_token"] for name in ("pad", "unk", "cls", "sep", "mask"))
 CORE_SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -88,9 +125,16 @@ WORD_START = "\u2581"
 # "hypercholesterolemia" (20), which a WordPiece vocabulary learnt from PubMed does keep.
 UNIGRAM_MAX_PIECE_LENGTH = 32
 UNIGRAM_MODEL_FILE = "sentencepiece_unigram.model"
+# SentencePiece's unigram EM splits the sentences among its threads and sums their expected counts,
+# so the model depends on the thread count (on the sample corpus 1, 2 and 8 threads give three
+# different models); a fixed count makes it the same on every machine. The seed only matters for
+# input sampling, which is off; it is fixed anyway.
+SENTENCEPIECE_THREADS = 16
+SENTENCEPIECE_SEED = 0
 # Everything a tokenizer directory written here may hold; --overwrite replaces exactly these.
 OUTPUT_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
-                "added_tokens.json", VOCAB_CARD, UNIGRAM_MODEL_FILE)
+                "added_tokens.json", VOCAB_CARD, UNIGRAM_MODEL_FILE, SENTENCEPIECE_MODEL_FILE, "vocab.json",
+                "merges.txt")
 _PROGRESS_EVERY = 1000  # documents between progress bar updates
 
 # Characters Python's str.split() splits on although BERT's normalizer deletes them (they are
@@ -117,6 +161,15 @@ class OutputExistsError(VocabBuildError):
     """The output directory already holds files and overwriting was not asked for."""
 
 
+def format_special_tokens(config: "VocabConfig") -> list[str]:
+    """The special tokens of the vocabulary ``config`` describes, in id order."""
+    if config.format == "sentencepiece":
+        return list(ALBERT_SPECIALS)
+    if config.format == "bytelevel-bpe":
+        return list(ROBERTA_SPECIALS)
+    return special_tokens(config.special_token_layout)
+
+
 def special_tokens(layout: str) -> list[str]:
     """The special tokens of ``layout`` in id order (token ``i`` of the list gets id ``i``)."""
     if layout == "bert":
@@ -134,28 +187,58 @@ class VocabConfig:
         "help": "total vocabulary size, special and [unused] tokens included (BERT: 30522)", "min": 1})
     cased: bool = field(default=False, metadata={
         "help": "keep case and accents; the default lowercases and strips accents like BERT uncased"})
+    format: Format = field(default="wordpiece", metadata={
+        "help": "wordpiece: BERT's ## WordPiece; sentencepiece: ALBERT's SentencePiece unigram model with its own "
+                "segmentation (<pad> <unk> [CLS] [SEP] [MASK] = 0..4); bytelevel-bpe: RoBERTa's byte-level BPE "
+                "(<s> <pad> </s> <unk> <mask> = 0..4)"})
     algorithm: Algorithm = field(default="wordpiece", metadata={
-        "help": "wordpiece: HF WordPiece trainer; unigram: SentencePiece unigram LM exported to ## format"})
+        "help": "format wordpiece only: wordpiece: HF WordPiece trainer; unigram: SentencePiece unigram LM "
+                "exported to ## format"})
     special_token_layout: Layout = field(default="bert", metadata={
-        "help": "bert: [PAD]=0 [unused0..98]=1..99 [UNK]=100 [CLS]=101 [SEP]=102 [MASK]=103; "
-                "compact (PubMedBERT): [PAD] [UNK] [CLS] [SEP] [MASK] = 0..4"})
+        "help": "format wordpiece only: bert: [PAD]=0 [unused0..98]=1..99 [UNK]=100 [CLS]=101 [SEP]=102 "
+                "[MASK]=103; compact (PubMedBERT): [PAD] [UNK] [CLS] [SEP] [MASK] = 0..4"})
+    add_prefix_space: bool = field(default=False, metadata={
+        "help": "format bytelevel-bpe only: give a text's first word the leading space (Ġ) the other words have "
+                "(RoBERTa: false)"})
     min_frequency: int = field(default=2, metadata={
-        "help": "wordpiece: a pair must occur this often to be merged; unigram: a piece must be used "
-                "this often in the unigram model's segmentation of the corpus", "min": 0})
+        "help": "wordpiece and bytelevel-bpe: a pair must occur this often to be merged; unigram: a piece must "
+                "be used this often in the unigram model's segmentation of the corpus; sentencepiece: not used",
+        "min": 0})
     limit_alphabet: int | None = field(default=1000, metadata={
-        "help": "keep at most this many distinct characters, the most frequent (null: all)", "min": 1})
+        "help": "keep at most this many distinct characters, the most frequent (null: all); bytelevel-bpe: "
+                "not used (the alphabet is the 256 bytes)", "min": 1})
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
             raise VocabBuildError(f"unknown algorithm {self.algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
-        n_special = len(special_tokens(self.special_token_layout))
+        self._check_format()
+        specials = format_special_tokens(self)
+        n_special = len(specials) + (BYTE_ALPHABET_SIZE if self.format == "bytelevel-bpe" else 0)
         if self.vocab_size <= n_special:
-            raise VocabSizeError(f"vocab_size={self.vocab_size} leaves no room for text: the "
-                                 f"{self.special_token_layout!r} layout alone takes {n_special} ids")
+            what = (f"the {self.special_token_layout!r} layout alone takes" if self.format == "wordpiece" else
+                    f"the {self.format} special tokens" + (" and the 256 bytes" if self.format == "bytelevel-bpe" else "")
+                    + " alone take")
+            raise VocabSizeError(f"vocab_size={self.vocab_size} leaves no room for text: {what} {n_special} ids")
         if self.min_frequency < 0:
             raise VocabBuildError(f"min_frequency must be >= 0, not {self.min_frequency}")
         if self.limit_alphabet is not None and self.limit_alphabet < 1:
             raise VocabBuildError(f"limit_alphabet must be >= 1 or null (no limit), not {self.limit_alphabet}")
+
+    def _check_format(self) -> None:
+        """Refuse options that mean nothing for the chosen format (rather than ignore them)."""
+        if self.format not in FORMATS:
+            raise VocabBuildError(f"unknown format {self.format!r}; choose one of {', '.join(FORMATS)}")
+        if self.format != "wordpiece" and self.algorithm != "wordpiece":
+            raise VocabBuildError(
+                f"algorithm {self.algorithm!r} chooses how a WordPiece vocabulary is learnt; format {self.format!r} "
+                f"has its own ({'a SentencePiece unigram LM' if self.format == 'sentencepiece' else 'byte-level BPE'}"
+                "): leave algorithm out")
+        if self.format != "wordpiece" and self.special_token_layout != "bert":
+            raise VocabBuildError(
+                f"special_token_layout {self.special_token_layout!r} lays out BERT's special tokens; format "
+                f"{self.format!r} uses {' '.join(format_special_tokens(self))} (ids 0..4): leave it out")
+        if self.add_prefix_space and self.format != "bytelevel-bpe":
+            raise VocabBuildError(f"add_prefix_space applies to format bytelevel-bpe only, not {self.format!r}")
 
     @property
     def lowercase(self) -> bool:
@@ -166,13 +249,13 @@ class VocabConfig:
 class TrainedVocab:
     """A learnt vocabulary with the BERT tokenizer built on it, and how it was learnt."""
 
-    tokenizer: Any  # tokenizers.Tokenizer: WordPiece model and BERT's pipeline
+    tokenizer: Any  # tokenizers.Tokenizer: the format's model and pipeline (WordPiece: BERT's)
     config: VocabConfig
     documents: int
     text_bytes: int
     seconds: float
     alphabet_size: int
-    unigram_model: bytes | None = None  # the serialized SentencePiece model (algorithm "unigram")
+    unigram_model: bytes | None = None  # the serialized SentencePiece model (algorithm unigram, format sentencepiece)
 
     @property
     def vocab(self) -> list[str]:
@@ -180,32 +263,59 @@ class TrainedVocab:
         return vocab_in_id_order(self.tokenizer)
 
     def card(self) -> dict[str, Any]:
-        """Build information for the vocabulary card (save_tokenizer_dir adds the actual size,
+        """Build information for the vocabulary card (the saving function adds the actual size,
         the casing and the special token ids)."""
         import tokenizers
+        import transformers
 
-        versions = {"tokenizers": tokenizers.__version__}
-        if self.config.algorithm == "unigram":
+        cfg = self.config
+        versions = {"tokenizers": tokenizers.__version__, "transformers": transformers.__version__}
+        if self.unigram_model is not None:
             import sentencepiece
 
             versions["sentencepiece"] = sentencepiece.__version__
-        segmentation = "WordPiece greedy longest-match-first"
-        if self.config.algorithm == "unigram":
-            segmentation += (f"; vocabulary learnt by a SentencePiece unigram LM ({UNIGRAM_MODEL_FILE}) "
-                             "and exported to ## format, its Viterbi segmentation is not used")
         return {
-            "algorithm": self.config.algorithm,
-            "segmentation": segmentation,
-            "special_token_layout": self.config.special_token_layout,
-            "vocab_size_requested": self.config.vocab_size,
-            "min_frequency": self.config.min_frequency,
-            "limit_alphabet": self.config.limit_alphabet,
+            "format": cfg.format,
+            **_FORMAT_CARDS[cfg.format](cfg),
+            "vocab_size_requested": cfg.vocab_size,
             "alphabet_size": self.alphabet_size,
             "documents": self.documents,
             "text_bytes": self.text_bytes,
             "training_seconds": round(self.seconds, 3),
             "library_versions": versions,
         }
+
+
+def _wordpiece_card(cfg: VocabConfig) -> dict[str, Any]:
+    segmentation = "WordPiece greedy longest-match-first"
+    if cfg.algorithm == "unigram":
+        segmentation += (f"; vocabulary learnt by a SentencePiece unigram LM ({UNIGRAM_MODEL_FILE}) "
+                         "and exported to ## format, its Viterbi segmentation is not used")
+    return {"algorithm": cfg.algorithm, "segmentation": segmentation,
+            "special_token_layout": cfg.special_token_layout, "min_frequency": cfg.min_frequency,
+            "limit_alphabet": cfg.limit_alphabet}
+
+
+def _sentencepiece_card(cfg: VocabConfig) -> dict[str, Any]:
+    return {"algorithm": "unigram",
+            "segmentation": "SentencePiece unigram LM, Viterbi (\u2581 marks a word start); ALBERT's text "
+                            + ("preparation (NFKD, accents stripped, lowercased)" if cfg.lowercase else
+                               "preparation (case and accents kept)") + ", then the model's NFKC normalization",
+            "special_token_layout": "albert", "sentencepiece_model": SENTENCEPIECE_MODEL_FILE,
+            "sentencepiece_threads": SENTENCEPIECE_THREADS, "max_piece_length": UNIGRAM_MAX_PIECE_LENGTH,
+            "limit_alphabet": cfg.limit_alphabet}
+
+
+def _bytelevel_bpe_card(cfg: VocabConfig) -> dict[str, Any]:
+    return {"algorithm": "bpe",
+            "segmentation": "byte-level BPE merges (\u0120 marks a piece after a space)"
+                            + ("; BERT's lowercasing and accent stripping first" if cfg.lowercase else ""),
+            "special_token_layout": "roberta", "add_prefix_space": cfg.add_prefix_space,
+            "min_frequency": cfg.min_frequency}
+
+
+_FORMAT_CARDS = {"wordpiece": _wordpiece_card, "sentencepiece": _sentencepiece_card,
+                 "bytelevel-bpe": _bytelevel_bpe_card}
 
 
 @dataclass(frozen=True)
@@ -219,8 +329,11 @@ class VocabBuildResult:
         t, cfg = self.trained, self.trained.config
         size = len(t.vocab)
         shortfall = "" if size == cfg.vocab_size else f" (requested {cfg.vocab_size}; the corpus supports no more)"
-        return (f"{size}-token {'cased' if cfg.cased else 'uncased'} {cfg.algorithm} vocabulary "
-                f"({cfg.special_token_layout} layout){shortfall} written to {self.output_dir}\n"
+        kind = {"wordpiece": f"{cfg.algorithm} vocabulary ({cfg.special_token_layout} layout)",
+                "sentencepiece": "SentencePiece unigram vocabulary (ALBERT's special tokens)",
+                "bytelevel-bpe": f"byte-level BPE vocabulary (RoBERTa's special tokens, add_prefix_space "
+                                 f"{str(cfg.add_prefix_space).lower()})"}[cfg.format]
+        return (f"{size}-token {'cased' if cfg.cased else 'uncased'} {kind}{shortfall} written to {self.output_dir}\n"
                 f"learnt from {t.documents} documents ({t.text_bytes / 1e6:.1f} MB of text) in {t.seconds:.1f} s")
 
 
@@ -306,6 +419,47 @@ class BertWordCounter:
         self._chunks.clear()
 
 
+class ChunkCounter:
+    """Counts the whitespace-separated chunks of texts as ALBERT prepares them (the words
+    SentencePiece learns from: it never puts a piece across whitespace).
+
+    Like :class:`BertWordCounter`, the raw chunks are counted first and each distinct chunk is
+    prepared once (``AlbertTokenizer``'s preparation is character by character, so preparing a
+    chunk and splitting it again gives the words of the prepared text). For printable ASCII the
+    preparation is two replacements and, uncased, ``lower()``; the tests hold this to the
+    ``tokenizers`` normalizer."""
+
+    def __init__(self, lowercase: bool, fold_every: int = 1_000_000) -> None:
+        self.lowercase = lowercase
+        self._normalizer = albert_preprocessor(lowercase)
+        self._fold_every = fold_every
+        self._chunks: Counter[str] = Counter()
+        self._words: Counter[str] = Counter()
+
+    def update(self, text: str) -> None:
+        self._chunks.update(text.split())
+        if len(self._chunks) >= self._fold_every:
+            self._fold()
+
+    def counts(self) -> Counter[str]:
+        self._fold()
+        return self._words
+
+    def prepare(self, chunk: str) -> str:
+        """ALBERT's preparation of one chunk."""
+        if chunk.isascii() and chunk.isprintable():
+            chunk = chunk.replace("``", '"').replace("''", '"')
+            return chunk.lower() if self.lowercase else chunk
+        return self._normalizer.normalize_str(chunk)
+
+    def _fold(self) -> None:
+        words = self._words
+        for chunk, n in self._chunks.items():
+            for word in self.prepare(chunk).split():
+                words[word] += n
+        self._chunks.clear()
+
+
 def alphabet_of(word_counts: Mapping[str, int], limit: int | None) -> set[str]:
     """The characters of the words, keeping the ``limit`` most frequent (as WordPieceTrainer's
     ``limit_alphabet`` does); ``None`` keeps them all."""
@@ -321,7 +475,8 @@ def trainable_words(word_counts: Mapping[str, int], alphabet: Collection[str]) -
     """The words a vocabulary can learn from: WordPiece turns a word longer than
     ``MAX_INPUT_CHARS_PER_WORD`` or holding a character outside the alphabet into ``[UNK]``
     whatever the vocabulary, and a word holding SentencePiece's marker ``▁`` would be misread by
-    the unigram trainer."""
+    the unigram trainer. (Format sentencepiece leaves out the same words: noise such as long
+    sequences or URLs, and rare characters, which then become ``<unk>``.)"""
     allowed = set(alphabet)
     return {w: n for w, n in word_counts.items()
             if len(w) <= MAX_INPUT_CHARS_PER_WORD and WORD_START not in w and allowed.issuperset(w)}
@@ -431,26 +586,81 @@ def assemble_vocab(candidates: Mapping[str, float], alphabet: Collection[str], s
 
 
 def train_vocab(texts: Iterable[str], config: VocabConfig, *, progress: bool = False) -> TrainedVocab:
-    """Learn a vocabulary from document texts and build its BERT tokenizer (nothing is written)."""
+    """Learn a vocabulary from document texts and build its tokenizer in ``config.format``
+    (nothing is written)."""
     start = time.perf_counter()
     stats = _ReadStats()
-    counter = BertWordCounter(config.lowercase)
-    for text in _metered(texts, stats, progress):
+    tokenizer, alphabet_size, model = _TRAINERS[config.format](_metered(texts, stats, progress), stats, config)
+    return TrainedVocab(tokenizer=tokenizer, config=config, documents=stats.documents, text_bytes=stats.text_bytes,
+                        seconds=time.perf_counter() - start, alphabet_size=alphabet_size, unigram_model=model)
+
+
+def _counted(counter, texts: Iterable[str], stats: "_ReadStats") -> Counter[str]:
+    """Feed ``texts`` to a word counter; its counts, or :class:`EmptyCorpusError` if there is nothing."""
+    for text in texts:
         counter.update(text)
     word_counts = counter.counts()
     if stats.documents == 0:
         raise EmptyCorpusError("no documents to learn from")
     if not word_counts:
         raise EmptyCorpusError(f"the {stats.documents} documents read contain no words")
+    return word_counts
+
+
+def _train_wordpiece(texts: Iterable[str], stats: "_ReadStats", config: VocabConfig) -> tuple[Any, int, bytes | None]:
+    """Format wordpiece: count BERT's words, learn (algorithm), assemble in the layout's id order."""
+    word_counts = _counted(BertWordCounter(config.lowercase), texts, stats)
     specials = special_tokens(config.special_token_layout)
     alphabet = alphabet_of(word_counts, config.limit_alphabet)
     check_room(config.vocab_size, specials, alphabet)  # before the long part
     candidates, unigram_model = _learn(trainable_words(word_counts, alphabet), alphabet, specials, config)
     vocab = assemble_vocab(candidates, alphabet, specials, config.vocab_size)
-    tokenizer = build_wordpiece_tokenizer(vocab, lowercase=config.lowercase)
-    return TrainedVocab(tokenizer=tokenizer, config=config, documents=stats.documents, text_bytes=stats.text_bytes,
-                        seconds=time.perf_counter() - start, alphabet_size=len(alphabet),
-                        unigram_model=unigram_model)
+    return build_wordpiece_tokenizer(vocab, lowercase=config.lowercase), len(alphabet), unigram_model
+
+
+def _train_sentencepiece(texts: Iterable[str], stats: "_ReadStats", config: VocabConfig) -> tuple[Any, int, bytes]:
+    """Format sentencepiece: count the whitespace-separated chunks of the text as ALBERT prepares
+    it, train a SentencePiece unigram model on them, and wrap it in ALBERT's tokenizer."""
+    chunks = _counted(ChunkCounter(config.lowercase), texts, stats)
+    alphabet = alphabet_of(chunks, config.limit_alphabet)
+    needed = len(ALBERT_SPECIALS) + len(alphabet)
+    if needed > config.vocab_size:
+        raise VocabSizeError(f"vocab_size={config.vocab_size} is too small: the {len(ALBERT_SPECIALS)} special tokens "
+                             f"and the {len(alphabet)}-character alphabet already take {needed} pieces; raise "
+                             "vocab_size or lower limit_alphabet")
+    words = trainable_words(chunks, alphabet)
+    if not words:
+        raise EmptyCorpusError(f"none of the {len(chunks)} distinct words read is short enough to learn from "
+                               f"(at most {MAX_INPUT_CHARS_PER_WORD} characters)")
+    model = train_sentencepiece_model(words, config.vocab_size)
+    return albert_tokenizer(model, lowercase=config.lowercase).backend_tokenizer, len(alphabet), model
+
+
+def _train_bytelevel_bpe(texts: Iterable[str], stats: "_ReadStats", config: VocabConfig) -> tuple[Any, int, None]:
+    """Format bytelevel-bpe: ``tokenizers``' BPE trainer on the documents, byte-level pre-tokenized,
+    the 256 bytes as its alphabet and RoBERTa's special tokens first."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    if config.lowercase:  # BERT uncased's lowercasing and accent stripping, nothing else
+        tokenizer.normalizer = normalizers.BertNormalizer(clean_text=False, handle_chinese_chars=False,
+                                                          strip_accents=True, lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=config.add_prefix_space)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=config.vocab_size, min_frequency=config.min_frequency,
+                                  special_tokens=list(ROBERTA_SPECIALS), show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    if stats.documents == 0:
+        raise EmptyCorpusError("no documents to learn from")
+    if not stats.has_text:
+        raise EmptyCorpusError(f"the {stats.documents} documents read contain no words")
+    fast = roberta_tokenizer(tokenizer, lowercase=config.lowercase, add_prefix_space=config.add_prefix_space)
+    return fast.backend_tokenizer, BYTE_ALPHABET_SIZE, None
+
+
+_TRAINERS = {"wordpiece": _train_wordpiece, "sentencepiece": _train_sentencepiece,
+             "bytelevel-bpe": _train_bytelevel_bpe}
 
 
 def _learn(words: Mapping[str, int], alphabet: Collection[str], specials: Sequence[str],
@@ -497,12 +707,30 @@ def build_vocab(inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLi
             (out / name).unlink(missing_ok=True)
     card = {**trained.card(), "inputs": names, "text_field": text_field,
             "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
-    if trained.unigram_model is not None:
-        card["unigram_model"] = UNIGRAM_MODEL_FILE
-    save_tokenizer_dir(trained.tokenizer, out, lowercase=config.lowercase, card=card)
-    if trained.unigram_model is not None:
-        (out / UNIGRAM_MODEL_FILE).write_bytes(trained.unigram_model)
+    save_trained(trained, out, card)
     return VocabBuildResult(output_dir=out, trained=trained)
+
+
+def save_trained(trained: TrainedVocab, out: Path, card: dict[str, Any]) -> None:
+    """Write a trained vocabulary as its format's tokenizer directory, with ``card``."""
+    cfg = trained.config
+    if cfg.format == "wordpiece":
+        if trained.unigram_model is not None:
+            card["unigram_model"] = UNIGRAM_MODEL_FILE
+        save_tokenizer_dir(trained.tokenizer, out, lowercase=cfg.lowercase, card=card)
+        if trained.unigram_model is not None:
+            (out / UNIGRAM_MODEL_FILE).write_bytes(trained.unigram_model)
+    elif cfg.format == "sentencepiece":
+        fast = albert_tokenizer(trained.unigram_model, lowercase=cfg.lowercase)
+        save_transformers_dir(fast, out, cfg.lowercase, ALBERT_SPECIALS, card)
+        (out / SENTENCEPIECE_MODEL_FILE).write_bytes(trained.unigram_model)
+    else:
+        from tokenizers import Tokenizer
+
+        fast = roberta_tokenizer(Tokenizer.from_str(trained.tokenizer.to_str()), lowercase=cfg.lowercase,
+                                 add_prefix_space=cfg.add_prefix_space)
+        save_transformers_dir(fast, out, cfg.lowercase, ROBERTA_SPECIALS, card)
+        fast.backend_tokenizer.model.save(str(out))  # vocab.json, merges.txt
 
 
 # --- internals -------------------------------------------------------------------------------
@@ -511,6 +739,7 @@ def build_vocab(inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLi
 class _ReadStats:
     documents: int = 0
     text_bytes: int = 0
+    has_text: bool = False  # some document holds more than whitespace
 
 
 def _metered(texts: Iterable[str], stats: _ReadStats, progress: bool) -> Iterator[str]:
@@ -521,6 +750,8 @@ def _metered(texts: Iterable[str], stats: _ReadStats, progress: bool) -> Iterato
         for text in texts:
             stats.documents += 1
             stats.text_bytes += len(text) if text.isascii() else len(text.encode("utf-8"))
+            if not stats.has_text and text and not text.isspace():
+                stats.has_text = True
             if stats.documents % _PROGRESS_EVERY == 0:
                 bar.set_postfix_str(f"{stats.text_bytes / 1e6:.1f} MB", refresh=False)
                 bar.update(_PROGRESS_EVERY)
@@ -569,9 +800,36 @@ def train_unigram_model(word_counts: Mapping[str, int], vocab_size: int) -> byte
             remove_extra_whitespaces=False, split_by_whitespace=True, split_by_unicode_script=False,
             split_by_number=False, split_digits=False, byte_fallback=False,
             max_sentencepiece_length=UNIGRAM_MAX_PIECE_LENGTH, max_sentence_length=1 << 16,
-            unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1, num_threads=_cpu_count(), minloglevel=2)
+            unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1, num_threads=SENTENCEPIECE_THREADS, minloglevel=2)
     except (RuntimeError, OSError) as err:
         raise VocabBuildError(f"SentencePiece unigram training failed: {err}") from err
+    return model.getvalue()
+
+
+def train_sentencepiece_model(word_counts: Mapping[str, int], vocab_size: int) -> bytes:
+    """Train ALBERT's kind of SentencePiece unigram model on counted (ALBERT-prepared) words and
+    return it serialized: ``<pad>`` ``<unk>`` ``[CLS]`` ``[SEP]`` ``[MASK]`` at ids 0..4 (the last
+    three control symbols, never produced from text), SentencePiece's own NFKC normalization
+    (saved in the model, applied again at use time), its default splitting rules (no piece across
+    whitespace, scripts or digits), and ``vocab_size`` pieces in all, fewer if the corpus cannot
+    support them. Same TSV input as :func:`train_unigram_model`."""
+    import io
+
+    import sentencepiece as spm
+
+    logger.info("training a SentencePiece unigram model on %d distinct words", len(word_counts))
+    pad, unk, *control = ALBERT_SPECIALS
+    model = io.BytesIO()
+    spm.set_random_generator_seed(SENTENCEPIECE_SEED)
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=_unigram_training_lines(word_counts), input_format="tsv", model_writer=model,
+            model_type="unigram", vocab_size=vocab_size, hard_vocab_limit=False, character_coverage=1.0,
+            normalization_rule_name="nmt_nfkc", byte_fallback=False, max_sentencepiece_length=UNIGRAM_MAX_PIECE_LENGTH,
+            max_sentence_length=1 << 16, pad_id=0, pad_piece=pad, unk_id=1, unk_piece=unk, bos_id=-1, eos_id=-1,
+            control_symbols=control, num_threads=SENTENCEPIECE_THREADS, minloglevel=2)
+    except (RuntimeError, OSError) as err:
+        raise VocabBuildError(f"SentencePiece training failed: {err}") from err
     return model.getvalue()
 
 

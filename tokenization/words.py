@@ -12,6 +12,7 @@ when it tokenizes a word. Vocabulary training (:mod:`tokenization.vocab`) and th
 from __future__ import annotations
 
 import re
+import unicodedata
 
 # BERT's cleaning and splitting restricted to ASCII, where they are two regular expressions: clean_text
 # drops the control characters (tab, newline and carriage return are whitespace instead), and each of
@@ -43,3 +44,13 @@ class WordSplitter:
         if text.isascii():
             return ASCII_WORD.findall(ASCII_CONTROL.sub("", text))
         return self.pre_tokenize(text)
+
+
+def is_punctuation(word: str) -> bool:
+    """Whether ``word`` is a punctuation mark BERT splits off as a word of its own: one character,
+    ASCII punctuation or symbol (as BERT counts ``$``, ``+``, ``^``) or Unicode category P*."""
+    if len(word) != 1:
+        return False
+    cp = ord(word)
+    return 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126 or \
+        unicodedata.category(word).startswith("P")

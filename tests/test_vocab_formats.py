@@ -1,0 +1,353 @@
+"""The SentencePiece (ALBERT) and byte-level BPE (RoBERTa) vocabulary formats of
+tokenization/vocab.py, end to end: the directories load with AutoTokenizer as their model family's
+fast tokenizer with its special-token ids, SentencePiece segments with the model's own Viterbi,
+casing is explicit, builds are byte-for-byte deterministic and keep to vocab_size, meaningless
+option combinations are refused, pretraining instances are framed by the format's [CLS]/[SEP] and
+mark its word starts, and the coverage report compares all three formats (and a bare .model).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from biomed_lm.tokenization.coverage import (ReportSettings, build_report, count_words, load_vocabulary, parse_terms,
+                                             segment_sample, source_statistics)
+from biomed_lm.tokenization.instances import corpus_source
+from biomed_lm.tokenization.tokenizer_io import CasingMismatchError, albert_preprocessor, load_tokenizer
+from biomed_lm.tokenization.vocab import (FORMATS, ChunkCounter, VocabBuildError, VocabConfig, VocabSizeError,
+                                          build_vocab)
+from biomed_lm.tokenization.words import WordSplitter
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "data" / "sample" / "sywada_PubMedAbstract_1MB.txt"
+N_DOCS = 150
+EXTRA = ["RecA binds single-stranded DNA in Escherichia coli.",
+         "Müller and Ångström measured the DNA of HeLa cells."] * 3
+ALBERT_IDS = {"<pad>": 0, "<unk>": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
+ROBERTA_IDS = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "<mask>": 4}
+MARKERS = {"sentencepiece": "\u2581", "bytelevel-bpe": "\u0120"}
+VOLATILE_CARD_KEYS = {"created_utc", "training_seconds", "inputs"}
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[str]:
+    if not SAMPLE.is_file():
+        pytest.skip(f"embedded sample {SAMPLE} is missing")
+    with open(SAMPLE, encoding="utf-8") as handle:
+        lines = [line.rstrip("\n") for line in handle if line.strip()]
+    return lines[:N_DOCS] + EXTRA
+
+
+@pytest.fixture(scope="module")
+def docs_file(docs, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("formats_corpus") / "docs.txt"
+    path.write_text("".join(d + "\n" for d in docs), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def built(docs_file, tmp_path_factory):
+    """built(format=..., ...) -> output dir, each configuration built once per module."""
+    cache: dict[tuple, Path] = {}
+
+    def build(**options) -> Path:
+        key = tuple(sorted(options.items()))
+        if key not in cache:
+            out = tmp_path_factory.mktemp("vocab")
+            build_vocab([docs_file], out, VocabConfig(**{"vocab_size": 3000, **options}), overwrite=True)
+            cache[key] = out
+        return cache[key]
+
+    return build
+
+
+def card(path: Path) -> dict:
+    return json.loads((path / "vocab_card.json").read_text(encoding="utf-8"))
+
+
+def auto(path: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+# ------------------------------------------------------------------------------ SentencePiece
+
+@pytest.mark.parametrize("cased", [False, True])
+def test_sentencepiece_directory_is_an_albert_tokenizer(built, cased):
+    out = built(format="sentencepiece", cased=cased)
+    assert {p.name for p in out.iterdir()} == {"tokenizer.json", "tokenizer_config.json", "spiece.model",
+                                               "vocab_card.json"}
+    tok = auto(out)
+    assert type(tok).__name__ == "AlbertTokenizer" and tok.is_fast
+    assert {t: tok.convert_tokens_to_ids(t) for t in ALBERT_IDS} == ALBERT_IDS
+    assert (tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id) == (0, 1, 2, 3, 4)
+    assert len(tok) == 3000 and tok.model_max_length == 512
+    pair = tok("the patients", "were treated")
+    tokens = tok.convert_ids_to_tokens(pair["input_ids"])
+    first_sep = tokens.index("[SEP]")
+    assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]" and tokens.count("[SEP]") == 2
+    assert pair["token_type_ids"] == [0] * (first_sep + 1) + [1] * (len(tokens) - first_sep - 1)
+    assert tokens[1].startswith("\u2581") and tokens[first_sep + 1].startswith("\u2581")
+    c = card(out)
+    assert (c["format"], c["algorithm"], c["lowercase"], c["vocab_size"], c["vocab_size_requested"]) == \
+        ("sentencepiece", "unigram", not cased, 3000, 3000)
+    assert c["special_token_ids"] == ALBERT_IDS and c["sentencepiece_model"] == "spiece.model"
+    assert set(c["library_versions"]) == {"tokenizers", "transformers", "sentencepiece"}
+    config = json.loads((out / "tokenizer_config.json").read_text(encoding="utf-8"))
+    assert (config["tokenizer_class"], config["do_lower_case"], config["keep_accents"]) == \
+        ("AlbertTokenizer", not cased, cased)
+
+
+@pytest.mark.parametrize("cased", [False, True])
+def test_sentencepiece_segments_with_the_models_own_viterbi(built, docs, cased):
+    """The fast tokenizer gives exactly SentencePiece's segmentation of ALBERT-prepared text."""
+    import sentencepiece as spm
+
+    out = built(format="sentencepiece", cased=cased)
+    sp = spm.SentencePieceProcessor(model_file=str(out / "spiece.model"))
+    prepare = albert_preprocessor(lowercase=not cased)
+    tok = auto(out)
+    for text in docs:
+        assert tok.backend_tokenizer.encode(text, add_special_tokens=False).ids == sp.encode(prepare.normalize_str(text))
+    assert [sp.id_to_piece(i) for i in range(5)] == list(ALBERT_IDS)
+    assert all(sp.is_control(i) for i in (2, 3, 4)) and sp.is_unknown(1)
+
+
+def test_sentencepiece_casing_is_explicit(built):
+    uncased, cased = auto(built(format="sentencepiece")), auto(built(format="sentencepiece", cased=True))
+    assert "".join(uncased.tokenize("Müller RecA")).replace("\u2581", "") == "mullerreca"
+    assert "".join(cased.tokenize("RecA HeLa")).replace("\u2581", "") == "RecAHeLa"
+    with pytest.raises(CasingMismatchError):
+        load_tokenizer(built(format="sentencepiece"), lowercase=False)
+    # A bare model file: casing inferred from its pieces, ALBERT's pipeline around it.
+    bare = load_tokenizer(built(format="sentencepiece", cased=True) / "spiece.model")
+    assert bare.init_kwargs["do_lower_case"] is False and bare.tokenize("RecA") == cased.tokenize("RecA")
+    assert load_tokenizer(built(format="sentencepiece") / "spiece.model").init_kwargs["do_lower_case"] is True
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=30))
+def test_chunk_counter_ascii_path_is_albert_preparation(text):
+    for lowercase in (False, True):
+        counter = ChunkCounter(lowercase)
+        if text.isprintable():
+            assert counter.prepare(text) == albert_preprocessor(lowercase).normalize_str(text)
+
+
+# ---------------------------------------------------------------------------- byte-level BPE
+
+def test_bytelevel_bpe_directory_is_a_roberta_tokenizer(built):
+    out = built(format="bytelevel-bpe", cased=True)
+    assert {p.name for p in out.iterdir()} == {"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
+                                               "vocab_card.json"}
+    tok = auto(out)
+    assert type(tok).__name__ == "RobertaTokenizer" and tok.is_fast
+    assert (tok.cls_token_id, tok.pad_token_id, tok.sep_token_id, tok.unk_token_id, tok.mask_token_id) == (0, 1, 2, 3, 4)
+    vocab = json.loads((out / "vocab.json").read_text(encoding="utf-8"))
+    assert {t: vocab[t] for t in ROBERTA_IDS} == ROBERTA_IDS and len(vocab) == len(tok) == 3000
+    assert len((out / "merges.txt").read_text(encoding="utf-8").splitlines()) > 2000
+    tokens = tok.convert_ids_to_tokens(tok("The patients", "were treated")["input_ids"])
+    assert tokens[0] == "<s>" and tokens[-1] == "</s>" and tokens.count("</s>") == 3  # <s> A </s></s> B </s>
+    assert tokens[1] == "The" and tokens[2] == "\u0120patients"  # no prefix space: the first word has no Ġ
+    ids = tok("the <mask> was", add_special_tokens=False)["input_ids"]
+    assert ids == [vocab["the"], 4, vocab["\u0120was"]]  # <mask> takes the space before it, as RoBERTa's
+    c = card(out)
+    assert (c["format"], c["algorithm"], c["lowercase"], c["add_prefix_space"], c["vocab_size"]) == \
+        ("bytelevel-bpe", "bpe", False, False, 3000)
+    assert c["special_token_ids"] == ROBERTA_IDS and c["alphabet_size"] == 256
+    assert json.loads((out / "tokenizer_config.json").read_text(encoding="utf-8"))["add_prefix_space"] is False
+
+
+def test_bytelevel_bpe_prefix_space_and_casing(built):
+    spaced = auto(built(format="bytelevel-bpe", cased=True, add_prefix_space=True))
+    assert spaced.tokenize("patients")[0].startswith("\u0120")
+    assert card(built(format="bytelevel-bpe", cased=True, add_prefix_space=True))["add_prefix_space"] is True
+    uncased_dir = built(format="bytelevel-bpe")
+    uncased = auto(uncased_dir)  # RoBERTa's class has no normalizer: uncased is a generic fast tokenizer
+    assert json.loads((uncased_dir / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert uncased.tokenize("DNA Müller") == uncased.tokenize("dna muller")
+    assert (uncased.cls_token_id, uncased.pad_token_id, uncased.sep_token_id, uncased.mask_token_id) == (0, 1, 2, 4)
+    with pytest.raises(CasingMismatchError):
+        load_tokenizer(uncased_dir, lowercase=False)
+
+
+# ------------------------------------------------------------------------ every format
+
+def directory_bytes(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.name != "vocab_card.json"}
+
+
+@pytest.mark.parametrize("fmt", ["sentencepiece", "bytelevel-bpe"])
+def test_builds_are_deterministic(docs_file, tmp_path, fmt):
+    config = VocabConfig(vocab_size=2000, format=fmt, cased=True)
+    first, second = (build_vocab([docs_file], tmp_path / name, config).output_dir for name in ("a", "b"))
+    assert directory_bytes(first) == directory_bytes(second)
+    strip = lambda c: {k: v for k, v in c.items() if k not in VOLATILE_CARD_KEYS}  # noqa: E731
+    assert strip(card(first)) == strip(card(second))
+
+
+@pytest.mark.parametrize("fmt", ["sentencepiece", "bytelevel-bpe"])
+def test_vocab_size_counts_the_special_tokens(docs_file, tmp_path, fmt):
+    out = build_vocab([docs_file], tmp_path / "v", VocabConfig(vocab_size=700, format=fmt)).output_dir
+    assert len(auto(out)) == card(out)["vocab_size"] == 700
+    big = build_vocab([docs_file], tmp_path / "big", VocabConfig(vocab_size=200_000, format=fmt)).output_dir
+    assert card(big)["vocab_size"] < 200_000 and card(big)["vocab_size_requested"] == 200_000
+    assert len(auto(big)) == card(big)["vocab_size"]
+
+
+def test_meaningless_combinations_are_refused(tmp_path, docs_file, capsys):
+    assert FORMATS == ("wordpiece", "sentencepiece", "bytelevel-bpe")
+    with pytest.raises(VocabBuildError, match="algorithm 'unigram' chooses how a WordPiece vocabulary"):
+        VocabConfig(format="sentencepiece", algorithm="unigram")
+    with pytest.raises(VocabBuildError, match="special_token_layout 'compact'.*<s> <pad> </s> <unk> <mask>"):
+        VocabConfig(format="bytelevel-bpe", special_token_layout="compact")
+    with pytest.raises(VocabBuildError, match="add_prefix_space applies to format bytelevel-bpe only"):
+        VocabConfig(format="sentencepiece", add_prefix_space=True)
+    with pytest.raises(VocabBuildError, match="unknown format 'bpe'"):
+        VocabConfig(format="bpe")
+    with pytest.raises(VocabSizeError, match="special tokens and the 256 bytes alone take 261 ids"):
+        VocabConfig(format="bytelevel-bpe", vocab_size=261)
+    with pytest.raises(VocabSizeError, match="too small.*alphabet"):
+        build_vocab([docs_file], tmp_path / "small", VocabConfig(format="sentencepiece", vocab_size=40))
+    config = tmp_path / "bad.yaml"
+    config.write_text("format: sentencepiece\nspecial_token_layout: compact\n", encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("build_vocab_formats_cli", REPO / "launch" / "build_vocab.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    assert module.main(["--config", str(config), "--inputs", str(docs_file), "--output-dir", str(tmp_path / "o")]) == 2
+    assert "special_token_layout 'compact'" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+# --------------------------------------------------------------------- pretraining instances
+
+def sentence_documents(docs: list[str], n: int = 40) -> list[list[str]]:
+    return [[s for s in re.split(r"(?<=\.) (?=[A-Z])", text) if s] for text in docs[:n]]
+
+
+@pytest.mark.parametrize("fmt", ["sentencepiece", "bytelevel-bpe"])
+def test_pretraining_instances_are_framed_and_mark_word_starts(docs, tmp_path, fmt):
+    from biomed_lm.pretrain.data import PretrainingDataConfig, create_pretraining_data, load_pretraining_data
+    from tests.test_pretraining_data import save_corpus
+
+    documents = sentence_documents(docs)
+    corpus = save_corpus(documents, tmp_path / "corpus")
+    vocab = build_vocab([str(corpus)], tmp_path / "vocab", VocabConfig(vocab_size=1500, format=fmt)).output_dir
+    out = tmp_path / "instances"
+    metadata = create_pretraining_data(PretrainingDataConfig(corpus=str(corpus), tokenizer=str(vocab), output_dir=str(out),
+                                                             max_seq_length=64, num_proc=1), progress=False)
+    tokenizer = load_tokenizer(vocab)
+    dataset, _ = load_pretraining_data(out, tokenizer=tokenizer)  # the vocabulary fingerprint and casing agree
+    assert metadata["summary"]["instances"] == len(dataset) > 20
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    assert (cls, sep) == ((2, 3) if fmt == "sentencepiece" else (0, 2))
+    marker, marked = MARKERS[fmt], 0
+    for row in dataset:
+        ids = row["input_ids"]
+        assert ids[0] == cls and ids[-1] == sep and ids.count(sep) == 2 and ids.count(cls) == 1
+        tokens = tokenizer.convert_ids_to_tokens(ids)
+        after_special = [False] + [i in (cls, sep) for i in ids[:-1]]
+        expected = [0 if i in (cls, sep) else int(t.startswith(marker) or after) for i, t, after in
+                    zip(ids, tokens, after_special)]
+        assert row["word_starts"] == expected
+        marked += sum(t.startswith(marker) for t in tokens)
+        assert 0 < sum(row["word_starts"]) < len(ids) - 3  # words of several pieces exist
+    assert marked > 100
+
+
+# --------------------------------------------------------------------------- coverage report
+
+@pytest.fixture(scope="module")
+def three(built):
+    """The same corpus, uncased, as WordPiece, SentencePiece (directory and bare model) and byte-level BPE."""
+    sp_dir = built(format="sentencepiece")
+    return [load_vocabulary("wordpiece", built(format="wordpiece")), load_vocabulary("sentencepiece", sp_dir),
+            load_vocabulary("spm_file", sp_dir / "spiece.model"), load_vocabulary("bpe", built(format="bytelevel-bpe"))]
+
+
+def test_coverage_report_compares_the_three_formats(three, docs, tmp_path):
+    wordpiece, sentencepiece, spm_file, bpe = three
+    assert [v.info.format for v in three] == ["wordpiece", "sentencepiece", "sentencepiece", "bytelevel-bpe"]
+    assert spm_file.info.kind == "SentencePiece .model file" and spm_file.info.lowercase
+    held_out = tmp_path / "held_out.txt"
+    held_out.write_text("".join(line + "\n" for line in
+                                SAMPLE.read_text(encoding="utf-8").splitlines()[N_DOCS + 50:N_DOCS + 150]))
+    # Words every vocabulary holds whole (word-start form), and two it cannot.
+    common = ["patients", "the", "cells", "with", "protein"]
+    assert all(f"\u2581{w}" in sentencepiece.engine.get_vocab() and f"\u0120{w}" in bpe.engine.get_vocab()
+               and w in wordpiece.engine.get_vocab() for w in common)
+    terms = parse_terms(common + ["oropharyngeal", "chloramphenicol"])
+    report = build_report(three, [corpus_source("held_out", held_out)], terms, settings=ReportSettings(top_words=5))
+    for name in ("wordpiece", "sentencepiece", "spm_file", "bpe"):
+        assert [row.whole[name] for row in report.terms.rows][:len(common)] == [True] * len(common)
+        assert not report.terms.rows[-1].whole[name]  # a rare term is split by every small vocabulary
+    (source,) = report.sources
+    stats = {s.vocabulary: s for s in source.stats}
+    for s in stats.values():
+        assert s.pieces_per_word >= 1.0 and 0.5 < s.whole_fraction < 1.0 and s.pieces_per_instance > 100
+    assert stats["bpe"].unk_words == 0  # every byte is in the alphabet
+    assert stats["sentencepiece"] == dataclass_replace(stats["spm_file"], vocabulary="sentencepiece")
+    overlap = {(o.a, o.b): o for o in report.overlaps}
+    assert overlap[("sentencepiece", "spm_file")].jaccard == 1.0
+    assert 0.1 < overlap[("wordpiece", "bpe")].jaccard < 1.0 and 0.1 < overlap[("wordpiece", "sentencepiece")].jaccard < 1
+    print("\n" + "\n".join(f"{n}: pieces/word {s.pieces_per_word:.3f}, pieces/instance {s.pieces_per_instance:.1f}, "
+                           f"whole {s.whole_fraction:.1%}, [UNK] {s.unk_rate:.2%}" for n, s in stats.items()))
+    print("terms kept whole:", report.terms.whole_counts, "overlap wordpiece/sentencepiece/bpe:",
+          {k: round(o.jaccard, 3) for k, o in overlap.items()})
+
+
+def dataclass_replace(obj, **changes):
+    import dataclasses
+
+    return dataclasses.replace(obj, **changes)
+
+
+def test_word_level_pieces_track_running_text(three, docs):
+    """Words are segmented one by one; for the formats that mark word starts the sum stays within
+    3% of tokenizing the documents themselves (WordPiece: exactly)."""
+    sample = count_words(WordSplitter()(doc) for doc in docs)
+    for vocab in three:
+        direct = sum(len(e.tokens) for e in vocab.engine.encode_batch(docs, add_special_tokens=False))
+        pieces = source_statistics(sample, segment_sample(vocab, sample)).pieces
+        if vocab.info.format == "wordpiece":
+            assert pieces == direct
+        else:
+            assert abs(pieces / direct - 1) < 0.03, (vocab.name, pieces, direct)
+
+
+def test_segments_and_wordpiece_forms(three):
+    _, sentencepiece, _, bpe = three
+    assert bpe.segment(["patients", ","]) == [("\u0120patients",), (",",)]  # a comma is attached, not spaced
+    assert sentencepiece.segment(["patients", "("])[0] == ("\u2581patients",)
+    assert "patients" in bpe.tokens and "patients" in sentencepiece.tokens
+    assert not any(t.startswith(("\u2581", "\u0120")) for t in sentencepiece.tokens | bpe.tokens)
+    assert sentencepiece.segment(["\u4e2d"]) == [("\u2581", "<unk>")] or \
+        sentencepiece.segment(["\u4e2d"]) == [("<unk>",)]  # an unknown character reads as <unk>
+
+
+def test_vocab_report_cli_takes_every_format(three, tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("vocab_report_formats_cli", REPO / "launch" / "vocab_report.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    out = tmp_path / "report"
+    argv = ["--tokenizers", *(f"{v.name}={v.info.path}" for v in three), "--corpus", f"sample={SAMPLE}",
+            "--max-instances", "50", "--output-dir", str(out)]
+    assert module.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "sentencepiece, uncased" in printed and "bytelevel-bpe, uncased" in printed
+    markdown = (out / "report.md").read_text(encoding="utf-8")
+    assert "| `spm_file` | sentencepiece |" in markdown and "| `bpe` | bytelevel-bpe |" in markdown
+    data = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert [v["format"] for v in data["vocabularies"]] == ["wordpiece", "sentencepiece", "sentencepiece",
+                                                           "bytelevel-bpe"]
