@@ -87,6 +87,12 @@ class DataArguments:
         "help": "the masking rate a stepwise or linear schedule ends at (e.g. 0.25 from 0.05, or 0.15 from 0.30)",
         "min": 0, "max": 1})
     mask_schedule_stages: int = field(default=5, metadata={"help": "stages of a stepwise schedule", "min": 1})
+    max_ngram: int = field(default=1, metadata={
+        "help": "with whole-word masking, mask spans of up to this many words, n with probability proportional "
+                "to 1/n (ALBERT's n-gram masking: 3); 1 masks single words", "min": 1})
+    max_predictions: Optional[int] = field(default=None, metadata={
+        "help": "at most this many masked tokens per sequence (BERT's and ALBERT's max_predictions_per_seq: 20 "
+                "at length 512); default: the rate alone decides", "min": 1})
     nsp: bool = field(default=True, metadata={
         "help": "train the data's sentence-pair objective (its pair_task: nsp, sop or drp; the data must have one, "
                 "and the architecture's head must take it); --no-nsp trains MLM only. metrics.jsonl's nsp_loss and "

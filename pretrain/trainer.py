@@ -264,6 +264,9 @@ def _check_arguments(model_args: ModelArguments, data_args: DataArguments, train
         raise PretrainConfigError("output_dir is required")
     if not data_args.data_dir or not data_args.tokenizer:
         raise PretrainConfigError("data_dir and tokenizer are required")
+    if data_args.max_ngram > 1 and not data_args.whole_word_masking:
+        raise PretrainConfigError(f"max_ngram {data_args.max_ngram} masks spans of whole words: it needs "
+                                  "whole_word_masking (drop --no-whole-word-masking, or set max_ngram 1)")
     family = get_family(model_args.architecture)
     family.resolve_attention(model_args.attn_implementation, model_args.compile)
     preset = model_args.model or (family.default_preset if model_args.init == "scratch" else "")
@@ -496,7 +499,8 @@ def _batches(dataset, plan: BatchPlan, data_args: DataArguments, train_args: Tra
     from biomed_lm.pretrain.masking import MaskingConfig, PretrainingCollator, mask_rate_schedule
 
     collator = PretrainingCollator.from_tokenizer(
-        tokenizer, MaskingConfig(mlm_probability=data_args.mlm_probability, whole_word=data_args.whole_word_masking),
+        tokenizer, MaskingConfig(mlm_probability=data_args.mlm_probability, whole_word=data_args.whole_word_masking,
+                                 max_ngram=data_args.max_ngram, max_predictions=data_args.max_predictions),
         pad_to_multiple_of=8)
     schedule = mask_rate_schedule(data_args)
     stream = MicroBatchStream(dataset, plan, collator, start_step, train_args.max_steps,

@@ -111,3 +111,13 @@ def _runs(flags: list[bool]) -> list[list[int]]:
             runs.append(current)
             current = []
     return runs + ([current] if current else [])
+
+
+def test_pretraining_refuses_ngrams_without_whole_words(tmp_path, capsys):
+    from biomed_lm.launch import pretrain
+
+    argv = ["--output_dir", str(tmp_path / "run"), "--data_dir", str(tmp_path), "--tokenizer", str(tmp_path),
+            "--max_ngram", "3", "--whole_word_masking", "False"]
+    assert pretrain.main(argv) == 2
+    assert "max_ngram 3 masks spans of whole words" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
