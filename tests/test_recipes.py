@@ -17,7 +17,8 @@ from biomed_lm.experiments.ablation import plan_variants
 from biomed_lm.experiments.recipes import SYSTEM_KEYS, load_recipe, merge, recipe_names
 from tests.conftest import REPO
 
-SHIPPED = ["biobert", "pubmedbert", "pubmedbert-alum"]
+SHIPPED = ["bioalbert", "biobert", "bioformer-16l", "bioformer-8l", "biolinkbert", "pubmedbert", "pubmedbert-alum",
+           "roberta-style"]
 
 
 def test_the_recipes_are_shipped():
