@@ -7,9 +7,8 @@ resumption and records serve it unchanged, with two more keys:
 
 ``system``
     What the recipe reproduces, for people and for the README's table: ``name``, ``paper``,
-    ``reproduces`` and ``leaves_out`` (each a sentence), ``tokens`` (the pretraining tokens the
-    paper's setting processes) and ``shape`` (the model preset whose measured throughput projects
-    the cost).
+    ``reproduces`` and ``leaves_out`` (each a sentence) and ``shape`` (the model preset its cost is
+    projected for: :func:`projected_cost`).
 ``tiny``
     Overrides for a CPU-sized run of the same plan (``--tiny``), merged over :data:`TINY`: the
     embedded sample corpus, a small vocabulary, a tiny model of the same family, two steps of the
@@ -31,7 +30,7 @@ from biomed_lm.experiments.ablation import AblationConfig, ablation_config_from
 from biomed_lm.resources import resolve_path, shipped_dir
 
 RECIPE_KEYS = ("system", "tiny")
-SYSTEM_KEYS = ("name", "paper", "reproduces", "leaves_out", "tokens", "shape")
+SYSTEM_KEYS = ("name", "paper", "reproduces", "leaves_out", "shape")
 TINY_CORPUS = "configs/corpus/demo.yaml"  # the embedded sample
 TINY_FINETUNE = "configs/blurb/recipe_tiny.yaml"  # 32 examples of the committed NER dataset
 
@@ -129,6 +128,59 @@ def merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, An
     return merged
 
 
-def projected_hours(system: Mapping[str, Any], tokens_per_second: float) -> float:
-    """Device-hours of the recipe's pretraining tokens at a measured throughput."""
-    return float(system["tokens"]) / tokens_per_second / 3600
+# Model-FLOPs utilisation measured on one NVIDIA H200 (benchmarks/README.md, 2026-11-26), bf16: the BERT
+# family unpadded (sdpa_padded, BERT's attention dropout, length 128: 17.7%), transformers' padded
+# forward, which the RoBERTa layout runs (14.8%), and ALBERT-base padded (64 x 128: 8%).
+MEASURED_MFU = {"bert": 0.177, "roberta": 0.148, "albert": 0.08}
+PROJECTION_DEVICE = "NVIDIA H100 80GB HBM3"  # SXM: 989.4 dense bf16 TFLOP/s, the H200's too
+DEFAULT_VOCAB = 30522
+# An ALUM step (K = 1) against a standard one, measured: benchmarks/README.md, "ALUM step cost" (x2.74-x2.97).
+ALUM_STEP_COST = 2.85
+
+
+@dataclass(frozen=True)
+class Cost:
+    positions: int     # sequence positions the pretraining phases process (steps x batch x length)
+    flops: float       # their model FLOPs (pretrain.flops: forward + backward, full-length sequences)
+    hours: float       # on one H100/H200 at the family's measured MFU (x ALUM's measured step cost)
+    mfu: float
+
+
+def projected_cost(recipe: Recipe) -> Cost:
+    """The recipe's pretraining on one H100 at its family's measured MFU: every phase's steps x global
+    batch x its max_seq_length, each sequence full length with 15% of it predicted."""
+    from types import SimpleNamespace
+
+    from biomed_lm.pretrain.config import load_model_preset
+    from biomed_lm.pretrain.flops import device_peak, step_flops
+
+    budget = recipe.ablation.pretrain
+    settings = load_yaml_mapping(budget.config)
+    family = settings.get("architecture", "bert")
+    adversarial = settings.get("adversarial") or "on" in recipe.ablation.factors.get("adversarial", [])
+    vocab = load_yaml_mapping(recipe.ablation.vocab_config).get("vocab_size", DEFAULT_VOCAB)
+    config = SimpleNamespace(**{"vocab_size": vocab, **load_model_preset(recipe.system["shape"])})
+    positions = flops = 0
+    for phase in budget.phases():
+        length = int(load_yaml_mapping(phase.data_config)["max_seq_length"])
+        batch = phase.global_batch(budget.num_gpus)  # recipes fix global_batch_size; no hostfile needed
+        positions += phase.max_steps * batch * length
+        flops += phase.max_steps * step_flops(config, [length] * batch, round(0.15 * length) * batch, batch)
+    peak = device_peak(PROJECTION_DEVICE).bf16
+    hours = flops * (ALUM_STEP_COST if adversarial else 1.0) / (MEASURED_MFU[family] * peak) / 3600
+    return Cost(positions, flops, hours, MEASURED_MFU[family])
+
+
+def recipe_table() -> str:
+    """The README's comparison table: each recipe's system, what it reproduces and leaves out, and its
+    projected pretraining cost on one H100."""
+    rows = ["| recipe | system | reproduces | leaves out | pretraining | on one H100 |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    for name in recipe_names():
+        recipe = load_recipe(name)
+        cost = projected_cost(recipe)
+        rows.append(f"| `{name}` | {recipe.system['name']} ({recipe.system['paper']}) | "
+                    f"{' '.join(recipe.system['reproduces'].split())} | {' '.join(recipe.system['leaves_out'].split())} | "
+                    f"{cost.positions / 1e9:,.0f}B positions, {cost.flops / 1e18:,.0f} EFLOP | "
+                    f"{cost.hours:,.0f} h ({cost.hours / 24:,.1f} days) at {cost.mfu:.1%} MFU |")
+    return "\n".join(rows)

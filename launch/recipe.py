@@ -3,6 +3,7 @@
 as its recipe in configs/recipes/ says (experiments/recipes.py).
 
     python launch/recipe.py --list
+    python launch/recipe.py --table                                              # the README's comparison
     python launch/recipe.py pubmedbert --output_dir /scratch/pubmedbert          # the paper's setting
     python launch/recipe.py bioalbert --scale 0.01                               # 1% of the steps
     python launch/recipe.py bioformer-8l --tiny --output_dir runs/recipes/tiny   # minutes on a CPU
@@ -24,7 +25,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from biomed_lm.config import parse_config
 from biomed_lm.errors import BiomedLMError, bad_input
 from biomed_lm.experiments.ablation import StepFailed, run_ablation
-from biomed_lm.experiments.recipes import load_recipe, recipe_names
+from biomed_lm.experiments.recipes import load_recipe, recipe_names, recipe_table
 
 
 @dataclass
@@ -37,6 +38,8 @@ class RecipeArgs:
     continual_from: str | None = field(default=None, metadata={
         "help": "the general-domain checkpoint directory continual recipes start from"})
     list: bool = field(default=False, metadata={"help": "print the recipes and exit"})
+    table: bool = field(default=False, metadata={
+        "help": "print the README's comparison table (each recipe's system and projected cost) and exit"})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["--recipe", argv[0], *argv[1:]]
     try:
         (args,) = parse_config([RecipeArgs], argv, description=__doc__)
-        if args.list:
-            print("\n".join(recipe_names()))
+        if args.list or args.table:
+            print(recipe_table() if args.table else "\n".join(recipe_names()))
             return 0
         if not args.recipe:
             raise BiomedLMError(f"name a recipe: {', '.join(recipe_names())}")

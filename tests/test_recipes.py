@@ -101,3 +101,30 @@ def test_tiny_recipe_runs_end_to_end(name, prepared_corpus, tmp_path):
     AutoModel.from_pretrained(model)
     summary = json.loads((Path(variant["checkpoints"][0]["finetune_dir"]) / "summary.json").read_text())
     assert "ncbi-disease" in json.dumps(summary)
+
+
+def test_projected_cost_counts_every_phase_at_the_measured_mfu():
+    from types import SimpleNamespace
+
+    from biomed_lm.experiments.recipes import ALUM_STEP_COST, MEASURED_MFU, projected_cost
+    from biomed_lm.pretrain.config import load_model_preset
+    from biomed_lm.pretrain.flops import step_flops
+
+    config = SimpleNamespace(vocab_size=30522, **load_model_preset("bert-base"))
+    expected = (56250 * step_flops(config, [128] * 8192, 19 * 8192, 8192)
+                + 6250 * step_flops(config, [512] * 8192, 77 * 8192, 8192))
+    cost = projected_cost(load_recipe("pubmedbert"))
+    assert cost.positions == 56250 * 8192 * 128 + 6250 * 8192 * 512
+    assert cost.flops == pytest.approx(expected)
+    assert cost.hours == pytest.approx(expected / (MEASURED_MFU["bert"] * 989.4e12) / 3600)
+    alum = projected_cost(load_recipe("pubmedbert-alum"))
+    assert alum.hours == pytest.approx(alum.flops * ALUM_STEP_COST / (MEASURED_MFU["bert"] * 989.4e12) / 3600)
+    assert projected_cost(load_recipe("bioalbert")).mfu == MEASURED_MFU["albert"]
+
+
+def test_the_readme_table_is_the_recipes_own():
+    from biomed_lm.experiments.recipes import recipe_table
+
+    table = recipe_table()
+    assert len(table.splitlines()) == 2 + len(recipe_names())
+    assert table in (REPO / "README.md").read_text(encoding="utf-8"), "README: paste `launch/recipe.py --table`"
