@@ -10,6 +10,7 @@ variant (the first level of each factor is its reference)::
       initialization: [scratch]               # scratch | continual | continual-new-vocab
       adversarial: ["off"]                    # off | on (ALUM)
       mask_schedule: [constant]               # constant | stepwise | linear
+      link: ["off"]                           # off | on (LinkBERT's DRP pairs over citation links)
       corpus: [pubmed-sample]                 # names in `corpora`
 
 Every variant gets the same pretraining budget (``max_steps`` × global batch, the same model
@@ -18,7 +19,7 @@ pretraining keeps its checkpoint's vocabulary: ``continual`` goes with ``general
 ``continual-new-vocab`` with ``in-domain`` only).
 
 Work is shared where the inputs are the same: one prepared corpus per corpus, one in-domain
-vocabulary per corpus, one set of pretraining instances per (vocabulary, corpus) — masking is
+vocabulary per corpus, one set of pretraining instances per (vocabulary, corpus, link) — masking is
 dynamic, so it happens at training time. Each step is the entry script a user would run (printed
 before it runs); pretraining goes through DeepSpeed (the ``deepspeed`` launcher when
 ``num_gpus > 1`` or a hostfile is given). A step whose outputs are complete is skipped, and
@@ -74,7 +75,7 @@ __all__ = ["run_suffix", "AblationConfig", "PretrainBudget", "PretrainPhase", "V
 
 PRETRAIN_DONE = "pretrain_done.json"
 _DEFAULT_LEVELS = {"vocabulary": ["in-domain"], "masking": ["whole-word"], "initialization": ["scratch"],
-                   "adversarial": ["off"], "mask_schedule": ["constant"]}
+                   "adversarial": ["off"], "mask_schedule": ["constant"], "link": ["off"]}
 
 
 @dataclass
@@ -276,6 +277,11 @@ class Variant:
     def corpus(self) -> str:
         return self.factors["corpus"]
 
+    @property
+    def data_key(self) -> tuple[str, str, str]:
+        """What its pretraining instances depend on: vocabulary, corpus, and whether pairs are links."""
+        return self.vocabulary, self.corpus, self.factors.get("link", "off")
+
 
 def _excluded(levels: Mapping[str, str]) -> str | None:
     if levels["initialization"] == "continual" and levels["vocabulary"] != GENERAL:
@@ -285,6 +291,9 @@ def _excluded(levels: Mapping[str, str]) -> str | None:
     return None
 
 
+_LEVEL_PREFIX = {"adversarial": "adv-", "link": "link-"}  # off/on alone would not say which factor
+
+
 def plan_variants(factors: Mapping[str, Sequence[str]]) -> tuple[list[Variant], list[str]]:
     """Every valid combination of the factors' levels, named by the levels of the factors that vary
     (``in-domain_whole-word``; ``baseline`` when none varies), and the notes on excluded ones."""
@@ -292,7 +301,7 @@ def plan_variants(factors: Mapping[str, Sequence[str]]) -> tuple[list[Variant], 
     variants, notes = [], []
     for combination in itertools.product(*(factors[f] for f in FACTORS)):
         levels = dict(zip(FACTORS, combination))
-        name = "_".join(f"{'adv-' if f == 'adversarial' else ''}{levels[f]}" for f in varying) or "baseline"
+        name = "_".join(f"{_LEVEL_PREFIX.get(f, '')}{levels[f]}" for f in varying) or "baseline"
         why = _excluded(levels)
         if why:
             notes.append(f"{name}: left out ({why})")
@@ -315,8 +324,9 @@ class _Paths:
     def vocab(self, corpus: str) -> Path:
         return self.root / "vocab" / f"in-domain-{corpus}"
 
-    def data(self, vocabulary: str, corpus: str, phase: int = 1) -> Path:
-        return self.root / "data" / (f"{vocabulary}-{corpus}" + (f"-phase{phase}" if phase > 1 else ""))
+    def data(self, vocabulary: str, corpus: str, phase: int = 1, link: str = "off") -> Path:
+        return self.root / "data" / (f"{vocabulary}-{corpus}" + ("-links" if link == "on" else "")
+                                     + (f"-phase{phase}" if phase > 1 else ""))
 
     def pretrain(self, variant: str, phase: int = 1, run: int = 1) -> Path:
         return self.variant(variant) / (("pretrain" if phase == 1 else f"pretrain_phase{phase}") + run_suffix(run))
@@ -469,8 +479,8 @@ def _pretrain_variant(config: AblationConfig, variant: Variant, run: int, phases
         done = out / PRETRAIN_DONE
         previous = paths.pretrain(variant.name, number - 1, run) if number > 1 else None
         command = _pretrain_command(config, variant, phase, tokenizers[variant.vocabulary, variant.corpus],
-                                    paths.data(variant.vocabulary, variant.corpus, number), out, previous, run,
-                                    number)
+                                    paths.data(*variant.data_key[:2], number, variant.data_key[2]), out, previous,
+                                    run, number)
         title = f"{variant.name}" + (f" run {run}" if config.pretrain_seeds > 1 else "")
         if done.is_file() and json.loads(done.read_text(encoding="utf-8")).get("command") == command[1:]:
             log(f"{title}: pretraining phase {number} already complete")
@@ -499,7 +509,7 @@ def run_ablation(config: AblationConfig, log: Callable[[str], None] = print, rep
     # Shared inputs: corpora, in-domain vocabularies, pretraining instances.
     _prepare_corpora(config, variants, paths, log)
     tokenizers = _build_vocabularies(config, variants, paths, log)
-    _create_instances(config, tokenizers, phases, paths, log)
+    _create_instances(config, variants, tokenizers, phases, paths, log)
 
     # Pretraining, one variant, run and phase at a time: each uses every device it is given.
     runs = range(1, config.pretrain_seeds + 1)
@@ -565,7 +575,7 @@ def _build_vocabularies(config: AblationConfig, variants: Sequence[Variant], pat
             tokenizers[vocabulary, corpus] = _general_dir(config)
             continue
         out = paths.vocab(corpus)
-        if not (out / "vocab.txt").is_file():
+        if not (out / "tokenizer.json").is_file():  # every vocabulary format writes it
             size = ["--vocab-size", str(config.vocab_size)] if config.vocab_size else []
             _run(f"build the in-domain vocabulary of {corpus}", _python(
                 "build_vocab.py", "--config", config.vocab_config, "--inputs", str(paths.corpus(corpus)), *size,
@@ -574,18 +584,21 @@ def _build_vocabularies(config: AblationConfig, variants: Sequence[Variant], pat
     return tokenizers
 
 
-def _create_instances(config: AblationConfig, tokenizers: Mapping[tuple[str, str], str],
+def _create_instances(config: AblationConfig, variants: Sequence[Variant], tokenizers: Mapping[tuple[str, str], str],
                       phases: Sequence[PretrainPhase], paths: _Paths, log: Callable[[str], None]) -> None:
-    """launch/create_pretraining_data.py once per (vocabulary, corpus) and phase (masking is dynamic)."""
-    for (vocabulary, corpus), tokenizer in tokenizers.items():
+    """launch/create_pretraining_data.py once per (vocabulary, corpus, link) and phase (masking is
+    dynamic); ``link: on`` builds LinkBERT's DRP pairs instead of the data config's pair task."""
+    for vocabulary, corpus, link in sorted({v.data_key for v in variants}):
         for number, phase in enumerate(phases, start=1):
-            out = paths.data(vocabulary, corpus, number)
+            out = paths.data(vocabulary, corpus, number, link)
             if (out / "pretraining_data.json").is_file():
                 continue
             # With two phases the tokenized corpus is kept (fingerprinted by corpus and tokenizer)
             # so that phase 2 reuses phase 1's tokenization.
             cache = ["--tokenized_cache", str(paths.root / "data" / "tokenized")] if len(phases) > 1 else []
-            _run(f"pretraining instances ({vocabulary} vocabulary, {corpus}, phase {number})", _python(
+            pairs = ["--pair_task", "drp"] if link == "on" else []
+            _run(f"pretraining instances ({vocabulary} vocabulary, {corpus}{', links' if pairs else ''}, "
+                 f"phase {number})", _python(
                 "create_pretraining_data.py", "--config", phase.data_config, "--corpus", str(paths.corpus(corpus)),
-                "--tokenizer", tokenizer, "--output-dir", str(out), "--num-proc", str(config.num_proc),
-                *cache, "--overwrite"), log)
+                "--tokenizer", tokenizers[vocabulary, corpus], "--output-dir", str(out),
+                "--num-proc", str(config.num_proc), *cache, *pairs, "--overwrite"), log)

@@ -12,7 +12,7 @@ from typing import Literal, Mapping, get_args
 
 from biomed_lm.pretrain.config import InitMode, MaskSchedule
 
-__all__ = ["Vocabulary", "Masking", "Adversarial", "InitMode", "MaskSchedule", "Factor", "FACTORS", "FACTOR_LEVELS",
+__all__ = ["Vocabulary", "Masking", "Adversarial", "Link", "InitMode", "MaskSchedule", "Factor", "FACTORS", "FACTOR_LEVELS",
            "GENERAL", "Specification", "SPECIFICATIONS", "SeedEffect", "SEED_EFFECTS"]
 
 #: ``general``: bert-base-uncased's WordPiece; ``in-domain``: built on the ablation's corpus.
@@ -20,8 +20,11 @@ Vocabulary = Literal["general", "in-domain"]
 Masking = Literal["token", "whole-word"]
 #: ``on``: ALUM's adversarial term during pretraining.
 Adversarial = Literal["off", "on"]
+#: ``on``: LinkBERT's document relation prediction over the corpus's citation links replaces the data
+#: config's pair objective (paper 000's "Link function"; pretrain.data pair_task drp).
+Link = Literal["off", "on"]
 #: The factors of an ablation grid, in the order variant names are built.
-Factor = Literal["vocabulary", "masking", "initialization", "adversarial", "mask_schedule", "corpus"]
+Factor = Literal["vocabulary", "masking", "initialization", "adversarial", "mask_schedule", "link", "corpus"]
 
 GENERAL: Vocabulary = "general"
 FACTORS: tuple[str, ...] = get_args(Factor)
@@ -32,6 +35,7 @@ FACTOR_LEVELS: Mapping[str, tuple[str, ...] | None] = {
     "initialization": get_args(InitMode),
     "adversarial": get_args(Adversarial),
     "mask_schedule": get_args(MaskSchedule),
+    "link": get_args(Link),
     "corpus": None,
 }
 

@@ -39,7 +39,7 @@ def _config(tmp_path: Path, **changes) -> Path:
 def test_variants_cover_the_grid_and_leave_out_impossible_combinations():
     factors = {"vocabulary": ["general", "in-domain"], "masking": ["whole-word"],
                "initialization": ["scratch", "continual", "continual-new-vocab"], "adversarial": ["off"],
-               "mask_schedule": ["constant"], "corpus": ["c"]}
+               "mask_schedule": ["constant"], "link": ["off"], "corpus": ["c"]}
     variants, notes = plan_variants(factors)
     names = {v.name for v in variants}
     assert names == {"general_scratch", "in-domain_scratch", "general_continual", "in-domain_continual-new-vocab"}
@@ -77,7 +77,7 @@ def test_pretrain_commands(tmp_path):
     config = load_ablation_config(_config(tmp_path, pretrain={"max_steps": 10, "num_gpus": 2,
                                                               "phase2": {"max_steps": 5}}))
     factors = {"vocabulary": "general", "masking": "whole-word", "initialization": "continual", "adversarial": "on",
-               "mask_schedule": "stepwise", "corpus": "sample"}
+               "mask_schedule": "stepwise", "link": "off", "corpus": "sample"}
     phase1, phase2 = config.pretrain.phases()
     command = _pretrain_command(config, Variant("v", factors), phase1, "tok", Path("d"), Path("o"), None)
     assert command[:3] == ["deepspeed", "--num_gpus", "2"] and command[3].endswith("launch/pretrain.py")
@@ -94,6 +94,28 @@ def test_pretrain_commands(tmp_path):
     assert "--seed" not in command  # run 1 keeps the phase's own seed (and its resumable command)
     command = _pretrain_command(config, Variant("v", factors), phase1, "tok", Path("d"), Path("o"), None, run=3)
     assert command[-2:] == ["--seed", "44"]  # configs/pretrain/demo.yaml's seed (42 by default) + 2
+
+
+def test_link_factor_builds_drp_instances_for_its_variants(tmp_path, monkeypatch):
+    """Paper 000's Link function as a factor: link-on variants train on DRP instances of their own."""
+    from biomed_lm.experiments import ablation
+
+    config = load_ablation_config(_config(tmp_path, factors={"vocabulary": ["in-domain"], "link": ["off", "on"]}))
+    variants, _ = plan_variants(config.factors)
+    assert [v.name for v in variants] == ["link-off", "link-on"]
+    commands = []
+    monkeypatch.setattr(ablation, "_run", lambda title, command, log, env=None: commands.append(command))
+    paths = ablation._Paths(tmp_path / "out")
+    ablation._create_instances(config, variants, {("in-domain", "sample"): "tok"}, config.pretrain.phases(), paths,
+                               print)
+    assert len(commands) == 2
+    plain, linked = sorted(commands, key=lambda c: "--pair_task" in c)
+    assert "--pair_task" not in plain and linked[linked.index("--pair_task") + 1] == "drp"
+    assert linked[linked.index("--output-dir") + 1].endswith("data/in-domain-sample-links")
+    pretrain = ablation._pretrain_command(config, variants[1], config.pretrain.phases()[0], "tok",
+                                          paths.data(*variants[1].data_key[:2], 1, variants[1].data_key[2]),
+                                          Path("o"), None)
+    assert pretrain[pretrain.index("--data_dir") + 1].endswith("in-domain-sample-links")
 
 
 def _learnable_ncbi(root: Path) -> None:
