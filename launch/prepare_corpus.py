@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     problems = summary["problems"]
     _report_problems(problems)
     print(json.dumps({k: summary[k] for k in ("output_dir", "documents_kept", "read", "funnel", "dropped",
-                                              "problem_counts", "seconds")}, indent=2))
+                                              "links", "problem_counts", "seconds") if k in summary}, indent=2))
     return 1 if problems else 0
 
 
