@@ -36,6 +36,17 @@ def shared_file(relative: str) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def offline_hub():
+    """transformers and huggingface_hub never reach for the network (nothing can be downloaded here):
+    a missing local file is then an error, not a download attempt. Modules opt in with
+    ``pytestmark = pytest.mark.usefixtures("offline_hub")``."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        patch.setenv("TRANSFORMERS_OFFLINE", "1")
+        yield
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -22,19 +22,13 @@ from biomed_lm.pretrain.modeling import build_bert
 from biomed_lm.tokenization.tokenizer_io import load_tokenizer
 from biomed_lm.tokenization.vocab import VocabConfig, build_vocab
 
+pytestmark = pytest.mark.usefixtures("offline_hub")
+
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample" / "sywada_PubMedAbstract_1MB.txt"
 HEADS = ["cls.predictions.bias", "cls.predictions.transform.dense.weight", "cls.predictions.transform.dense.bias",
          "cls.predictions.transform.LayerNorm.weight", "cls.predictions.transform.LayerNorm.bias",
          "cls.seq_relationship.weight", "cls.seq_relationship.bias"]
 EMBEDDINGS = "bert.embeddings.word_embeddings.weight"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def offline():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HF_HUB_OFFLINE", "1")
-        patch.setenv("TRANSFORMERS_OFFLINE", "1")
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -28,20 +28,14 @@ from biomed_lm.pretrain.masking import MaskingConfig, PretrainingCollator
 from biomed_lm.pretrain.modeling import PretrainingModel, count_parameters
 from tests.pretrain_runs import losses, pretrain_args, run, with_option
 
+pytestmark = pytest.mark.usefixtures("offline_hub")
+
 VOCAB, PAD, CLS, SEP, MASK = 120, 0, 2, 3, 4
 PRESETS = {"bert": "bert-tiny", "albert": "albert-tiny", "roberta": "bert-tiny"}
 #: (architecture, pair task) pairs the families' heads take
 TAKEN = [("bert", "nsp"), ("bert", "sop"), ("bert", "drp"), ("bert", "none"), ("albert", "sop"), ("albert", "nsp"),
          ("albert", "none"), ("roberta", "none")]
 NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def offline():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HF_HUB_OFFLINE", "1")
-        patch.setenv("TRANSFORMERS_OFFLINE", "1")
-        yield
 
 
 def build(architecture: str, pair_task: str | None = None, seed: int = 0, vocab: int = VOCAB, **overrides):

@@ -25,6 +25,7 @@ from biomed_lm.tokenization.tokenizer_io import CasingMismatchError, albert_prep
 from biomed_lm.tokenization.vocab import (FORMATS, ChunkCounter, VocabBuildError, VocabConfig, VocabSizeError,
                                           build_vocab)
 from biomed_lm.tokenization.words import WordSplitter
+from tests.test_vocab import built, docs_file  # noqa: F401  (fixtures: read this module's own docs)
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "sample" / "sywada_PubMedAbstract_1MB.txt"
@@ -44,29 +45,6 @@ def docs() -> list[str]:
     with open(SAMPLE, encoding="utf-8") as handle:
         lines = [line.rstrip("\n") for line in handle if line.strip()]
     return lines[:N_DOCS] + EXTRA
-
-
-@pytest.fixture(scope="module")
-def docs_file(docs, tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("formats_corpus") / "docs.txt"
-    path.write_text("".join(d + "\n" for d in docs), encoding="utf-8")
-    return path
-
-
-@pytest.fixture(scope="module")
-def built(docs_file, tmp_path_factory):
-    """built(format=..., ...) -> output dir, each configuration built once per module."""
-    cache: dict[tuple, Path] = {}
-
-    def build(**options) -> Path:
-        key = tuple(sorted(options.items()))
-        if key not in cache:
-            out = tmp_path_factory.mktemp("vocab")
-            build_vocab([docs_file], out, VocabConfig(**{"vocab_size": 3000, **options}), overwrite=True)
-            cache[key] = out
-        return cache[key]
-
-    return build
 
 
 def card(path: Path) -> dict:

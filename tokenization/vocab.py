@@ -367,7 +367,35 @@ def build_wordpiece_tokenizer(vocab: Sequence[str], lowercase: bool):
     return bert_pipeline(tokenizer, lowercase=lowercase, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD)
 
 
-class BertWordCounter:
+class _ChunkFolder:
+    """Counts the whitespace-separated chunks of texts, and folds them into word counts every
+    ``fold_every`` distinct chunks (each distinct chunk is split into words once, by ``_fold``), so
+    memory follows the number of distinct words rather than of distinct chunks."""
+
+    def __init__(self, lowercase: bool, fold_every: int) -> None:
+        self.lowercase = lowercase
+        self._fold_every = fold_every
+        self._chunks: Counter[str] = Counter()
+        self._words: Counter[str] = Counter()
+
+    def update(self, text: str) -> None:
+        self._chunks.update(self._chunks_of(text))
+        if len(self._chunks) >= self._fold_every:
+            self._fold()
+
+    def counts(self) -> Counter[str]:
+        """Word -> number of occurrences, over every text given so far."""
+        self._fold()
+        return self._words
+
+    def _chunks_of(self, text: str) -> list[str]:
+        return text.split()
+
+    def _fold(self) -> None:
+        raise NotImplementedError  # pragma: no cover - each counter splits chunks its own way
+
+
+class BertWordCounter(_ChunkFolder):
     """Counts the words BERT's normalizer and pre-tokenizer make of a text, exactly, but about
     20 times faster than calling them on every document.
 
@@ -382,24 +410,14 @@ class BertWordCounter:
     def __init__(self, lowercase: bool, fold_every: int = 1_000_000) -> None:
         from tokenizers import pre_tokenizers
 
-        self.lowercase = lowercase
+        super().__init__(lowercase, fold_every)
         self._normalizer = bert_normalizer(lowercase)
         self._pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        self._fold_every = fold_every
-        self._chunks: Counter[str] = Counter()
-        self._words: Counter[str] = Counter()
 
-    def update(self, text: str) -> None:
+    def _chunks_of(self, text: str) -> list[str]:
         if _DELETED_NOT_SPLIT_RE.search(text):
             text = text.translate(_DELETE_TABLE)
-        self._chunks.update(text.split())
-        if len(self._chunks) >= self._fold_every:
-            self._fold()
-
-    def counts(self) -> Counter[str]:
-        """Word -> number of occurrences, over every text given so far."""
-        self._fold()
-        return self._words
+        return text.split()
 
     def _fold(self) -> None:
         words = self._words
@@ -419,7 +437,7 @@ class BertWordCounter:
         self._chunks.clear()
 
 
-class ChunkCounter:
+class ChunkCounter(_ChunkFolder):
     """Counts the whitespace-separated chunks of texts as ALBERT prepares them (the words
     SentencePiece learns from: it never puts a piece across whitespace).
 
@@ -430,20 +448,8 @@ class ChunkCounter:
     ``tokenizers`` normalizer."""
 
     def __init__(self, lowercase: bool, fold_every: int = 1_000_000) -> None:
-        self.lowercase = lowercase
+        super().__init__(lowercase, fold_every)
         self._normalizer = albert_preprocessor(lowercase)
-        self._fold_every = fold_every
-        self._chunks: Counter[str] = Counter()
-        self._words: Counter[str] = Counter()
-
-    def update(self, text: str) -> None:
-        self._chunks.update(text.split())
-        if len(self._chunks) >= self._fold_every:
-            self._fold()
-
-    def counts(self) -> Counter[str]:
-        self._fold()
-        return self._words
 
     def prepare(self, chunk: str) -> str:
         """ALBERT's preparation of one chunk."""
