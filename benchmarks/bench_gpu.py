@@ -107,15 +107,33 @@ def _peak_memory(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # process peak RSS (KiB -> GiB)
 
 
+def hf_inputs(family, batch: dict) -> dict:
+    """The batch as the family's transformers class takes it (token types, its pair label's name)."""
+    inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "labels")}
+    if family.token_types:
+        inputs["token_type_ids"] = batch["token_type_ids"]
+    if family.pair_label_argument:
+        inputs[family.pair_label_argument] = batch["next_sentence_label"]
+    return inputs
+
+
 def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int, kernels: list[str] | None = None):
-    """(name, model, loss function, computed positions) for transformers' recipe and each of our kernels."""
+    """(name, model, loss function, computed positions) for transformers' recipe and each of our kernels
+    (a family without the unpadded path: ours is its padded forward with the MLM head on masked positions)."""
     from biomed_lm.pretrain.attention import KERNELS, why_not
     from biomed_lm.pretrain.compiling import compile_dense_blocks
+    from biomed_lm.pretrain.families import family_of
     from biomed_lm.pretrain.modeling import PretrainingModel
 
+    family = family_of(bert.config)
     hf = copy.deepcopy(bert)
-    yield ("transformers BertForPreTraining (SDPA, padded, full MLM head)", hf,
-           lambda model, batch: model(**batch).loss, lambda batch: batch["input_ids"].numel())
+    yield (f"transformers {family.model_class} (SDPA, padded, full MLM head)", hf,
+           lambda model, batch: model(**hf_inputs(family, batch)).loss, lambda batch: batch["input_ids"].numel())
+    if not family.unpadded:
+        yield ("ours [hf_sdpa, padded, MLM head on masked positions]", PretrainingModel(
+            copy.deepcopy(bert), nsp=family.pair_head is not None, attention="hf_sdpa"),
+            lambda model, batch: model(**batch).loss, lambda batch: batch["input_ids"].numel())
+        return
     dropout = float(bert.config.attention_probs_dropout_prob)
     for kernel in KERNELS:
         reason = why_not(kernel, device, dtype, dropout)
@@ -141,7 +159,8 @@ def _unpadded_positions(bucket: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--model", default="bert-base")
+    parser.add_argument("--model", default=None, help="a model preset (default: the family's base size)")
+    parser.add_argument("--architecture", default="bert", help="the model family: bert, albert or roberta")
     parser.add_argument("--seq-lengths", type=int, nargs="+", default=[128, 512])
     parser.add_argument("--batch", type=int, nargs="+", default=[256, 64], help="micro-batch per length")
     parser.add_argument("--steps", type=int, default=12, help="timed steps (after 2 warm-up steps)")
@@ -156,15 +175,20 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="bert-tiny, 2 timed steps, batch 4: a smoke test")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "gpu.json"))
     args = parser.parse_args()
-    if args.quick:
-        args.model, args.steps, args.batch = "bert-tiny", 2, [4] * len(args.seq_lengths)
+    from biomed_lm.pretrain.families import get_family
+
+    family = get_family(args.architecture)
+    args.model = args.model or family.default_preset
+    if args.quick:  # the family's tiny preset where there is one (RoBERTa's layout takes BERT's presets)
+        tiny = f"{family.name}-tiny"
+        args.model = tiny if (REPO / "configs" / "model" / f"{tiny}.yaml").is_file() else "bert-tiny"
+        args.steps, args.batch = 2, [4] * len(args.seq_lengths)
     device = torch.device(args.device)
     dtype = torch.bfloat16 if (args.precision or ("bf16" if device.type == "cuda" else "fp32")) == "bf16" \
         else torch.float32
     compile_ = (args.compile or ("on" if device.type == "cuda" else "off")) == "on"
 
     from biomed_lm.pretrain.config import load_model_preset
-    from biomed_lm.pretrain.modeling import build_bert
 
     print(f"device {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, model {args.model}, "
           f"{dtype}, compile {compile_}")
@@ -174,7 +198,7 @@ def main() -> None:
         preset = load_model_preset(args.model)
         if args.attention_dropout is not None:
             preset = {**preset, "attention_probs_dropout_prob": args.attention_dropout}
-        bert = build_bert(preset, VOCAB, 0).to(device)
+        bert = family.build(family.preset_fields(preset, args.model), VOCAB, 0).to(device)
         count = (args.steps + 2) * batch_size
         generator = torch.Generator().manual_seed(max_length)
         lengths = real_lengths(args.instances, max_length)[:count] if args.instances \
@@ -191,7 +215,8 @@ def main() -> None:
     best = max(results, key=lambda r: r["tokens_per_s"] if r["seq"] == min(args.seq_lengths) else 0)
     hours = PAPER_TOKENS / best["tokens_per_s"] / 3600
     print(f"paper budget (65.5B tokens at seq {best['seq']}) with {best['system']}: {hours:,.0f} device-hours here")
-    write_results(args.out, {"device": str(device), "model": args.model, "dtype": str(dtype), "compile": compile_,
+    write_results(args.out, {"device": str(device), "architecture": family.name, "model": args.model,
+                             "dtype": str(dtype), "compile": compile_ and family.unpadded,
                              "attention_dropout": float(bert.config.attention_probs_dropout_prob),
                              "results": results, "paper_budget_device_hours": hours})
 

@@ -114,6 +114,7 @@ class ModelFamily:
     default_preset: str
     preset_types: tuple[str, ...]  # model_types of the presets it takes
     token_types: bool = True  # the encoder is given token_type_ids
+    pair_label_argument: str | None = "next_sentence_label"  # model_class.forward's pair label (None: no head)
     positions_after_padding: bool = False  # RoBERTa: position ids start at pad_token_id + 1
     fixed_fields: Mapping[str, Any] = field(default_factory=dict)  # config fields set whatever the preset says
     signature_fields: tuple[str, ...] = ()  # recorded beyond SHAPE_FIELDS
@@ -314,7 +315,7 @@ ALBERT = ModelFamily(
     model_class="AlbertForPreTraining", masked_lm_class="AlbertForMaskedLM", encoder="albert",
     mlm_head="predictions", pair_head="sop_classifier", pair_classifier="sop_classifier.classifier",
     pair_tasks=MappingProxyType({"sop": 2, "nsp": 2}), native_pair_task="sop", default_pair_classes=2,
-    unpadded=False, default_preset="albert-base", preset_types=("albert",),
+    unpadded=False, default_preset="albert-base", preset_types=("albert",), pair_label_argument="sentence_order_label",
     signature_fields=("model_type", "embedding_size", "num_hidden_groups", "inner_group_num"),
     initializable=("predictions.", "sop_classifier.", "albert.pooler."))
 ROBERTA = ModelFamily(
@@ -322,7 +323,8 @@ ROBERTA = ModelFamily(
     model_class="RobertaForMaskedLM", masked_lm_class="RobertaForMaskedLM", encoder="roberta", mlm_head="lm_head",
     pair_head=None, pair_classifier=None, pair_tasks=MappingProxyType({}), native_pair_task=NO_PAIR,
     default_pair_classes=0, unpadded=False, default_preset="bert-base", preset_types=("bert", "roberta"),
-    token_types=False, positions_after_padding=True, fixed_fields=MappingProxyType({"type_vocab_size": 1}),
+    token_types=False, pair_label_argument=None, positions_after_padding=True,
+    fixed_fields=MappingProxyType({"type_vocab_size": 1}),
     signature_fields=("model_type",), initializable=("lm_head.",))
 
 FAMILIES: Mapping[str, ModelFamily] = MappingProxyType({family.name: family for family in (BERT, ALBERT, ROBERTA)})
