@@ -21,7 +21,10 @@ if [ ${#TESTS[@]} -eq 0 ]; then
          tests/test_pretrain_units.py tests/test_unpadded.py tests/test_optim.py tests/test_pretrain_e2e.py
          tests/test_initialization.py tests/test_finetune_trainer.py tests/test_finetune_metrics.py
          tests/test_tagging.py tests/test_sweep_report.py tests/test_analysis.py tests/test_checkpoint_analysis.py
-         tests/test_calibration.py tests/test_report.py tests/test_config_strict.py)
+         tests/test_calibration.py tests/test_report.py tests/test_config_strict.py
+         tests/test_pair_tasks.py tests/test_masking_ngram.py tests/test_citation_links.py tests/test_model_presets.py
+         tests/test_vocab_formats.py tests/test_model_families.py tests/test_finetune_architectures.py
+         tests/test_recipes.py tests/test_ablation.py)
 fi
 
 rm -rf "$WORK" && mkdir -p "$WORK/src" "$WORK/torch_extensions"
