@@ -65,16 +65,21 @@ def auto_tokenizer(path: Path):
     return AutoTokenizer.from_pretrained(str(path))
 
 
-@pytest.fixture(scope="module")
-def docs() -> list[str]:
+def sample_documents(count: int) -> list[str]:
+    """The first ``count`` abstracts of the embedded sample (the test skips without it)."""
     if not SAMPLE.is_file():
         pytest.skip(f"embedded sample {SAMPLE} is missing")
     with open(SAMPLE, encoding="utf-8") as handle:
         lines = [line.rstrip("\n") for line in handle if line.strip()]
+    return lines[:count]
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[str]:
     # A few sentences that exercise casing and accents on top of the real abstracts.
     extra = ["RecA binds single-stranded DNA in Escherichia coli.",
              "Müller and Ångström measured the DNA of HeLa cells."] * 3
-    return lines[:N_DOCS] + extra
+    return sample_documents(N_DOCS) + extra
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from biomed_lm.tokenization.tokenizer_io import CasingMismatchError, albert_prep
 from biomed_lm.tokenization.vocab import (FORMATS, ChunkCounter, VocabBuildError, VocabConfig, VocabSizeError,
                                           build_vocab)
 from biomed_lm.tokenization.words import WordSplitter
-from tests.test_vocab import built, docs_file  # noqa: F401  (fixtures: read this module's own docs)
+from tests.test_vocab import built, docs_file, sample_documents  # noqa: F401  (fixtures: read this module's docs)
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "sample" / "sywada_PubMedAbstract_1MB.txt"
@@ -40,11 +40,7 @@ VOLATILE_CARD_KEYS = {"created_utc", "training_seconds", "inputs"}
 
 @pytest.fixture(scope="module")
 def docs() -> list[str]:
-    if not SAMPLE.is_file():
-        pytest.skip(f"embedded sample {SAMPLE} is missing")
-    with open(SAMPLE, encoding="utf-8") as handle:
-        lines = [line.rstrip("\n") for line in handle if line.strip()]
-    return lines[:N_DOCS] + EXTRA
+    return sample_documents(N_DOCS) + EXTRA
 
 
 def card(path: Path) -> dict:

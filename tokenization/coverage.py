@@ -49,6 +49,7 @@ import os
 import re
 import time
 from array import array
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import combinations, permutations
@@ -148,7 +149,7 @@ class WordPieceFormat:
         return tuple(self.unk_token if t.id == self.unk_id else t.value for t in self.engine.model.tokenize(text))
 
 
-class _MarkedFormat(WordPieceFormat):
+class _MarkedFormat(WordPieceFormat, ABC):
     """A format that marks word starts (``marker``) instead of continuations: a word is segmented as
     it follows a space (:meth:`as_word`), a punctuation mark as attached to its neighbour
     (:meth:`attached`), as they mostly are in running text; a term of several words takes the
@@ -163,8 +164,9 @@ class _MarkedFormat(WordPieceFormat):
     def as_word(self, text: str) -> str:
         return text
 
+    @abstractmethod
     def attached(self, word: str) -> tuple[str, ...]:
-        raise NotImplementedError
+        """The pieces of a punctuation mark that follows a word without a space (each format's own)."""
 
     def normalized(self, word: str) -> str:
         normalizer = self.engine.normalizer

@@ -89,6 +89,7 @@ import logging
 import os
 import re
 import time
+from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -367,7 +368,7 @@ def build_wordpiece_tokenizer(vocab: Sequence[str], lowercase: bool):
     return bert_pipeline(tokenizer, lowercase=lowercase, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD)
 
 
-class _ChunkFolder:
+class _ChunkFolder(ABC):
     """Counts the whitespace-separated chunks of texts, and folds them into word counts every
     ``fold_every`` distinct chunks (each distinct chunk is split into words once, by ``_fold``), so
     memory follows the number of distinct words rather than of distinct chunks."""
@@ -391,8 +392,9 @@ class _ChunkFolder:
     def _chunks_of(self, text: str) -> list[str]:
         return text.split()
 
+    @abstractmethod
     def _fold(self) -> None:
-        raise NotImplementedError  # pragma: no cover - each counter splits chunks its own way
+        """Add the counted chunks' words to the word counts (each counter splits chunks its own way)."""
 
 
 class BertWordCounter(_ChunkFolder):
