@@ -438,14 +438,19 @@ def _prepare_data(args: FinetuneArgs, log) -> _Data:
     for split in (TRAIN, DEV, TEST):
         if not dataset.splits.get(split):
             raise InputError(f"dataset {dataset.name!r} has no {split} examples (in {args.data_dir})")
+    for warning in dataset.warnings:
+        log(f"warning: {warning}")
     checked = check_model(args.model, resize_embeddings=args.resize_embeddings)
     for note in checked.notes:
         log(note)
     generator = _seed_everything(args.seed)
     task = _build_task(args, dataset, checked.tokenizer)
-    examples = {TRAIN: dataset.splits[TRAIN][:args.max_train_examples],
-                DEV: dataset.splits[DEV][:args.max_eval_examples],
-                TEST: dataset.splits[TEST][:args.max_eval_examples]}
+    examples = {split: task.select(split, dataset.splits[split][:limit]) for split, limit in
+                ((TRAIN, args.max_train_examples), (DEV, args.max_eval_examples), (TEST, args.max_eval_examples))}
+    for line in task.summary():
+        log(line)
+    if not examples[TRAIN]:
+        raise InputError(f"dataset {dataset.name!r}: no training example is left to train on (see above)")
     features = {split: task.featurize(exs) for split, exs in examples.items()}
     return _Data(dataset, checked, task, examples, features, generator)
 
@@ -514,7 +519,8 @@ def _run_record(args: FinetuneArgs, data: _Data, run: _Training, selection: _Sel
         "settings": _settings(args),
         "examples": {split: len(exs) for split, exs in data.examples.items()},
         "features": {split: len(fs) for split, fs in data.features.items()},
-        "input_stats": dict(data.task.stats), "dataset_notes": list(dataset.notes),
+        "input_stats": dict(data.task.stats), "input_details": _jsonable(data.task.details),
+        "dataset_notes": list(dataset.notes), "dataset_warnings": list(dataset.warnings),
         "dev_per_epoch": selection.epochs, "best_epoch": selection.best_epoch,
         "best_dev_score": selection.best_score, "best_dev": selection.best_dev,
         "test_score": test["score"], "test": test, "total_steps": run.total_steps,

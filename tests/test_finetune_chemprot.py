@@ -93,7 +93,7 @@ def test_overlapping_mentions_and_the_pair_order():
 BAD_LINES = {
     "wrong number of fields": ("BC6ENTC inhibits BC6ENTG .\tCPR:4\textra", None, "expected 2 tab-separated fields"),
     "no entity markers": ("Aspirin inhibits COX-1 .\tCPR:4", "sentence", "found no placeholder"),
-    "only the chemical": ("BC6ENTC inhibits BC6OTHER .\tCPR:4", "sentence", r"found @CHEMICAL\$ "),
+    "a placeholder of another dataset alone": ("@DISEASE$ is named .\tCPR:4", "sentence", r"found @DISEASE\$"),
     "a third placeholder": ("@CHEMICAL$ and @GENE$ bind @GENE$ .\tCPR:4", "sentence", r"@GENE\$, @GENE\$"),
     "unknown label": ("BC6ENTC inhibits BC6ENTG .\t4", "label", "unknown label '4'.*CPR:3"),
 }
@@ -169,3 +169,129 @@ def test_bc6_chemprot_fine_tunes_end_to_end(tiny_bert, tmp_path, featurized, tra
     if transformation == "markers":  # [E1] is the first token added to the checkpoint's vocabulary
         e1_marker, e2_marker = first["entity_starts"]
         assert first["input_ids"][e1_marker] == len(tokenizer) and e1_marker > e2_marker
+
+
+# --------------------------------------------- rows that mark one entity of the pair (issue 22, item 7)
+# BLURB's ChemProt TSV has rows where only one of the pair is marked (the chemical left as its own
+# words while BC6ENTG marks the gene, or the other way round): 24 of 16,521 train, 6 dev, 15 test rows.
+# The reader stopped the run at the first. Here each kind of row is written by hand.
+
+ONE_ENTITY_ROWS = [  # appended after the header and BC6_ROWS: lines 8 and 9 of each file
+    ("Aspirin inhibits BC6ENTG in BC6OTHER - treated cells .", "CPR:4"),  # the chemical as plain text
+    ("BC6ENTC binds the receptor of the cell .", "false"),                 # the gene as plain text
+]
+ONE_ENTITY_LINES = [len(BC6_ROWS) + 2 + i for i in range(len(ONE_ENTITY_ROWS))]
+
+
+def one_entity_dir(root: Path) -> Path:
+    rows = BC6_ROWS + ONE_ENTITY_ROWS
+    return _write_splits(root, "sentence\tlabel\n", [f"{s}\t{label}" for s, label in rows])
+
+
+def test_one_entity_rows_are_read_counted_and_located(tmp_path):
+    dataset = load_blurb_dataset("chemprot", one_entity_dir(tmp_path))
+    assert [len(dataset.splits[s]) for s in ("train", "dev", "test")] == [8, 8, 8]
+    chemical_missing = dataset.splits["train"][6]
+    assert chemical_missing.text == "Aspirin inhibits @GENE$ in BC6OTHER - treated cells ." \
+        and chemical_missing.entities == () and chemical_missing.label == "CPR:4"
+    flagged = dataset.one_entity_rows["dev"]
+    assert flagged.file == "dev.tsv" and dict(flagged.lines) == {"dev-8": 8, "dev-9": 9}
+    (note,) = [n for n in dataset.notes if "one entity" in n]
+    assert note.startswith("rows that mark only one entity of the pair (kept; fine-tuning decides, see "
+                           "docs/datasets.md): train.tsv 2 (lines 8, 9), dev.tsv 2 (lines 8, 9), test.tsv 2"), note
+    assert not load_blurb_dataset("chemprot", bc6_dir(tmp_path / "whole")).one_entity_rows
+
+
+@pytest.mark.parametrize("name, row", [
+    ("gad", "variants of @GENE$ were studied in 200 patients .\t1"),
+    ("ddi", "@DRUG$ should not be given with grapefruit juice .\tDDI-advise"),
+])
+def test_gad_and_ddi_in_the_same_format_keep_one_entity_rows(tmp_path, name, row):
+    pair = {"gad": "a @GENE$ allele and @DISEASE$ .\t0", "ddi": "@DRUG$ raises @DRUG$ levels .\tDDI-effect"}[name]
+    data = _write_splits(tmp_path / name, "sentence\tlabel\n", [pair, row])
+    dataset = load_blurb_dataset(name, data)
+    assert dict(dataset.one_entity_rows["test"].lines) == {"test-3": 3}
+    too_many = {"gad": "@GENE$ , @GENE$ and @DISEASE$ .\t0", "ddi": "@DRUG$ , @DRUG$ and @DRUG$ .\tDDI-int"}[name]
+    _write_splits(data, "sentence\tlabel\n", [pair, too_many])
+    with pytest.raises(DatasetFormatError, match=r"line 3: field 'sentence'"):
+        load_blurb_dataset(name, data)
+
+
+def _finetune_process(model: Path, data: Path, out: Path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "launch" / "finetune.py"), "--model", str(model),
+                           "--dataset", "chemprot", "--data_dir", str(data), "--output_dir", str(out), "--epochs", "1",
+                           "--batch_size", "4", "--max_length", "64", *flags],
+                          cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+def test_one_entity_rows_are_classified_as_given_with_the_cls_default(tiny_bert, tmp_path):
+    done = _finetune_process(tiny_bert, one_entity_dir(tmp_path / "chemprot"), tmp_path / "out")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert ("rows marking one entity of the pair: train 2 (train.tsv lines 8, 9), dev 2 (dev.tsv lines 8, 9), "
+            "test 2 (test.tsv lines 8, 9): classified as given (representation cls)") in done.stderr, done.stderr
+    record = json.loads((tmp_path / "out" / RUN_RECORD).read_text(encoding="utf-8"))
+    assert record["examples"] == {"train": 8, "dev": 8, "test": 8} and record["test"]["n_examples"] == 8
+    rows = record["input_details"]["one_entity_rows"]
+    assert rows["train"] == {"file": "train.tsv", "rows": 2, "first_lines": [8, 9], "handled": "classified as given"}
+    assert rows["test"]["handled"] == "classified as given"
+
+
+def test_one_entity_rows_where_the_representation_needs_both_entities(tiny_bert, tmp_path):
+    done = _finetune_process(tiny_bert, one_entity_dir(tmp_path / "chemprot"), tmp_path / "out",
+                             "--relation_representation", "entity_start")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert ("rows marking one entity of the pair: train 2 (train.tsv lines 8, 9): skipped; dev 2 (dev.tsv lines "
+            "8, 9), test 2 (test.tsv lines 8, 9): predicted as False; representation entity_start needs both "
+            "entities") in done.stderr, done.stderr
+    record = json.loads((tmp_path / "out" / RUN_RECORD).read_text(encoding="utf-8"))
+    assert record["examples"] == {"train": 6, "dev": 8, "test": 8} and record["test"]["n_examples"] == 8
+    rows = record["input_details"]["one_entity_rows"]
+    assert rows["train"] == {"file": "train.tsv", "rows": 2, "first_lines": [8, 9], "handled": "skipped"}
+    assert rows["dev"]["handled"] == rows["test"]["handled"] == "predicted as False"
+
+
+@pytest.fixture
+def predicted(monkeypatch):
+    """(examples, predictions) of every ``_predict`` call of a run (dev per epoch, then test)."""
+    calls: list[tuple[list, list]] = []
+    original = trainer._predict
+
+    def recording(model, task, examples, features, batch_size, device):
+        predictions = original(model, task, examples, features, batch_size, device)
+        calls.append((list(examples), list(predictions)))
+        return predictions
+
+    monkeypatch.setattr(trainer, "_predict", recording)
+    return calls
+
+
+@pytest.mark.parametrize("transformation, representation", [("markers", "cls"), ("dummify", "mention_max_pool")])
+def test_unrepresentable_test_rows_are_scored_as_the_negative_class(tiny_bert, tmp_path, predicted, transformation,
+                                                                    representation):
+    args = FinetuneArgs(model=str(tiny_bert), dataset="chemprot", data_dir=str(one_entity_dir(tmp_path / "c")),
+                        output_dir=str(tmp_path / "run"), batch_size=4, epochs=1, max_length=64,
+                        relation_transformation=transformation, relation_representation=representation)
+    record = run_finetune(args, log=lambda message: None).record
+    examples, predictions = predicted[-1]
+    by_id = {e.id: p for e, p in zip(examples, predictions)}
+    assert [by_id["test-8"], by_id["test-9"]] == ["False", "False"] and len(by_id) == 8
+    assert record["examples"]["train"] == 6 and record["test"]["n_examples"] == 8
+
+
+def test_real_chemprot_files_load_with_their_one_entity_rows(shared_data):
+    directory = next((shared_data / "blurb" / "re" / d for d in ("chemprot", "ChemProt")
+                      if (shared_data / "blurb" / "re" / d).is_dir()), None)
+    if directory is None:
+        pytest.skip(f"no ChemProt files under {shared_data / 'blurb' / 're'}")
+    dataset = load_blurb_dataset("chemprot", directory)
+    counts = {split: len(rows.lines) for split, rows in dataset.one_entity_rows.items()}
+    assert sum(counts.values()) > 0 and all(n < 0.01 * len(dataset.splits[s]) for s, n in counts.items()), counts
+
+
+def test_real_gad_files_have_no_one_entity_rows():
+    from tests.conftest import shared_file
+
+    directory = shared_file("blurb/re/gad/gad_blurb_train.tsv").parent
+    dataset = load_blurb_dataset("gad", directory)
+    assert dataset.sizes() == {"train": 4261, "dev": 535, "test": 534} and not dataset.one_entity_rows

@@ -31,7 +31,8 @@ class TaskAdapter(ABC):
 
     Built per run from the run's arguments, its dataset and the tokenizer. ``labels`` are the
     model's output ids in order (tags in the chosen scheme for NER); ``stats`` counts what
-    featurization had to do (truncations, clipped entities) for the run record.
+    featurization had to do (truncations, clipped entities) for the run record; ``details`` records
+    what :meth:`select` decided about particular rows (``run.json``'s ``input_details``).
     """
 
     family: ClassVar[str]
@@ -49,12 +50,23 @@ class TaskAdapter(ABC):
                              "finetune.model_check.check_model, which sets one where the model family has none")
         self.labels: tuple[str, ...] = tuple(dataset.labels)
         self.stats: dict[str, int] = {}
+        self.details: dict[str, Any] = {}
 
     @property
     def task_type(self) -> str:
         return self.family
 
     # ------------------------------------------------------------------ features and batches
+
+    def select(self, split: str, examples: Sequence) -> list:
+        """The examples of ``split`` that the run uses: all of them, unless this family cannot
+        represent some for training (it then records them in :attr:`details`). Dev and test examples
+        are never dropped: every one is scored, so test scores stay comparable."""
+        return list(examples)
+
+    def summary(self) -> list[str]:
+        """Lines for the run's log saying what :meth:`select` decided (none when nothing was special)."""
+        return []
 
     @abstractmethod
     def featurize(self, examples: Sequence) -> list[dict]:

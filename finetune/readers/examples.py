@@ -7,11 +7,11 @@ the readers sees a file format.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Union
+from dataclasses import dataclass, field
+from typing import Mapping, Union
 
 __all__ = ["TokenTaggingExample", "PicoExample", "Entity", "RelationExample", "SentencePairExample",
-           "DocumentExample", "QAExample", "Example", "BlurbDataset"]
+           "DocumentExample", "QAExample", "Example", "FlaggedRows", "BlurbDataset"]
 
 
 @dataclass(frozen=True)
@@ -133,13 +133,26 @@ Example = Union[TokenTaggingExample, PicoExample, RelationExample, SentencePairE
 
 
 @dataclass(frozen=True)
+class FlaggedRows:
+    """Rows of one split file that a reader kept but fine-tuning may treat apart, located for the
+    run's summary: the file's name and, by example id, the line each row is on."""
+
+    file: str
+    lines: Mapping[str, int]
+
+
+@dataclass(frozen=True)
 class BlurbDataset:
     """A dataset ready for fine-tuning: typed examples per split, its labels and its metric.
 
     ``labels`` is the fixed label order (a model's output ids): BIO tags for NER, PIO element names
     for PICO, relation/answer/hallmark names otherwise, empty for similarity (a regression).
     ``negative_label`` is the "no relation" label that the relation metrics leave out (None for
-    other tasks). ``notes`` says where each split came from and how it differs from BLURB's.
+    other tasks). ``notes`` says where each split came from and how it differs from BLURB's;
+    ``warnings`` what in the data looks like a mistake but was read as written (a training label
+    seen too rarely to be a class). ``one_entity_rows`` (relation TSV files, per split) are the
+    sentences that mark only one entity of the pair; the relation adapter decides what to do with
+    them, by the run's representation.
     """
 
     name: str
@@ -149,6 +162,8 @@ class BlurbDataset:
     splits: dict[str, list[Example]]
     notes: list[str]
     negative_label: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    one_entity_rows: dict[str, FlaggedRows] = field(default_factory=dict)
 
     def sizes(self) -> dict[str, int]:
         """Examples per split, in split order."""

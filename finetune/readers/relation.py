@@ -8,6 +8,7 @@ dataset's type map), so a file that could not be featurized is refused here, wit
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -19,10 +20,11 @@ from biomed_lm.finetune.readers.base import (DatasetFormatError, GenericFormat, 
                                              _find_split_file, _finish, _label_value, _one_of, _open_labels,
                                              _plain_tsv_rows, _record_id, _reraise, _Row, _split_stem, _string,
                                              json_lines, make_dataset)
-from biomed_lm.finetune.readers.examples import BlurbDataset, Entity, RelationExample
-from biomed_lm.finetune.relation_inputs import entities_from_placeholders, normalize_type, pair_from_placeholders
+from biomed_lm.finetune.readers.examples import BlurbDataset, Entity, FlaggedRows, RelationExample
+from biomed_lm.finetune.relation_inputs import (entities_from_placeholders, normalize_type,
+                                                pair_or_one_from_placeholders)
 
-__all__ = ["load_relation", "RELATION_FORMAT", "MAX_OFFSET_SHIFT"]
+__all__ = ["load_relation", "RELATION_FORMAT", "MAX_OFFSET_SHIFT", "LISTED_LINES", "listed_lines"]
 
 SentenceCheck = Callable[[str], str]
 
@@ -31,7 +33,8 @@ def _placeholder_check(pair: PlaceholderPair | None, rewrite: Callable[[str], st
                        hint: str = "") -> SentenceCheck:
     """A check that a pre-dummified sentence holds its entity pair the way fine-tuning will look for
     it (a BLURB dataset's ``pair``, or any two placeholders), after ``rewrite``; returns the sentence
-    to keep. A sentence without its pair cannot be featurized, so it is refused here, with its line."""
+    to keep. A BLURB sentence may mark one of its pair alone, as some distributed rows do (kept, see
+    :func:`_one_entity_rows`); anything else cannot be featurized, so it is refused here, with its line."""
     def check(text: str) -> str:
         if rewrite is not None:
             text = rewrite(text)
@@ -39,7 +42,7 @@ def _placeholder_check(pair: PlaceholderPair | None, rewrite: Callable[[str], st
             if pair is None:
                 entities_from_placeholders(text)
             else:
-                pair_from_placeholders(text, pair)
+                pair_or_one_from_placeholders(text, pair)
         except ValueError as err:
             raise _FieldError("sentence", f"{err}{hint}") from None
         return text
@@ -239,13 +242,38 @@ class _PairMarkers:
                 f"{'/'.join(self.markers.values())}{other}")
 
 
+LISTED_LINES = 10  # the first line numbers a note or a run summary lists; the count says how many in all
+
+
+def listed_lines(lines: Sequence[int], count: int) -> str:
+    """``line 8`` / ``lines 8, 9`` / ``lines 8, 9, ... (and 14 more)``: the first of ``count`` lines."""
+    shown = lines[:LISTED_LINES]
+    more = f" (and {count - len(shown)} more)" if count > len(shown) else ""
+    return f"line{'s' if count > 1 else ''} {', '.join(map(str, shown))}{more}"
+
+
+def _one_entity_rows(path: Path, rows: Sequence[_Row], pair: PlaceholderPair | None) -> FlaggedRows | None:
+    """The file's pre-dummified sentences that mark one entity of the pair only, by id with their lines."""
+    if pair is None:
+        return None
+    lines = {row.example.id: row.line for row in rows
+             if not row.example.entities and len(pair_or_one_from_placeholders(row.example.text, pair)) == 1}
+    return FlaggedRows(path.name, lines) if lines else None
+
+
+def _one_entity_note(flagged: Mapping[str, FlaggedRows]) -> str:
+    listed = ", ".join(f"{rows.file} {len(rows.lines)} ({listed_lines(list(rows.lines.values()), len(rows.lines))})"
+                       for rows in flagged.values())
+    return f"rows that mark only one entity of the pair (kept; fine-tuning decides, see docs/datasets.md): {listed}"
+
+
 def load_relation(entry: BlurbEntry, data_dir: Path, seed: int, allow_missing_train: bool) -> BlurbDataset:
     """A BLURB relation dataset: one ``.tsv`` or ``.jsonl`` file per split (not both)."""
     check = _closed_labels(entry.labels, case_insensitive=True)
     markers = _PairMarkers(entry)
     sentence_check = _placeholder_check(entry.placeholder_pair, markers.rewrite, markers.hint()) \
         if markers.pattern else _placeholder_check(entry.placeholder_pair)
-    splits, names, corrections = {}, [], []
+    splits, names, corrections, flagged = {}, [], [], {}
     for split in SPLITS:
         found = [p for p in (_find_split_file(data_dir, split, (ext,)) for ext in ("tsv", "jsonl")) if p is not None]
         if len(found) > 1:
@@ -257,12 +285,16 @@ def load_relation(entry: BlurbEntry, data_dir: Path, seed: int, allow_missing_tr
         splits[split] = _examples(rows)
         names.append(found[0].name)
         corrections.extend(_correction_notes(found[0], rows))
+        if (one_entity := _one_entity_rows(found[0], rows, entry.placeholder_pair)) is not None:
+            flagged[split] = one_entity
     notes = [f"splits as distributed: {', '.join(names)}", *corrections]
     if any(n.lower().endswith(".tsv") for n in names):
         notes.append("TSV files hold the dummified sentence only: text = masked_text, entity offsets unknown")
     if markers.sentences:
         notes.append(markers.note())
-    return make_dataset(entry, splits, notes)
+    if flagged:
+        notes.append(_one_entity_note(flagged))
+    return dataclasses.replace(make_dataset(entry, splits, notes), one_entity_rows=flagged)
 
 
 def _generic_reader(labels: Sequence[str] | None, from_training_file: bool) -> Callable[[Path], list[_Row]]:
