@@ -42,7 +42,7 @@ from biomed_lm.finetune.blurb import DEV, QA_MAX_LENGTH, TASK_TYPES, TEST, TRAIN
 from biomed_lm.finetune.metrics import NER_F1_MODES, compute_metric
 from biomed_lm.finetune.model_check import CheckedModel, check_model
 from biomed_lm.finetune.modeling import REPRESENTATIONS, TAGGING_LAYERS, load_encoder
-from biomed_lm.finetune.readers import BlurbDataset, load_blurb_dataset, load_generic_dataset
+from biomed_lm.finetune.readers import RARE_LABEL_COUNT, BlurbDataset, load_blurb_dataset, load_generic_dataset
 from biomed_lm.finetune.relation_inputs import TRANSFORMATIONS
 from biomed_lm.finetune.tagging import SCHEMES, normalize_scheme
 from biomed_lm.pretrain.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
@@ -75,6 +75,11 @@ class FinetuneArgs:
                 "as a BLURB dataset"})
     negative_label: str | None = field(default=None, metadata={
         "help": "generic relation datasets: the 'no relation' label (metric: micro F1 without it)"})
+    labels: str | None = field(default=None, metadata={
+        "help": "generic datasets: the label set, comma-separated (yes,no,maybe), in the model's label order; a "
+                "label outside it in any split is an error naming file and line. NER: the entity types "
+                f"(Chemical,Disease). Default: the training file's labels, with a warning for any seen fewer "
+                f"than {RARE_LABEL_COUNT} times (docs/datasets.md)"})
     learning_rate: float = 3e-5
     batch_size: int = 32
     epochs: int = 3
@@ -132,6 +137,8 @@ class FinetuneArgs:
         for name, valid in choices.items():
             if getattr(self, name) not in valid:
                 raise InputError(f"{name} must be one of {', '.join(valid)}, got {getattr(self, name)!r}")
+        if self.labels is not None:  # refused if empty or repeated before any data is read; one spelling recorded
+            self.labels = ",".join(self.label_list())
         for name in ("max_train_examples", "max_eval_examples"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -143,6 +150,18 @@ class FinetuneArgs:
             raise InputError(f"precision {self.precision} needs --deepspeed (mixed precision runs through DeepSpeed)")
         if self.zero_stage not in (0, 1, 2):
             raise InputError(f"zero_stage must be 0, 1 or 2, got {self.zero_stage}")
+
+    def label_list(self) -> tuple[str, ...] | None:
+        """``labels`` as a tuple (None when not given): split on commas, spaces around them dropped."""
+        if self.labels is None:
+            return None
+        items = tuple(item.strip() for item in self.labels.split(","))
+        if not all(items):
+            raise InputError(f"--labels: empty label in {self.labels!r} (give them comma-separated: yes,no,maybe)")
+        repeated = next((item for n, item in enumerate(items) if item in items[:n]), None)
+        if repeated is not None:
+            raise InputError(f"--labels: {repeated!r} is given twice in {self.labels!r}")
+        return items
 
     def effective_max_length(self) -> int:
         """``max_length``, or the dataset's default (:func:`finetune.blurb.default_max_length`)."""
@@ -166,10 +185,13 @@ def load_dataset_for(args: FinetuneArgs) -> BlurbDataset:
     if args.task_type is not None:
         if args.allow_missing_train:
             raise InputError("allow_missing_train applies to BLURB NER datasets only (a generic dataset needs train)")
-        return load_generic_dataset(args.task_type, args.data_dir, name=args.dataset,
+        return load_generic_dataset(args.task_type, args.data_dir, args.label_list(), name=args.dataset,
                                     negative_label=args.negative_label)
     if args.negative_label is not None:
         raise InputError("negative_label applies to generic datasets (task_type set) only")
+    if args.labels is not None:  # a BLURB dataset's labels are its registry entry's; its readers check them
+        raise InputError(f"--labels applies to generic datasets (--task_type set) only: BLURB dataset "
+                         f"{args.dataset!r} has its own fixed labels")
     return load_blurb_dataset(args.dataset, args.data_dir, allow_missing_train=args.allow_missing_train)
 
 

@@ -5,6 +5,11 @@
     python launch/finetune.py --config configs/finetune/ncbi_disease.yaml --seed 2 --output_dir runs/ft/ncbi/s2
     python launch/finetune.py --model CKPT --dataset my_re --task_type relation --negative_label none \\
         --data_dir data/my_re --output_dir runs/ft/my_re
+    python launch/finetune.py --model CKPT --dataset my_qa --task_type qa --labels yes,no,maybe \\
+        --data_dir data/my_qa --output_dir runs/ft/my_qa
+
+--labels states a generic dataset's label set (NER: its entity types) and the model's label order;
+without it the training file's labels are used and one seen fewer than 3 times is a warning.
 
 The run record is output_dir/run.json; a complete one with the same settings makes the command
 skip the run (and print the recorded score), so a sweep can simply be re-run to resume.

@@ -22,7 +22,7 @@ from torch import nn
 from biomed_lm.finetune.adapters.base import TaskAdapter
 from biomed_lm.finetune.blurb import F1_POSITIVE, RELATION, TRAIN, blurb_entry
 from biomed_lm.finetune.modeling import SequenceClassificationModel
-from biomed_lm.finetune.readers.relation import LISTED_LINES, listed_lines
+from biomed_lm.finetune.readers.base import LISTED_LINES, listed_lines
 from biomed_lm.finetune.relation_inputs import (MODEL_INPUT_KEYS, add_marker_tokens, collate_relation_features,
                                                 encode_relation_example, entities_from_placeholders,
                                                 pair_or_one_from_placeholders)

@@ -28,10 +28,10 @@ from typing import Mapping, Sequence
 from biomed_lm.errors import InputError
 from biomed_lm.finetune.blurb import (CLASSIFICATION, DEV, MICRO_F1_POSITIVE, ACCURACY, NER, PICO, QA, RELATION,
                                       SIMILARITY, SPLITS, TASK_TYPES, TEST, TRAIN, blurb_entry)
-from biomed_lm.finetune.readers.base import (CARVED_DEV_FRACTION, DEFAULT_SPLIT_SEED, DatasetFormatError,
-                                             GenericFormat, Loader, MissingDatasetFileError, _check_dir,
-                                             _correction_notes, _examples, _find_split_file, _finish, _require, _Row,
-                                             seeded_partition)
+from biomed_lm.finetune.readers.base import (CARVED_DEV_FRACTION, DEFAULT_SPLIT_SEED, RARE_LABEL_COUNT,
+                                             DatasetFormatError, GenericFormat, Loader, MissingDatasetFileError,
+                                             _check_dir, _correction_notes, _examples, _find_split_file, _finish,
+                                             _require, _Row, rare_label_warnings, seeded_partition)
 from biomed_lm.finetune.readers.classification import CLASSIFICATION_FORMAT, load_hallmarks
 from biomed_lm.finetune.readers.examples import (BlurbDataset, DocumentExample, Entity, Example, PicoExample,
                                                  QAExample, RelationExample, SentencePairExample, TokenTaggingExample)
@@ -42,6 +42,7 @@ from biomed_lm.finetune.readers.tagging import NER_FORMAT, PICO_FORMAT, load_ebm
 
 __all__ = ["LOADERS", "GENERIC_FORMATS", "load_blurb_dataset", "load_generic_dataset", "seeded_partition",
            "DatasetFormatError", "MissingDatasetFileError", "DEFAULT_SPLIT_SEED", "CARVED_DEV_FRACTION",
+           "RARE_LABEL_COUNT",
            "MAX_OFFSET_SHIFT", "BlurbDataset", "Example", "TokenTaggingExample", "PicoExample", "Entity",
            "RelationExample", "SentencePairExample", "DocumentExample", "QAExample"]
 
@@ -75,12 +76,14 @@ def load_blurb_dataset(name: str, data_dir: str | Path, *, split_seed: int = DEF
 
 def _read_generic_splits(form: GenericFormat, paths: Mapping[str, Path], labels: tuple[str, ...] | None
                          ) -> tuple[dict[str, list[_Row]], tuple[str, ...]]:
-    """Every split's rows and the label set. Without given ``labels`` the training file defines
-    them, and a dev or test label it lacks is an error naming its file and line: a typo there must
-    not become a class the model never trained on (nor a silently lower score)."""
+    """Every split's rows and the label set. Given ``labels`` are checked in every split and fix the
+    order (:attr:`GenericFormat.given_labels`). Without them the training file defines the labels,
+    and a dev or test label it lacks is an error naming its file and line: a typo there must not
+    become a class the model never trained on (nor a silently lower score)."""
     if labels is not None:
         read = form.reader(labels, False)
-        return {s: _finish(p, read(p)) for s, p in paths.items()}, labels
+        rows = {s: _finish(p, read(p)) for s, p in paths.items()}
+        return rows, form.given_labels(labels, [e for r in rows.values() for e in _examples(r)])
     rows = {TRAIN: _finish(paths[TRAIN], form.reader(None, False)(paths[TRAIN]))}
     labels = form.inferred_labels(_examples(rows[TRAIN]))
     read = form.reader(labels, True)
@@ -95,7 +98,8 @@ def _checked_labels(task_type: str, form: GenericFormat, labels: Sequence[str] |
         return None
     labels = tuple(labels)
     if not form.takes_labels and labels:
-        raise InputError(f"{task_type} is a regression: it takes no labels")
+        raise InputError(f"--labels does not apply to {task_type}: it is a regression (a score per example), "
+                         "with no label set")
     if len(set(labels)) != len(labels) or not all(isinstance(x, str) and x.strip() for x in labels):
         raise InputError(f"labels must be distinct non-empty strings, got {list(labels)}")
     return labels
@@ -121,11 +125,14 @@ def load_generic_dataset(task_type: str, data_dir: str | Path, labels: Sequence[
 
     Files: ``train`` is required, ``dev`` (or ``devel``) and ``test`` are optional, each
     ``<split>.tsv`` or ``<split>.jsonl`` by task (``docs/datasets.md``). ``labels`` fixes the label
-    order and rejects any other label (with its file and line); without it the labels are those of
-    the training file, sorted (``O`` first for NER), and a dev/test label outside them (for NER: an
-    entity type) is an error naming its file and line. For relation extraction, ``negative_label`` names the
-    "no relation" label and makes the metric micro F1 over the other labels; without it the metric
-    is accuracy. ``name`` defaults to the directory's name.
+    order and rejects any other label in any split (with its file and line); for NER it names the
+    entity types (their tags follow, in that order), or every tag including ``O``. Without it the
+    labels are those of the training file, sorted (``O`` first for NER), a dev/test label outside
+    them (for NER: an entity type) is an error naming its file and line, and a training label used
+    fewer than :data:`RARE_LABEL_COUNT` times is a warning (``warnings``) naming the file and its
+    lines. For relation extraction, ``negative_label`` names the "no relation" label and makes the
+    metric micro F1 over the other labels; without it the metric is accuracy. ``name`` defaults to
+    the directory's name.
     """
     if task_type not in GENERIC_FORMATS:
         raise InputError(f"unknown task type {task_type!r}; valid task types: {', '.join(GENERIC_FORMATS)}")
@@ -135,7 +142,10 @@ def load_generic_dataset(task_type: str, data_dir: str | Path, labels: Sequence[
     name = name or data_dir.name
     paths = {TRAIN: _require(data_dir, TRAIN, form.extensions, name)}
     paths.update({s: p for s in (DEV, TEST) if (p := _find_split_file(data_dir, s, form.extensions)) is not None})
+    stated = labels is not None
     rows, labels = _read_generic_splits(form, paths, labels)
+    # a stated label set is not second-guessed; one read from the training file may hold a typo
+    warnings = [] if stated or not form.takes_labels else rare_label_warnings(form, paths[TRAIN], rows[TRAIN])
     metric, metric_notes = _generic_metric(form, labels, negative_label)
     notes = [f"generic {task_type} format: {', '.join(f'{s}: {p.name}' for s, p in paths.items())}"]
     notes.extend(n for s, p in paths.items() for n in _correction_notes(p, rows[s]))
@@ -144,4 +154,4 @@ def load_generic_dataset(task_type: str, data_dir: str | Path, labels: Sequence[
         notes.append(f"no {' or '.join(missing)} file")
     notes.extend(metric_notes)
     ordered = {s: _examples(rows[s]) for s in SPLITS if s in rows}
-    return BlurbDataset(name, task_type, metric, tuple(labels), ordered, notes, negative_label)
+    return BlurbDataset(name, task_type, metric, tuple(labels), ordered, notes, negative_label, warnings)

@@ -12,6 +12,10 @@ Conventions (all readers)
       naming the file, the line and the field, because a silently skipped example would make the
       benchmark numbers lie. The one repair is of DDI-style entity offsets a character or two off
       in the source (:func:`finetune.readers.relation.entity_from_offsets`); each is listed in the notes.
+      BLURB relation rows that mark one entity of the pair only are kept and listed, for fine-tuning
+      to handle by its rule (:mod:`finetune.adapters.relation`).
+    * A generic training label used fewer than :data:`RARE_LABEL_COUNT` times is read as written
+      and reported in :attr:`BlurbDataset.warnings`: it may be a typo.
 """
 
 from __future__ import annotations
@@ -148,6 +152,16 @@ def _label_value(value: object, field_name: str = "label") -> str:
     if not text:
         raise _FieldError(field_name, "is empty")
     return text
+
+
+LISTED_LINES = 10  # the first line numbers a note or a run summary lists; the count says how many in all
+
+
+def listed_lines(lines: Sequence[int], count: int) -> str:
+    """``line 8`` / ``lines 8, 9`` / ``lines 8, 9, ... (and 14 more)``: the first of ``count`` lines."""
+    shown = lines[:LISTED_LINES]
+    more = f" (and {count - len(shown)} more)" if count > len(shown) else ""
+    return f"line{'s' if count > 1 else ''} {', '.join(map(str, shown))}{more}"
 
 
 def _reraise(path: Path, line: int | None, err: _FieldError) -> DatasetFormatError:
@@ -330,7 +344,10 @@ class GenericFormat:
     without given labels; ``metric`` is the family's metric, None where ``negative_label`` decides
     (relation: micro F1 without it, else accuracy). ``takes_labels`` is False for a regression, and
     ``labels_from_all_splits`` re-infers the labels over every split (NER: every tag spelling of the
-    training file's entity types).
+    training file's entity types). ``given_labels(labels, examples)`` is the label order of files
+    read with given labels (those labels; NER given entity types: their tags). ``label_uses(row)``
+    yields ``(label, line)`` for each use of a label that :func:`rare_label_warnings` counts, and
+    ``counted`` names the label and the unit of a use in its warning (NER: an entity type per mention).
     """
 
     extensions: tuple[str, ...]
@@ -339,3 +356,28 @@ class GenericFormat:
     metric: str | None
     takes_labels: bool = True
     labels_from_all_splits: bool = False
+    given_labels: Callable[[tuple[str, ...], Sequence[Example]], tuple[str, ...]] = lambda labels, examples: labels
+    label_uses: Callable[[_Row], Iterable[tuple[str, int]]] = lambda row: [(row.example.label, row.line)]
+    counted: tuple[str, str] = ("label", "example")
+
+
+# A label the training file uses fewer times than this is reported (not refused: a rare class may be
+# real). A typo is typically on one line or two, and a real class with fewer than 3 training
+# examples can hardly be learned, so the warning costs little; a user who means such a class says
+# so with --labels, which silences it.
+RARE_LABEL_COUNT = 3
+
+
+def rare_label_warnings(form: GenericFormat, path: Path, rows: Sequence[_Row]) -> list[str]:
+    """One warning per label that the training file ``path`` uses fewer than :data:`RARE_LABEL_COUNT`
+    times, naming the file and the lines, since a typo there would otherwise become a class."""
+    lines: dict[str, list[int]] = {}
+    for row in rows:
+        for label, line in form.label_uses(row):
+            lines.setdefault(label, []).append(line)
+    what, unit = form.counted
+    article = "an" if what[0] in "aeiou" else "a"
+    return [f"{path}: {what} {label!r} is seen in only {len(found)} training {unit}{'s' if len(found) > 1 else ''} "
+            f"({listed_lines(found, len(found))}); {article} {what} seen fewer than {RARE_LABEL_COUNT} times may be "
+            "a typo: state the label set with --labels"
+            for label, found in sorted(lines.items()) if len(found) < RARE_LABEL_COUNT]

@@ -132,4 +132,5 @@ def _generic_reader(labels: Sequence[str] | None, from_training_file: bool) -> C
 
 CLASSIFICATION_FORMAT = GenericFormat(("jsonl",), _generic_reader,
                                       lambda examples: tuple(sorted({x for e in examples for x in e.labels})),
-                                      MICRO_F1_MULTILABEL)
+                                      MICRO_F1_MULTILABEL,
+                                      label_uses=lambda row: [(label, row.line) for label in row.example.labels])

@@ -3,7 +3,10 @@ with entity offsets (DDI, ChemProt as JSONL, the generic format).
 
 A sentence a reader keeps must hold its entity pair the way fine-tuning will look for it, and every
 entity type must map to a placeholder (:func:`finetune.relation_inputs.normalize_type` with the
-dataset's type map), so a file that could not be featurized is refused here, with its line.
+dataset's type map), so a file that could not be featurized is refused here, with its line. The
+exception is a BLURB TSV sentence that marks one of its pair alone, as 45 rows of BLURB's ChemProt
+do: it is kept and listed (``BlurbDataset.one_entity_rows``, a note), and fine-tuning handles it by
+the rule of :mod:`finetune.adapters.relation`.
 """
 
 from __future__ import annotations
@@ -19,12 +22,12 @@ from biomed_lm.finetune.readers.base import (DatasetFormatError, GenericFormat, 
                                              _closed_labels, _correction_notes, _examples, _expected, _FieldError,
                                              _find_split_file, _finish, _label_value, _one_of, _open_labels,
                                              _plain_tsv_rows, _record_id, _reraise, _Row, _split_stem, _string,
-                                             json_lines, make_dataset)
+                                             json_lines, listed_lines, make_dataset)
 from biomed_lm.finetune.readers.examples import BlurbDataset, Entity, FlaggedRows, RelationExample
 from biomed_lm.finetune.relation_inputs import (entities_from_placeholders, normalize_type,
                                                 pair_or_one_from_placeholders)
 
-__all__ = ["load_relation", "RELATION_FORMAT", "MAX_OFFSET_SHIFT", "LISTED_LINES", "listed_lines"]
+__all__ = ["load_relation", "RELATION_FORMAT", "MAX_OFFSET_SHIFT"]
 
 SentenceCheck = Callable[[str], str]
 
@@ -240,16 +243,6 @@ class _PairMarkers:
         other = f"; {self.other} (an entity outside the pair) is kept as the word it is" if self.other else ""
         return (f"{self.sentences} sentence(s) wrote the pair as {'/'.join(self.markers)}: read as "
                 f"{'/'.join(self.markers.values())}{other}")
-
-
-LISTED_LINES = 10  # the first line numbers a note or a run summary lists; the count says how many in all
-
-
-def listed_lines(lines: Sequence[int], count: int) -> str:
-    """``line 8`` / ``lines 8, 9`` / ``lines 8, 9, ... (and 14 more)``: the first of ``count`` lines."""
-    shown = lines[:LISTED_LINES]
-    more = f" (and {count - len(shown)} more)" if count > len(shown) else ""
-    return f"line{'s' if count > 1 else ''} {', '.join(map(str, shown))}{more}"
 
 
 def _one_entity_rows(path: Path, rows: Sequence[_Row], pair: PlaceholderPair | None) -> FlaggedRows | None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
+from biomed_lm.errors import InputError
 from biomed_lm.finetune.blurb import DEV, ENTITY_F1, PICO_TOKEN_MACRO_F1, TEST, TRAIN, BlurbEntry
 from biomed_lm.finetune.readers.base import (CARVED_DEV_FRACTION, DatasetFormatError, GenericFormat, LabelCheck,
                                              MissingDatasetFileError, _carve, _closed_labels, _examples, _expected,
@@ -304,8 +305,74 @@ def load_ebm_nlp(entry: BlurbEntry, data_dir: Path, seed: int, allow_missing_tra
 
 # ---------------------------------------------------------------------------- generic formats
 
+def _given_types_check(types: Sequence[str]) -> LabelCheck:
+    """A generic NER tag whose entity type is one of the ``types`` a user gave (any tag prefix)."""
+    tag_like = [t for t in types if _split_tag_or_none(t) is not None]
+    if tag_like:
+        raise InputError(f"NER labels are entity types (Chemical,Disease), or every tag including O; "
+                         f"{', '.join(map(repr, tag_like))} look like tags")
+
+    def check(raw: str) -> str:
+        tag = raw.strip()
+        prefix, entity_type = _split_tag(tag)
+        if prefix != "O" and entity_type is None:
+            raise _FieldError("tag", f"{tag!r} names no entity type (the labels given are entity types: "
+                              f"{', '.join(types)})")
+        if prefix != "O" and entity_type not in types:
+            raise _FieldError("tag", f"{tag!r}: entity type {entity_type!r} is not one of the labels given "
+                              f"({', '.join(types)})")
+        return tag
+
+    return check
+
+
+def _split_tag_or_none(text: str) -> tuple[str, str | None] | None:
+    """``_split_tag(text)`` for a prefixed tag (``B-Gene``), None for anything else (``Gene``, ``O``)."""
+    try:
+        prefix, entity_type = _split_tag(text)
+    except _FieldError:
+        return None
+    return (prefix, entity_type) if entity_type is not None else None
+
+
+def _given_ner_labels(labels: tuple[str, ...], examples: Sequence[Example]) -> tuple[str, ...]:
+    """Given tags (with ``O``) as given; given entity types as their tags, types in the order given:
+    ``B-`` and ``I-`` of each, and any other prefix the files write (BIOES ``E-``/``S-``)."""
+    if "O" in labels:
+        return labels
+    seen = {tag for example in examples for tag in example.tags}
+    tags = ["O"]
+    for entity_type in labels:
+        own = {t for t in seen if _split_tag(t)[1] == entity_type} | {f"B-{entity_type}", f"I-{entity_type}"}
+        tags.extend(sorted(own, key=lambda t: _TAG_PREFIXES.index(_split_tag(t)[0])))
+    return tuple(tags)
+
+
+def _mention_starts(row: _Row) -> Iterator[tuple[str, int]]:
+    """``(entity type, line)`` of each mention of a sentence (its tokens are on consecutive lines)."""
+    previous = None
+    for offset, tag in enumerate(row.example.tags):
+        prefix, entity_type = _split_tag(tag)
+        if entity_type is not None and (prefix in ("B", "S", "U") or entity_type != previous):
+            yield entity_type, row.line + offset
+        previous = entity_type
+
+
+def _span_starts(row: _Row) -> Iterator[tuple[str, int]]:
+    """``(element, line)`` where each stretch of words holding a PICO element begins."""
+    previous: frozenset[str] = frozenset()
+    for offset, elements in enumerate(row.example.elements):
+        for element in sorted(elements - previous):
+            yield element, row.line + offset
+        previous = elements
+
+
 def _generic_ner_reader(labels: Sequence[str] | None, from_training_file: bool) -> Callable[[Path], list[_Row]]:
-    tags = _generic_tag_check(labels, by_entity_type=from_training_file)
+    # given labels without O are entity types (what users name); with O, every tag, checked exactly
+    if labels is not None and not from_training_file and "O" not in labels:
+        tags = _given_types_check(labels)
+    else:
+        tags = _generic_tag_check(labels, by_entity_type=from_training_file)
     return lambda path: _read_ner(path, tags)
 
 
@@ -316,7 +383,8 @@ def _generic_pico_reader(labels: Sequence[str] | None, from_training_file: bool)
 
 NER_FORMAT = GenericFormat(("tsv",), _generic_ner_reader,
                            lambda examples: _tag_order(t for e in examples for t in e.tags), ENTITY_F1,
-                           labels_from_all_splits=True)
+                           labels_from_all_splits=True, given_labels=_given_ner_labels, label_uses=_mention_starts,
+                           counted=("entity type", "mention"))
 PICO_FORMAT = GenericFormat(("tsv",), _generic_pico_reader,
                             lambda examples: tuple(sorted({x for e in examples for s in e.elements for x in s})),
-                            PICO_TOKEN_MACRO_F1)
+                            PICO_TOKEN_MACRO_F1, label_uses=_span_starts, counted=("element", "span"))
