@@ -8,11 +8,15 @@
     python launch/pretrain.py --config configs/pretrain/demo.yaml                    # one process
 
 A run directory (--output-dir) holds checkpoints/, metrics.jsonl and model/ (the final export);
-re-running the same command resumes from the newest verified checkpoint. Exit status: 0 finished,
-or stopped cleanly by SIGTERM/SIGUSR1/SIGINT or the time budget (checkpoint written); 2 unusable
-options or inputs, no verified checkpoint to resume from, or settings that differ from the
-checkpoint's (nothing was trained); 3 aborted after too many skipped (non-finite or spiking)
-steps in a row (the last checkpoint is kept, healthy).
+re-running the same command resumes from the newest verified checkpoint. One run at a time owns
+it (``run.lock``): a second run on the same directory is refused. Exit status: 0 finished, or
+stopped cleanly by SIGTERM/SIGUSR1/SIGINT or the time budget (checkpoint written); 1 a checkpoint
+could not be written (the message names the folder and why: disk full, file too large,
+permission) or another failure during training (the previous checkpoints are kept); 2 unusable
+options or inputs, a run directory in use by another run, no verified checkpoint to resume from,
+or settings that differ from the checkpoint's (nothing was trained); 3 aborted after too many
+skipped (non-finite or spiking) steps in a row, or on a last step whose loss shows broken weights
+(checkpoints that may hold the damage are set aside; the one left to resume from is healthy).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import sys
 from biomed_lm.config import parse_config
 from biomed_lm.errors import BiomedLMError, bad_input
 from biomed_lm.pretrain.adversarial import AdversarialConfig
+from biomed_lm.pretrain.checkpoint import CheckpointSaveError
 from biomed_lm.pretrain.config import DataArguments, ModelArguments, TrainArguments
 from biomed_lm.pretrain.trainer import EXIT_DIVERGED, DivergenceAbort, train
 
@@ -38,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     except DivergenceAbort as err:
         print(f"pretrain: aborted: {err}", file=sys.stderr)
         return EXIT_DIVERGED
+    except CheckpointSaveError as err:
+        print(f"pretrain: error: {err}", file=sys.stderr)
+        return 1
     except (BiomedLMError, FileNotFoundError) as err:
         return bad_input("pretrain", err)
     if summary["completed"] and summary["model_dir"]:

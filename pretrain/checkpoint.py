@@ -28,11 +28,14 @@ ZeRO). Damaged ones are reported and moved aside. When checkpoints exist but non
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import mmap
 import os
 import random
 import re
+import resource
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -222,34 +225,93 @@ def _write_atomically(path: Path, text: str) -> None:
 
 # --- saving ------------------------------------------------------------------------------------
 
+class CheckpointSaveError(RuntimeError):
+    """A checkpoint could not be written (disk full, file too large, permission, not a directory):
+    the message names the folder and the OS's reason. The previous checkpoints are untouched. Not a
+    :class:`BiomedLMError`: nothing in the run's inputs is wrong, and the run exits 1."""
+
+
 def save_checkpoint(engine, run_dir: str | os.PathLike, step: int, client_state: dict[str, Any], *,
                     rank: int, world_size: int, barrier: Callable[[], None], keep_last: int,
                     signature: dict[str, Any], export: Callable[[Path], None] | None = None) -> Path:
-    """Save every rank's state for ``step`` (the number of optimizer steps done), verified and atomic."""
+    """Save every rank's state for ``step`` (the number of optimizer steps done), verified and atomic.
+    Raises :class:`CheckpointSaveError` when this rank cannot write its part."""
     root = checkpoints_root(run_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    tag = tag_for(step)
-    staging_tag = f".partial-{tag}"
-    staging = root / staging_tag
-    if rank == 0 and staging.exists():
-        shutil.rmtree(staging)  # left by a crash during an earlier save of this step
+    staging = root / f".partial-{tag_for(step)}"
+    with _explained_save_failure(staging):
+        root.mkdir(parents=True, exist_ok=True)
+        if rank == 0 and staging.exists():
+            shutil.rmtree(staging)  # left by a crash during an earlier save of this step
     barrier()
-    engine.save_checkpoint(str(root), tag=staging_tag, client_state=client_state, save_latest=False)
-    torch.save(rng_state(), staging / rng_file(rank))
+    with _explained_save_failure(staging):
+        engine.save_checkpoint(str(root), tag=staging.name, client_state=client_state, save_latest=False)
+        torch.save(rng_state(), staging / rng_file(rank))
     barrier()
-    final = root / tag
+    final = root / tag_for(step)
     if rank == 0:
-        if export is not None:
-            export(staging / "hf")
-        write_manifest(staging, step=step, world_size=world_size, zero_stage=engine.zero_optimization_stage(),
-                       signature=signature)
-        if final.exists():  # a damaged or superseded save of the same step
-            shutil.rmtree(final)
-        os.replace(staging, final)
-        _write_atomically(root / LATEST, tag + "\n")
+        with _explained_save_failure(staging):
+            if export is not None:
+                export(staging / "hf")
+            write_manifest(staging, step=step, world_size=world_size, zero_stage=engine.zero_optimization_stage(),
+                           signature=signature)
+            if final.exists():  # a damaged or superseded save of the same step
+                shutil.rmtree(final)
+            os.replace(staging, final)
+            _write_atomically(root / LATEST, final.name + "\n")
         _prune(root, keep_last)
     barrier()
     return final
+
+
+@contextlib.contextmanager
+def _explained_save_failure(staging: Path):
+    """Turn any failure to write ``staging`` into a :class:`CheckpointSaveError` that says why, and
+    remove the partial folder (on a full disk, its space is what the next attempt needs)."""
+    try:
+        yield
+    except Exception as err:  # torch's writer reports a short write as an opaque RuntimeError
+        reason = diagnose_write_failure(err, staging)
+        shutil.rmtree(staging, ignore_errors=True)
+        raise CheckpointSaveError(f"checkpoint save to {staging} failed: {reason}. The partial save was removed; "
+                                  "the previous checkpoints are untouched, and re-running the same command "
+                                  "resumes from the newest of them once the cause is fixed") from err
+
+
+def diagnose_write_failure(err: BaseException, folder: Path) -> str:
+    """The OS's reason a write under ``folder`` failed, in words. An ``OSError`` carries it; torch's
+    C++ writer does not (``basic_ios::clear``, ``unexpected pos``), so then the usual causes are
+    checked: a path that is not a directory, no write permission, the file-size limit
+    (``ulimit -f``, which a file cut at exactly that size shows) and free space."""
+    if isinstance(err, OSError) and err.errno:
+        where = f" ({err.filename})" if err.filename else ""
+        return f"{_ERRNO_WORDS.get(err.errno, os.strerror(err.errno))}{where}"
+    found = f"{type(err).__name__}: {err}"
+    for parent in [folder, *folder.parents]:
+        if parent.exists():
+            if not parent.is_dir():
+                return f"{parent} is not a directory ({found})"
+            if not os.access(parent, os.W_OK):
+                return f"permission denied: {parent} is not writable ({found})"
+            break
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY and any(p.stat().st_size == limit for p in _files_under(folder)):
+        return f"file too large: a file reached the file-size limit (ulimit -f) of {limit:,} bytes ({found})"
+    free = shutil.disk_usage(next(p for p in [folder, *folder.parents] if p.exists())).free
+    if free < _NEARLY_FULL_BYTES:
+        return f"disk full: {free:,} bytes free on the filesystem of {folder} ({found})"
+    return found
+
+
+_ERRNO_WORDS = {errno.ENOSPC: "disk full (no space left on device)", errno.EDQUOT: "disk quota exceeded",
+                errno.EFBIG: "file too large (the file-size limit, ulimit -f, or the filesystem's)",
+                errno.EACCES: "permission denied", errno.EPERM: "operation not permitted",
+                errno.EROFS: "read-only filesystem", errno.ENOTDIR: "not a directory (a file is where a folder must go)",
+                errno.EEXIST: "a file is in the way (it exists and is not a directory)"}
+_NEARLY_FULL_BYTES = 64 * 2**20
+
+
+def _files_under(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file()] if folder.is_dir() else []
 
 
 def _prune(root: Path, keep_last: int) -> None:

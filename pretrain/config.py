@@ -153,6 +153,9 @@ class TrainArguments:
                 "median (0: off)", "min": 0})
     spike_window: int = field(default=50, metadata={"help": "recent accepted steps the spike medians cover",
                                                     "min": 1})
+    loss_ceiling_factor: float = field(default=2.0, metadata={
+        "help": "skip a step whose loss exceeds this multiple of the loss of uniform predictions (ln vocabulary "
+                "size + ln pair classes), from step 1, spike warm-up included (0: off)", "min": 0})
     spike_warmup_steps: int = field(default=10, metadata={
         "help": "accepted steps before spikes are judged (the first steps move too fast for a baseline)",
         "min": 0})

@@ -33,6 +33,22 @@ def ignore_stop_signals(_worker_id: int = 0) -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
+def stop_workers(batches, grace_seconds: float = 5.0) -> None:
+    """Stop and join the workers of a DataLoader iterator (a no-op without workers).
+
+    Workers that ignore SIGTERM outlive every polite way of ending them: torch's own shutdown ends
+    with ``terminate()``, and at interpreter exit multiprocessing terminates its daemon children and
+    then joins them, forever (an error during training used to hang the run that way). So after
+    torch's shutdown (the workers are told to finish and joined), any worker still alive is killed."""
+    shutdown = getattr(batches, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
+    for worker in getattr(batches, "_workers", ()):
+        if worker.is_alive():
+            worker.kill()
+            worker.join(timeout=grace_seconds)
+
+
 class StopRequests:
     """Collects the reasons to stop after the current step; install() / restore() the handlers."""
 

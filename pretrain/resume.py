@@ -32,7 +32,7 @@ HARMLESS = frozenset({
     "train.output_dir", "train.checkpoint_every", "train.keep_last", "train.export_hf", "train.resume",
     "train.log_every", "train.wandb_mode", "train.wandb_project", "train.run_name",
     "train.max_consecutive_skips", "train.loss_spike_factor", "train.grad_norm_spike_factor",
-    "train.spike_window", "train.spike_warmup_steps", "train.stop_after_hours", "train.allow_config_change",
+    "train.spike_window", "train.spike_warmup_steps", "train.loss_ceiling_factor", "train.stop_after_hours", "train.allow_config_change",
     "train.resume_lr_scale", "train.continue_from",
 })
 # Settings whose saved tensors would not fit another value.
@@ -41,7 +41,7 @@ FIXED = frozenset({"model.init", "model.model", "model.architecture", "data.voca
 
 # Fields added after checkpoints were already being written, with the value an older checkpoint's
 # run had in effect: such a checkpoint resumes as before instead of reporting a change.
-ADDED_FIELDS = {"train.schedule_total_steps": 0, "train.continue_from": ""}
+ADDED_FIELDS = {"train.schedule_total_steps": 0, "train.continue_from": "", "train.loss_ceiling_factor": 0.0}
 
 
 class ConfigChangeRefused(PretrainError, ValueError):

@@ -46,17 +46,19 @@ import torch
 
 from biomed_lm.backend import start_distributed  # one definition, shared with fine-tuning
 from biomed_lm.pretrain.attention import PADDED
-from biomed_lm.pretrain.checkpoint import (CheckpointError, Selection, checkpoint_tags, latest_tag, load_checkpoint,
-                                           save_checkpoint, select_checkpoint, set_aside_diverged)
+from biomed_lm.errors import PretrainError
+from biomed_lm.pretrain.checkpoint import (CheckpointError, Selection, checkpoint_tags, checkpoints_root, latest_tag,
+                                           load_checkpoint, save_checkpoint, select_checkpoint, set_aside_diverged)
 from biomed_lm.pretrain.config import (DataArguments, ModelArguments, PretrainConfigError, TrainArguments,
                                        create_ds_config, load_model_preset, resolve_batch, schedule_steps)
-from biomed_lm.pretrain.divergence import DivergenceGuard, Verdict
+from biomed_lm.pretrain.divergence import UNHEALTHY_WEIGHTS, DivergenceGuard, Verdict, uniform_prediction_loss
 from biomed_lm.pretrain.families import ModelFamily, family_of, get_family, resolve_pair_objective
 from biomed_lm.pretrain.flops import mfu, peak_flops, step_flops_from_counts
 from biomed_lm.pretrain.metrics import MetricsLogger
 from biomed_lm.pretrain.modeling import PretrainingModel, count_parameters, hf_attention
-from biomed_lm.pretrain.preemption import StopRequests, ignore_stop_signals
+from biomed_lm.pretrain.preemption import StopRequests, ignore_stop_signals, stop_workers
 from biomed_lm.pretrain.resume import apply_learning_rate, compare_continuation, compare_signatures, run_signature
+from biomed_lm.pretrain.run_lock import RunLock, acquire_run_lock
 from biomed_lm.pretrain.sampler import BatchPlan
 
 if TYPE_CHECKING:
@@ -134,6 +136,7 @@ class Run:
     world_size: int
     device: torch.device
     run_dir: Path
+    lock: RunLock | None  # rank 0's hold on run_dir (None on the other ranks)
     bert: Any
     model: Any
     tokenizer: Any
@@ -186,6 +189,9 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
                                    "command")
                 break
     finally:
+        # Workers ignore SIGTERM (pre-emption is the main process's to handle), so they are stopped
+        # here on every way out: left to interpreter exit, multiprocessing would wait for them forever.
+        stop_workers(run.batches)
         run.stops.restore()
         run.logger.close()
 
@@ -194,6 +200,8 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
         final_dir = run.run_dir / "model"
         _export_hf(run.bert, run.tokenizer, final_dir)
     dist.barrier()
+    if run.lock is not None:
+        run.lock.release()
     return {"step": step, "completed": step == train_args.max_steps, "skipped_steps": run.state["skipped_steps"],
             "tokens": run.state["tokens"], "model_dir": str(final_dir) if final_dir else None}
 
@@ -207,6 +215,7 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
     family, model_fields, max_positions = _check_arguments(model_args, data_args, train_args)
     rank, world_size, device = _start_distributed(train_args)
     run_dir = Path(train_args.output_dir)
+    lock = _take_run_directory(run_dir, rank)  # before anything in run_dir is read or written
     tokenizer, dataset, data_meta, pair = _load_data(data_args, max_positions, family)
     selection = _select_resume_checkpoint(run_dir, train_args, rank)
 
@@ -238,6 +247,8 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
     logger = MetricsLogger(run_dir, enabled=rank == 0, wandb_mode=train_args.wandb_mode,
                            wandb_project=train_args.wandb_project, run_name=train_args.run_name,
                            config=run_config, total_steps=train_args.max_steps, initial_step=state["step"])
+    if lock is not None and lock.note:
+        logger.message(lock.note)
     logger.message(f"model family {family.name} ({family.model_class}); {pair.describe()}")
     _log_start(logger, selection, state, config_changes, init_report, train_args, run_dir)
     logger.message(execution.describe())
@@ -247,8 +258,8 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
     plan = BatchPlan(len(dataset), train_args.micro_batch_size, train_args.gradient_accumulation_steps,
                      world_size, rank, train_args.seed)
     return Run(model_args=model_args, data_args=data_args, train_args=train_args, rank=rank, world_size=world_size,
-               device=device, run_dir=run_dir, bert=bert, model=model, tokenizer=tokenizer, engine=engine, gate=gate,
-               guard=_divergence_guard(train_args, state), stops=StopRequests(train_args.stop_after_hours).install(),
+               device=device, run_dir=run_dir, lock=lock, bert=bert, model=model, tokenizer=tokenizer, engine=engine, gate=gate,
+               guard=_divergence_guard(train_args, state, len(tokenizer), pair), stops=StopRequests(train_args.stop_after_hours).install(),
                batches=_batches(dataset, plan, data_args, train_args, tokenizer, state["step"]),
                logger=logger, state=state, signature=signature,
                peak=peak_flops(train_args.precision, device) if device.type == "cuda" else None)
@@ -305,9 +316,11 @@ def _restore(engine, run_dir: Path, selection: Selection, train_args: TrainArgum
              config_changes: dict[str, Any], rank: int) -> dict[str, Any]:
     """The trainer state: fresh, or the checkpoint's with the learning-rate override applied."""
     state = _fresh_state()
-    if selection.tag is None:
+    if selection.tag is None:  # nothing to resume: the scale applies from step 1 (the abort message's advice)
         if train_args.resume_lr_scale is not None:
             state["lr_scale"] = train_args.resume_lr_scale
+            apply_learning_rate(engine.optimizer, engine.lr_scheduler, learning_rate=train_args.learning_rate,
+                                scale=train_args.resume_lr_scale)
         return state
     state.update(load_checkpoint(engine, run_dir, selection.tag, rank)["trainer_state"])
     saved_scale = state["lr_scale"]
@@ -343,6 +356,8 @@ def _continue(engine, train_args: TrainArguments, signature: dict[str, Any], ran
     state.update({key: saved[key] for key in ("step", "skipped_steps", "tokens", "train_seconds", "lr_scale",
                                                "fp16_overflow_steps") if key in saved},
                  continued_from=str(source_dir / "checkpoints" / tag))
+    if train_args.resume_lr_scale is not None:  # given now, it wins over the continued run's
+        state["lr_scale"] = train_args.resume_lr_scale
     if state["lr_scale"] != 1.0:
         apply_learning_rate(engine.optimizer, engine.lr_scheduler, learning_rate=train_args.learning_rate,
                             scale=state["lr_scale"])
@@ -365,10 +380,12 @@ def _continuation_checkpoint(path: Path) -> tuple[Path, str, dict[str, Any]]:
     return path, found.tag, found.manifest
 
 
-def _divergence_guard(train_args: TrainArguments, state: dict[str, Any]) -> DivergenceGuard:
+def _divergence_guard(train_args: TrainArguments, state: dict[str, Any], vocab_size: int, pair) -> DivergenceGuard:
+    uniform = uniform_prediction_loss(vocab_size, pair.classes if pair.trained else 0)
     guard = DivergenceGuard(loss_spike_factor=train_args.loss_spike_factor,
                             grad_norm_spike_factor=train_args.grad_norm_spike_factor,  # norms are unscaled
-                            window=train_args.spike_window, warmup_steps=train_args.spike_warmup_steps)
+                            window=train_args.spike_window, warmup_steps=train_args.spike_warmup_steps,
+                            loss_ceiling=train_args.loss_ceiling_factor * uniform)
     guard.load_state_dict(state["guard"])
     return guard
 
@@ -384,18 +401,19 @@ def _log_start(logger: MetricsLogger, selection: Selection, state: dict[str, Any
         for key, change in config_changes.items():
             logger.message(f"setting changed from the continued run: {key}: {change['checkpoint']!r} -> "
                            f"{change['now']!r}")
-        return
-    if selection.tag is None:
+    elif selection.tag is None:
         logger.message(init_report.describe())
-        return
-    logger.message(f"resumed from {run_dir / 'checkpoints' / selection.tag} at step {state['step']} (verified)")
-    if state.get("continued_from"):  # a run resumed after continuing another keeps saying where it began
-        logger.message(f"this run continued {state['continued_from']}")
-    for key, change in config_changes.items():
-        logger.message(f"setting changed on resume: {key}: {change['checkpoint']!r} -> {change['now']!r}")
+    else:
+        logger.message(f"resumed from {run_dir / 'checkpoints' / selection.tag} at step {state['step']} (verified)")
+        if state.get("continued_from"):  # a run resumed after continuing another keeps saying where it began
+            logger.message(f"this run continued {state['continued_from']}")
+        for key, change in config_changes.items():
+            logger.message(f"setting changed on resume: {key}: {change['checkpoint']!r} -> {change['now']!r}")
     if state["lr_scale"] != 1.0:
-        logger.message(f"learning rate: the rest of the schedule peaks at {state['lr_scale']:g} × "
-                       f"{train_args.learning_rate:g} (overrides the checkpoint's scheduler state)")
+        where = ("the rest of the schedule" if state["step"] else
+                 "nothing to resume, so the whole schedule, from step 1,")
+        logger.message(f"learning rate: {where} peaks at {state['lr_scale']:g} × {train_args.learning_rate:g} "
+                       "(--resume-lr-scale; it overrides any saved scheduler state)")
 
 
 @dataclasses.dataclass
@@ -454,23 +472,45 @@ def _pretraining_model(bert, model_args: ModelArguments, train_pair: bool, train
 def _select_resume_checkpoint(run_dir: Path, train_args: TrainArguments, rank: int) -> Selection:
     """Rank 0 picks the newest verified checkpoint (moving damaged ones aside) and tells the others;
     every rank raises the same :class:`CheckpointError` when the run cannot be resumed."""
-    import torch.distributed as dist
-
     if not train_args.resume:
         if checkpoint_tags(run_dir):
             raise PretrainConfigError(f"{run_dir} already has checkpoints and resume is off: starting over would "
                                       "overwrite them; use a new --output-dir")
         return Selection()
-    found: list[Any] = [None]
+    return _decided_on_rank0(rank, lambda: select_checkpoint(run_dir))  # damaged ones are moved by rank 0 alone
+
+
+def _take_run_directory(run_dir: Path, rank: int) -> RunLock | None:
+    """Rank 0 locks ``run_dir`` (:mod:`pretrain.run_lock`) and checks that checkpoints can go where
+    they will; every rank raises the same error when the directory is another run's or unusable."""
+    def take() -> RunLock:
+        lock = acquire_run_lock(run_dir)
+        root = checkpoints_root(run_dir)
+        if root.exists() and not root.is_dir():
+            lock.release()
+            raise PretrainConfigError(f"{root} exists and is not a directory: checkpoints cannot be saved there "
+                                      "(move it away, or use another --output-dir)")
+        return lock
+
+    return _decided_on_rank0(rank, take, share=False)  # the lock (an open file) stays on rank 0
+
+
+def _decided_on_rank0(rank: int, decide, share: bool = True):
+    """``decide()`` run on rank 0 alone. Its :class:`PretrainError` reaches every rank, which raise
+    it together; its result reaches them too with ``share`` (otherwise they get None)."""
+    import torch.distributed as dist
+
+    result, outcome = None, [None, None]  # [error, shared result]
     if rank == 0:
         try:
-            found[0] = select_checkpoint(run_dir)
-        except CheckpointError as err:
-            found[0] = err
-    dist.broadcast_object_list(found, src=0)
-    if isinstance(found[0], CheckpointError):
-        raise found[0]
-    return found[0]
+            result = decide()
+            outcome[1] = result if share else None
+        except PretrainError as err:
+            outcome[0] = err
+    dist.broadcast_object_list(outcome, src=0)
+    if outcome[0] is not None:
+        raise outcome[0]
+    return result if rank == 0 else outcome[1]
 
 
 def _build_engine(model, train_args: TrainArguments, world_size: int, device: torch.device):
@@ -609,7 +649,10 @@ def _account_step(run: Run, done: StepResult) -> None:
                            f"({verdict.detail}; {state['consecutive_skips']} in a row)")
     else:
         state["consecutive_skips"] = 0
-    aborting = state["consecutive_skips"] >= args.max_consecutive_skips
+    # The last step's update is never judged by a later loss: a run that ends on a step whose loss no
+    # healthy model gives (non-finite, over the ceiling) holds broken weights and is not exported.
+    ends_broken = step == args.max_steps and verdict.reason in UNHEALTHY_WEIGHTS
+    aborting = state["consecutive_skips"] >= args.max_consecutive_skips or ends_broken
     if run.rank == 0 and (step % args.log_every == 0 or step == args.max_steps or verdict.skip):
         record = _metrics_record(run, done)
         run.logger.log(record)
@@ -625,13 +668,17 @@ def _abort_diverged(run: Run, first_skipped: int, last: int, reason: str | None)
 
     moved = set_aside_diverged(run.run_dir, first_skipped - 1) if run.rank == 0 else []
     dist.barrier()
+    skips = run.state["consecutive_skips"]
+    why = (f"{skips} consecutive optimizer steps were skipped" if skips >= run.train_args.max_consecutive_skips
+           else "the last step was skipped, so the final weights are broken and are not exported")
+    resume_point = latest_tag(run.run_dir)
     raise DivergenceAbort(
-        f"{run.state['consecutive_skips']} consecutive optimizer steps were skipped (steps {first_skipped}..{last}, "
-        f"last: {reason.replace('_', ' ') if reason else '?'}); aborting. The skipped steps did not touch the "
-        f"weights. Checkpoints holding the update of step {first_skipped - 1}, which the spike followed, are set "
-        f"aside as suspect: {', '.join(moved) or 'none'}. Resuming starts from "
-        f"{latest_tag(run.run_dir) or 'nothing (there is no earlier checkpoint)'}: lower the learning rate with "
-        "--resume-lr-scale 0.5, or check the data")
+        f"{why} (steps {first_skipped}..{last}, last: {reason.replace('_', ' ') if reason else '?'}); aborting. "
+        f"The skipped steps did not touch the weights. Checkpoints holding the update of step {first_skipped - 1}, "
+        f"which the spike followed, are set aside as suspect: {', '.join(moved) or 'none'}. Resuming starts from "
+        f"{resume_point or 'nothing (there is no earlier checkpoint)'}: lower the learning rate with "
+        f"--resume-lr-scale 0.5{'' if resume_point else ' (with nothing to resume it applies from step 1)'}, "
+        "or check the data")
 
 
 def _checkpoint(run: Run, step: int) -> None:
@@ -653,6 +700,8 @@ def _metrics_record(run: Run, done: StepResult) -> dict[str, Any]:
     if grad_norm is None and not verdict.skip:  # ZeRO keeps reduced gradients in its partitions
         grad_norm = run.engine.get_global_grad_norm()
     nonfinite = totals["nonfinite_micro"] > 0
+    if nonfinite:  # its backward was a zero-gradient stand-in: the norm of that is no measurement
+        grad_norm = None
     tokens = int(totals["tokens"])
     record = {
         "step": done.number,

@@ -12,6 +12,10 @@ script the deepspeed launcher starts on every rank. Hooks (all optional, JSON ke
   (1-based) by ``factor`` (``NaN`` for a non-finite loss);
 - ``lr_factor_from_step``: ``[step, factor]``: from that optimizer step (1-based) on, the learning
   rate is ``factor`` times the schedule's (an unstable run, for the divergence tests);
+- ``fail_save``: ``[step, how]``: make the save of that step fail as a cluster makes it fail:
+  ``file_size_limit`` (the file-size limit, ``ulimit -f``, set below the model-state file's size
+  just before the save) or ``checkpoints_replaced_by_a_file`` (the folder moved to
+  ``checkpoints.moved``, a plain file in its place);
 - ``only_rank``: apply the kill hooks on this rank only.
 """
 
@@ -66,6 +70,9 @@ def install(hooks: dict) -> None:
 
         trainer._accumulate_step = accumulate_step
 
+    if "fail_save" in hooks:
+        _install_failing_save(trainer, *hooks["fail_save"])
+
     if "kill_in_save" in hooks:
         kill_step, moment = hooks["kill_in_save"]
         saving = {"step": None}
@@ -104,6 +111,24 @@ def install(hooks: dict) -> None:
             return out
 
         modeling.PretrainingModel.forward = scaled_forward
+
+
+def _install_failing_save(trainer, fail_step: int, how: str) -> None:
+    import resource
+
+    save = trainer.save_checkpoint
+
+    def save_checkpoint(engine, run_dir, step, *args, **kwargs):
+        if step == fail_step:
+            if how == "file_size_limit":
+                resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+            else:  # checkpoints/ moved away (to checkpoints.moved) and a file put in its place
+                root = Path(run_dir) / "checkpoints"
+                root.rename(root.with_name("checkpoints.moved"))
+                root.write_text("in the way\n")
+        return save(engine, run_dir, step, *args, **kwargs)
+
+    trainer.save_checkpoint = save_checkpoint
 
 
 def main() -> None:

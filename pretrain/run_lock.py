@@ -1,0 +1,99 @@
+"""One run directory, one run: an advisory lock on ``<output_dir>/run.lock``, held by rank 0.
+
+Two runs started on one ``--output-dir`` would interleave their checkpoints, prune each other's and
+rewrite each other's ``metrics.jsonl``; the second one to start must stop before it touches anything.
+Rank 0 takes the lock before it reads or writes anything of the run (checkpoint selection, metrics,
+``run_config.json``) and holds it until the process ends; the other ranks learn the outcome from it.
+
+The lock is a POSIX record lock (``fcntl.lockf``), not ``flock``, for two reasons: the kernel drops it
+when the holding process dies however it dies (``kill -9`` included), and it is not inherited by
+forked children, so a DataLoader worker that outlives its parent for a few seconds never keeps the
+directory locked against the resume. It also works across the nodes of an NFS filesystem (through
+its lock manager). A filesystem without locking support is reported and the run goes on unlocked.
+
+The lock file itself is never deleted (deleting a lock file races with a process about to take it);
+it holds the holder's host, pid, start time and command line, which a refused run prints. (A POSIX
+lock is also dropped when its process closes *any* descriptor of the file, so the holder never
+opens it a second time: only a refused run reads it.)
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from biomed_lm.errors import PretrainError
+
+LOCK_FILE = "run.lock"
+_UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
+
+
+class RunDirectoryLocked(PretrainError, RuntimeError):
+    """Another live process holds the run directory; the message names it."""
+
+
+@dataclass
+class RunLock:
+    """The held lock (``handle`` None where the filesystem cannot lock: ``note`` says so)."""
+
+    path: Path
+    handle: Any = None
+    note: str = ""
+
+    def release(self) -> None:
+        if self.handle is not None:
+            self.handle.close()  # closing the descriptor drops a POSIX lock
+            self.handle = None
+
+
+def acquire_run_lock(run_dir: str | os.PathLike) -> RunLock:
+    """Take ``run_dir``'s lock (creating the directory), or raise :class:`RunDirectoryLocked`
+    naming the holder. Nothing else in the directory is read or written."""
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise PretrainError(f"output_dir {run_dir} exists and is not a directory")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / LOCK_FILE
+    handle = open(path, "a+", encoding="utf-8")  # never truncates: the holder's record stays readable
+    try:
+        fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        if err.errno in (errno.EACCES, errno.EAGAIN):
+            handle.close()
+            raise RunDirectoryLocked(f"{run_dir} is in use by another run ({describe_holder(path)}): two runs "
+                                     "must not share an output directory. Nothing was read or written; wait for "
+                                     "that run to end, stop it, or use another --output-dir") from None
+        if err.errno in _UNSUPPORTED:
+            handle.close()
+            return RunLock(path, None, f"warning: {run_dir}'s filesystem does not support file locks ({err.strerror}):"
+                                       " nothing stops a second run from using this directory at the same time")
+        raise
+    _write_holder(handle)
+    return RunLock(path, handle)
+
+
+def _write_holder(handle) -> None:
+    record = {"host": socket.gethostname(), "pid": os.getpid(),
+              "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": " ".join(sys.argv)}
+    handle.seek(0)
+    handle.truncate()
+    handle.write(json.dumps(record) + "\n")
+    handle.flush()
+
+
+def describe_holder(path: Path) -> str:
+    """'pid N on host H, started T: command' from the lock file, as far as it can be read."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        return (f"pid {record['pid']} on host {record['host']}, started {record['started']}: "
+                f"{record.get('command', '?')}")
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"its holder did not say who it is in {path}"

@@ -1,0 +1,177 @@
+"""The faults a cluster still found after the reliability suite (issue 22), each through the real
+command line: an error during training with DataLoader workers (used to hang), two runs on one
+directory (used to erase each other), damage saved inside the spike warm-up (used to be the resume
+point, and the printed advice then exported a diverged model), and ``--resume-lr-scale`` with
+nothing to resume (used to be ignored). docs/reliability.md lists them with what the toolkit does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.pretrain_runs import STEPS, env, losses, pretrain_args, pretrain_command, run, with_option
+
+CKPT = "checkpoints"
+PROMPT_EXIT_SECONDS = 120  # a whole 20-step run takes ~15 s here; the old hang lasted until killed
+
+
+def run_bounded(args: list[str], hooks: dict | None = None) -> tuple[subprocess.CompletedProcess, float]:
+    """Run to the end within :data:`PROMPT_EXIT_SECONDS`; a hang fails the test (and its whole
+    process group, DataLoader workers included, is killed)."""
+    started = time.monotonic()
+    process = subprocess.Popen(pretrain_command(args, hooks), cwd=REPO, env=env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=PROMPT_EXIT_SECONDS)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        pytest.fail(f"the run did not exit within {PROMPT_EXIT_SECONDS} s (hung)")
+    assert_group_gone(process.pid)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), time.monotonic() - started
+
+
+def assert_group_gone(pgid: int, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.killpg(pgid, signal.SIGKILL)
+    raise AssertionError("a process of the run (a DataLoader worker?) outlived it")
+
+
+def records(run_dir: Path) -> dict[int, dict]:
+    return {r["step"]: r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())}
+
+
+# --- an error during training, with DataLoader workers -----------------------------------------
+
+@pytest.mark.parametrize("how, reason", [("file_size_limit", "file too large: a file reached the file-size limit"),
+                                         ("checkpoints_replaced_by_a_file", "a file is in the way")])
+def test_a_failed_save_with_workers_exits_promptly_naming_the_path_and_cause(how, reason, pretraining_inputs,
+                                                                             straight_run, tmp_path):
+    out = tmp_path / "run"
+    args = with_option(pretrain_args(pretraining_inputs, out), "--num-workers", "1")
+    failed, _ = run_bounded(args, hooks={"fail_save": [20, how]})
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert f"checkpoint save to {out / CKPT / '.partial-step-00000020'} failed: {reason}" in failed.stderr
+    assert "Traceback" not in failed.stderr
+    if how == "checkpoints_replaced_by_a_file":
+        assert f"({out / CKPT})" in failed.stderr  # the path in the way
+        (out / CKPT).unlink()
+        (out / "checkpoints.moved").rename(out / CKPT)
+    assert not (out / CKPT / ".partial-step-00000020").exists()  # the partial save is removed
+    # The previous checkpoint is untouched and verified: the same command resumes exactly.
+    resumed, _ = run_bounded(args)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from" in resumed.stderr and "step-00000010" in resumed.stderr
+    assert losses(out) == losses(straight_run)
+
+
+def test_checkpoints_that_is_a_file_is_refused_before_training(pretraining_inputs, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / CKPT).write_text("not a folder\n")
+    refused, seconds = run_bounded(with_option(pretrain_args(pretraining_inputs, out), "--num-workers", "1"))
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert f"{out / CKPT} exists and is not a directory" in refused.stderr
+    assert not (out / "metrics.jsonl").exists()  # refused before any training
+
+
+# --- one run per directory ---------------------------------------------------------------------
+
+def wait_for_steps(out: Path, steps: int, process: subprocess.Popen, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        if (out / "metrics.jsonl").exists() and len((out / "metrics.jsonl").read_text().splitlines()) >= steps:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the run did not log {steps} steps (exit {process.poll()})")
+
+
+def test_a_second_run_on_a_directory_in_use_is_refused_and_a_dead_holder_blocks_nothing(
+        pretraining_inputs, straight_run, tmp_path):
+    out = tmp_path / "run"
+    args = with_option(pretrain_args(pretraining_inputs, out), "--num-workers", "1")
+    holder = subprocess.Popen(pretrain_command(args, hooks={"sleep_per_step": 0.5}), cwd=REPO, env=env(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for_steps(out, 2, holder)
+        for second in (args, with_option(args, "--seed", "7")):  # the same run twice, and another run
+            logged = len((out / "metrics.jsonl").read_text().splitlines())
+            refused, _ = run_bounded(second)
+            assert refused.returncode == 2, refused.stderr[-3000:]
+            assert f"{out} is in use by another run (pid {holder.pid} on host" in refused.stderr
+            assert "started 20" in refused.stderr and "Nothing was read or written" in refused.stderr
+            # Nothing of the holder's was rewritten: a starting run would have emptied metrics.jsonl
+            # and replaced run_config.json and the lock's record.
+            assert len((out / "metrics.jsonl").read_text().splitlines()) >= logged
+            assert '"seed": 7' not in (out / "run_config.json").read_text()
+            assert json.loads((out / "run.lock").read_text())["pid"] == holder.pid
+        os.killpg(holder.pid, signal.SIGKILL)  # the holder dies without releasing anything
+        holder.communicate()
+    finally:
+        if holder.poll() is None:
+            os.killpg(holder.pid, signal.SIGKILL)
+    resumed, _ = run_bounded(args)  # the dead holder's lock is gone with it
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert losses(out) == losses(straight_run)
+
+
+# --- divergence inside the spike warm-up, and the advice after it -------------------------------
+
+def lrs(run_dir: Path) -> dict[int, float]:
+    return {step: record["lr"] for step, record in records(run_dir).items()}
+
+
+@pytest.mark.parametrize("learning_rate", ["1e3", "1e6"])
+def test_damage_inside_the_warm_up_is_never_the_resume_point(learning_rate, pretraining_inputs, straight_run,
+                                                              tmp_path):
+    out = tmp_path / "run"
+    args = with_option(with_option(pretrain_args(pretraining_inputs, out), "--learning-rate", learning_rate),
+                       "--checkpoint-every", "2")
+    args = with_option(args, "--keep-last", "0")
+    diverged, _ = run_bounded(args)
+    assert diverged.returncode == 3, diverged.stderr[-3000:]
+    # Every accepted step's loss is one a healthy model gives (the ceiling: 2 × (ln V + ln 2) ≈ 17.4
+    # for this 3,000-token vocabulary), and no checkpoint is left past the last such step.
+    accepted = [s for s, r in records(out).items() if r.get("skipped") is None]
+    assert all(records(out)[s]["loss"] < 17.4 for s in accepted)
+    left = sorted((out / CKPT).glob("step-*"))
+    assert all(int(p.name.split("-")[1]) < max(accepted) for p in left)
+    assert "Resuming starts from nothing" in diverged.stderr and "applies from step 1" in diverged.stderr
+
+    # The advice, followed as printed (--resume-lr-scale 0.5), still diverges: exit 3 again, not a
+    # diverged model exported with exit 0.
+    again, _ = run_bounded(args + ["--resume-lr-scale", "0.5"])
+    assert again.returncode == 3 and not (out / "model").exists(), again.stderr[-3000:]
+    # A scale that brings the rate back to 1e-3 trains the run of the straight one, from step 1.
+    scale = f"{1e-3 / float(learning_rate):g}"
+    healthy, _ = run_bounded(args + ["--resume-lr-scale", scale])
+    assert healthy.returncode == 0, healthy.stderr[-3000:]
+    assert f"the whole schedule, from step 1, peaks at {scale} × {float(learning_rate):g}" in healthy.stderr
+    after, reference = lrs(out), lrs(straight_run)
+    assert all(after[s] == pytest.approx(reference[s], rel=1e-9) for s in range(1, STEPS + 1))
+    assert all(math.isfinite(r["loss"]) and r["loss"] < 10 for r in records(out).values())
+
+
+def test_resume_lr_scale_on_a_fresh_run_applies_from_step_1_and_says_so(pretraining_inputs, straight_run, tmp_path):
+    out = tmp_path / "run"
+    result = run(pretrain_args(pretraining_inputs, out, "--resume-lr-scale", "0.5"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "the whole schedule, from step 1, peaks at 0.5 × 0.001" in result.stderr
+    after, reference = lrs(out), lrs(straight_run)
+    assert all(after[s] == pytest.approx(0.5 * reference[s], rel=1e-12) for s in range(1, STEPS + 1))
+    assert json.loads((out / "run_config.json").read_text())["train"]["resume_lr_scale"] == 0.5
