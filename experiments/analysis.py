@@ -144,7 +144,13 @@ class MultilevelResult:
     specification: str = "model-dataset-groups"  # or "checkpoints" (experiments.checkpoint_analysis)
     n_checkpoints: int = 0
     factor_tests: bool = True  # False: factor effects are confounded with checkpoint luck, not tested
-    caveat: str = ""           # why factor_tests is False, in plain words
+    caveat: str = ""           # why factor_tests is False, or why its factor p-values are not calibrated
+    # Non-empty: what the factor p-values are when they are not the calibrated test (paper 000's
+    # specification with checkpoints nested in variants); they are printed marked with this.
+    factor_p_basis: str = ""
+    # Levels REML put at zero variance, whose degrees of freedom were pooled with the level below
+    # ("checkpoint", "checkpoint × dataset"): calibration counts its rates in that case apart.
+    zero_variance_levels: tuple[str, ...] = ()
     _terms: dict[str, Term] = field(default_factory=dict, repr=False)
 
     # ---------------------------------------------------------------- reading
@@ -179,15 +185,16 @@ class MultilevelResult:
                 out.append(f"{term.variable} = {term.level} (vs {ref}): {_fmt(row['estimate'])} points{avg} "
                            f"(no p-value: this difference is confounded with the luck of the pretraining runs)")
                 continue
+            basis = f" under {self.factor_p_basis}" if self.factor_p_basis else ""
             out.append(f"{term.variable} = {term.level} (vs {ref}): {_fmt(row['estimate'])} points{avg} "
-                       f"(SE {_fmt(row['se'], signed=False)}, {format_p(row['p'])})")
+                       f"(SE {_fmt(row['se'], signed=False)}, {format_p(row['p'])}{basis})")
             if self.dataset_effects is not None and len(self.dataset_effects):
                 sub = self.dataset_effects[(self.dataset_effects["factor"] == term.variable)
                                            & (self.dataset_effects["level"] == term.level)]
                 parts = [f"{r.dataset} {_fmt(r.estimate)} (SE {_fmt(r.se, signed=False)}, {format_p(r.p)})"
                          for r in sub.itertuples()]
                 if parts:
-                    out.append(f"{term.variable} = {term.level} (vs {ref}) by dataset: " + "; ".join(parts))
+                    out.append(f"{term.variable} = {term.level} (vs {ref}) by dataset{basis}: " + "; ".join(parts))
         return out
 
     def _level1_reading(self, by_term: Mapping[str, pd.Series]) -> str:
@@ -252,7 +259,8 @@ class MultilevelResult:
             "level1_scaling": self.level1_scaling,
             "dataset_effects": self.dataset_effects if self.dataset_effects is not None else None,
             "specification": self.specification, "n_checkpoints": self.n_checkpoints,
-            "factor_tests": self.factor_tests, "caveat": self.caveat,
+            "factor_tests": self.factor_tests, "caveat": self.caveat, "factor_p_basis": self.factor_p_basis,
+            "zero_variance_levels": list(self.zero_variance_levels),
             "reading": self.reading(), "notes": list(self.notes),
         })
 
@@ -280,18 +288,22 @@ class MultilevelResult:
                   "### Fixed effects (points)", "",
                   "| term | estimate | SE | z or t | df | p | 95% CI |", "|---|---:|---:|---:|---:|---:|---|"]
         for r in self.coefficients.itertuples():
-            untested = not self.factor_tests and self._terms.get(r.term, Term("", "")).kind == "factor"
-            p_cell = "— (confounded)" if untested else _p_cell(r.p)
-            ci = "—" if untested else f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]"
+            factor = self._terms.get(r.term, Term("", "")).kind == "factor"
+            untested = not self.factor_tests and factor
+            mark = " †" if factor and self.factor_p_basis else ""
+            p_cell = "— (confounded)" if untested else _p_cell(r.p) + mark
+            ci = "—" if untested else f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]{mark}"
             df = "—" if not math.isfinite(r.df) else f"{r.df:.0f}"
             lines.append(f"| {r.term} | {_fmt(r.estimate)} | {_fmt(r.se, signed=False)} | "
                          f"{_fmt(r.z, signed=False)} | {df} | {p_cell} | {ci} |")
+        if self.factor_p_basis:
+            lines += ["", f"† {self.factor_p_basis}: see the caveat above."]
         if self.dataset_effects is not None and len(self.dataset_effects):
             lines += ["", "### Factor effects per dataset (points)", "",
                       "| factor | level | dataset | estimate | SE | p |", "|---|---|---|---:|---:|---:|"]
             for r in self.dataset_effects.itertuples():
                 lines.append(f"| {r.factor} | {r.level} | {r.dataset} | {_fmt(r.estimate)} | "
-                             f"{_fmt(r.se, signed=False)} | {_p_cell(r.p)} |")
+                             f"{_fmt(r.se, signed=False)} | {_p_cell(r.p)}{' †' if self.factor_p_basis else ''} |")
         lines += ["", "### Random effects (variances, points²)", "", "| component | variance | SD |",
                   "|---|---:|---:|"]
         for k, v in self.random_effects.items():

@@ -26,7 +26,10 @@ checkpoints the normal approximation would be far too optimistic; the calibratio
 With one checkpoint per variant a factor's effect cannot be told from its checkpoint's luck (any
 degree of freedom left would come from assuming the factors do not interact):
 :class:`CheckpointsConfounded` is raised, and the report falls back to paper 000's specification
-with the factor p-values withheld. The same holds when the checkpoint-level df are 0.
+with the factor p-values withheld. The same holds when the checkpoint-level df are 0. With more
+checkpoints per variant, ``specification: model-dataset-groups`` still prints its p-values, but
+marked as paper 000's specification under :data:`PAPER000_CAVEAT`: its groups count each
+checkpoint's luck once per dataset however many checkpoints there are.
 """
 
 from __future__ import annotations
@@ -42,13 +45,25 @@ from biomed_lm.experiments.choices import SPECIFICATIONS, Specification
 from biomed_lm.experiments.design import (AnalysisError, Design, Names, checkpoint_column, fit_intercepts,
                                           prepare_runs)
 
-__all__ = ["CheckpointsConfounded", "fit_checkpoint_model", "analyse_runs", "SPECIFICATIONS", "CONFOUNDED_CAVEAT"]
+__all__ = ["CheckpointsConfounded", "fit_checkpoint_model", "analyse_runs", "SPECIFICATIONS", "CONFOUNDED_CAVEAT",
+           "PAPER000_CAVEAT", "PAPER000_P_BASIS"]
 
 CONFOUNDED_CAVEAT = (
     "each variant was pretrained once, so each factor's estimated effect is confounded with that one "
     "pretraining run's luck (its initialization, data order and masking draws). The factor estimates describe "
     "these checkpoints, not the recipes, and no p-value is given for them; pretrain every variant at least twice "
     "(pretrain_seeds: 2 in the ablation config) to test a factor")
+
+
+#: What the factor p-values of ``specification: model-dataset-groups`` are when they are printed.
+PAPER000_P_BASIS = "paper 000's specification (model-dataset-groups), not the calibrated test"
+
+PAPER000_CAVEAT = (
+    "the factor p-values below are paper 000's specification (model-dataset-groups), not the calibrated test. "
+    "Each pretraining run's luck (its initialization, data order and masking draws) is shared by every dataset it "
+    "is fine-tuned on, and this specification counts it once per dataset, so that luck can look like a factor's "
+    "effect: with no true effect its p-values fall below 0.05 more often than 5% of the time, however many times "
+    "each variant was pretrained (docs/calibration.md). Use specification: checkpoints to test a factor")
 
 
 class CheckpointsConfounded(AnalysisError):
@@ -62,7 +77,8 @@ def analyse_runs(rows: pd.DataFrame, factors: Mapping[str, str], specification: 
     where the checkpoints leave the factors no degree of freedom, paper 000's model describes the
     runs with the factor tests withheld. ``model-dataset-groups``: paper 000's model
     (:func:`experiments.analysis.fit_multilevel`, groups = checkpoint × dataset); its factor tests
-    are withheld too when there is one checkpoint per variant."""
+    are withheld too when there is one checkpoint per variant, and with more they are printed
+    marked as that specification's, under :data:`PAPER000_CAVEAT`."""
     if specification not in SPECIFICATIONS:
         raise AnalysisError(f"specification must be one of {', '.join(SPECIFICATIONS)}, got {specification!r}")
     if specification == "checkpoints":
@@ -78,6 +94,10 @@ def analyse_runs(rows: pd.DataFrame, factors: Mapping[str, str], specification: 
     frame = pd.DataFrame(rows)
     if checkpoint_column(frame).nunique() <= frame["variant"].nunique():
         result.factor_tests, result.caveat = False, CONFOUNDED_CAVEAT
+    elif any(term.kind == "factor" for term in result._terms.values()):
+        # Checkpoints are nested in variants whatever their number: the (checkpoint, dataset) groups
+        # still count one checkpoint's luck once per dataset, so the p-values are not calibrated.
+        result.caveat, result.factor_p_basis = PAPER000_CAVEAT, PAPER000_P_BASIS
     return result
 
 
@@ -132,11 +152,24 @@ def fit_checkpoint_model(rows: pd.DataFrame | Sequence[Mapping[str, Any]], facto
     pooled = _boundary_units(fit, vc_formula)
     if pooled:
         df = _between_within_df(data, design.columns, [u for u in units if u not in pooled])
-        notes.append("estimated at zero, so pooled with the level below for the degrees of freedom: "
-                     + ", ".join({"grp": "checkpoint", "cell": "checkpoint × dataset"}[u] for u in pooled))
-    return _result(fit, design=design, df=df, scaling=scaling, factors=kept_factors, notes=notes,
-                   formula=formula, vc_formula=vc_formula, response=response, frame=frame,
-                   n_checkpoints=n_checkpoints)
+        notes.append(_pooled_note(pooled))
+    result = _result(fit, design=design, df=df, scaling=scaling, factors=kept_factors, notes=notes,
+                     formula=formula, vc_formula=vc_formula, response=response, frame=frame,
+                     n_checkpoints=n_checkpoints)
+    result.zero_variance_levels = tuple(_LEVEL_NAMES[u] for u in pooled)
+    return result
+
+
+_LEVEL_NAMES = {"grp": "checkpoint", "cell": "checkpoint × dataset"}
+
+
+def _pooled_note(pooled: Sequence[str]) -> str:
+    # A zero checkpoint variance is read off checkpoints that spread less than usual, so the test
+    # then under-states the checkpoints' luck: it rejects more often than α there (less elsewhere).
+    return ("estimated at zero, so pooled with the level below for the degrees of freedom: "
+            + ", ".join(_LEVEL_NAMES[u] for u in pooled)
+            + ("; in this case the factor tests reject a true null more often than α, not less "
+               "(docs/calibration.md measures it)" if "grp" in pooled else ""))
 
 
 def _variance_components(data: pd.DataFrame, datasets: Sequence[str], notes: list[str]

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from biomed_lm.experiments.calibration import AblationDesign, VarianceComponents, simulate_runs
-from biomed_lm.experiments.checkpoint_analysis import (CONFOUNDED_CAVEAT, CheckpointsConfounded, analyse_runs,
-                                                       fit_checkpoint_model)
+from biomed_lm.experiments.checkpoint_analysis import (CONFOUNDED_CAVEAT, PAPER000_CAVEAT, PAPER000_P_BASIS,
+                                                       CheckpointsConfounded, analyse_runs, fit_checkpoint_model)
 
 TINY_VARIANTS = tuple({"vocabulary": v, "masking": m} for v, m in itertools.product(("general", "in-domain"),
                                                                                   ("token", "whole-word")))
@@ -82,3 +82,27 @@ def test_more_datasets_do_not_make_checkpoint_luck_look_like_an_effect():
     # the SE of a factor is at least the checkpoint-level SE: sqrt(4.0 * 2 / 4) = 1.41 for a balanced contrast
     assert ours.loc["vocabulary[in-domain]", "se"] > 0.8
 
+
+
+@pytest.mark.parametrize("checkpoints", [2, 3])
+def test_paper000_p_values_are_marked_whatever_the_checkpoints_per_variant(checkpoints):
+    """Issue 22, item 8: with two or more checkpoints per variant, model-dataset-groups printed its
+    Wald p-values with no caveat, although its groups count each checkpoint's luck once per dataset
+    (docs/calibration.md: too many false positives). Now the caveat is printed and every factor
+    p-value is marked as paper 000's specification, in the reading, the markdown and the JSON."""
+    rows = simulate_runs(_design(checkpoints=checkpoints), QUIET, effect=0.0, rng=np.random.default_rng(4))
+    result = analyse_runs(rows, FACTORS, "model-dataset-groups")
+    assert result.factor_tests and result.caveat == PAPER000_CAVEAT
+    reading = result.reading()
+    assert reading[0] == f"Caveat: {PAPER000_CAVEAT}" and "not the calibrated test" in reading[0]
+    factor_sentences = [s for s in reading if s.startswith(("vocabulary =", "masking ="))]
+    assert len(factor_sentences) == 2 and all(f"under {PAPER000_P_BASIS})" in s for s in factor_sentences)
+    text = result.to_markdown()
+    assert f"**Caveat: {PAPER000_CAVEAT}**" in text and f"† {PAPER000_P_BASIS}" in text
+    factor_rows = [line for line in text.splitlines() if line.startswith(("| vocabulary[", "| masking["))]
+    assert len(factor_rows) == 2 and all(line.count(" †") == 2 for line in factor_rows)  # p and CI
+    assert "†" not in next(line for line in text.splitlines() if line.startswith("| Intercept"))
+    assert result.to_dict()["factor_p_basis"] == PAPER000_P_BASIS
+    # the calibrated test carries neither
+    ours = analyse_runs(rows, FACTORS, "checkpoints")
+    assert not ours.caveat and not ours.factor_p_basis and "†" not in ours.to_markdown()
