@@ -190,6 +190,15 @@ def report_test(rows: pd.DataFrame, design: AblationDesign, specification: Speci
                 ) -> tuple[float, float] | None:
     """The tested factor's (estimate, p-value) as the report gives them; None when the report
     withholds the test (one checkpoint per variant) or the fit fails."""
+    outcome = _report_outcome(rows, design, specification)
+    return outcome[:2] if outcome else None
+
+
+def _report_outcome(rows: pd.DataFrame, design: AblationDesign, specification: str
+                    ) -> tuple[float, float, bool] | None:
+    """:func:`report_test`'s (estimate, p-value) and whether REML put the checkpoints' variance at
+    zero (the test then pools their degrees of freedom with the level below): the two cases'
+    rates are counted apart, since they err in opposite directions."""
     from biomed_lm.experiments.checkpoint_analysis import analyse_runs
 
     with warnings.catch_warnings():
@@ -198,7 +207,8 @@ def report_test(rows: pd.DataFrame, design: AblationDesign, specification: Speci
             result = analyse_runs(rows, design.factors, specification)
         except (ValueError, np.linalg.LinAlgError):
             return None
-    return _tested(result, design) if result.factor_tests else None
+    tested = _tested(result, design) if result.factor_tests else None
+    return (*tested, "checkpoint" in result.zero_variance_levels) if tested else None
 
 
 def paper000_test(rows: pd.DataFrame, design: AblationDesign) -> tuple[float, float] | None:
@@ -221,14 +231,15 @@ def _tested(result, design: AblationDesign) -> tuple[float, float] | None:
     return (float(row["estimate"].iloc[0]), float(row["p"].iloc[0])) if len(row) else None
 
 
-def _one_simulation(args: tuple) -> tuple[float, float] | None:
-    """(estimate, p-value) of simulation ``index``; its random stream depends only on (seed, effect
-    index, index), so chunking over processes changes nothing."""
+def _one_simulation(args: tuple) -> tuple[float, float, bool] | None:
+    """(estimate, p-value, checkpoint variance at zero) of simulation ``index``; its random stream
+    depends only on (seed, effect index, index), so chunking over processes changes nothing."""
     design, components, effect, effect_index, index, seed, specification = args
     rows = simulate_runs(design, components, effect, np.random.default_rng([seed, effect_index, index]))
     if specification == PAPER000_AS_PRINTED:
-        return paper000_test(rows, design)
-    return report_test(rows, design, specification)
+        tested = paper000_test(rows, design)
+        return (*tested, False) if tested else None
+    return _report_outcome(rows, design, specification)
 
 
 def calibrate(design: AblationDesign, components: VarianceComponents, *, effects: Sequence[float] = (0.0, 1.0, 2.0),
@@ -260,14 +271,23 @@ def calibrate(design: AblationDesign, components: VarianceComponents, *, effects
 
 
 def _rejections(outcomes, effect, simulations, alpha, design, components, specification) -> dict[str, Any]:
-    """A rejection: p < α, and for a true effect the estimate on its side (the wrong sign is not power)."""
+    """A rejection: p < α, and for a true effect the estimate on its side (the wrong sign is not power).
+    ``zero_*``: the same over the fits whose checkpoint variance REML put at zero."""
     tested = [outcome for outcome in outcomes if outcome is not None]
+    row = {"effect": float(effect), "simulations": simulations,
+           **_rate([o[:2] for o in tested], effect, alpha, ""),
+           **_rate([o[:2] for o in tested if o[2]], effect, alpha, "zero_")}
+    row["approximate"] = (approximate_power(design, components, effect, alpha)
+                          if specification == "checkpoints" else math.nan)
+    return row
+
+
+def _rate(tested: Sequence[tuple[float, float]], effect: float, alpha: float, prefix: str) -> dict[str, Any]:
     rejected = sum(1 for estimate, p in tested if p < alpha and (effect == 0 or estimate * effect > 0))
     low, high = proportion_confint(rejected, len(tested), method="wilson") if tested else (math.nan, math.nan)
-    return {"effect": float(effect), "simulations": simulations, "tested": len(tested), "rejected": rejected,
-            "rate": rejected / len(tested) if tested else math.nan, "rate_low": low, "rate_high": high,
-            "approximate": approximate_power(design, components, effect, alpha)
-            if specification == "checkpoints" else math.nan}
+    return {f"{prefix}tested": len(tested), f"{prefix}rejected": rejected,
+            f"{prefix}rate": rejected / len(tested) if tested else math.nan,
+            f"{prefix}rate_low": low, f"{prefix}rate_high": high}
 
 
 def approximate_power(design: AblationDesign, components: VarianceComponents, effect: float,
@@ -314,10 +334,14 @@ def minimum_design(design: AblationDesign, components: VarianceComponents, *, ef
     return out
 
 
-def _cell(row: Mapping[str, Any]) -> str:
+def _cell(row: Mapping[str, Any], prefix: str = "") -> str:
     if not row["tested"]:
         return "no test (withheld)"
-    return f"{100 * row['rate']:.1f}% [{100 * row['rate_low']:.1f}, {100 * row['rate_high']:.1f}]"
+    if prefix and not row.get(f"{prefix}tested"):  # no such fit, or a result saved before it was counted
+        return "—"
+    text = (f"{100 * row[f'{prefix}rate']:.1f}% [{100 * row[f'{prefix}rate_low']:.1f}, "
+            f"{100 * row[f'{prefix}rate_high']:.1f}]")
+    return text + (f" of {row[f'{prefix}tested']} fits" if prefix else "")
 
 
 def calibration_markdown(results: Sequence[CalibrationResult], minimum: Sequence[dict[str, Any]] = (),
@@ -328,6 +352,8 @@ def calibration_markdown(results: Sequence[CalibrationResult], minimum: Sequence
     effects = sorted({r["effect"] for result in results for r in result.rows})
     head = ["design", "runs", "analysis", "simulations"] + [
         "false positives (effect 0)" if e == 0 else f"power at {e:g} point{'s' if e != 1 else ''}" for e in effects]
+    if 0.0 in effects:  # the rate in the fits whose checkpoint variance REML put at zero
+        head.insert(5, "false positives, checkpoint variance estimated at zero")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] if results else []
     for result in results:
         by_effect = {r["effect"]: r for r in result.rows}
@@ -338,6 +364,8 @@ def calibration_markdown(results: Sequence[CalibrationResult], minimum: Sequence
             if row and e != 0 and math.isfinite(row.get("approximate", math.nan)):
                 text += f" (formula {100 * row['approximate']:.0f}%)"
             cells.append(text)
+        if 0.0 in effects:
+            cells.insert(1, _cell(by_effect[0.0], "zero_") if 0.0 in by_effect else "—")
         sims = max(r["simulations"] for r in result.rows)
         label = {"checkpoints": "report (checkpoints)", "model-dataset-groups": "report (paper 000's model)",
                  PAPER000_AS_PRINTED: "paper 000's p-values, unguarded"}.get(result.specification, result.specification)
