@@ -179,6 +179,8 @@ def test_nonfinite_steps_are_skipped_and_counted(pretraining_inputs, tmp_path):
     assert records[STEPS]["skipped_steps"] == 2 and records[2]["skipped_steps"] == 0
     assert "optimizer step skipped, nonfinite loss" in result.stderr + result.stdout
     assert records[3]["skipped"] == "nonfinite_loss" and records[3]["loss"] is None
+    # Its backward was a zero-gradient stand-in: no gradient norm was measured (was a healthy-looking 0.0).
+    assert records[3]["grad_norm"] is None and records[2]["grad_norm"] > 0
 
 
 def test_too_many_nonfinite_steps_abort_and_keep_the_checkpoint(pretraining_inputs, tmp_path):

@@ -12,10 +12,12 @@ import math
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import REPO
 from tests.pretrain_runs import STEPS, env, losses, pretrain_args, pretrain_command, run, with_option
@@ -175,3 +177,128 @@ def test_resume_lr_scale_on_a_fresh_run_applies_from_step_1_and_says_so(pretrain
     after, reference = lrs(out), lrs(straight_run)
     assert all(after[s] == pytest.approx(0.5 * reference[s], rel=1e-12) for s in range(1, STEPS + 1))
     assert json.loads((out / "run_config.json").read_text())["train"]["resume_lr_scale"] == 0.5
+
+
+# --- units: the run lock, the save diagnosis, the loss ceiling, the workers' shutdown ----------
+
+HOLD_LOCK = """
+import os, sys, time
+from biomed_lm.pretrain.run_lock import acquire_run_lock
+lock = acquire_run_lock(sys.argv[1])
+if sys.argv[2] == "fork" and os.fork() == 0:  # a child that outlives its parent, as a DataLoader worker can
+    time.sleep(60)
+    os._exit(0)
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def hold_lock(run_dir: Path, fork: bool) -> subprocess.Popen:
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(run_dir), "fork" if fork else "-"], cwd=REPO,
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+@pytest.mark.parametrize("fork", [False, True], ids=["holder alone", "holder with a forked child"])
+def test_the_lock_names_its_holder_and_dies_with_it(fork, tmp_path):
+    from biomed_lm.pretrain.run_lock import RunDirectoryLocked, acquire_run_lock
+
+    holder = hold_lock(tmp_path, fork)
+    try:
+        with pytest.raises(RunDirectoryLocked, match=rf"in use by another run \(pid {holder.pid} on host "):
+            acquire_run_lock(tmp_path)
+        os.kill(holder.pid, signal.SIGKILL)  # the holder only: its forked child lives on
+        holder.wait()
+        lock = acquire_run_lock(tmp_path)
+        assert json.loads((tmp_path / "run.lock").read_text())["pid"] == os.getpid()
+        lock.release()
+    finally:
+        try:
+            os.killpg(holder.pid, signal.SIGKILL)  # the forked child, if any
+        except ProcessLookupError:
+            pass
+
+
+def test_a_filesystem_without_locks_warns_and_runs(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    from biomed_lm.pretrain.run_lock import acquire_run_lock
+
+    def no_locks(*_args):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "lockf", no_locks)
+    lock = acquire_run_lock(tmp_path / "run")
+    assert lock.handle is None and "does not support file locks" in lock.note
+
+
+def test_an_output_dir_that_is_a_file_is_refused(tmp_path):
+    from biomed_lm.errors import PretrainError
+    from biomed_lm.pretrain.run_lock import acquire_run_lock
+
+    (tmp_path / "run").write_text("a file\n")
+    with pytest.raises(PretrainError, match="exists and is not a directory"):
+        acquire_run_lock(tmp_path / "run")
+
+
+def test_a_write_failure_is_explained_in_the_oss_words(tmp_path, monkeypatch):
+    import errno
+    import resource
+    import shutil
+
+    from biomed_lm.pretrain.checkpoint import diagnose_write_failure
+
+    folder = tmp_path / "checkpoints" / ".partial-step-00000010"
+    folder.mkdir(parents=True)
+    full = OSError(errno.ENOSPC, "No space left on device", str(folder / "x.pt"))
+    assert diagnose_write_failure(full, folder) == f"disk full (no space left on device) ({folder / 'x.pt'})"
+    assert diagnose_write_failure(PermissionError(errno.EACCES, "denied", "p"), folder) == "permission denied (p)"
+    opaque = RuntimeError("basic_ios::clear: iostream error")  # torch's writer says no more than this
+    assert diagnose_write_failure(opaque, folder) == "RuntimeError: basic_ios::clear: iostream error"
+    (folder / "mp_rank_00_model_states.pt").write_bytes(b"\0" * 4096)  # cut at exactly the limit
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (4096, resource.RLIM_INFINITY))
+    assert diagnose_write_failure(opaque, folder).startswith("file too large: a file reached the file-size limit "
+                                                              "(ulimit -f) of 4,096 bytes")
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    monkeypatch.setattr(shutil, "disk_usage", lambda _path: shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
+    assert diagnose_write_failure(opaque, folder).startswith("disk full: 1,000 bytes free")
+    in_the_way = tmp_path / "file"
+    in_the_way.write_text("x")
+    assert diagnose_write_failure(opaque, in_the_way / "checkpoints").startswith(f"{in_the_way} is not a directory")
+
+
+def test_the_loss_ceiling_holds_from_step_1_through_the_spike_warm_up():
+    from biomed_lm.pretrain.divergence import DivergenceGuard, uniform_prediction_loss
+
+    assert uniform_prediction_loss(30522, 2) == pytest.approx(math.log(30522) + math.log(2))
+    assert uniform_prediction_loss(30522, 0) == pytest.approx(math.log(30522))  # MLM only
+    ceiling = 2 * uniform_prediction_loss(3000, 2)
+    guard = DivergenceGuard(loss_spike_factor=2.0, grad_norm_spike_factor=10.0, window=50, warmup_steps=10,
+                            loss_ceiling=ceiling)
+    assert not guard.judge(8.7, 2.0).skip  # a fresh model's loss: just above ln V
+    verdict = guard.judge(2.6e12, 1e5)  # step 2, inside the warm-up
+    assert verdict.skip and verdict.reason == "loss_ceiling" and guard.accepted == 1
+    off = DivergenceGuard(loss_spike_factor=2.0, grad_norm_spike_factor=10.0, window=50, warmup_steps=10)
+    assert not off.judge(8.7, 2.0).skip and not off.judge(2.6e12, 1e5).skip  # the old behaviour: accepted
+
+
+class _Stuck(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        yield torch.zeros(1)
+        time.sleep(600)  # a worker busy for minutes: torch's shutdown cannot join it
+        yield torch.zeros(1)
+
+
+def test_workers_that_ignore_sigterm_are_stopped_and_joined():
+    from biomed_lm.pretrain.preemption import ignore_stop_signals, stop_workers
+
+    loader = torch.utils.data.DataLoader(_Stuck(), batch_size=None, num_workers=1,
+                                         worker_init_fn=ignore_stop_signals)
+    batches = iter(loader)
+    next(batches)
+    worker = batches._workers[0]
+    started = time.monotonic()
+    stop_workers(batches, grace_seconds=5)
+    assert not worker.is_alive() and time.monotonic() - started < 30
