@@ -67,7 +67,7 @@ def compare_signatures(saved: dict[str, Any], current: dict[str, Any], *, allow_
     """The differences between a checkpoint's signature and the current one, as
     ``{field: {"checkpoint": old, "now": new}}``; raises :class:`ConfigChangeRefused` listing them
     when they break the run and are not allowed."""
-    saved = {**ADDED_FIELDS, **saved}
+    saved = _with_added_fields(saved, current)
     changes = {key: {"checkpoint": saved.get(key), "now": current.get(key)}
                for key in sorted(set(saved) | set(current)) if saved.get(key) != current.get(key)}
     fixed = [key for key in changes if key in FIXED or key.startswith("model.architecture")]
@@ -99,7 +99,7 @@ CONTINUATION_FIXED = frozenset({
 def compare_continuation(saved: dict[str, Any], current: dict[str, Any], *, source: str) -> dict[str, Any]:
     """The differences between the continued run's signature (``source`` names its checkpoint) and
     this run's; raises :class:`ConfigChangeRefused` when the model, optimizer or schedule differ."""
-    saved = {**ADDED_FIELDS, **saved}
+    saved = _with_added_fields(saved, current)
     changes = {key: {"checkpoint": saved.get(key), "now": current.get(key)}
                for key in sorted(set(saved) | set(current)) if saved.get(key) != current.get(key)}
     fixed = [key for key in changes if key in CONTINUATION_FIXED or key.startswith("model.architecture")]
@@ -109,6 +109,11 @@ def compare_continuation(saved: dict[str, Any], current: dict[str, Any], *, sour
             + _describe(changes, fixed) + " (the schedule spans both phases: give phase 1 and phase 2 the same "
             "learning_rate, warmup_ratio and schedule_total_steps)")
     return changes
+
+
+def _with_added_fields(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """``saved`` with the value each field added since had in effect, for the fields this run has."""
+    return {**{key: value for key, value in ADDED_FIELDS.items() if key in current}, **saved}
 
 
 def _describe(changes: dict[str, Any], keys: list[str]) -> str:
