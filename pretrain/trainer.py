@@ -45,10 +45,10 @@ import numpy as np
 import torch
 
 from biomed_lm.backend import start_distributed  # one definition, shared with fine-tuning
-from biomed_lm.pretrain.attention import PADDED
 from biomed_lm.errors import PretrainError
-from biomed_lm.pretrain.checkpoint import (CheckpointError, Selection, checkpoint_tags, checkpoints_root, latest_tag,
-                                           load_checkpoint, save_checkpoint, select_checkpoint, set_aside_diverged)
+from biomed_lm.pretrain.attention import PADDED
+from biomed_lm.pretrain.checkpoint import (Selection, checkpoint_tags, checkpoints_root, latest_tag, load_checkpoint,
+                                           save_checkpoint, select_checkpoint, set_aside_diverged)
 from biomed_lm.pretrain.config import (DataArguments, ModelArguments, PretrainConfigError, TrainArguments,
                                        create_ds_config, load_model_preset, resolve_batch, schedule_steps)
 from biomed_lm.pretrain.divergence import UNHEALTHY_WEIGHTS, DivergenceGuard, Verdict, uniform_prediction_loss

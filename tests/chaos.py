@@ -32,7 +32,8 @@ if __package__ in (None, ""):  # run as a script: make `tests` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.conftest import REPO, free_port  # noqa: E402
-from tests.pretrain_runs import deepspeed_launcher, env, losses, pretrain_args, pretrain_command, with_option  # noqa: E402
+from tests.pretrain_runs import (deepspeed_launcher, env, group_ended, losses, pretrain_args,  # noqa: E402
+                                 pretrain_command, with_option)
 
 KINDS = ("kill -9 a rank", "kill -9 the group", "SIGTERM the launcher", "SIGTERM the group", "kill -9 in a save")
 SAVE_MOMENTS = ("after_engine_save", "before_manifest", "before_latest", "before_prune")
@@ -123,7 +124,7 @@ def _interrupt_once(chaos: Chaos, rng: random.Random, args: list[str], out: Path
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         raise ChaosFailure(f"chaos seed {chaos.seed}: the run hung after {kind} (step {target})") from None
-    _wait_for_group(process.pid, chaos, kind)
+    _check(group_ended(process.pid, HANG_SECONDS), chaos, f"processes of the run outlived it after {kind}")
     _check("is in use by another run" not in stderr, chaos, f"the run lock blocked a resume: {stderr[-2000:]}")
     event["exit"] = process.returncode
     return event
@@ -194,18 +195,6 @@ def _logged_step(metrics: Path) -> int:
 def _checkpointed_step(out: Path) -> int:
     tags = sorted((out / "checkpoints").glob("step-*")) if (out / "checkpoints").is_dir() else []
     return int(tags[-1].name.split("-")[1]) if tags else 0
-
-
-def _wait_for_group(pgid: int, chaos: Chaos, kind: str) -> None:
-    deadline = time.time() + HANG_SECONDS
-    while time.time() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    _signal_group(pgid, signal.SIGKILL)
-    raise ChaosFailure(f"chaos seed {chaos.seed}: processes of the run outlived it after {kind}")
 
 
 def _compare(chaos: Chaos, out: Path, reference: Path) -> None:

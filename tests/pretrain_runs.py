@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.conftest import REPO, SAMPLE_DIR
@@ -74,6 +76,23 @@ def deepspeed_launcher() -> str | None:
 def losses(run_dir: Path) -> dict[int, float]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return {r["step"]: r["loss"] for r in map(json.loads, lines)}
+
+
+def group_ended(pgid: int, timeout: float) -> bool:
+    """Whether every process of the group (launchers, ranks, DataLoader workers) exits within
+    ``timeout`` seconds; those still alive then are killed, so no test leaves one behind."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        return True
+    return False
 
 
 def copy_run(source: Path, target: Path) -> Path:

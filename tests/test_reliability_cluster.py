@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from tests.conftest import REPO
-from tests.pretrain_runs import STEPS, env, losses, pretrain_args, pretrain_command, run, with_option
+from tests.pretrain_runs import STEPS, env, group_ended, losses, pretrain_args, pretrain_command, run, with_option
 
 CKPT = "checkpoints"
 PROMPT_EXIT_SECONDS = 120  # a whole 20-step run takes ~15 s here; the old hang lasted until killed
@@ -38,20 +38,8 @@ def run_bounded(args: list[str], hooks: dict | None = None) -> tuple[subprocess.
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
         pytest.fail(f"the run did not exit within {PROMPT_EXIT_SECONDS} s (hung)")
-    assert_group_gone(process.pid)
+    assert group_ended(process.pid, timeout=10), "a process of the run (a DataLoader worker?) outlived it"
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), time.monotonic() - started
-
-
-def assert_group_gone(pgid: int, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    os.killpg(pgid, signal.SIGKILL)
-    raise AssertionError("a process of the run (a DataLoader worker?) outlived it")
 
 
 def records(run_dir: Path) -> dict[int, dict]:

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, free_port
-from tests.pretrain_runs import (STEPS, copy_run, deepspeed_launcher, env, losses, pretrain_args, pretrain_command,
-                                 run, with_option)
+from tests.pretrain_runs import (STEPS, copy_run, deepspeed_launcher, env, group_ended, losses, pretrain_args,
+                                 pretrain_command, run, with_option)
 
 CKPT = "checkpoints"
 
@@ -259,15 +259,7 @@ def wait_for_metrics(out: Path, lines: int, process: subprocess.Popen, timeout: 
 
 def wait_for_group(pgid: int, timeout: float = 120) -> None:
     """Until every process of the group (ranks, workers, launchers) has exited."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    os.killpg(pgid, signal.SIGKILL)
-    raise AssertionError("processes of the run were still alive")
+    assert group_ended(pgid, timeout), "processes of the run were still alive"
 
 
 def stopped_step(out: Path) -> int:
