@@ -60,9 +60,12 @@ def acquire_run_lock(run_dir: str | os.PathLike) -> RunLock:
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise PretrainError(f"output_dir {run_dir} exists and is not a directory")
-    run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / LOCK_FILE
-    handle = open(path, "a+", encoding="utf-8")  # never truncates: the holder's record stays readable
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a+", encoding="utf-8")  # never truncates: the holder's record stays readable
+    except OSError as err:
+        raise PretrainError(f"output_dir {run_dir}: cannot create {path}: {err.strerror}") from err
     try:
         fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as err:

@@ -290,3 +290,12 @@ def test_workers_that_ignore_sigterm_are_stopped_and_joined():
     started = time.monotonic()
     stop_workers(batches, grace_seconds=5)
     assert not worker.is_alive() and time.monotonic() - started < 30
+
+
+def test_an_output_dir_that_cannot_be_created_is_named(tmp_path):
+    from biomed_lm.errors import PretrainError
+    from biomed_lm.pretrain.run_lock import acquire_run_lock
+
+    (tmp_path / "a file").write_text("x")
+    with pytest.raises(PretrainError, match=r"output_dir .*/a file/run: cannot create .*run.lock: Not a directory"):
+        acquire_run_lock(tmp_path / "a file" / "run")
