@@ -142,6 +142,8 @@ def test_damage_inside_the_warm_up_is_never_the_resume_point(learning_rate, pret
     left = sorted((out / CKPT).glob("step-*"))
     assert all(int(p.name.split("-")[1]) < max(accepted) for p in left)
     assert "Resuming starts from nothing" in diverged.stderr and "applies from step 1" in diverged.stderr
+    if learning_rate == "1e6":  # the issue's own case: a NaN gradient norm from step 3; the advice is checked at 1e3
+        return
 
     # The advice, followed as printed (--resume-lr-scale 0.5), still diverges: exit 3 again, not a
     # diverged model exported with exit 0.
