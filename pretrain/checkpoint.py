@@ -305,7 +305,8 @@ def diagnose_write_failure(err: BaseException, folder: Path) -> str:
 _ERRNO_WORDS = {errno.ENOSPC: "disk full (no space left on device)", errno.EDQUOT: "disk quota exceeded",
                 errno.EFBIG: "file too large (the file-size limit, ulimit -f, or the filesystem's)",
                 errno.EACCES: "permission denied", errno.EPERM: "operation not permitted",
-                errno.EROFS: "read-only filesystem", errno.ENOTDIR: "not a directory (a file is where a folder must go)",
+                errno.EROFS: "read-only filesystem",
+                errno.ENOTDIR: "not a directory (a file is where a folder must go)",
                 errno.EEXIST: "a file is in the way (it exists and is not a directory)"}
 _NEARLY_FULL_BYTES = 64 * 2**20
 

@@ -32,7 +32,8 @@ HARMLESS = frozenset({
     "train.output_dir", "train.checkpoint_every", "train.keep_last", "train.export_hf", "train.resume",
     "train.log_every", "train.wandb_mode", "train.wandb_project", "train.run_name",
     "train.max_consecutive_skips", "train.loss_spike_factor", "train.grad_norm_spike_factor",
-    "train.spike_window", "train.spike_warmup_steps", "train.loss_ceiling_factor", "train.stop_after_hours", "train.allow_config_change",
+    "train.spike_window", "train.spike_warmup_steps", "train.loss_ceiling_factor", "train.stop_after_hours",
+    "train.allow_config_change",
     "train.resume_lr_scale", "train.continue_from",
 })
 # Settings whose saved tensors would not fit another value.

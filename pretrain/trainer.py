@@ -175,13 +175,29 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
     import torch.distributed as dist
 
     run = _prepare_run(model_args, data_args, train_args, adversarial)
-    step = run.state["step"]
     try:
-        while step < train_args.max_steps:
+        step = _run_steps(run)
+        final_dir = None
+        if step == train_args.max_steps and run.rank == 0:
+            final_dir = run.run_dir / "model"
+            _export_hf(run.bert, run.tokenizer, final_dir)
+        dist.barrier()
+    finally:  # the directory is the run's until the export is written, then free on any way out
+        if run.lock is not None:
+            run.lock.release()
+    return {"step": step, "completed": step == train_args.max_steps, "skipped_steps": run.state["skipped_steps"],
+            "tokens": run.state["tokens"], "model_dir": str(final_dir) if final_dir else None}
+
+
+def _run_steps(run: Run) -> int:
+    """The step loop, from the resumed step to ``max_steps`` or a stop request; the step reached."""
+    args, step = run.train_args, run.state["step"]
+    try:
+        while step < args.max_steps:
             done = _accumulate_step(run, step)
             step = done.number
             _account_step(run, done)
-            if step % train_args.checkpoint_every == 0 or step == train_args.max_steps or done.stopping:
+            if step % args.checkpoint_every == 0 or step == args.max_steps or done.stopping:
                 _checkpoint(run, step)
             if done.stopping:
                 reason = run.stops.reason() or "another rank was asked to stop"
@@ -194,16 +210,7 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
         stop_workers(run.batches)
         run.stops.restore()
         run.logger.close()
-
-    final_dir = None
-    if step == train_args.max_steps and run.rank == 0:
-        final_dir = run.run_dir / "model"
-        _export_hf(run.bert, run.tokenizer, final_dir)
-    dist.barrier()
-    if run.lock is not None:
-        run.lock.release()
-    return {"step": step, "completed": step == train_args.max_steps, "skipped_steps": run.state["skipped_steps"],
-            "tokens": run.state["tokens"], "model_dir": str(final_dir) if final_dir else None}
+    return step
 
 
 def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments,
@@ -258,8 +265,9 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
     plan = BatchPlan(len(dataset), train_args.micro_batch_size, train_args.gradient_accumulation_steps,
                      world_size, rank, train_args.seed)
     return Run(model_args=model_args, data_args=data_args, train_args=train_args, rank=rank, world_size=world_size,
-               device=device, run_dir=run_dir, lock=lock, bert=bert, model=model, tokenizer=tokenizer, engine=engine, gate=gate,
-               guard=_divergence_guard(train_args, state, len(tokenizer), pair), stops=StopRequests(train_args.stop_after_hours).install(),
+               device=device, run_dir=run_dir, lock=lock, bert=bert, model=model, tokenizer=tokenizer, engine=engine,
+               gate=gate, guard=_divergence_guard(train_args, state, len(tokenizer), pair),
+               stops=StopRequests(train_args.stop_after_hours).install(),
                batches=_batches(dataset, plan, data_args, train_args, tokenizer, state["step"]),
                logger=logger, state=state, signature=signature,
                peak=peak_flops(train_args.precision, device) if device.type == "cuda" else None)

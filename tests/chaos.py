@@ -65,10 +65,21 @@ def launch(args: list[str], hooks: dict) -> subprocess.Popen:
     launcher = deepspeed_launcher()
     if launcher is None:
         raise RuntimeError("the deepspeed launcher is not installed")
-    command = pretrain_command(args, hooks)[1:]
-    return subprocess.Popen([launcher, "--num_gpus", "2", "--master_port", str(free_port()), *command], cwd=REPO,
-                            env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    command, port = pretrain_command(args, hooks)[1:], free_port()
+    process = subprocess.Popen([launcher, "--num_gpus", "2", "--master_port", str(port), *command], cwd=REPO,
+                               env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    process.master_port = port  # names DeepSpeed's shared-memory buffers of this launch
+    return process
+
+
+def leftover_shm_buffers(ports: list[int]) -> list[str]:
+    """DeepSpeed's CPU all-reduce buffers of these launches still in /dev/shm (each holds 69 MB of
+    RAM until unlinked; ``biomed_lm.backend.release_shm_buffer_name`` unlinks them at start-up)."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        return []
+    return sorted(p.name for port in ports for p in shm.glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"))
 
 
 def straight_run(chaos: Chaos, inputs: dict[str, Path], out: Path) -> Path:
@@ -87,12 +98,14 @@ def run_chaos(chaos: Chaos, inputs: dict[str, Path], out: Path, reference: Path,
     say(f"chaos: seed {chaos.seed} ({chaos.steps} steps, {chaos.interruptions} interruptions); replay with "
         f"tests/chaos.py --seed {chaos.seed} --steps {chaos.steps} --interruptions {chaos.interruptions}")
     args = chaos.args(inputs, out)
+    ports: list[int] = []
     for number in range(1, chaos.interruptions + 1):
         start = _checkpointed_step(out)
         if start >= chaos.steps - 1:
             say(f"chaos: the run reached step {start} after {number - 1} interruptions")
             break
         event = _interrupt_once(chaos, rng, args, out, start)
+        ports.append(event.pop("port"))
         chaos.events.append(event)
         say(f"chaos: {number:2d}. {event['kind']} after step {event['after_step']} "
             f"({event.get('detail', '')}) -> exit {event['exit']}, resumable from step {_checkpointed_step(out)}")
@@ -100,6 +113,8 @@ def run_chaos(chaos: Chaos, inputs: dict[str, Path], out: Path, reference: Path,
     _, stderr = final.communicate(timeout=1800)
     _check(final.returncode == 0, chaos, f"the final run failed (exit {final.returncode}): {stderr[-3000:]}")
     _compare(chaos, out, reference)
+    leaked = leftover_shm_buffers(ports + [final.master_port])
+    _check(not leaked, chaos, f"shared memory left behind by the killed runs: {leaked}")
 
 
 def _interrupt_once(chaos: Chaos, rng: random.Random, args: list[str], out: Path, start: int) -> dict:
@@ -126,7 +141,7 @@ def _interrupt_once(chaos: Chaos, rng: random.Random, args: list[str], out: Path
         raise ChaosFailure(f"chaos seed {chaos.seed}: the run hung after {kind} (step {target})") from None
     _check(group_ended(process.pid, HANG_SECONDS), chaos, f"processes of the run outlived it after {kind}")
     _check("is in use by another run" not in stderr, chaos, f"the run lock blocked a resume: {stderr[-2000:]}")
-    event["exit"] = process.returncode
+    event.update(exit=process.returncode, port=process.master_port)
     return event
 
 
