@@ -286,17 +286,15 @@ def diagnose_write_failure(err: BaseException, folder: Path) -> str:
         where = f" ({err.filename})" if err.filename else ""
         return f"{_ERRNO_WORDS.get(err.errno, os.strerror(err.errno))}{where}"
     found = f"{type(err).__name__}: {err}"
-    for parent in [folder, *folder.parents]:
-        if parent.exists():
-            if not parent.is_dir():
-                return f"{parent} is not a directory ({found})"
-            if not os.access(parent, os.W_OK):
-                return f"permission denied: {parent} is not writable ({found})"
-            break
+    existing = next(p for p in [folder, *folder.parents] if p.exists())  # the root always exists
+    if not existing.is_dir():
+        return f"{existing} is not a directory ({found})"
+    if not os.access(existing, os.W_OK):
+        return f"permission denied: {existing} is not writable ({found})"
     limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
     if limit != resource.RLIM_INFINITY and any(p.stat().st_size == limit for p in _files_under(folder)):
         return f"file too large: a file reached the file-size limit (ulimit -f) of {limit:,} bytes ({found})"
-    free = shutil.disk_usage(next(p for p in [folder, *folder.parents] if p.exists())).free
+    free = shutil.disk_usage(existing).free
     if free < _NEARLY_FULL_BYTES:
         return f"disk full: {free:,} bytes free on the filesystem of {folder} ({found})"
     return found
