@@ -22,7 +22,7 @@ from biomed_lm.resources import resolve_path, shipped_dir
 
 Optimizer = Literal["adamw", "lamb"]
 Schedule = Literal["slanted_triangular", "polynomial", "constant_with_warmup"]
-Precision = Literal["fp32", "fp16", "bf16"]
+Precision = Literal["fp32", "fp16", "bf16", "fp8"]  # fp8: pretrain.fp8 (torchao), DeepSpeed in bf16
 WandbMode = Literal["offline", "online", "disabled"]
 MaskSchedule = Literal["constant", "stepwise", "linear"]  # pretrain.masking.MASK_SCHEDULES is built from it
 # pretrain.attention.KERNELS has one entry per varlen kernel here; hf_* are transformers' padded forward.
@@ -65,7 +65,11 @@ class ModelArguments:
                 "sdpa_padded or flex on CUDA, sdpa_loop on CPU; the run log says which), or one of them by name; "
                 "hf_sdpa / hf_eager run transformers' padded forward (the reference)"})
     compile: Literal["auto", "on", "off"] = field(default="auto", metadata={
-        "help": "torch.compile the dense blocks (projections, feed-forward, heads); auto: on for CUDA, off on CPU"})
+        "help": "torch.compile the model: the whole forward and backward as one region where the attention "
+                "kernel allows (else the dense blocks); auto: on for CUDA, off on CPU"})
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune"] = field(default="default", metadata={
+        "help": "torch.compile's mode for the whole-forward region: reduce-overhead adds CUDA graphs (one per "
+                "token-count bucket)"})
     bucket_tokens: int = field(default=128, metadata={
         "help": "when compiling, round each micro-batch's token count up to a multiple of this, so the number "
                 "of compiled shapes stays bounded (the rounding is padding the log reports)", "min": 1})
@@ -131,7 +135,9 @@ class TrainArguments:
                 "this run's. For phase 2 of a two-phase schedule; ignored once this run has checkpoints"})
     polynomial_power: float = field(default=1.0, metadata={"help": "power of the polynomial decay", "gt": 0})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping (0 disables)", "min": 0})
-    precision: Precision = field(default="fp32", metadata={"help": "fp32 (CPU), bf16 or fp16 (GPU)"})
+    precision: Precision = field(default="fp32", metadata={
+        "help": "fp32 (CPU), bf16 or fp16 (GPU); fp8: torchao's float8 matmuls in the encoder's Linear layers and "
+                "bf16 autocast elsewhere (compute capability 8.9+: L40S, H100, H200; pip install torchao)"})
     zero_stage: ZeroStage = field(default=0, metadata={"help": "DeepSpeed ZeRO stage 0, 1 or 2"})
     seed: int = field(default=42, metadata={"help": "seed of the weights, masks and data order", "min": 0})
     checkpoint_every: int = field(default=500, metadata={"help": "steps between checkpoints (and one at the end)",
@@ -289,11 +295,17 @@ def resolve_batch(train: TrainArguments, world_size: int) -> TrainArguments:
 def create_ds_config(train: TrainArguments, world_size: int) -> dict[str, Any]:
     """The DeepSpeed config, generated from the typed arguments (never edited by hand) by the backend
     fine-tuning shares (:func:`biomed_lm.backend.ds_config`); bf16 runs as autocast with fp32
-    weights, gradients and optimizer."""
+    weights, gradients and optimizer. fp8 is that bf16 config: the FP8 matmuls are torchao's,
+    inside the converted Linear layers (:mod:`pretrain.fp8`), not DeepSpeed's."""
     resolve_batch(train, world_size)
     return ds_config(global_batch_size=train.global_batch_size, micro_batch_size=train.micro_batch_size,
                      gradient_accumulation_steps=train.gradient_accumulation_steps, max_grad_norm=train.max_grad_norm,
-                     precision=train.precision, zero_stage=train.zero_stage, bf16_mode="autocast")
+                     precision=deepspeed_precision(train.precision), zero_stage=train.zero_stage, bf16_mode="autocast")
+
+
+def deepspeed_precision(precision: str) -> str:
+    """The precision DeepSpeed runs for a pretraining precision: fp8 runs DeepSpeed in bf16 (autocast)."""
+    return "bf16" if precision == "fp8" else precision
 
 
 def schedule_steps(train: TrainArguments) -> int:

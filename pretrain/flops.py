@@ -31,6 +31,11 @@ Peaks are dense (no 2:4 structured sparsity): NVIDIA's data sheets headline the 
 twice the dense one, for tensor-core math; a pretraining run never uses sparsity. A device this
 table does not know yields ``None`` rather than some other device's number: MFU is then not
 reported instead of being reported wrong.
+
+An fp8 run (``--precision fp8``, :mod:`pretrain.fp8`) is measured against the device's FP8 peak
+(twice its BF16 one on Hopper and Ada), although only the encoder's Linear layers run in FP8:
+attention scores, the MLM and pair heads stay in BF16. Its MFU is therefore a lower bound of the
+tensor cores' use, and not comparable with a bf16 run's MFU; compare tokens/s between the two.
 """
 
 from __future__ import annotations
@@ -224,9 +229,9 @@ def _lengths(sequence_lengths: "Iterable[int] | torch.Tensor") -> list[int]:
 # Device peaks
 # ---------------------------------------------------------------------------------------------
 
-PRECISIONS = ("bf16", "fp16", "tf32", "fp32")
+PRECISIONS = ("bf16", "fp16", "tf32", "fp32", "fp8")
 _PRECISION_ALIASES = MappingProxyType({"bfloat16": "bf16", "float16": "fp16", "half": "fp16",
-                                       "float32": "fp32", "float": "fp32"})
+                                       "float32": "fp32", "float": "fp32", "float8": "fp8"})
 
 
 @dataclass(frozen=True)
@@ -235,21 +240,24 @@ class DevicePeak:
 
     ``bf16``/``fp16``: tensor cores with FP32 accumulation (what PyTorch's mixed precision runs);
     ``tf32``: tensor cores on FP32 inputs (only if TF32 matmuls are enabled); ``fp32``: the
-    non-tensor FP32 units (plain FP32 training, PyTorch's default). ``None``: no such math."""
+    non-tensor FP32 units (plain FP32 training, PyTorch's default); ``fp8``: tensor cores on FP8
+    (E4M3/E5M2) inputs, from Ada and Hopper on (``torch._scaled_mm``, which torchao's float8
+    training runs). ``None``: no such math."""
 
     name: str
     bf16: float | None
     fp16: float | None
     tf32: float | None
     fp32: float | None
+    fp8: float | None = None
 
     def flops(self, precision: str) -> float | None:
-        """The peak for a precision name: bf16, fp16, tf32 or fp32 (or bfloat16, float16, ...)."""
+        """The peak for a precision name: bf16, fp16, tf32, fp32 or fp8 (or bfloat16, float16, ...)."""
         return getattr(self, normalise_precision(precision))
 
 
 def normalise_precision(precision: str) -> str:
-    """``bf16``/``fp16``/``tf32``/``fp32`` for a precision name; an unknown one is an error."""
+    """``bf16``/``fp16``/``tf32``/``fp32``/``fp8`` for a precision name; an unknown one is an error."""
     key = str(precision).strip().lower()
     key = _PRECISION_ALIASES.get(key, key)
     if key not in PRECISIONS:
@@ -264,10 +272,12 @@ class _Spec:
 
 
 def _spec(name: str, sms: int, *, tensor16: float | None, tf32: float | None, fp32: float,
-          fp16: float | None = None) -> _Spec:
+          fp16: float | None = None, fp8: float | None = None) -> _Spec:
     """A row: ``tensor16`` is the BF16 and FP16 tensor peak (equal from Ampere on); ``fp16``
-    overrides FP16 alone (Volta: FP16 tensor cores, no BF16)."""
-    return _Spec(DevicePeak(name, bf16=tensor16, fp16=tensor16 if fp16 is None else fp16, tf32=tf32, fp32=fp32), sms)
+    overrides FP16 alone (Volta: FP16 tensor cores, no BF16); ``fp8`` is the FP8 tensor peak
+    (None before Ada and Hopper)."""
+    return _Spec(DevicePeak(name, bf16=tensor16, fp16=tensor16 if fp16 is None else fp16, tf32=tf32, fp32=fp32,
+                            fp8=fp8), sms)
 
 
 _T = 1e12
@@ -275,34 +285,42 @@ _T = 1e12
 # N*/2 ("specifications one-half lower without sparsity", in NVIDIA's footnotes).
 _SPECS: Mapping[str, _Spec] = MappingProxyType({
     # NVIDIA H100 Tensor Core GPU Architecture whitepaper, table "NVIDIA A100 vs H100 data center
-    # GPUs", H100 SXM5 column: FP32 66.9, TF32 494.7 (989.4*), BF16/FP16 989.4 (1978.9*) TFLOPS.
-    # The data sheet (https://www.nvidia.com/en-us/data-center/h100/) rounds these to 67, 989*, 1,979*.
-    "h100-sxm": _spec("NVIDIA H100 SXM", 132, tensor16=989.4 * _T, tf32=494.7 * _T, fp32=66.9 * _T),
+    # GPUs", H100 SXM5 column: FP32 66.9, TF32 494.7 (989.4*), BF16/FP16 989.4 (1978.9*), FP8
+    # 1978.9 (3957.8*) TFLOPS. The data sheet (https://www.nvidia.com/en-us/data-center/h100/)
+    # rounds these to 67, 989*, 1,979*, 3,958*.
+    "h100-sxm": _spec("NVIDIA H100 SXM", 132, tensor16=989.4 * _T, tf32=494.7 * _T, fp32=66.9 * _T,
+                      fp8=1978.9 * _T),
     # https://www.nvidia.com/en-us/data-center/h100/ (H100 PCIe product brief PB-11133, same
-    # figures): FP32 51, TF32 756*, BF16/FP16 1,513* TFLOPS -> 378 and 756.5 dense.
-    "h100-pcie": _spec("NVIDIA H100 PCIe", 114, tensor16=756.5 * _T, tf32=378.0 * _T, fp32=51.0 * _T),
+    # figures): FP32 51, TF32 756*, BF16/FP16 1,513*, FP8 3,026* TFLOPS -> 378, 756.5 and 1,513 dense.
+    "h100-pcie": _spec("NVIDIA H100 PCIe", 114, tensor16=756.5 * _T, tf32=378.0 * _T, fp32=51.0 * _T,
+                       fp8=1513.0 * _T),
     # https://www.nvidia.com/en-us/data-center/h100/, H100 NVL column (per GPU; 94 GB):
-    # FP32 60, TF32 835*, BF16/FP16 1,671* TFLOPS -> 417.5 and 835.5 dense. (The launch data
-    # sheet of 2023 quoted the NVL pair: twice the SXM figures; the page now lists one GPU.)
-    "h100-nvl": _spec("NVIDIA H100 NVL", 132, tensor16=835.5 * _T, tf32=417.5 * _T, fp32=60.0 * _T),
+    # FP32 60, TF32 835*, BF16/FP16 1,671*, FP8 3,341* TFLOPS -> 417.5, 835.5 and 1,670.5 dense.
+    # (The launch data sheet of 2023 quoted the NVL pair: twice the SXM figures; the page now
+    # lists one GPU.)
+    "h100-nvl": _spec("NVIDIA H100 NVL", 132, tensor16=835.5 * _T, tf32=417.5 * _T, fp32=60.0 * _T,
+                      fp8=1670.5 * _T),
     # https://www.nvidia.com/en-us/data-center/h200/, H200 SXM column: FP32 67, TF32 989*,
-    # BF16/FP16 1,979* TFLOPS: the H100 SXM5's GH100 configuration (132 SMs, same clocks) with
-    # more memory, so the whitepaper's unrounded H100 SXM5 figures above.
-    "h200-sxm": _spec("NVIDIA H200 SXM", 132, tensor16=989.4 * _T, tf32=494.7 * _T, fp32=66.9 * _T),
+    # BF16/FP16 1,979*, FP8 3,958* TFLOPS: the H100 SXM5's GH100 configuration (132 SMs, same
+    # clocks) with more memory, so the whitepaper's unrounded H100 SXM5 figures above.
+    "h200-sxm": _spec("NVIDIA H200 SXM", 132, tensor16=989.4 * _T, tf32=494.7 * _T, fp32=66.9 * _T,
+                      fp8=1978.9 * _T),
     # https://www.nvidia.com/en-us/data-center/h200/, H200 NVL column: FP32 60, TF32 835*,
-    # BF16/FP16 1,671* TFLOPS -> 417.5 and 835.5 dense.
-    "h200-nvl": _spec("NVIDIA H200 NVL", 132, tensor16=835.5 * _T, tf32=417.5 * _T, fp32=60.0 * _T),
+    # BF16/FP16 1,671*, FP8 3,341* TFLOPS -> 417.5, 835.5 and 1,670.5 dense.
+    "h200-nvl": _spec("NVIDIA H200 NVL", 132, tensor16=835.5 * _T, tf32=417.5 * _T, fp32=60.0 * _T,
+                      fp8=1670.5 * _T),
     # https://www.nvidia.com/en-us/data-center/a100/ and the A100 data sheet
     # (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): FP32 19.5, TF32 156 (312*),
     # BF16/FP16 312 (624*) TFLOPS, the same for 40 GB and 80 GB, PCIe and SXM4. The name is made
-    # per variant (see _a100).
+    # per variant (see _a100). No FP8 tensor cores (compute capability 8.0).
     "a100": _spec("NVIDIA A100", 108, tensor16=312.0 * _T, tf32=156.0 * _T, fp32=19.5 * _T),
     # https://www.nvidia.com/en-us/data-center/l40s/ (L40S data sheet): FP32 91.6, TF32 183
-    # (366*), BF16/FP16 362.05 (733*) TFLOPS; the dense 362.05 is used. Caveat: the L40 data
-    # sheet gives the same AD102 die (142 SMs, 2.49 vs 2.52 GHz) 181.05 dense BF16, so NVIDIA's
-    # L40S figure is likely the FP16-accumulate rate; if PyTorch's FP32-accumulate GEMMs run at
-    # half of it, MFU on an L40S is understated by up to 2x (conservative, never overstated).
-    "l40s": _spec("NVIDIA L40S", 142, tensor16=362.05 * _T, tf32=183.0 * _T, fp32=91.6 * _T),
+    # (366*), BF16/FP16 362.05 (733*), FP8 733 (1,466*) TFLOPS; the dense figures are used.
+    # Caveat: the L40 data sheet gives the same AD102 die (142 SMs, 2.49 vs 2.52 GHz) 181.05 dense
+    # BF16 and 362 dense FP8, so NVIDIA's L40S figures are likely the FP16-accumulate rates; if
+    # PyTorch's FP32-accumulate GEMMs run at half of them, MFU on an L40S is understated by up to
+    # 2x (conservative, never overstated).
+    "l40s": _spec("NVIDIA L40S", 142, tensor16=362.05 * _T, tf32=183.0 * _T, fp32=91.6 * _T, fp8=733.0 * _T),
     # NVIDIA Tesla V100 data sheet and https://developer.nvidia.com/programming-tensor-cores-cuda-9-0
     # ("up to 125 Tensor TFLOPS"): V100 SXM2 tensor 125 TFLOPS (FP16 in, FP32 accumulate; Volta
     # has no sparsity), FP32 15.7; V100 PCIe tensor 112, FP32 14. No BF16, no TF32 on Volta.
@@ -406,13 +424,14 @@ def _sliced(peak: DevicePeak, full_sms: int, sms: int | None) -> DevicePeak | No
         return None if value is None else value * share
 
     return DevicePeak(f"{peak.name} (MIG slice, {sms}/{full_sms} SMs)", bf16=scale(peak.bf16),
-                      fp16=scale(peak.fp16), tf32=scale(peak.tf32), fp32=scale(peak.fp32))
+                      fp16=scale(peak.fp16), tf32=scale(peak.tf32), fp32=scale(peak.fp32), fp8=scale(peak.fp8))
 
 
 def peak_flops(precision: str, device: "torch.device | str | int | None" = None) -> float | None:
-    """Dense peak FLOP/s of one GPU for ``precision`` (bf16, fp16, tf32 or fp32), read off
+    """Dense peak FLOP/s of one GPU for ``precision`` (bf16, fp16, tf32, fp32 or fp8), read off
     ``torch.cuda.get_device_properties``; ``None`` on a CPU, on an unknown GPU, or where the GPU
-    has no such math (BF16 on a V100). ``device=None``: the current CUDA device, if any.
+    has no such math (BF16 on a V100, FP8 on an A100). ``device=None``: the current CUDA device,
+    if any. (fp8: see the module doc on what an fp8 run's MFU means.)
 
     Pass ``tf32`` rather than ``fp32`` when FP32 training runs its matmuls on TF32 tensor cores
     (``torch.backends.cuda.matmul.allow_tf32``); PyTorch's default is true FP32."""

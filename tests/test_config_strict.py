@@ -1,7 +1,8 @@
 """Strict configuration: every value, from the YAML file or a flag, is checked against its field's
 annotation and range before anything runs, and the error names the file and key (or the flag).
 
-Before these checks YAML values skipped argparse's conversion: ``precision: fp8`` trained in fp32
+Before these checks YAML values skipped argparse's conversion: ``precision: fp8`` (then not a
+choice; now ``--precision fp8`` is torchao's float8 training, see tests/test_fp8.py) trained in fp32
 and exited 0, ``learning_rate: true`` trained at 1.0, ``checkpoint_every: 0`` crashed with a
 ZeroDivisionError after the first step, and a ``hiden_size`` typo in a model preset reached the
 exported config.json."""
@@ -68,11 +69,11 @@ def _launch_module(script: str):
 
 # ------------------------------------------------------------------------------ YAML values
 
-def test_yaml_precision_fp8_names_the_file_key_and_choices(tmp_path):
-    path = _yaml(tmp_path, "precision: fp8\n")
+def test_yaml_precision_fp4_names_the_file_key_and_choices(tmp_path):
+    path = _yaml(tmp_path, "precision: fp4\n")
     with pytest.raises(ConfigError) as err:
         parse_config(PRETRAIN, ["--config", str(path)])
-    assert str(err.value) == f"{path}: precision: 'fp8' is not one of fp32, fp16, bf16"
+    assert str(err.value) == f"{path}: precision: 'fp4' is not one of fp32, fp16, bf16, fp8"
 
 
 def test_yaml_true_is_not_a_learning_rate(tmp_path):
@@ -153,7 +154,7 @@ def test_data_recipe_ranges(tmp_path):
 # ------------------------------------------------------------------------------------ flags
 
 @pytest.mark.parametrize("flag, value", [("--mask_schedule", "stepwize"), ("--attn_implementation", "flash"),
-                                         ("--zero_stage", "3"), ("--precision", "fp8")])
+                                         ("--zero_stage", "3"), ("--precision", "fp4")])
 def test_flag_choices_are_argparse_choices(flag, value, capsys):
     with pytest.raises(SystemExit) as exit_:
         parse_config(PRETRAIN, [flag, value])
@@ -166,7 +167,7 @@ def test_help_lists_choices_and_ranges(capsys):
         parse_config(PRETRAIN, ["--help"])
     out = capsys.readouterr().out
     assert "{constant,stepwise,linear}" in out and "{auto,flash_attn,varlen,sdpa_padded,flex,sdpa_nested,sdpa_loop,hf_sdpa,hf_eager}" in out and "{0,1,2}" in out
-    assert "{fp32,fp16,bf16}" in out and "{bert,albert,roberta}" in out
+    assert "{fp32,fp16,bf16,fp8}" in out and "{bert,albert,roberta}" in out
     assert "in [0, 1)" in out and ">= 1" in out
 
 
@@ -272,14 +273,14 @@ def test_ablation_pretrain_budget_is_checked(tmp_path):
 
 # ------------------------------------------------------------------------ launch scripts
 
-def test_pretrain_cli_exits_2_on_fp8_before_anything_starts(tmp_path):
+def test_pretrain_cli_exits_2_on_fp4_before_anything_starts(tmp_path):
     out = tmp_path / "run"
-    config = _yaml(tmp_path, f"precision: fp8\nmodel: bert-tiny\noutput_dir: {out}\nmax_steps: 2\n")
+    config = _yaml(tmp_path, f"precision: fp4\nmodel: bert-tiny\noutput_dir: {out}\nmax_steps: 2\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
     done = subprocess.run([sys.executable, str(REPO / "launch" / "pretrain.py"), "--config", str(config)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr[-2000:]
-    assert f"pretrain: error: {config}: precision: 'fp8' is not one of fp32, fp16, bf16" in done.stderr
+    assert f"pretrain: error: {config}: precision: 'fp4' is not one of fp32, fp16, bf16, fp8" in done.stderr
     assert "Traceback" not in done.stderr and not out.exists()  # refused before the run directory was made
 
 

@@ -286,8 +286,9 @@ def test_precisions_per_device():
     a100 = device_peak("NVIDIA A100-SXM4-40GB")
     assert a100.flops("bf16") == a100.flops("bfloat16") == 312 * T
     assert a100.flops("FP32") == a100.flops("float32") == 19.5 * T
+    assert a100.flops("fp8") is None  # no FP8 tensor cores before Ada/Hopper
     with pytest.raises(ValueError):
-        a100.flops("fp8")
+        a100.flops("fp4")
 
 
 @pytest.mark.parametrize("name", [
