@@ -1,93 +1,119 @@
 #!/usr/bin/env python
-"""Fine-tuning throughput on CPU: our training loop against HF ``Trainer``, in one run, same model and data.
+"""Fine-tuning: our training loop against HF ``Trainer``, same model, data, batch size, epochs and
+learning-rate schedule; training examples/s, peak memory and dev/test F1 of both, per task.
 
-    python benchmarks/bench_finetune.py [--train-sentences 250] [--rounds 6] [--batch-size 32] [--threads N]
+    python benchmarks/bench_finetune.py                                   # cuda if available, else cpu
+    python benchmarks/bench_finetune.py --device cuda --model bert-base --epochs 2   # bf16 on a GPU
+    python benchmarks/bench_finetune.py --device cpu --model minilm --train-examples 250
+    python benchmarks/bench_finetune.py --quick --device cpu              # the test's run: seconds
 
-Task: NCBI-disease NER (BLURB; the committed ``data/blurb/NCBI-disease`` files), the first
-``--train-sentences`` training sentences, BIO tags (3 labels). Model: the packaged all-MiniLM-L6-v2
-(``common.reference_models.general_bert_dir()``: 6 layers of 384, bert-base-uncased vocabulary),
-fp32, max_length 128, lr 5e-5, 10% warm-up then linear decay, weight decay 0.01, gradient clipping
-at 1.0, dropout 0.1, shuffled batches of ``--batch-size``. Methods:
+Tasks (``--tasks``, default both):
 
-* ``hf_trainer`` (baseline): ``AutoModelForTokenClassification`` from the same checkpoint, the
-  sentences tokenized the standard HF way (one batched fast-tokenizer call with
-  ``is_split_into_words=True``, ``truncation=True, max_length=128``; the word's label on its first
-  sub-word, -100 elsewhere), ``DataCollatorForTokenClassification``, and ``Trainer`` with
-  ``TrainingArguments(use_cpu=True, report_to="none", save/eval/logging_strategy="no",
-  dataloader_num_workers=0, warmup_steps=0.1)`` (in transformers 5.x a float ``warmup_steps`` is
-  the warm-up ratio). Its default optimizer is ``adamw_torch_fused``. The features are a plain
-  list of dicts (no ``datasets.Dataset``, so no Arrow row access in the timed loop).
-* ``ours``: ``finetune.trainer`` as ``run_finetune`` uses it: ``_build_task(...).featurize`` (word
-  windows), ``_build_model`` (``TokenTaggingModel``, linear head), ``DataLoader(shuffle=True,
-  collate_fn=task.collate)``, ``build_optimizer("adamw")`` (``AdamW(fused=True)`` on CPU) with
-  :func:`pretrain.optim.parameter_groups`, the slanted triangular schedule, ``_PlainStepper`` and
-  ``train_epoch``.
+* ``ner``: NCBI-disease (BLURB; the committed ``data/blurb/NCBI-disease`` files, or ``--ner-data``),
+  BIO tags, linear head, entity F1 (seqeval's conlleval mode, the run's default).
+* ``relation``: GAD (BLURB's ``gad_blurb_{train,dev,test}.tsv``, sentences with ``@GENE$``/``@DISEASE$``
+  in place of the pair), from ``--relation-data`` or ``../shared/data/blurb/re/gad``. Where neither
+  exists (a lent GPU machine), a GAD-format set derived from the committed NCBI-disease files:
+  each sentence with two or more disease mentions gives one row per pair of consecutive mentions,
+  the first written ``@GENE$`` and the second ``@DISEASE$``, label 1 when at most two words
+  separate them (``X and Y``, ``X , Y``), else 0; run as a generic relation dataset (negative
+  label 0). The JSON's ``relation_source`` says which was used. F1 of the positive class.
 
-Timing. Both methods train in the same process on their own model copy. HF trains for
-``warmup + rounds`` epochs in a single ``Trainer.train()`` call; a ``TrainerCallback`` times each HF
-epoch (``on_epoch_begin`` to ``on_epoch_end``: data loading, collation, forward, backward,
-clipping, optimizer and scheduler steps, Trainer bookkeeping) and runs one epoch of our loop
-(``train_epoch`` over the same sentences, timed on its own) right before or right after it,
-alternating the order every round. So the two methods interleave epoch by epoch, machine drift
-hits both alike, and both are timed in steady state (optimizer state allocated, schedule
-running). Model loading and tokenization are outside the timed epochs; featurization is timed
-separately (best of 3). Trainer's per-``train()`` set-up and tear-down is reported separately too.
-The first ``--warmup-rounds`` rounds are not counted. The table gives each method's median
-examples (sentences) per second over the timed rounds and ``ratio``: per round, ours / hf_trainer
-examples/s, then the median over rounds (above 1 = ours faster). A round's two epochs run back to
-back under nearly the same machine load, so the per-round ratio is what interleaving protects;
-the ratio of the two medians (also reported) is skewed when the load changes mid-run. The same
-per-round median is given for padded tokens per second (which discounts batch-composition luck).
+Models (``--model``): ``bert-base`` (default on cuda): BERT-base shape (12 x 768, 3072, 12 heads,
+512 positions) randomly initialized (seed ``--seed``), nothing being downloadable; ``minilm``
+(default on cpu): the packaged all-MiniLM-L6-v2, a real 6 x 384 BERT
+(``biomed_lm.reference_models.general_bert_dir()``); ``tiny`` (``--quick``): 2 x 64 random; or a
+checkpoint directory. The random models get the tokenizer of ``--tokenizer`` (a directory), else
+all-MiniLM-L6-v2's (bert-base-uncased's 30,522 WordPiece tokens) when installed, else
+``../shared/data/vocab/pubmed_wordpiece_30000_vocab.txt``, else a WordPiece vocabulary trained on the
+tasks' training text (``tokenizers``; the JSON's ``tokenizer_source`` says which); their embedding
+table has the tokenizer's size. Randomly initialized models learn little in a few epochs: their F1
+checks that both loops learn alike, not the model.
 
-Padding. Both collators pad dynamically to the longest sequence in the batch, but the two samplers
-shuffle differently, so batch compositions differ: the mean padded tokens per epoch and per batch
-(and the real, unpadded tokens) are reported for each method. A sentence longer than 126 sub-words
-is cut by HF's truncation (its tail words get no label) but split by ours into windows of whole
-words (one more sequence each); the number of such sentences is reported. Sentence 166 of
-NCBI-disease's training file is one (133 sub-words with [CLS]/[SEP]). The default of 250 sentences
-keeps the step counts equal (250 vs 251 sequences: 8 batches each); with 256, ours trains on 257
-sequences, 9 batches against HF's 8 (compare ``steps`` in the table). That extra one-sequence
-step is cheap on an idle machine (0.13 s against 0.91 s for a 32 x 61 batch: about 1.5% of an
-epoch) but costs most of a full step when the cores are oversubscribed (4.8 s against 6.0 s
-measured under a load average of ~4: every kernel still synchronizes both threads, whatever the
-batch), so there it is a 5-10% handicap that has nothing to do with the loop.
+Methods, per task, in this order in one process:
 
-Peak RSS growth (``RSS +MiB``): measured in the warm-up rounds only (the table shows the last),
-so the timed epochs run without it: ``malloc_trim`` first returns freed heap pages to the OS, then
-a thread samples ``/proc/self/statm`` every 10 ms during the epoch; the growth is the peak minus
-the RSS at the epoch's start. It covers activations, gradients and (in the first epoch) the
-optimizer state. Both models live in the same process, so absolute RSS is shared; only the growth
-is per method, and it is approximate (allocator caching). ``--warmup-rounds 0`` skips it.
+* ``hf_trainer`` (baseline): ``AutoModelForTokenClassification`` / ``AutoModelForSequenceClassification``
+  from the same checkpoint (the sequence head reads BERT's pooler, ours the raw [CLS] state: one
+  768 x 768 layer more), the examples tokenized the standard HF way (one batched fast-tokenizer
+  call, ``truncation=True, max_length=L``; NER: the word's label on its first sub-word, -100
+  elsewhere), ``DataCollatorForTokenClassification`` / ``DataCollatorWithPadding`` and ``Trainer``
+  with ``TrainingArguments(bf16=<precision is bf16>, use_cpu=<device is cpu>, warmup_steps=0.1,
+  weight_decay=0.01, max_grad_norm=1.0, lr_scheduler_type="linear", report_to="none",
+  save/eval/logging_strategy="no", dataloader_num_workers=0)`` (a float ``warmup_steps`` is the
+  warm-up ratio in transformers 5.x; the default optimizer is ``adamw_torch_fused``; bf16 is torch
+  autocast with fp32 weights). Features are a plain list of dicts (no ``datasets``).
+* ``ours``: ``finetune.trainer``'s own stages, as ``launch/finetune.py`` runs them:
+  ``_prepare_data`` (dataset, ``check_model``, task adapter, featurization: NER sentences longer
+  than L are split into word windows, not truncated) and ``_prepare_training`` (model, shuffled
+  loader, ``build_optimizer("adamw")`` with ``parameter_groups``, the slanted triangular schedule:
+  linear 10% warm-up then linear decay, as HF's; the stepper), then ``train_epoch`` per epoch. In
+  bf16 on cuda (``--ours-engine auto``) that is the DeepSpeed path (``deepspeed=True,
+  precision="bf16"``: DeepSpeed's bf16 mode, bf16 weights with fp32 master weights), the only bf16
+  path ``launch/finetune.py`` has; without ``deepspeed`` installed ``auto`` falls back to
+  ``autocast``: ``_PlainStepper`` under ``torch.autocast(bfloat16)``, which is this benchmark's
+  wrapper, not a ``launch/finetune.py`` path (the JSON's ``ours_engine`` says which ran). Unlike
+  ``run_finetune`` the dev set is scored once, after the last epoch (no per-epoch model
+  selection), exactly as for HF.
 
-Needs ``accelerate`` (transformers' ``Trainer`` requires it; this project does not):
-``.venv/bin/pip install -c requirements/cpu.lock accelerate``.
+HF runs first in each task (accelerate's device state is set up before DeepSpeed's process group
+exists; the launcher variables DeepSpeed sets are hidden while HF runs, and the JSON records HF's
+``world_size`` and wrapped model class to show it ran as one plain process).
 
-Results go to ``benchmarks/results/finetune.json``.
+Measurements. Training time runs from the first epoch's start to the last optimizer step's end
+(the device synchronized after every step; both loops synchronize there anyway to read the loss),
+data loading and collation included, scoring excluded. ``examples_per_s`` = epochs x training
+examples (sentences / sentence pairs) / that time; ``examples_per_s_steady`` leaves out the first
+``--warmup-steps`` steps of each method (lazy CUDA/cuBLAS initialization, allocator growth) and is
+the headline; ``ratio_examples_per_s`` = ours / hf_trainer of it (above 1 = ours faster). Peak
+memory: on cuda ``torch.cuda.max_memory_allocated`` from just before the method's model is built
+to the end of training (weights, gradients, optimizer state, activations); on cpu the process's
+peak RSS over the method's training (``/proc/self/clear_refs`` resets the high-water mark first;
+both methods share the process, so the absolute peak includes the other's leftovers) and its
+growth over the RSS at the method's start. ``ratio_peak_memory`` = ours / hf_trainer (below 1 = ours
+smaller). F1: both final models scored on dev and test with ``finetune.metrics.compute_metric``
+(the same gold and metric); ``f1_diff_*`` = ours - hf_trainer, so "examples/s at equal F1" can be
+checked. Truncated HF NER words are predicted O.
+
+Needs: torch, transformers, ``accelerate`` (transformers' ``Trainer``), seqeval and scipy
+(``finetune.metrics``), tqdm, numpy; ``deepspeed`` for our bf16 path; not ``datasets``.
+
+Results go to ``benchmarks/results/finetune.json`` (``--output``), and a table is printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
+import dataclasses
+import gc
 import os
 import platform
-import statistics
+import resource
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # checkpoints are local directories; never reach a hub
 
 import torch
 from _results import write_results  # benchmarks/ is on sys.path when a benchmark runs
 
 REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
 BASELINE = "hf_trainer"
 OURS = "ours"
-MAX_LENGTH = 128
-LEARNING_RATE = 5e-5
+TASKS = ("ner", "relation")
+MODEL_PRESETS = ("bert-base", "minilm", "tiny")
 WEIGHT_DECAY = 0.01
 WARMUP_RATIO = 0.1
+MAX_GRAD_NORM = 1.0
+LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def log(message: str) -> None:
+    print(f"  {message}", file=sys.stderr, flush=True)
 
 
 def _malloc_trim() -> None:
@@ -97,99 +123,457 @@ def _malloc_trim() -> None:
         pass
 
 
-class RssSampler:
-    """Peak resident set size of this process while running, sampled from /proc every ``interval`` s."""
+def _rss() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
 
-    def __init__(self, interval: float = 0.01) -> None:
-        self.interval = interval
-        self._page = os.sysconf("SC_PAGE_SIZE")
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.start_rss = self.peak_rss = 0
 
-    def rss(self) -> int:
-        try:
-            with open("/proc/self/statm") as f:
-                return int(f.read().split()[1]) * self._page
-        except OSError:
-            return 0
+class MemoryWindow:
+    """Peak memory of one method: cuda allocator peak, or process peak RSS (and growth) on cpu."""
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.peak_rss = max(self.peak_rss, self.rss())
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
 
     def start(self) -> None:
-        _malloc_trim()  # hand memory the other method freed back to the OS, so growth is this method's own
-        self.start_rss = self.peak_rss = self.rss()
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        gc.collect()
+        _malloc_trim()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self.start_rss = _rss()
+        try:  # reset the high-water mark ru_maxrss reads (Linux)
+            Path("/proc/self/clear_refs").write_text("5", encoding="ascii")
+            self.rss_scope = "method"
+        except OSError:
+            self.rss_scope = "process"
 
-    def stop(self) -> int:
-        """Stop sampling; returns the peak growth in bytes over the RSS at start."""
-        self._stop.set()
-        self._thread.join()
-        self.peak_rss = max(self.peak_rss, self.rss())
-        return self.peak_rss - self.start_rss
+    def stop(self) -> dict:
+        peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+        out = {"peak_rss_bytes": peak_rss, "peak_rss_growth_bytes": peak_rss - self.start_rss,
+               "peak_rss_scope": self.rss_scope}
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            out["cuda_max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(self.device)
+            out["cuda_max_memory_reserved_bytes"] = torch.cuda.max_memory_reserved(self.device)
+            out["peak_memory_bytes"] = out["cuda_max_memory_allocated_bytes"]
+            out["peak_memory_kind"] = "torch.cuda.max_memory_allocated"
+        else:
+            out["peak_memory_bytes"] = peak_rss
+            out["peak_memory_kind"] = "process peak RSS"
+        return out
 
 
-class BatchShapes:
-    """Wraps a collate function and records each batch's padded and real token counts."""
+class StepClock:
+    """Step-end timestamps (after synchronizing the device) from a start time."""
 
-    def __init__(self, collate) -> None:
-        self.collate, self.padded, self.real = collate, [], []
+    def __init__(self, device: torch.device) -> None:
+        self.device, self.start, self.ends = device, None, []
 
-    def __call__(self, features):
-        batch = self.collate(features)
-        self.padded.append(int(batch["input_ids"].numel()))
-        self.real.append(int(batch["attention_mask"].sum()))
-        return batch
+    def begin(self) -> None:
+        if self.start is None:
+            self._sync()
+            self.start = time.perf_counter()
+
+    def step_done(self) -> None:
+        self._sync()
+        self.ends.append(time.perf_counter())
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
 
-def hf_features(examples, tokenizer, label_index: dict[str, int]) -> tuple[list[dict], int]:
+class TimedStepper:
+    """Wraps our stepper (``_PlainStepper`` / ``_DeepSpeedStepper``) to time each step; optionally
+    runs it under bf16 autocast (the ``autocast`` engine)."""
+
+    def __init__(self, inner, clock: StepClock, autocast_device: str | None = None) -> None:
+        self.inner, self.clock, self.module, self.autocast_device = inner, clock, inner.module, autocast_device
+
+    def __call__(self, inputs):
+        context = (torch.autocast(self.autocast_device, dtype=torch.bfloat16) if self.autocast_device
+                   else contextlib.nullcontext())
+        with context:
+            loss = self.inner(inputs)
+        self.clock.step_done()
+        return loss
+
+
+@contextlib.contextmanager
+def hidden_launcher_variables():
+    """Hide the single-process launcher variables DeepSpeed's set-up exported, so that HF's Trainer
+    (accelerate) sets itself up as one plain process."""
+    saved = {k: os.environ.pop(k) for k in LAUNCHER_VARIABLES if k in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+# ------------------------------------------------------------------------------------ inputs
+
+def derived_relation_data(ner_dir: Path, out: Path, limit: int | None = None) -> dict[str, int]:
+    """A GAD-format relation set from NCBI-disease sentences (see the module docstring); at most
+    ``limit`` rows per split (the first ones)."""
+    out.mkdir(parents=True, exist_ok=True)
+    counts = {}
+    for split, source in (("train", "train.tsv"), ("dev", "devel.tsv"), ("test", "test.tsv")):
+        rows = []
+        for block in (ner_dir / source).read_text(encoding="utf-8").split("\n\n"):
+            if limit is not None and len(rows) >= limit:
+                break
+            pairs = [line.split("\t") for line in block.strip().split("\n") if line.strip()]
+            tokens, tags = [p[0] for p in pairs], [p[-1] for p in pairs]
+            mentions, begin = [], None
+            for i, tag in enumerate(tags + ["O"]):
+                if begin is not None and not tag.startswith("I"):
+                    mentions.append((begin, i))
+                    begin = None
+                if tag.startswith("B") or (tag.startswith("I") and begin is None):
+                    begin = i
+            for (b1, e1), (b2, e2) in zip(mentions, mentions[1:]):
+                words = tokens[:b1] + ["@GENE$"] + tokens[e1:b2] + ["@DISEASE$"] + tokens[e2:]
+                rows.append(f"{' '.join(words)}\t{'1' if b2 - e1 <= 2 else '0'}\n")
+        rows = rows[:limit]
+        (out / f"{split}.tsv").write_text("".join(rows), encoding="utf-8")
+        counts[split] = len(rows)
+    return counts
+
+
+def make_tokenizer(args, texts_for_training) -> tuple[object, str]:
+    """The tokenizer of a random model (see the module docstring for the order)."""
+    from transformers import AutoTokenizer, BertTokenizerFast
+
+    if args.tokenizer:
+        return AutoTokenizer.from_pretrained(args.tokenizer), str(args.tokenizer)
+    try:
+        from biomed_lm.reference_models import general_bert_dir
+
+        path = general_bert_dir()
+        return AutoTokenizer.from_pretrained(str(path)), f"{path} (bert-base-uncased vocabulary)"
+    except FileNotFoundError:
+        pass
+    from tokenizers import BertWordPieceTokenizer
+
+    vocab = SHARED_DATA / "vocab" / "pubmed_wordpiece_30000_vocab.txt"
+    if vocab.is_file():
+        return BertTokenizerFast(tokenizer_object=BertWordPieceTokenizer(str(vocab), lowercase=True)._tokenizer), \
+            str(vocab)
+    trained = BertWordPieceTokenizer(lowercase=True)
+    trained.train_from_iterator(texts_for_training(), vocab_size=30522, min_frequency=2)
+    tokenizer = BertTokenizerFast(tokenizer_object=trained._tokenizer)
+    return tokenizer, f"WordPiece trained on the tasks' training text ({len(tokenizer)} tokens)"
+
+
+def make_model_dir(args, root: Path, texts_for_training) -> tuple[str, dict]:
+    """A checkpoint directory for ``args.model`` and a description of it."""
+    if args.model not in MODEL_PRESETS:
+        return str(args.model), {"model": str(args.model), "model_kind": "checkpoint"}
+    if args.model == "minilm":
+        from biomed_lm.reference_models import general_bert_dir
+
+        return str(general_bert_dir()), {"model": "all-MiniLM-L6-v2 (pretrained, 6 x 384)", "model_kind": "minilm"}
+    from transformers import BertConfig, BertModel
+
+    tokenizer, source = make_tokenizer(args, texts_for_training)
+    shape = (dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128)
+             if args.model == "tiny" else {})  # BertConfig's defaults are BERT-base's
+    config = BertConfig(vocab_size=len(tokenizer), max_position_embeddings=512, **shape)
+    torch.manual_seed(args.seed)
+    path = root / f"{args.model}_random"
+    BertModel(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path), {"model": f"{args.model} shape, randomly initialized ({config.num_hidden_layers} x "
+                                f"{config.hidden_size}, vocabulary {config.vocab_size})",
+                       "model_kind": args.model, "tokenizer_source": source}
+
+
+# ---------------------------------------------------------------------------------- HF side
+
+def hf_token_features(examples, tokenizer, label_index: dict[str, int], max_length: int, gold_tags) -> tuple:
     """The run_ner.py recipe: one batched tokenizer call, label on the first sub-word, -100 elsewhere.
     Returns the features and the number of sentences truncation cut."""
     encodings = tokenizer([list(e.tokens) for e in examples], is_split_into_words=True, truncation=True,
-                          max_length=MAX_LENGTH)
+                          max_length=max_length)
     features, truncated = [], 0
     for i, example in enumerate(examples):
-        labels, previous = [], None
+        tags, labels, previous = gold_tags[i], [], None
         word_ids = encodings.word_ids(i)
         for word in word_ids:
-            labels.append(-100 if word is None or word == previous else label_index[example.tags[word]])
+            labels.append(-100 if word is None or word == previous else label_index[tags[word]])
             previous = word
         last_word = max((w for w in word_ids if w is not None), default=-1)
         truncated += int(last_word < len(example.tokens) - 1)
-        features.append({"input_ids": encodings["input_ids"][i], "attention_mask": encodings["attention_mask"][i],
-                         "token_type_ids": encodings["token_type_ids"][i], "labels": labels})
+        feature = {k: encodings[k][i] for k in ("input_ids", "attention_mask", "token_type_ids") if k in encodings}
+        features.append(feature | {"labels": labels, "word_ids": word_ids})
     return features, truncated
 
 
-def best_of(fn, repeats: int = 3) -> tuple[float, object]:
-    best, out = float("inf"), None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, out
+def hf_sequence_features(examples, tokenizer, label_index: dict[str, int], max_length: int) -> tuple:
+    texts = []
+    for e in examples:
+        if getattr(e, "entities", None):
+            raise SystemExit("bench_finetune: the HF baseline reads pre-dummified relation text (GAD layout); "
+                             "this dataset gives entity offsets")
+        texts.append(e.text)
+    encodings = tokenizer(texts, truncation=True, max_length=max_length)
+    truncated = sum(1 for ids in encodings["input_ids"] if len(ids) >= max_length)
+    features = [{k: encodings[k][i] for k in ("input_ids", "attention_mask", "token_type_ids") if k in encodings}
+                | {"labels": label_index[e.label]} for i, e in enumerate(examples)]
+    return features, truncated
+
+
+@torch.no_grad()
+def hf_predict(model, features, collator, batch_size: int, device: torch.device, bf16: bool, labels, ner: bool):
+    """One prediction per example (NER: a tag per word, O for words truncation cut)."""
+    model.eval()
+    predictions = []
+    for begin in range(0, len(features), batch_size):
+        chunk = features[begin:begin + batch_size]
+        batch = collator([{k: v for k, v in f.items() if k != "word_ids"} for f in chunk])
+        batch = {k: v.to(device) for k, v in batch.items() if k != "labels"}
+        with torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+            argmax = model(**batch).logits.argmax(-1).cpu().tolist()
+        for feature, row in zip(chunk, argmax):
+            if not ner:
+                predictions.append(labels[row])
+                continue
+            words, previous = {}, None
+            for position, word in enumerate(feature["word_ids"]):
+                if word is not None and word != previous:
+                    words[word] = labels[row[position]]
+                previous = word
+            predictions.append([words.get(w, "O") for w in range(feature["num_words"])])
+    return predictions
+
+
+def run_hf(args, cfg, data, model_dir: str, device: torch.device, bf16: bool) -> dict:
+    import transformers
+    from transformers import (AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer,
+                              DataCollatorForTokenClassification, DataCollatorWithPadding, Trainer, TrainerCallback,
+                              TrainingArguments)
+
+    from biomed_lm.finetune.blurb import DEV, TEST, TRAIN
+    from biomed_lm.finetune.metrics import compute_metric
+
+    task, ner = data.task, data.dataset.task_type == "ner"
+    labels = list(task.labels)
+    label_index = {label: i for i, label in enumerate(labels)}
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    max_length = task.max_length
+    features, truncated = {}, {}
+    for split in (TRAIN, DEV, TEST):
+        examples = data.examples[split]
+        if ner:
+            features[split], truncated[split] = hf_token_features(examples, tokenizer, label_index, max_length,
+                                                                  task.gold(examples))
+            for f, e in zip(features[split], examples):
+                f["num_words"] = len(e.tokens)
+        else:
+            features[split], truncated[split] = hf_sequence_features(examples, tokenizer, label_index, max_length)
+    train = [{k: v for k, v in f.items() if k not in ("word_ids", "num_words")} for f in features[TRAIN]]
+    collator = (DataCollatorForTokenClassification(tokenizer) if ner else DataCollatorWithPadding(tokenizer))
+
+    memory = MemoryWindow(device)
+    memory.start()
+    model_class = AutoModelForTokenClassification if ner else AutoModelForSequenceClassification
+    model = model_class.from_pretrained(model_dir, num_labels=len(labels), id2label=dict(enumerate(labels)),
+                                        label2id=label_index)
+    clock = StepClock(device)
+
+    class Clock(TrainerCallback):
+        def on_epoch_begin(self, _args, state, control, **kwargs):
+            clock.begin()
+
+        def on_step_end(self, _args, state, control, **kwargs):
+            clock.step_done()
+
+    with tempfile.TemporaryDirectory(prefix="bench_finetune_hf_") as tmp, hidden_launcher_variables():
+        training_args = TrainingArguments(
+            output_dir=tmp, per_device_train_batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
+            num_train_epochs=cfg.epochs, warmup_steps=WARMUP_RATIO, weight_decay=WEIGHT_DECAY,
+            max_grad_norm=MAX_GRAD_NORM, lr_scheduler_type="linear", bf16=bf16, use_cpu=device.type == "cpu",
+            report_to="none", save_strategy="no", eval_strategy="no", logging_strategy="no",
+            dataloader_num_workers=0, disable_tqdm=True, seed=args.seed)
+        trainer = Trainer(model=model, args=training_args, train_dataset=train, data_collator=collator,
+                          callbacks=[Clock()])
+        started = time.perf_counter()
+        output = trainer.train()
+        call_s = time.perf_counter() - started
+        peak = memory.stop()
+        world_size = training_args.world_size
+        wrapped = type(trainer.model_wrapped).__name__
+        optimizer = trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer") else trainer.optimizer
+        optimizer_name = type(optimizer).__name__
+    scores = {}
+    for split in (DEV, TEST):
+        predicted = hf_predict(model, features[split], collator, cfg.batch_size, device, bf16, labels, ner)
+        scores[split] = compute_metric(data.dataset.metric, task.gold(data.examples[split]), predicted,
+                                       **task.metric_kwargs())["score"]
+    row = {"method": BASELINE, "sequences_per_epoch": len(train), "truncated_examples": truncated,
+           "optimizer": optimizer_name, "world_size": world_size, "wrapped_model": wrapped,
+           "precision": "bf16 autocast (fp32 weights)" if bf16 else "fp32",
+           "train_call_seconds": call_s, "mean_training_loss": output.training_loss,
+           "transformers": transformers.__version__}
+    row |= timing(clock, cfg, len(data.examples[TRAIN]), len(train), args.warmup_steps)
+    row |= peak | {"dev_f1": scores[DEV], "test_f1": scores[TEST]}
+    del trainer, model, output
+    return row
+
+
+# ---------------------------------------------------------------------------------- our side
+
+def run_ours(args, cfg, fargs, data, device: torch.device, engine: str) -> dict:
+    from biomed_lm.finetune.blurb import DEV, TEST, TRAIN
+    from biomed_lm.finetune.trainer import _evaluate, _prepare_training, _seed_everything, train_epoch
+
+    memory = MemoryWindow(device)
+    memory.start()
+    data.generator = _seed_everything(args.seed)  # as run_finetune: seeded right before the model is built
+    setup_started = time.perf_counter()
+    run = _prepare_training(fargs, data)  # resets the cuda peak itself, just before building the model
+    setup_s = time.perf_counter() - setup_started
+    if run.distributed.device != device:
+        raise SystemExit(f"bench_finetune: our trainer chose {run.distributed.device}, the benchmark {device}")
+    clock = StepClock(device)
+    stepper = TimedStepper(run.stepper, clock, device.type if engine == "autocast" else None)
+    losses = []
+    for epoch in range(1, cfg.epochs + 1):
+        clock.begin()
+        losses.extend(train_epoch(stepper, run.loader, data.task, device, None, epoch))
+    peak = memory.stop()
+    scores = {split: _evaluate(run.model, data.task, data.examples[split], data.features[split], fargs,
+                               data.dataset.metric, device)["score"] for split in (DEV, TEST)}
+    optimizer = getattr(run.stepper, "optimizer", None)
+    wrapper = None
+    if optimizer is None:  # a DeepSpeed engine: its optimizer wraps ours
+        wrapper = run.stepper.module.optimizer
+        optimizer = getattr(wrapper, "optimizer", wrapper)
+    precision = ("bf16 autocast (fp32 weights)" if engine == "autocast" else
+                 f"{fargs.precision}{' (DeepSpeed bf16 mode)' if fargs.precision == 'bf16' else ''}")
+    row = {"method": OURS, "engine": engine, "sequences_per_epoch": len(data.features[TRAIN]),
+           "extra_windows": len(data.features[TRAIN]) - len(data.examples[TRAIN]),
+           "input_stats": dict(data.task.stats), "optimizer": type(optimizer).__name__,
+           "optimizer_wrapper": type(wrapper).__name__ if wrapper is not None else None,
+           "setup_seconds": setup_s, "world_size": run.distributed.world_size, "precision": precision,
+           "mean_training_loss": sum(losses) / len(losses), "total_steps": run.total_steps}
+    row |= timing(clock, cfg, len(data.examples[TRAIN]), len(data.features[TRAIN]), args.warmup_steps)
+    row |= peak | {"dev_f1": scores[DEV], "test_f1": scores[TEST]}
+    del run, stepper
+    return row
+
+
+def timing(clock: StepClock, cfg, n_examples: int, n_sequences: int, warmup_steps: int) -> dict:
+    steps = len(clock.ends)
+    if steps == 0:
+        raise SystemExit("bench_finetune: no training step was timed")
+    seconds = clock.ends[-1] - clock.start
+    sequences = cfg.epochs * n_sequences
+    per_example = n_examples / n_sequences  # examples per training sequence (ours windows long sentences)
+    skip = min(warmup_steps, steps - 1)
+    steps_per_epoch = steps // cfg.epochs
+    if skip and skip < steps_per_epoch:  # the skipped steps are full batches
+        steady_s = clock.ends[-1] - clock.ends[skip - 1]
+        steady = (sequences - skip * cfg.batch_size) / steady_s * per_example
+    else:
+        skip, steady_s, steady = 0, seconds, sequences / seconds * per_example
+    return {"steps": steps, "train_seconds": seconds, "examples_per_s": cfg.epochs * n_examples / seconds,
+            "warmup_steps_excluded": skip, "steady_seconds": steady_s, "examples_per_s_steady": steady,
+            "mean_step_seconds_steady": steady_s / (steps - skip)}
+
+
+# ------------------------------------------------------------------------------------- main
+
+class TaskConfig:
+    def __init__(self, batch_size: int, epochs: int, learning_rate: float) -> None:
+        self.batch_size, self.epochs, self.learning_rate = batch_size, epochs, learning_rate
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when available")
+    parser.add_argument("--precision", choices=("bf16", "fp32"), default=None,
+                        help="default: bf16 on cuda, fp32 on cpu")
+    parser.add_argument("--model", default=None, help=f"{', '.join(MODEL_PRESETS)} or a checkpoint directory "
+                                                      "(default: bert-base on cuda, minilm on cpu, tiny with --quick)")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer directory for the random presets")
+    parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated: {', '.join(TASKS)}")
+    parser.add_argument("--ner-data", type=Path, default=REPO / "data" / "blurb" / "NCBI-disease")
+    parser.add_argument("--relation-data", type=Path, default=None,
+                        help="GAD directory, or 'derived' for the set derived from NCBI-disease (default: "
+                             "../shared/data/blurb/re/gad when present, else derived)")
+    parser.add_argument("--train-examples", type=int, default=None,
+                        help="first N training examples per task (default: all on cuda, 250 on cpu, 48 --quick)")
+    parser.add_argument("--eval-examples", type=int, default=None,
+                        help="first N dev and test examples (default: all; 32 --quick)")
+    parser.add_argument("--epochs", type=int, default=None, help="default 2 (1 with --quick)")
+    parser.add_argument("--batch-size", type=int, default=None, help="default 32 (16 with --quick)")
+    parser.add_argument("--learning-rate", type=float, default=None,
+                        help="default 5e-5 for a pretrained checkpoint, 1e-4 for the random presets, 1e-3 --quick")
+    parser.add_argument("--max-length", type=int, default=None, help="default: the dataset's (128 for both)")
+    parser.add_argument("--warmup-steps", type=int, default=None,
+                        help="steps left out of the steady-state rate (default 5 on cuda, 1 on cpu)")
+    parser.add_argument("--ours-engine", choices=("auto", "plain", "deepspeed", "autocast"), default="auto",
+                        help="auto: deepspeed for bf16 (autocast without deepspeed installed), plain for fp32")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    parser.add_argument("--quick", action="store_true", help="tiny model, few steps (the test's run)")
+    parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "finetune.json")
+    args = parser.parse_args(argv)
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available")
+    cuda = args.device == "cuda"
+    args.precision = args.precision or ("bf16" if cuda else "fp32")
+    if args.precision == "bf16" and not cuda:
+        parser.error("--precision bf16 is for --device cuda")
+    args.model = args.model or ("tiny" if args.quick else "bert-base" if cuda else "minilm")
+    if args.train_examples is None:
+        args.train_examples = 48 if args.quick else None if cuda else 250
+    if args.eval_examples is None and args.quick:
+        args.eval_examples = 32
+    args.epochs = args.epochs or (1 if args.quick else 2)
+    args.batch_size = args.batch_size or (16 if args.quick else 32)
+    if args.learning_rate is None:
+        args.learning_rate = 1e-3 if args.model == "tiny" else 1e-4 if args.model == "bert-base" else 5e-5
+    if args.warmup_steps is None:
+        args.warmup_steps = 5 if cuda else 1
+    args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    if not args.tasks or any(t not in TASKS for t in args.tasks):
+        parser.error(f"--tasks: choose from {', '.join(TASKS)}")
+    for name in ("train_examples", "eval_examples"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.epochs < 1 or args.batch_size < 1 or args.warmup_steps < 0:
+        parser.error("--epochs and --batch-size must be at least 1, --warmup-steps at least 0")
+    engine = args.ours_engine
+    if engine == "auto":
+        if args.precision == "fp32":
+            engine = "plain"
+        else:
+            try:
+                import deepspeed  # noqa: F401
+                engine = "deepspeed"
+            except ImportError:
+                print("bench_finetune: deepspeed is not installed: ours runs bf16 as torch autocast around "
+                      "_PlainStepper (not a launch/finetune.py path)", file=sys.stderr)
+                engine = "autocast"
+    if args.precision == "fp32" and engine == "autocast":
+        parser.error("--ours-engine autocast is bf16")
+    if args.precision == "bf16" and engine == "plain":
+        parser.error("--ours-engine plain is fp32 (our trainer runs bf16 through DeepSpeed only)")
+    args.engine = engine
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--train-sentences", type=int, default=250, help="first N NCBI-disease training sentences")
-    parser.add_argument("--rounds", type=int, default=6, help="timed rounds (one epoch of each method per round)")
-    parser.add_argument("--warmup-rounds", type=int, default=1, help="untimed rounds first")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--model", default=None, help="checkpoint directory (default: the packaged all-MiniLM-L6-v2)")
-    parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "finetune.json")
-    args = parser.parse_args(argv)
-    if args.rounds < 1 or args.warmup_rounds < 0 or args.train_sentences < 1 or args.batch_size < 1:
-        parser.error("--rounds, --train-sentences and --batch-size must be at least 1, --warmup-rounds at least 0")
+    args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-
     try:
         import accelerate  # noqa: F401  (transformers' Trainer needs it; not a dependency of this project)
     except ImportError:
@@ -197,197 +581,131 @@ def main(argv: list[str] | None = None) -> int:
               "install it with: .venv/bin/pip install -c requirements/cpu.lock accelerate", file=sys.stderr)
         return 2
     import transformers
-    from torch.utils.data import DataLoader
-    from transformers import (AutoModelForTokenClassification, AutoTokenizer, DataCollatorForTokenClassification,
-                              Trainer, TrainerCallback, TrainingArguments)
 
     from biomed_lm.finetune.blurb import TRAIN
-    from biomed_lm.finetune.model_check import check_model
-    from biomed_lm.finetune.trainer import (FinetuneArgs, _build_model, _build_task, _PlainStepper, _seed_everything,
-                                            load_dataset_for, train_epoch)
-    from biomed_lm.pretrain.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
-    from biomed_lm.reference_models import general_bert_dir
+    from biomed_lm.finetune.trainer import FinetuneArgs, _prepare_data
 
     transformers.logging.set_verbosity_error()  # "newly initialized classifier" etc.
-    model_dir = args.model or str(general_bert_dir())
+    device = torch.device(args.device)
+    bf16 = args.precision == "bf16"
     tmp = tempfile.TemporaryDirectory(prefix="bench_finetune_")
-    fargs = FinetuneArgs(model=model_dir, dataset="ncbi-disease", data_dir=str(REPO / "data" / "blurb" / "NCBI-disease"),
-                         output_dir=tmp.name, learning_rate=LEARNING_RATE, batch_size=args.batch_size,
-                         epochs=args.warmup_rounds + args.rounds, seed=args.seed, max_length=MAX_LENGTH,
-                         warmup_ratio=WARMUP_RATIO, weight_decay=WEIGHT_DECAY, dropout=0.1, tagging_scheme="bio",
-                         tagging_layer="linear")
-    dataset = load_dataset_for(fargs)
-    examples = dataset.splits[TRAIN][:args.train_sentences]
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    task = _build_task(fargs, dataset, tokenizer)
-    label_index = {label: i for i, label in enumerate(task.labels)}
-    n = len(examples)
+    root = Path(tmp.name)
+    started = time.perf_counter()
 
-    # ---- featurization (outside the timed epochs)
-    ours_featurize_s, ours_features = best_of(lambda: task.featurize(examples))
-    hf_tokenize_s, (hf_train, hf_truncated) = best_of(lambda: hf_features(examples, tokenizer, label_index))
-    windowed = sum(1 for f in ours_features if f["first_word"] > 0)
+    # ---- the tasks' data directories
+    specs = {}
+    if "ner" in args.tasks:
+        specs["ner"] = dict(dataset="ncbi-disease", data_dir=str(args.ner_data))
+    relation_source = None
+    if "relation" in args.tasks:
+        gad = args.relation_data or SHARED_DATA / "blurb" / "re" / "gad"
+        if str(gad) != "derived" and args.relation_data is not None and not gad.is_dir():
+            print(f"bench_finetune: error: --relation-data {gad} is not a directory", file=sys.stderr)
+            return 2
+        if str(gad) != "derived" and gad.is_dir():
+            specs["relation"] = dict(dataset="gad", data_dir=str(gad))
+            relation_source = f"GAD ({gad})"
+        else:
+            limits = [n for n in (args.train_examples, args.eval_examples) if n is not None]
+            counts = derived_relation_data(args.ner_data, root / "ncbi_pairs",
+                                           max(limits) if len(limits) == 2 else None)
+            specs["relation"] = dict(dataset="ncbi-pairs", data_dir=str(root / "ncbi_pairs"), task_type="relation",
+                                     negative_label="0")
+            relation_source = (f"derived from NCBI-disease ({args.ner_data}): consecutive disease-mention pairs, "
+                               f"label 1 when at most 2 words apart; rows {counts}")
+            log(f"relation data: {relation_source}")
 
-    # ---- our loop, built as run_finetune builds it
-    epochs = args.warmup_rounds + args.rounds
-    generator = _seed_everything(args.seed)
-    ours_model = _build_model(fargs, task, check_model(model_dir))
-    ours_shapes = BatchShapes(task.collate)
-    loader = DataLoader(ours_features, batch_size=args.batch_size, shuffle=True, generator=generator,
-                        collate_fn=ours_shapes, num_workers=0)
-    optimizer = build_optimizer("adamw", parameter_groups(ours_model, WEIGHT_DECAY), lr=LEARNING_RATE,
-                                weight_decay=WEIGHT_DECAY, device="cpu")
-    scheduler = build_lr_scheduler(optimizer.optimizer, ScheduleConfig(warmup_ratio=WARMUP_RATIO),
-                                   epochs * len(loader))
-    stepper = _PlainStepper(ours_model, optimizer.optimizer, scheduler)
-    device = torch.device("cpu")
+    def training_texts():
+        from biomed_lm.finetune.readers import load_blurb_dataset, load_generic_dataset
 
-    # ---- HF Trainer
-    hf_model = AutoModelForTokenClassification.from_pretrained(
-        model_dir, num_labels=len(task.labels), id2label=dict(enumerate(task.labels)), label2id=label_index)
-    hf_shapes = BatchShapes(DataCollatorForTokenClassification(tokenizer))
-    training_args = TrainingArguments(
-        output_dir=tmp.name, per_device_train_batch_size=args.batch_size, learning_rate=LEARNING_RATE,
-        num_train_epochs=epochs, warmup_steps=WARMUP_RATIO, weight_decay=WEIGHT_DECAY, max_grad_norm=1.0,
-        report_to="none", save_strategy="no", eval_strategy="no", logging_strategy="no",
-        dataloader_num_workers=0, use_cpu=True, disable_tqdm=True, seed=args.seed)
+        for spec in specs.values():
+            if "task_type" in spec:
+                dataset = load_generic_dataset("relation", spec["data_dir"], None, name=spec["dataset"],
+                                               negative_label="0")
+            else:
+                dataset = load_blurb_dataset(spec["dataset"], spec["data_dir"])
+            for e in dataset.splits[TRAIN]:
+                yield " ".join(e.tokens) if hasattr(e, "tokens") else e.text
 
-    sampler = RssSampler()
-    records: dict[str, list[dict]] = {BASELINE: [], OURS: []}
-    ours_losses: list[float] = []
+    model_dir, model_info = make_model_dir(args, root, training_texts)
+    cfg = TaskConfig(args.batch_size, args.epochs, args.learning_rate)
+    if device.type == "cuda":  # CUDA context and cuBLAS handles before anything is timed
+        x = torch.randn(256, 256, device=device)
+        (x @ x).sum().item()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            (x @ x).sum().item()
 
-    def run_ours(measure_memory: bool) -> None:
-        first = len(ours_shapes.padded)
-        if measure_memory:
-            sampler.start()
-        start = time.perf_counter()
-        ours_losses.extend(train_epoch(stepper, loader, task, device))
-        seconds = time.perf_counter() - start
-        records[OURS].append({"seconds": seconds, "rss_growth_bytes": sampler.stop() if measure_memory else None,
-                              "padded_tokens": ours_shapes.padded[first:], "real_tokens": ours_shapes.real[first:]})
-
-    class Interleave(TrainerCallback):
-        """Times each HF epoch and runs one epoch of ours before (odd rounds) or after (even) it."""
-
-        round = 0
-        start = 0.0
-        first = 0
-        warmup = False
-
-        def on_epoch_begin(self, _args, state, control, **kwargs):
-            self.warmup = self.round < args.warmup_rounds  # memory is sampled in warm-up rounds only
-            if self.round % 2 == 1:
-                run_ours(self.warmup)
-            self.first = len(hf_shapes.padded)
-            if self.warmup:
-                sampler.start()
-            self.start = time.perf_counter()
-
-        def on_epoch_end(self, _args, state, control, **kwargs):
-            seconds = time.perf_counter() - self.start
-            records[BASELINE].append({"seconds": seconds, "rss_growth_bytes": sampler.stop() if self.warmup else None,
-                                      "padded_tokens": hf_shapes.padded[self.first:],
-                                      "real_tokens": hf_shapes.real[self.first:]})
-            if self.round % 2 == 0:
-                run_ours(self.warmup)
-            self.round += 1
-            print(f"round {self.round}/{epochs}{' (warm-up)' if self.round <= args.warmup_rounds else ''}: "
-                  f"hf_trainer {records[BASELINE][-1]['seconds']:.2f} s, ours {records[OURS][-1]['seconds']:.2f} s",
-                  flush=True)
-
-    trainer = Trainer(model=hf_model, args=training_args, train_dataset=hf_train, data_collator=hf_shapes,
-                      callbacks=[Interleave()])
-    load_before = os.getloadavg()
-    start = time.perf_counter()
-    output = trainer.train()
-    train_call_s = time.perf_counter() - start
-    load_after = os.getloadavg()
-    hf_optimizer = type(trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer") else trainer.optimizer)
-    hf_epochs_s = sum(r["seconds"] for r in records[BASELINE])
-    ours_epochs_s = sum(r["seconds"] for r in records[OURS])
-    if len(records[BASELINE]) != epochs or len(records[OURS]) != epochs:
-        print(f"bench_finetune: error: expected {epochs} epochs each, got {len(records[BASELINE])} HF and "
-              f"{len(records[OURS])} ours", file=sys.stderr)
-        return 1
-
-    # ---- summary
-    rows = {}
-    for method, featurize_s, n_sequences in ((BASELINE, hf_tokenize_s, len(hf_train)),
-                                             (OURS, ours_featurize_s, len(ours_features))):
-        timed = records[method][args.warmup_rounds:]
-        seconds = [r["seconds"] for r in timed]
-        padded = [t for r in timed for t in r["padded_tokens"]]
-        real = [t for r in timed for t in r["real_tokens"]]
-        median = statistics.median(seconds)
-        rows[method] = {
-            "method": method, "role": "baseline" if method == BASELINE else "ours",
-            "epoch_seconds_median": median, "epoch_seconds_best": min(seconds), "epoch_seconds_all": seconds,
-            "warmup_epoch_seconds": [r["seconds"] for r in records[method][:args.warmup_rounds]],
-            "examples_per_s_median": n / median, "examples_per_s_best": n / min(seconds),
-            "sequences_per_epoch": n_sequences, "steps_per_epoch": len(timed[0]["padded_tokens"]),
-            "padded_tokens_per_round": [sum(r["padded_tokens"]) for r in timed],
-            "mean_padded_tokens_per_epoch": sum(padded) / len(timed),
-            "mean_padded_tokens_per_batch": statistics.fmean(padded),
-            "mean_real_tokens_per_batch": statistics.fmean(real),
-            "padding_fraction": 1 - sum(real) / sum(padded),
-            "padded_tokens_per_s_median": statistics.median(sum(r["padded_tokens"]) / r["seconds"] for r in timed),
-            "featurize_seconds_best_of_3": featurize_s,
-            "warmup_peak_rss_growth_mib": [r["rss_growth_bytes"] / 2 ** 20
-                                           for r in records[method][:args.warmup_rounds]],
+    tasks = {}
+    for name, spec in specs.items():
+        print(f"== {name}: {spec['dataset']}", file=sys.stderr, flush=True)
+        fargs = FinetuneArgs(model=model_dir, output_dir=str(root / f"ours_{name}"), learning_rate=cfg.learning_rate,
+                             batch_size=cfg.batch_size, epochs=cfg.epochs, seed=args.seed, max_length=args.max_length,
+                             warmup_ratio=WARMUP_RATIO, weight_decay=WEIGHT_DECAY, dropout=0.1,
+                             max_train_examples=args.train_examples, max_eval_examples=args.eval_examples,
+                             deepspeed=args.engine == "deepspeed", precision="bf16" if args.engine == "deepspeed"
+                             else "fp32", **spec)
+        data = _prepare_data(fargs, log)
+        hf = run_hf(args, cfg, data, model_dir, device, bf16)
+        log(f"hf_trainer: {hf['examples_per_s_steady']:.1f} examples/s, test F1 {hf['test_f1']:.4f}")
+        gc.collect()
+        try:
+            ours = run_ours(args, cfg, fargs, data, device, args.engine)
+        except Exception as error:  # noqa: BLE001  a one-shot GPU check still gets numbers, and says why
+            if args.engine != "deepspeed" or not bf16:
+                raise
+            reason = f"{type(error).__name__}: {error}"
+            print(f"bench_finetune: our DeepSpeed bf16 run failed ({reason}); running ours as bf16 autocast",
+                  file=sys.stderr)
+            gc.collect()
+            fargs = dataclasses.replace(fargs, deepspeed=False, precision="fp32")
+            ours = run_ours(args, cfg, fargs, data, device, "autocast") | {"engine_fallback_reason": reason}
+        log(f"ours: {ours['examples_per_s_steady']:.1f} examples/s, test F1 {ours['test_f1']:.4f}")
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        memory_key = "peak_memory_bytes"
+        summary = {
+            "ratio_examples_per_s": ours["examples_per_s_steady"] / hf["examples_per_s_steady"],
+            "ratio_examples_per_s_all_steps": ours["examples_per_s"] / hf["examples_per_s"],
+            "ratio_peak_memory": ours[memory_key] / hf[memory_key],
+            "ratio_peak_rss_growth": (ours["peak_rss_growth_bytes"] / hf["peak_rss_growth_bytes"]
+                                      if hf["peak_rss_growth_bytes"] > 0 else None),
+            "f1_diff_dev": ours["dev_f1"] - hf["dev_f1"], "f1_diff_test": ours["test_f1"] - hf["test_f1"],
         }
-    # The headline ratio: per round, ours / hf examples/s, then the median over rounds. A round's two
-    # epochs ran back to back, so each ratio sees (nearly) one machine load; the ratio of the two
-    # medians does not, and is skewed when the load changes mid-run.
-    pairs = list(zip(records[BASELINE][args.warmup_rounds:], records[OURS][args.warmup_rounds:]))
-    per_round = [h["seconds"] / o["seconds"] for h, o in pairs]
-    per_round_tokens = [(sum(o["padded_tokens"]) / o["seconds"]) / (sum(h["padded_tokens"]) / h["seconds"])
-                        for h, o in pairs]
-    for method, row in rows.items():
-        mine = method == OURS
-        row["ratio_per_round"] = per_round if mine else [1.0] * len(pairs)
-        row["ratio_vs_baseline"] = statistics.median(per_round) if mine else 1.0
-        row["ratio_padded_tokens_per_s_per_round"] = per_round_tokens if mine else [1.0] * len(pairs)
-        row["ratio_padded_tokens_per_s_vs_baseline"] = statistics.median(per_round_tokens) if mine else 1.0
-        row["ratio_of_medians_vs_baseline"] = row["examples_per_s_median"] / rows[BASELINE]["examples_per_s_median"]
-    hf_overhead_s = train_call_s - hf_epochs_s - ours_epochs_s
+        tasks[name] = {"dataset": data.dataset.name, "metric": data.dataset.metric,
+                       "max_length": data.task.max_length,
+                       "examples": {split: len(exs) for split, exs in data.examples.items()},
+                       "results": {BASELINE: hf, OURS: ours}, **summary}
+        del data
 
-    print(f"\nNCBI-disease, first {n} training sentences; {'/'.join(model_dir.rstrip('/').split('/')[-2:])} fp32; batch "
-          f"{args.batch_size}, max_length {MAX_LENGTH}; {args.rounds} timed rounds (+{args.warmup_rounds} warm-up), "
-          f"interleaved; torch {torch.__version__}, transformers {transformers.__version__}, "
-          f"{torch.get_num_threads()} threads, {os.cpu_count()} CPUs; load average {load_before[0]:.2f} -> "
-          f"{load_after[0]:.2f}")
-    print(f"{'method':<11} {'examples/s':>10} {'best':>7} {'s/epoch':>8} {'ratio':>6} {'steps':>5} "
-          f"{'pad tok/epoch':>13} {'pad tok/batch':>13} {'real tok/batch':>14} {'featurize s':>11} {'RSS +MiB':>8}")
-    for r in rows.values():
-        print(f"{r['method']:<11} {r['examples_per_s_median']:10.1f} {r['examples_per_s_best']:7.1f} "
-              f"{r['epoch_seconds_median']:8.2f} {r['ratio_vs_baseline']:6.2f} "
-              f"{r['steps_per_epoch']:5d} {r['mean_padded_tokens_per_epoch']:13.0f} "
-              f"{r['mean_padded_tokens_per_batch']:13.0f} {r['mean_real_tokens_per_batch']:14.0f} "
-              f"{r['featurize_seconds_best_of_3']:11.3f} "
-              f"{r['warmup_peak_rss_growth_mib'][-1] if args.warmup_rounds else float('nan'):8.1f}")
-    ratio = rows[OURS]["ratio_vs_baseline"]
-    print(f"ratio ours / hf_trainer examples/s, median of the per-round ratios: x{ratio:.2f} "
-          f"({'ours faster' if ratio > 1 else 'HF faster'}; rounds: {', '.join(f'{x:.2f}' for x in per_round)}); "
-          f"per padded token x{rows[OURS]['ratio_padded_tokens_per_s_vs_baseline']:.2f}; ratio of the medians "
-          f"x{rows[OURS]['ratio_of_medians_vs_baseline']:.2f}")
-    print(f"sequences per epoch: hf {len(hf_train)} ({hf_truncated} sentences truncated), ours {len(ours_features)} "
-          f"({windowed} extra windows); HF optimizer {hf_optimizer.__name__}, ours "
-          f"{type(optimizer.optimizer).__name__}; Trainer.train() set-up/tear-down {hf_overhead_s:.2f} s "
-          f"(whole call {train_call_s:.1f} s); mean training loss over the run: hf {output.training_loss:.4f}, "
-          f"ours {statistics.fmean(ours_losses):.4f}")
+    # ---- table
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{os.cpu_count()} CPUs"
+    print(f"\n{model_info['model']}; {args.device} ({gpu}), {args.precision}; batch {args.batch_size}, "
+          f"{args.epochs} epoch(s), lr {args.learning_rate:g} (10% warm-up, linear decay); ours: {args.engine}; "
+          f"torch {torch.__version__}, transformers {transformers.__version__}")
+    memory_label = "peak alloc MiB" if device.type == "cuda" else "peak RSS MiB"
+    print(f"{'task':<9} {'method':<11} {'examples/s':>10} {'all steps':>9} {'steps':>5} {memory_label:>14} "
+          f"{'RSS +MiB':>8} {'dev F1':>7} {'test F1':>7}")
+    for name, task in tasks.items():
+        for row in task["results"].values():
+            print(f"{name:<9} {row['method']:<11} {row['examples_per_s_steady']:10.1f} {row['examples_per_s']:9.1f} "
+                  f"{row['steps']:5d} {row['peak_memory_bytes'] / 2 ** 20:14.0f} "
+                  f"{row['peak_rss_growth_bytes'] / 2 ** 20:8.0f} {row['dev_f1']:7.4f} {row['test_f1']:7.4f}")
+        print(f"{name:<9} {'ours/hf':<11} {task['ratio_examples_per_s']:9.2f}x {task['ratio_examples_per_s_all_steps']:8.2f}x "
+              f"{'':5} {task['ratio_peak_memory']:13.2f}x {'':8} {task['f1_diff_dev']:+7.4f} {task['f1_diff_test']:+7.4f}")
+    print("examples/s: steady state (first --warmup-steps steps of each method left out); ratios ours / hf_trainer "
+          "(examples/s above 1 = ours faster; memory below 1 = ours smaller); F1 rows: ours - hf_trainer")
 
     result = {
-        "task": "ncbi-disease", "model": model_dir, "train_sentences": n, "batch_size": args.batch_size,
-        "max_length": MAX_LENGTH, "learning_rate": LEARNING_RATE, "rounds": args.rounds,
-        "warmup_rounds": args.warmup_rounds, "seed": args.seed, "threads": torch.get_num_threads(),
-        "cpu_count": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-        "transformers": transformers.__version__, "load_average_before": load_before[0],
-        "load_average_after": load_after[0], "baseline": BASELINE,
-        "hf_sentences_truncated": hf_truncated, "ours_extra_windows": windowed,
-        "hf_optimizer": hf_optimizer.__name__, "ours_optimizer": type(optimizer.optimizer).__name__,
-        "hf_train_call_seconds": train_call_s, "hf_train_setup_teardown_seconds": hf_overhead_s,
-        "hf_mean_training_loss": output.training_loss, "ours_mean_training_loss": statistics.fmean(ours_losses),
-        "results": list(rows.values()),
+        "benchmark": "finetune", "device": args.device, "device_name": gpu, "precision": args.precision,
+        "ours_engine": args.engine, "quick": args.quick, **model_info, "model_dir": model_dir,
+        "relation_source": relation_source, "batch_size": args.batch_size, "epochs": args.epochs,
+        "learning_rate": args.learning_rate, "warmup_ratio": WARMUP_RATIO, "weight_decay": WEIGHT_DECAY,
+        "max_grad_norm": MAX_GRAD_NORM, "train_examples_limit": args.train_examples,
+        "eval_examples_limit": args.eval_examples, "warmup_steps": args.warmup_steps, "seed": args.seed,
+        "baseline": BASELINE, "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+        "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+        "wall_seconds": time.perf_counter() - started, "tasks": tasks,
     }
     write_results(args.output, result)
     tmp.cleanup()
