@@ -1,41 +1,139 @@
-"""benchmarks/bench_gpu.py keeps working: its whole path (batches, transformers' recipe, each kernel
-that runs here, FLOPs accounting, the report) on CPU with a tiny model."""
+"""benchmarks/bench_gpu.py keeps working and keeps its baselines honest: its whole path (batches,
+transformers' class eager, compiled and on full-length rows, each of our kernels that runs here,
+FLOPs accounting, the profile, the report) on CPU with a tiny model, and its timing window, which
+synchronizes the device at its two ends only and reads nothing back from the device in between."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import subprocess
 import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
 
 from tests.conftest import REPO
 
+BENCHMARKS = REPO / "benchmarks"
+ROLES = ["hf_eager", "hf_compiled", "hf_full_length", "ours"]
+# The subprocesses run beside another pytest worker on two cores: one thread each keeps OpenMP from
+# spinning against the other worker (timings are not asserted, only the results' shape).
+ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
+# aot_eager traces forward and backward as inductor does, without inductor's minutes of codegen on CPU.
+QUICK = ["--device", "cpu", "--quick", "--seq-lengths", "128", "--warmup", "2"]
+
+
+@pytest.fixture
+def bench_gpu(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # its `from _results import ...`
+    spec = importlib.util.spec_from_file_location("bench_gpu", BENCHMARKS / "bench_gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_gpu", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_window_synchronizes_at_its_two_ends_only(bench_gpu):
+    events, ticks = [], iter([10.0, 12.5])
+    seconds = bench_gpu.time_window(lambda batch: events.append(f"step {batch}"), [0, 1, 2],
+                                    sync=lambda: events.append("sync"), clock=lambda: next(ticks))
+    assert events == ["sync", "step 0", "step 1", "step 2", "sync"] and seconds == 2.5
+
+
+def test_a_system_is_counted_on_the_host_before_its_window(bench_gpu, monkeypatch):
+    """run_system: warm-up steps, then one window with two syncs and no .tolist()/.item() inside it."""
+    in_window, read_backs, syncs = [False], [], []
+
+    def sync() -> None:
+        syncs.append(1)
+        in_window[0] = not in_window[0]
+
+    for method in ("tolist", "item"):
+        original = getattr(torch.Tensor, method)
+
+        def counting(tensor, *args, _original=original, _method=method):
+            if in_window[0]:
+                read_backs.append(_method)
+            return _original(tensor, *args)
+        monkeypatch.setattr(torch.Tensor, method, counting)
+    model = torch.nn.Embedding(50, 4)
+    batches = [{"input_ids": torch.randint(50, (2, 8)), "attention_mask": torch.tensor([[1] * 8, [1] * 5 + [0] * 3]),
+                "labels": torch.tensor([[-100] * 7 + [3], [-100] * 8])} for _ in range(5)]
+    system = bench_gpu.System("toy", "ours", model, lambda model, batch: model(batch["input_ids"]).square().mean(),
+                              lambda batch: batch["input_ids"].numel())
+    config = SimpleNamespace(hidden_size=4, num_hidden_layers=1, intermediate_size=8, vocab_size=50,
+                             num_attention_heads=2, embedding_size=4)
+    row, _, window = bench_gpu.run_system(system, batches, 2, torch.device("cpu"), torch.float32, config, sync)
+    assert len(syncs) == 2 and read_backs == [] and len(window) == row["steps"] == 3 and row["warmup_steps"] == 2
+    assert row["tokens_per_s"] == pytest.approx(3 * 13 / row["window_seconds"])
+    assert row["step_seconds"] == pytest.approx(row["window_seconds"] / 3)
+    assert row["padding_fraction"] == pytest.approx(3 / 16) and row["mfu"] is None
+
 
 def test_bench_gpu_runs_end_to_end_on_cpu(tmp_path):
+    """BERT: the three transformers rows, ratios against the compiled one, and --profile's files."""
     out = tmp_path / "gpu.json"
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_gpu.py"), "--device", "cpu", "--quick",
-                           "--seq-lengths", "128", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "bench_gpu.py"), *QUICK, "--compile-backend", "aot_eager",
+                           "--profile", "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env=ONE_THREAD)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
-    systems = {row["system"]: row for row in result["results"]}
-    baseline = systems["transformers BertForPreTraining (SDPA, padded, full MLM head)"]
-    ours = systems["ours [sdpa_loop]"]
-    assert baseline["ratio"] == 1.0 and ours["tokens_per_s"] > 0 and ours["padding_fraction"] == 0.0
-    assert baseline["padding_fraction"] > 0.0 and ours["mfu"] is None  # no peak is known for a CPU
+    rows = {row["role"]: row for row in result["results"]}
+    assert [row["role"] for row in result["results"]] == ROLES and result["compile_backend"] == "aot_eager"
+    assert rows["ours"]["system"] == "ours [sdpa_loop]"
+    assert_baselines(rows, "BertForPreTraining")
+    assert rows["ours"]["padding_fraction"] == 0.0 and rows["ours"]["mfu"] is None  # no peak is known for a CPU
+    assert "baseline (×HFc = 1.00): transformers BertForPreTraining (torch.compile" in done.stdout
     assert "device-hours" in done.stdout and result["paper_budget_device_hours"] > 0
+    for role in ("hf_compiled", "ours"):  # profiled: the baseline and ours, nothing else
+        kernels = rows[role]["profile"]
+        assert kernels and all(0 < kernel["share"] <= 1 and kernel["calls"] > 0 for kernel in kernels)
+        assert sum(kernel["share"] for kernel in kernels) <= 1
+    assert "profile" not in rows["hf_eager"] and "profile" not in rows["hf_full_length"]
+    profiles = sorted(path.name for path in tmp_path.glob("profile_*.txt"))
+    assert profiles == ["profile_ours-sdpa-loop-seq128.txt",
+                        "profile_transformers-bertforpretraining-torch-compile-sdpa-padded-full-mlm-head-seq128.txt"]
+    assert all("aten::" in (tmp_path / name).read_text() for name in profiles)
+    assert not list(tmp_path.glob("trace_*"))  # a chrome trace only with --trace
+
+
+def assert_baselines(rows: dict, baseline_class: str) -> None:
+    """Eager, compiled (the baseline) and full-length rows of the family's class, with their ratios."""
+    eager, compiled, full = rows["hf_eager"], rows["hf_compiled"], rows["hf_full_length"]
+    assert eager["system"] == f"transformers {baseline_class} (eager, SDPA, padded, full MLM head)"
+    assert compiled["system"] == f"transformers {baseline_class} (torch.compile, SDPA, padded, full MLM head)"
+    assert full["system"].startswith(f"transformers {baseline_class} (torch.compile, full-length rows")
+    assert compiled["ratio"] == 1.0 and eager["ratio_vs_eager"] == 1.0
+    assert [row["role"] for row in rows.values() if row["baseline"]] == ["hf_compiled"]
+    for row in rows.values():
+        assert row["ratio"] == pytest.approx(row["tokens_per_s"] / compiled["tokens_per_s"])
+        assert row["ratio_vs_eager"] == pytest.approx(row["tokens_per_s"] / eager["tokens_per_s"])
+        assert row["tokens_per_s"] > 0 and row["step_seconds"] == pytest.approx(row["window_seconds"] / row["steps"])
+        assert row["seq"] == 128 and row["batch"] == 4 and row["graphs_compiled_in_window"] >= 0
+    assert eager["padding_fraction"] == compiled["padding_fraction"] > 0 and full["padding_fraction"] == 0.0
 
 
 def test_bench_gpu_takes_the_other_model_families(tmp_path):
-    """ALBERT and the RoBERTa layout run transformers' padded forward: ours is that forward with the MLM
-    head on the masked positions only, against the family's own transformers class."""
+    """ALBERT and the RoBERTa layout: their own class eager, compiled and on full-length rows, then ours.
+    One process runs both (the imports once); the eager backend (dynamo's graphs, run as they are)
+    keeps it short."""
+    runs = [[*QUICK, "--compile-backend", "eager", "--architecture", "albert", "--trace",
+             "--out", str(tmp_path / "albert.json")],
+            [*QUICK, "--compile-backend", "eager", "--architecture", "roberta",
+             "--out", str(tmp_path / "roberta.json")]]
+    calls = "; ".join(f"bench_gpu.main({arguments!r})" for arguments in runs)
+    done = subprocess.run([sys.executable, "-c", f"import bench_gpu; {calls}"], cwd=BENCHMARKS, capture_output=True,
+                          text=True, timeout=600, env=ONE_THREAD)
+    assert done.returncode == 0, done.stderr[-3000:]
     for architecture, baseline_class in (("albert", "AlbertForPreTraining"), ("roberta", "RobertaForMaskedLM")):
-        out = tmp_path / f"{architecture}.json"
-        done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_gpu.py"), "--device", "cpu",
-                               "--quick", "--architecture", architecture, "--seq-lengths", "128", "--out", str(out)],
-                              cwd=REPO, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-3000:]
-        result = json.loads(out.read_text())
-        assert result["architecture"] == architecture
-        baseline, ours = result["results"]
-        assert baseline["system"].startswith(f"transformers {baseline_class}") and ours["system"].startswith("ours")
-        assert ours["tokens_per_s"] > 0 and ours["padding_fraction"] == baseline["padding_fraction"] > 0
+        result = json.loads((tmp_path / f"{architecture}.json").read_text())
+        rows = {row["role"]: row for row in result["results"]}
+        assert result["architecture"] == architecture and [row["role"] for row in result["results"]] == ROLES
+        assert_baselines(rows, baseline_class)
+        assert rows["ours"]["system"].startswith("ours [") and rows["ours"]["tokens_per_s"] > 0
+    traces = sorted(path.name for path in tmp_path.glob("trace_*.json"))  # albert's run only: --trace
+    assert len(traces) == 2 and traces[0].startswith("trace_ours-")
+    assert traces[1].startswith("trace_transformers-albertforpretraining-torch-compile-")
