@@ -9,8 +9,8 @@ else asks which family runs.
 family      transformers class     MLM head                  pair head (pooled)    unpadded  pair tasks (classes)
 ==========  =====================  ========================  ====================  ========  =====================
 bert        BertForPreTraining     cls.predictions (H→V)     cls.seq_relationship  yes       nsp 2, sop 2, drp 3
-albert      AlbertForPreTraining   predictions (H→E→V)       sop_classifier        no        sop 2, nsp 2
-roberta     RobertaForMaskedLM     lm_head (H→V)             none                  no        none (MLM only)
+albert      AlbertForPreTraining   predictions (H→E→V)       sop_classifier        yes       sop 2, nsp 2
+roberta     RobertaForMaskedLM     lm_head (H→V)             none                  yes       none (MLM only)
 ==========  =====================  ========================  ====================  ========  =====================
 
 * **Building** (:meth:`ModelFamily.build`): the family's config class from a preset's fields and
@@ -25,10 +25,13 @@ roberta     RobertaForMaskedLM     lm_head (H→V)             none             
   the pooled [CLS]; BERT's has 2 classes in transformers, so for DRP (3: contiguous, random,
   linked; LinkBERT's document relation prediction) it is replaced by a 3-way one
   (:meth:`ModelFamily.set_pair_task`), recorded in the config as ``pair_task``/``pair_classes``.
-* **Layout.** Only BERT has the unpadded path (:mod:`pretrain.unpadded`, which runs ``BertModel``'s
-  own modules). ALBERT and RoBERTa run transformers' padded forward: ``auto`` picks ``hf_sdpa`` and
-  says why in the run log; naming an unpadded kernel, or ``--compile on`` (which compiles the
-  unpadded path's dense blocks), is refused (:meth:`ModelFamily.resolve_attention`).
+* **Layout.** Every family has the unpadded path (:mod:`pretrain.unpadded`): its adapter there,
+  named by ``unpadded_encoder``, runs the family's own modules on real tokens only (RoBERTa's
+  positions after the padding id and its one token type, ALBERT's E→H embeddings and shared layer
+  groups) and lists the modules ``--compile on`` compiles. ``hf_sdpa`` / ``hf_eager`` run
+  transformers' padded forward, the reference. A family without an adapter would run the padded
+  forward only: ``auto`` would pick ``hf_sdpa`` and say why, and naming an unpadded kernel, or
+  ``--compile on``, would be refused (:meth:`ModelFamily.resolve_attention`).
 * **Exports** (:meth:`ModelFamily.export`) are ``save_pretrained`` of the family's class and load
   with it and ``AutoModel`` (BERT's also with ``BertForMaskedLM``). The one exception is a head
   the class cannot hold: BERT with DRP. ``BertPreTrainingHeads`` hard-codes a 2-way
@@ -110,7 +113,7 @@ class ModelFamily:
     pair_tasks: Mapping[str, int]  # pair tasks the head takes -> classes
     native_pair_task: str  # what model_class's head is for (not recorded in the config)
     default_pair_classes: int  # model_class's own head size (0: no head)
-    unpadded: bool  # runs pretrain.unpadded's varlen path
+    unpadded_encoder: str | None  # its adapter in pretrain.unpadded.ENCODERS (None: padded forward only)
     default_preset: str
     preset_types: tuple[str, ...]  # model_types of the presets it takes
     token_types: bool = True  # the encoder is given token_type_ids
@@ -119,6 +122,11 @@ class ModelFamily:
     fixed_fields: Mapping[str, Any] = field(default_factory=dict)  # config fields set whatever the preset says
     signature_fields: tuple[str, ...] = ()  # recorded beyond SHAPE_FIELDS
     initializable: tuple[str, ...] = ()  # parameter prefixes a checkpoint may lack (heads, pooler)
+
+    @property
+    def unpadded(self) -> bool:
+        """Whether it runs :mod:`pretrain.unpadded`'s varlen path."""
+        return self.unpadded_encoder is not None
 
     # ------------------------------------------------------------------ classes and modules
 
@@ -234,7 +242,7 @@ class ModelFamily:
             return requested, []
         if compile_setting == "on":
             raise PretrainConfigError(
-                f"--compile on compiles the unpadded BERT path's dense blocks; the {self.name} family runs "
+                f"--compile on compiles the unpadded path's dense blocks; the {self.name} family runs "
                 "transformers' padded forward, which is not compiled: use --compile auto or off")
         if requested in PADDED:
             return requested, []
@@ -243,7 +251,7 @@ class ModelFamily:
                                "(no unpadded path, no compiled dense blocks)"]
         raise PretrainConfigError(
             f"--attn-implementation {requested} is an unpadded kernel, and the {self.name} family has no unpadded "
-            f"path (only BERT's modules run unpadded): use --attn-implementation auto or hf_sdpa (or hf_eager)")
+            f"path: use --attn-implementation auto or hf_sdpa (or hf_eager)")
 
     def encode_padded(self, model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                       token_type_ids: torch.Tensor, inputs_embeds: torch.Tensor | None = None
@@ -309,20 +317,21 @@ BERT = ModelFamily(
     masked_lm_class="BertForMaskedLM", encoder="bert", mlm_head="cls.predictions",
     pair_head="cls.seq_relationship", pair_classifier="cls.seq_relationship",
     pair_tasks=MappingProxyType({"nsp": 2, "sop": 2, "drp": 3}), native_pair_task="nsp", default_pair_classes=2,
-    unpadded=True, default_preset="bert-base", preset_types=("bert",), initializable=("cls.", "bert.pooler."))
+    unpadded_encoder="bert", default_preset="bert-base", preset_types=("bert",), initializable=("cls.", "bert.pooler."))
 ALBERT = ModelFamily(
     name="albert", title="ALBERT", model_type="albert", config_class="AlbertConfig",
     model_class="AlbertForPreTraining", masked_lm_class="AlbertForMaskedLM", encoder="albert",
     mlm_head="predictions", pair_head="sop_classifier", pair_classifier="sop_classifier.classifier",
     pair_tasks=MappingProxyType({"sop": 2, "nsp": 2}), native_pair_task="sop", default_pair_classes=2,
-    unpadded=False, default_preset="albert-base", preset_types=("albert",), pair_label_argument="sentence_order_label",
+    unpadded_encoder="albert", default_preset="albert-base", preset_types=("albert",),
+    pair_label_argument="sentence_order_label",
     signature_fields=("model_type", "embedding_size", "num_hidden_groups", "inner_group_num"),
     initializable=("predictions.", "sop_classifier.", "albert.pooler."))
 ROBERTA = ModelFamily(
     name="roberta", title="RoBERTa", model_type="roberta", config_class="RobertaConfig",
     model_class="RobertaForMaskedLM", masked_lm_class="RobertaForMaskedLM", encoder="roberta", mlm_head="lm_head",
     pair_head=None, pair_classifier=None, pair_tasks=MappingProxyType({}), native_pair_task=NO_PAIR,
-    default_pair_classes=0, unpadded=False, default_preset="bert-base", preset_types=("bert", "roberta"),
+    default_pair_classes=0, unpadded_encoder="roberta", default_preset="bert-base", preset_types=("bert", "roberta"),
     token_types=False, pair_label_argument=None, positions_after_padding=True,
     fixed_fields=MappingProxyType({"type_vocab_size": 1}),
     signature_fields=("model_type",), initializable=("lm_head.",))

@@ -90,19 +90,137 @@ def _append_padding(flat: dict, padding: int, pad_token_id: int) -> dict:
 
 
 # ----------------------------------------------------------------------------- the encoder
+#
+# One adapter per family (:data:`ENCODERS`, named by the family's ``unpadded_encoder``): how its
+# embeddings, layers and pooler run on the varlen layout, each with the family's own modules, and
+# which of those modules ``--compile on`` compiles (:func:`pretrain.compiling.dense_blocks`). The
+# module functions below (:func:`embed`, :func:`encode`, :func:`pool`) take the family's encoder
+# (``BertModel``, ``RobertaModel``, ``AlbertModel``) and dispatch on its config.
 
-def embed(bert_model: nn.Module, batch: VarlenBatch, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
-    """``BertEmbeddings`` on the varlen layout: word (or the given ``inputs_embeds``, ALUM's
-    perturbed ones) + token type + position, LayerNorm, dropout — its forward, token by token."""
-    embeddings = bert_model.embeddings
-    words = embeddings.word_embeddings(batch.input_ids) if inputs_embeds is None else inputs_embeds
-    hidden = words + embeddings.token_type_embeddings(batch.token_type_ids) \
-        + embeddings.position_embeddings(batch.position_ids)
-    return embeddings.dropout(embeddings.LayerNorm(hidden))
+
+class BertEncoder:
+    """``BertModel`` token by token: embeddings (word or the given ``inputs_embeds``, ALUM's
+    perturbed ones, + token type + position, LayerNorm, dropout), each ``BertLayer`` with a varlen
+    kernel, ``BertPooler`` on each sequence's [CLS] (NSP's, SOP's and DRP's input)."""
+
+    def positions(self, encoder: nn.Module, batch: VarlenBatch) -> torch.Tensor:
+        """Position-embedding rows of the tokens (BERT: the position within the sequence)."""
+        return batch.position_ids
+
+    def token_types(self, encoder: nn.Module, batch: VarlenBatch) -> torch.Tensor:
+        return batch.token_type_ids
+
+    def embed(self, encoder: nn.Module, batch: VarlenBatch, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
+        embeddings = encoder.embeddings
+        words = embeddings.word_embeddings(batch.input_ids) if inputs_embeds is None else inputs_embeds
+        hidden = words + embeddings.token_type_embeddings(self.token_types(encoder, batch)) \
+            + embeddings.position_embeddings(self.positions(encoder, batch))
+        return embeddings.dropout(embeddings.LayerNorm(hidden))
+
+    def layers(self, encoder: nn.Module) -> list[nn.Module]:
+        """The layers in the order they run."""
+        return list(encoder.encoder.layer)
+
+    def layer(self, layer: nn.Module, hidden: torch.Tensor, sequences: Sequences, kernel: str) -> torch.Tensor:
+        hidden = self_attention(layer.attention, hidden, sequences, kernel)
+        return layer.output(layer.intermediate(hidden), hidden)
+
+    def pool(self, encoder: nn.Module, hidden: torch.Tensor, batch: VarlenBatch) -> torch.Tensor | None:
+        pooler = encoder.pooler
+        if pooler is None:
+            return None
+        return pooler.activation(pooler.dense(hidden[batch.cls_positions]))
+
+    def dense_blocks(self, encoder: nn.Module) -> list[nn.Module]:
+        """Each layer's attention output (dense, dropout, residual, LayerNorm), intermediate (dense,
+        activation) and output (dense, dropout, residual, LayerNorm)."""
+        blocks: list[nn.Module] = []
+        for layer in self.layers(encoder):
+            blocks += [layer.attention.output, layer.intermediate, layer.output]
+        return blocks
+
+
+class RobertaEncoder(BertEncoder):
+    """``RobertaModel``: BERT's modules, but one token type (all 0: the data's segment ids are not
+    given to it, as transformers' forward gets none) and position ids after the padding id,
+    ``pad_token_id + 1 + position`` (``create_position_ids_from_input_ids`` on real tokens). No
+    pooler under ``RobertaForMaskedLM``: :meth:`pool` gives None."""
+
+    def positions(self, encoder: nn.Module, batch: VarlenBatch) -> torch.Tensor:
+        return batch.position_ids + ((encoder.config.pad_token_id or 0) + 1)
+
+    def token_types(self, encoder: nn.Module, batch: VarlenBatch) -> torch.Tensor:
+        return torch.zeros_like(batch.input_ids)
+
+
+class AlbertEncoder:
+    """``AlbertModel`` token by token: E-dimensional embeddings (word or ``inputs_embeds`` + token
+    type + position, LayerNorm, dropout) mapped to H (``embedding_hidden_mapping_in``), the shared
+    layers as ``AlbertTransformer`` runs them (layer ``i`` runs group ``int(i / (L / groups))``, each
+    group its ``inner_group_num`` layers), and the pooler (dense, tanh) on each [CLS] (SOP's input)."""
+
+    def embed(self, encoder: nn.Module, batch: VarlenBatch, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
+        embeddings = encoder.embeddings
+        words = embeddings.word_embeddings(batch.input_ids) if inputs_embeds is None else inputs_embeds
+        hidden = words + embeddings.token_type_embeddings(batch.token_type_ids) \
+            + embeddings.position_embeddings(batch.position_ids)
+        hidden = embeddings.dropout(embeddings.LayerNorm(hidden))
+        return encoder.encoder.embedding_hidden_mapping_in(hidden)
+
+    def layers(self, encoder: nn.Module) -> list[nn.Module]:
+        config, groups = encoder.config, encoder.encoder.albert_layer_groups
+        order = []
+        for i in range(config.num_hidden_layers):  # AlbertTransformer.forward's mapping, float division included
+            order += list(groups[int(i / (config.num_hidden_layers / config.num_hidden_groups))].albert_layers)
+        return order
+
+    def layer(self, layer: nn.Module, hidden: torch.Tensor, sequences: Sequences, kernel: str) -> torch.Tensor:
+        attention = layer.attention
+        shape = (hidden.shape[0], attention.num_attention_heads, attention.attention_head_size)
+        q, k, v = (projection(hidden).view(shape) for projection in (attention.query, attention.key, attention.value))
+        dropout = attention.attention_dropout.p if attention.training else 0.0
+        context = attend(kernel, q, k, v, sequences, dropout, attention.scaling).reshape(hidden.shape[0], -1)
+        hidden = attention.LayerNorm(hidden + attention.output_dropout(attention.dense(context)))
+        return layer.full_layer_layer_norm(layer.ffn_output(layer.activation(layer.ffn(hidden))) + hidden)
+
+    def pool(self, encoder: nn.Module, hidden: torch.Tensor, batch: VarlenBatch) -> torch.Tensor | None:
+        if encoder.pooler is None:
+            return None
+        return encoder.pooler_activation(encoder.pooler(hidden[batch.cls_positions]))
+
+    def dense_blocks(self, encoder: nn.Module) -> list[nn.Module]:
+        """ALBERT's modules split each block into leaves (no module holds dense + residual +
+        LayerNorm, as BERT's ``BertSelfOutput`` does), so what compiles is the element-wise work
+        they hold: the feed-forward's activation and both LayerNorms, once per distinct (shared)
+        layer."""
+        blocks: list[nn.Module] = []
+        for layer in dict.fromkeys(self.layers(encoder)):  # shared layers: each once, in order
+            blocks += [layer.attention.LayerNorm, layer.activation, layer.full_layer_layer_norm]
+        return blocks
+
+
+#: The unpadded forward of each family, by :attr:`pretrain.families.ModelFamily.unpadded_encoder`.
+ENCODERS = {"bert": BertEncoder(), "roberta": RobertaEncoder(), "albert": AlbertEncoder()}
+
+
+def encoder_for(config) -> "BertEncoder | AlbertEncoder":
+    """The adapter of the family whose config this is (a family without the unpadded path: ValueError)."""
+    from biomed_lm.pretrain.families import family_of  # here, so this module's top half stays as it is
+
+    family = family_of(config)
+    if family.unpadded_encoder is None:
+        raise ValueError(f"the {family.name} family has no unpadded path")
+    return ENCODERS[family.unpadded_encoder]
+
+
+def embed(encoder: nn.Module, batch: VarlenBatch, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
+    """The family's embeddings on the varlen layout, ``(total_tokens, hidden)`` (``inputs_embeds``:
+    the word embeddings to use instead of looking ``batch.input_ids`` up, E-dimensional for ALBERT)."""
+    return encoder_for(encoder.config).embed(encoder, batch, inputs_embeds)
 
 
 def self_attention(attention: nn.Module, hidden: torch.Tensor, sequences: Sequences, kernel: str) -> torch.Tensor:
-    """One ``BertAttention`` (its projections and ``BertSelfOutput``) with a varlen kernel."""
+    """One ``BertAttention`` / ``RobertaAttention`` (its projections and self-output) with a varlen kernel."""
     heads = attention.self
     shape = (hidden.shape[0], heads.num_attention_heads, heads.attention_head_size)
     q, k, v = (projection(hidden).view(shape) for projection in (heads.query, heads.key, heads.value))
@@ -111,24 +229,16 @@ def self_attention(attention: nn.Module, hidden: torch.Tensor, sequences: Sequen
     return attention.output(context, hidden)
 
 
-def encode(bert_model: nn.Module, batch: VarlenBatch, kernel: str,
+def encode(encoder: nn.Module, batch: VarlenBatch, kernel: str,
            inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
-    """The encoder's last hidden states, ``(total_tokens, hidden)``, of a ``BertModel``."""
-    hidden = embed(bert_model, batch, inputs_embeds)
-    for layer in bert_model.encoder.layer:
-        hidden = self_attention(layer.attention, hidden, batch.sequences, kernel)
-        hidden = layer.output(layer.intermediate(hidden), hidden)
+    """The encoder's last hidden states, ``(total_tokens, hidden)``, of the family's encoder."""
+    adapter = encoder_for(encoder.config)
+    hidden = adapter.embed(encoder, batch, inputs_embeds)
+    for layer in adapter.layers(encoder):
+        hidden = adapter.layer(layer, hidden, batch.sequences, kernel)
     return hidden
 
 
-def pool(bert_model: nn.Module, hidden: torch.Tensor, batch: VarlenBatch) -> torch.Tensor:
-    """``BertPooler`` on each sequence's [CLS] state (NSP's input)."""
-    pooler = bert_model.pooler
-    return pooler.activation(pooler.dense(hidden[batch.cls_positions]))
-
-
-def padding_fraction(batch: VarlenBatch) -> float:
-    """Share of the positions the encoder computes that are not real tokens (bucketing's)."""
-    total = batch.sequences.offsets[-1]
-    return batch.padding / total if total else 0.0
-
+def pool(encoder: nn.Module, hidden: torch.Tensor, batch: VarlenBatch) -> torch.Tensor | None:
+    """The pooled [CLS] state of each sequence (the pair head's input; None without a pooler)."""
+    return encoder_for(encoder.config).pool(encoder, hidden, batch)

@@ -173,7 +173,7 @@ def test_drp_runs_unpadded_as_it_runs_padded():
 
 
 @pytest.mark.parametrize("architecture", ["albert", "roberta"])
-def test_alum_runs_on_the_padded_families(architecture):
+def test_alum_runs_on_the_padded_forward_of_each_family(architecture):
     pair_task = "sop" if architecture == "albert" else "none"
     model = AdversarialPretrainingModel(build(architecture, pair_task), nsp=pair_task != "none",
                                         adversarial=AdversarialConfig(adversarial=True), attention="hf_sdpa")
@@ -211,20 +211,16 @@ def test_the_pair_task_of_data_written_before_pair_task():
     assert resolve_pair_objective(ROBERTA, {"nsp": False}).task == "none"  # RoBERTa on MLM-only data, --nsp default
 
 
-@pytest.mark.parametrize("architecture", ["albert", "roberta"])
-def test_unpadded_kernels_are_refused_for_the_padded_families(architecture):
+@pytest.mark.parametrize("architecture", ["bert", "albert", "roberta"])
+def test_every_family_takes_the_unpadded_kernels_and_compile(architecture):
+    """Every family has the unpadded path (tests/test_unpadded_families.py checks its numbers): auto
+    passes through to the kernel choice, unpadded kernels and --compile on are taken."""
     family = get_family(architecture)
-    attention, notes = family.resolve_attention("auto", "auto")
-    assert attention == "hf_sdpa" and f"the {architecture} family runs transformers' padded forward only" in notes[0]
+    assert family.unpadded
+    assert family.resolve_attention("auto", "auto") == ("auto", [])
     assert family.resolve_attention("hf_eager", "off") == ("hf_eager", [])
-    with pytest.raises(PretrainConfigError, match=f"varlen is an unpadded kernel, and the {architecture} family has "
-                                                  "no unpadded path"):
-        family.resolve_attention("varlen", "auto")
-    with pytest.raises(PretrainConfigError, match="--compile on"):
-        family.resolve_attention("auto", "on")
-    with pytest.raises(PretrainConfigError, match="no unpadded path"):
-        PretrainingModel(build(architecture), attention="sdpa_loop")
-    assert BERT.resolve_attention("varlen", "on") == ("varlen", [])
+    assert family.resolve_attention("varlen", "on") == ("varlen", [])
+    assert PretrainingModel(build(architecture), attention="sdpa_loop").unpadded
 
 
 # --- FLOPs ----------------------------------------------------------------------------------------
@@ -424,15 +420,19 @@ def test_a_short_run_per_family_exports_a_loadable_model(architecture, preset, t
     from transformers import AutoModel, AutoTokenizer
 
     out = tmp_path / architecture
-    result = run_ok(short_args(pretraining_inputs, out, architecture, preset, task_data[task]))
+    result = run_ok(short_args(pretraining_inputs, out, architecture, preset, task_data[task])
+                    + ["--attn-implementation", "auto"])
     log = result.stderr + result.stdout
     record = losses(out)
     assert sorted(record) == [1, 2, 3, 4] and all(map(math.isfinite, record.values()))
     run_config = json.loads((out / "run_config.json").read_text())
     assert run_config["model"]["architecture"] == architecture and run_config["model_class"] == classes[0]
-    assert run_config["pair_task"]["trained"] == task and run_config["execution"]["attention"] == "hf_sdpa"
+    # --attn-implementation auto (the default) on CPU: the unpadded layout with the CPU's kernel
+    assert run_config["pair_task"]["trained"] == task
+    assert run_config["execution"]["attention"] == "sdpa_loop" and run_config["execution"]["unpadded"] is True
     assert f"model family {architecture} ({classes[0]}); pair objective: {task}" in log
-    assert f"the {architecture} family runs transformers' padded forward only" in log
+    assert "execution: unpadded (real tokens only), attention sdpa_loop" in log
+    assert "padded forward only" not in log
     last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
     assert (last["nsp_accuracy"] is None) == (task == "none")
     model_dir = out / "model"
@@ -510,7 +510,6 @@ def test_refusals_come_before_training(pretraining_inputs, task_data, tmp_path):
     cases = [
         (("albert", "albert-tiny", task_data["drp"]), [], "architecture albert cannot train"),
         (("roberta", "bert-tiny", pretraining_inputs["data"]), [], "architecture roberta cannot train"),
-        (("albert", "albert-tiny", task_data["sop"]), ["--attn-implementation", "sdpa_loop"], "no unpadded path"),
         (("bert", "albert-tiny", pretraining_inputs["data"]), [], "pass --architecture albert"),
     ]
     for i, ((architecture, preset, data), extra, message) in enumerate(cases):
