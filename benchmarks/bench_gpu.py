@@ -83,6 +83,9 @@ class System:
     model: torch.nn.Module
     loss_fn: Callable
     computed_positions: Callable  # CPU batch -> positions the encoder computes
+    # CPU batch -> what loss_fn takes, built on the host before the batch moves (ours: the layout the
+    # trainer's loader workers build, so the step has no host sync); transformers' rows take it as is.
+    prepare: Callable[[dict], dict] = staticmethod(lambda batch: batch)
 
 
 @dataclass
@@ -176,7 +179,8 @@ def run_system(system: System, cpu_batches: list[dict], warmup: int, device: tor
     from biomed_lm.pretrain.optim import build_optimizer
 
     counts = window_counts(cpu_batches[warmup:], config, system.computed_positions)
-    device_batches = [{key: value.to(device) for key, value in batch.items()} for batch in cpu_batches]
+    device_batches = [{key: value.to(device) for key, value in system.prepare(batch).items()}
+                      for batch in cpu_batches]
     optimizer = build_optimizer("adamw", system.model.parameters(), lr=1e-4, device=device)
     step = make_step(system.model, system.loss_fn, optimizer.optimizer, device, dtype)
     if device.type == "cuda":
@@ -300,9 +304,9 @@ def _our_systems(bert, family, device: torch.device, dtype, compile_: bool, buck
         return model(**batch).loss
 
     if not family.unpadded:
-        yield System("ours [hf_sdpa, padded, MLM head on masked positions]", OURS, _our_model(
-            bert, device, nsp=family.pair_head is not None, attention="hf_sdpa"), our_loss,
-            lambda batch: batch["input_ids"].numel())
+        model = _our_model(bert, device, nsp=family.pair_head is not None, attention="hf_sdpa")
+        yield System("ours [hf_sdpa, padded, MLM head on masked positions]", OURS, model, our_loss,
+                     lambda batch: batch["input_ids"].numel(), _layout_of(model))
         return
     dropout = float(bert.config.attention_probs_dropout_prob)
     for kernel in KERNELS:
@@ -312,20 +316,38 @@ def _our_systems(bert, family, device: torch.device, dtype, compile_: bool, buck
         if reason is not None or (device.type == "cpu" and kernel != "sdpa_loop"):
             print(f"ours [{kernel}]: skipped ({reason or 'slow on cpu'})")
             continue
-        yield System(f"ours [{kernel}{', compiled' if compile_ else ''}]", OURS,
-                     _our_model(bert, device, attention=kernel, pad_to_multiple_of=bucket if compile_ else None,
-                                compile_backend=backend if compile_ else None),
-                     our_loss, _unpadded_positions(bucket if compile_ else 1))
+        model = _our_model(bert, device, attention=kernel, pad_to_multiple_of=bucket if compile_ else None,
+                           compile_backend=backend if compile_ else None)
+        region = {None: "", True: ", whole forward compiled", False: ", dense blocks compiled"}[
+            None if not compile_ else KERNELS[kernel].traceable]
+        yield System(f"ours [{kernel}{region}]", OURS, model, our_loss, _unpadded_positions(bucket if compile_ else 1),
+                     _layout_of(model))
+        del model
 
 
 def _our_model(bert, device: torch.device, compile_backend: str | None = None, **options):
+    """Our model as the trainer builds it: the whole forward compiled as one region where the kernel
+    traces (pretrain.trainer._compile), the dense blocks otherwise."""
+    from biomed_lm.pretrain.attention import KERNELS
     from biomed_lm.pretrain.compiling import compile_dense_blocks
     from biomed_lm.pretrain.modeling import PretrainingModel
 
     ours = PretrainingModel(copy.deepcopy(bert), **options).to(device)
-    if compile_backend is not None:
+    if compile_backend is not None and KERNELS[ours.attention].traceable:
+        ours.compile_losses(backend=compile_backend)
+    elif compile_backend is not None:
         compile_dense_blocks(ours.bert, backend=compile_backend)
     return ours
+
+
+def _layout_of(model) -> Callable[[dict], dict]:
+    """The micro-batch in ``model``'s layout, built on the host (the trainer's loader does this)."""
+    layout = model.layout
+
+    def prepare(batch: dict) -> dict:
+        prepared = layout(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["labels"])
+        return {"prepared": prepared, "next_sentence_label": batch["next_sentence_label"]}
+    return prepare
 
 
 def _unpadded_positions(bucket: int):

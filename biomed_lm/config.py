@@ -22,7 +22,7 @@ Numeric ranges are written in the field's metadata beside ``help``::
 ``min``/``max`` are inclusive bounds, ``gt``/``lt`` exclusive ones (see :data:`RANGE_KEYS`). They
 apply to a number and to each number of a list, never to null, and ``--help`` shows them. A
 violation is a :class:`ConfigError` naming where the value came from, the value and what is allowed:
-``configs/x.yaml: precision: 'fp8' is not one of fp32, fp16, bf16`` or
+``configs/x.yaml: precision: 'fp4' is not one of fp32, fp16, bf16, fp8`` or
 ``--checkpoint_every: 0 is out of range: must be >= 1``.
 """
 

@@ -84,6 +84,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from biomed_lm.pretrain.config import PretrainConfigError
+from biomed_lm.pretrain.layout import PaddedBatch, VarlenBatch
 from biomed_lm.pretrain.modeling import PretrainingModel, PretrainingOutput
 
 Norm = Literal["linf", "l2"]
@@ -258,20 +259,18 @@ def adversarial_term(forward_fn: Callable[[torch.Tensor], torch.Tensor], embeds:
                              delta_retained=delta_retained, finite=finite)
 
 
-def adversarial_pretraining_loss(model: PretrainingModel, batch: Mapping[str, torch.Tensor],
+def adversarial_pretraining_loss(model: PretrainingModel, prepared: PaddedBatch | VarlenBatch,
                                  clean_logits: torch.Tensor, config: AdversarialConfig,
                                  generator: torch.Generator | None = None) -> AdversarialResult:
     """ALUM's term for BERT pretraining: δ on the word embeddings, SymKL on the masked positions.
 
-    ``batch`` holds ``input_ids``, ``attention_mask``, ``token_type_ids`` and ``labels`` (other keys
-    are ignored); ``clean_logits`` are the clean MLM logits at the positions where
-    ``labels != -100``, in row-major order and with their graph, i.e. what
-    ``model.mlm_head`` produced inside ``model``'s forward. The perturbed passes run in
-    the model's own layout (unpadded or padded); δ's noise is drawn in the padded shape either way
-    and gathered, so both layouts perturb every real token alike."""
-    prepared = model.prepare(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["labels"])
+    ``prepared`` is the micro-batch in ``model``'s layout (:meth:`PretrainingModel.prepare`);
+    ``clean_logits`` are the clean MLM logits at its masked positions, in row-major order and with
+    their graph, i.e. what ``model.mlm_head`` produced inside ``model``'s forward. The perturbed
+    passes run in the model's own layout (unpadded or padded); δ's noise is drawn in the padded
+    shape either way and gathered, so both layouts perturb every real token alike."""
     embeds = model.word_embeddings(prepared)
-    noise_shape = (*batch["input_ids"].shape, embeds.shape[-1])
+    noise_shape = (*prepared.padded_shape, embeds.shape[-1])
 
     def to_layout(noise: torch.Tensor) -> torch.Tensor:
         if noise.shape == embeds.shape:
@@ -301,8 +300,8 @@ class AdversarialPretrainingOutput(PretrainingOutput):
     # the step's finite micro-batches, and the micro-batches whose term was dropped as non-finite.
     EXTRA_TOTALS: ClassVar[tuple[str, ...]] = ("adv_kl", "adv_nonfinite")
 
-    def extra_totals(self) -> dict[str, float]:
-        return {"adv_kl": self.adv_kl.item(), "adv_nonfinite": self.adv_nonfinite.item()}
+    def extra_totals(self) -> dict[str, torch.Tensor]:
+        return {"adv_kl": self.adv_kl, "adv_nonfinite": self.adv_nonfinite}
 
     @classmethod
     def account_step(cls, totals: Mapping[str, float], state: dict[str, Any]) -> None:
@@ -340,28 +339,32 @@ class AdversarialPretrainingModel(PretrainingModel):
     output_type = AdversarialPretrainingOutput
 
     def __init__(self, bert: nn.Module, nsp: bool = True, *, adversarial: AdversarialConfig, **layout):
+        # The clean logits are the MLM head module's output, which the fused losses never produce.
+        layout["mlm_loss"] = "dense"
         super().__init__(bert, nsp=nsp, **layout)  # layout: attention, pad_to_multiple_of
         self.adversarial = adversarial
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
-                labels: torch.Tensor, next_sentence_label: torch.Tensor | None = None) -> AdversarialPretrainingOutput:
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                next_sentence_label: torch.Tensor | None = None, *,
+                prepared: PaddedBatch | VarlenBatch | None = None) -> AdversarialPretrainingOutput:
+        if prepared is None:
+            prepared = self.prepare(input_ids, attention_mask, token_type_ids, labels)
         with _capture_outputs(self.mlm_head) as head_outputs:
-            out = super().forward(input_ids, attention_mask, token_type_ids, labels, next_sentence_label)
+            out = self.compute_losses(prepared, next_sentence_label)
         standard = {f.name: getattr(out, f.name) for f in dataclasses.fields(PretrainingOutput)}
-        zero = torch.zeros((), dtype=torch.float32, device=input_ids.device)
-        mlm_count = int(out.mlm_count)
-        if not (self.training and self.adversarial.adversarial and mlm_count):
+        zero = torch.zeros((), dtype=torch.float32, device=out.loss.device)
+        masked = prepared.masked_positions.numel()  # the layout's shape, known on the host
+        if not (self.training and self.adversarial.adversarial and masked):
             return AdversarialPretrainingOutput(**standard, adv_loss=zero, adv_kl=zero, adv_delta_norm=zero,
                                                 adv_delta_retained=zero, adv_nonfinite=zero.long())
-        if len(head_outputs) != 1 or head_outputs[0].shape[0] != mlm_count:
+        if len(head_outputs) != 1 or head_outputs[0].shape[0] != masked:
             raise RuntimeError(
                 "AdversarialPretrainingModel expects PretrainingModel.forward to call its MLM head once, on "
-                f"the {mlm_count} masked positions; it saw {[tuple(o.shape) for o in head_outputs]}")
-        batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids,
-                 "labels": labels}
-        result = adversarial_pretraining_loss(self, batch, head_outputs[0], self.adversarial)
+                f"the {masked} masked positions; it saw {[tuple(o.shape) for o in head_outputs]}")
+        result = adversarial_pretraining_loss(self, prepared, head_outputs[0], self.adversarial)
         standard["loss"] = out.loss + result.loss_term
         return AdversarialPretrainingOutput(
             **standard, adv_loss=result.loss_term.detach().float(), adv_kl=result.symmetric_kl.float(),
             adv_delta_norm=result.delta_norm.float(), adv_delta_retained=result.delta_retained.float(),
-            adv_nonfinite=torch.tensor(int(not result.finite), device=input_ids.device))
+            adv_nonfinite=torch.tensor(int(not result.finite), device=out.loss.device))

@@ -28,34 +28,40 @@ PADDED = ("hf_sdpa", "hf_eager")
 
 @dataclass(frozen=True)
 class Sequences:
-    """Where the sequences of a varlen batch lie: ``cu_seqlens`` (int32, ``n + 1`` offsets, on the
-    device), the same offsets and lengths as Python ints (kernels that loop or build masks need
-    them without a device sync each layer), and the longest length."""
+    """Where the sequences of a varlen batch lie: ``cu_seqlens`` (int32, ``n + 1`` offsets), the
+    same offsets as Python ints (kernels that loop need them without a device sync each layer), the
+    longest length, and what the other kernels index with, built with the offsets on the host
+    (:meth:`from_offsets`) so no kernel derives a shape from device data: each token's sequence
+    number (FlexAttention's document mask) and its cell in the (sequences × longest length) grid the
+    padded kernel attends on, with the grid's filled cells."""
 
     cu_seqlens: torch.Tensor
     offsets: tuple[int, ...]
     max_length: int
+    document_ids: torch.Tensor
+    cells: torch.Tensor
+    filled: torch.Tensor
+
+    @classmethod
+    def from_offsets(cls, offsets: list[int] | tuple[int, ...], device: torch.device | str = "cpu") -> "Sequences":
+        offsets = tuple(int(o) for o in offsets)
+        lengths = torch.tensor([b - a for a, b in zip(offsets[:-1], offsets[1:])], dtype=torch.long)
+        longest = int(lengths.max()) if lengths.numel() else 0
+        document_ids = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
+        starts = torch.tensor(offsets[:-1], dtype=torch.long)
+        cells = document_ids * longest + torch.arange(offsets[-1]) - starts[document_ids]
+        filled = torch.arange(longest) < lengths[:, None]
+        return cls(torch.tensor(offsets, dtype=torch.int32), offsets, longest, document_ids, cells,
+                   filled).moved(lambda t: t.to(device))
+
+    def moved(self, move: Callable[[torch.Tensor], torch.Tensor]) -> "Sequences":
+        """The same sequences with ``move`` applied to each tensor (to a device, to pinned memory)."""
+        return Sequences(move(self.cu_seqlens), self.offsets, self.max_length, move(self.document_ids),
+                         move(self.cells), move(self.filled))
 
     @property
     def lengths(self) -> tuple[int, ...]:
         return tuple(b - a for a, b in zip(self.offsets[:-1], self.offsets[1:]))
-
-    @functools.cached_property
-    def document_ids(self) -> torch.Tensor:
-        """Each token's sequence number (FlexAttention's document mask)."""
-        lengths = torch.tensor(self.lengths, device=self.cu_seqlens.device)
-        return torch.repeat_interleave(torch.arange(len(self.lengths), device=lengths.device), lengths)
-
-
-    @functools.cached_property
-    def padded_layout(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The (sequences × longest length) grid the padded kernel attends on: each token's cell in
-        the flattened grid, and which cells hold a token. Built from the Python offsets, so no sync."""
-        lengths = torch.tensor(self.lengths)
-        filled = torch.arange(self.max_length) < lengths[:, None]
-        cells = torch.cat([torch.arange(n) + row * self.max_length for row, n in enumerate(self.lengths)])
-        device = self.cu_seqlens.device
-        return cells.to(device, non_blocking=True), filled.to(device, non_blocking=True)
 
     @functools.cached_property
     def length_groups(self) -> tuple[list[tuple[int, int, torch.Tensor | None]], torch.Tensor | None]:
@@ -103,7 +109,7 @@ def sdpa_padded(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqs: Sequenc
     transformers computes it (on CUDA, PyTorch's memory-efficient kernel, attention dropout
     included), the rest of the layer unpadded. MosaicBERT's fallback where no varlen kernel applies;
     on an H200 with BERT's dropout it beats both jagged tensors and per-length calls (benchmarks/README.md)."""
-    cells, filled = seqs.padded_layout
+    cells, filled = seqs.cells, seqs.filled
     rows, width = filled.shape
 
     def pad(t: torch.Tensor) -> torch.Tensor:
@@ -180,7 +186,8 @@ def _compiled_flex_attention():
 class KernelSpec:
     """What a kernel needs: the devices it runs on at all and those it is fast on (``auto`` picks
     only those), a half-precision dtype, an importable module; whether it applies attention dropout
-    (BERT's recipe uses 0.1; a kernel without it would train another model)."""
+    (BERT's recipe uses 0.1; a kernel without it would train another model); whether
+    ``torch.compile`` can take the whole forward around it."""
 
     function: Kernel
     runs_on: tuple[str, ...]
@@ -188,6 +195,7 @@ class KernelSpec:
     half_only: bool
     dropout: bool
     module: str | None = None
+    traceable: bool = True  # torch.compile captures it whole (its shapes come from tensors, not host lengths)
 
 
 # In the order auto tries them, fastest first as measured on an H200 (BERT-base, bf16, seq 128,
@@ -202,8 +210,8 @@ KERNELS: dict[str, KernelSpec] = {
     # FlexAttention has no CPU backward (torch 2.13); its forward runs on CPU (tested there).
     "flex": KernelSpec(flex, ("cuda",), ("cuda",), half_only=False, dropout=False,
                        module="torch.nn.attention.flex_attention"),
-    "sdpa_nested": KernelSpec(sdpa_nested, ("cuda", "cpu"), (), half_only=False, dropout=True),
-    "sdpa_loop": KernelSpec(sdpa_loop, ("cuda", "cpu"), ("cpu",), half_only=False, dropout=True),
+    "sdpa_nested": KernelSpec(sdpa_nested, ("cuda", "cpu"), (), half_only=False, dropout=True, traceable=False),
+    "sdpa_loop": KernelSpec(sdpa_loop, ("cuda", "cpu"), ("cpu",), half_only=False, dropout=True, traceable=False),
 }
 
 

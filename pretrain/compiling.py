@@ -1,4 +1,9 @@
-"""``torch.compile`` for the pretraining model: the dense blocks, compiled in place, shapes bounded.
+"""``torch.compile`` for the pretraining model, where the whole forward cannot be one region: the
+dense blocks, compiled in place, shapes bounded.
+
+The trainer compiles the whole forward as one region (:meth:`pretrain.modeling.PretrainingModel.
+compile_losses`) when the attention kernel traces; ALUM (several passes per micro-batch) and the
+``sdpa_loop`` kernel (a loop over host-side lengths) fall back to the blocks below.
 
 What is compiled: the modules the family's unpadded forward calls that hold the element-wise work
 between the matrix multiplies (what compilation fuses), as the family's adapter in

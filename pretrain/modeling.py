@@ -1,4 +1,4 @@
-"""The pretraining model: a ``transformers`` model of one family, BERT's run on real tokens only.
+"""The pretraining model: a ``transformers`` model of one family, run on real tokens only.
 
 The weights are a plain ``transformers`` model of the run's family (:mod:`pretrain.families`:
 ``BertForPreTraining``, ``AlbertForPreTraining`` or ``RobertaForMaskedLM``; MLM head tied to the
@@ -6,14 +6,18 @@ input embeddings, the pair head on the pooled [CLS]), so exports load with ``fro
 Where the family keeps its encoder, MLM head and pair head is the family's business; this module
 asks it. Only the forward pass differs from transformers', in two ways:
 
-* **Unpadded** (BERT's default on every device): the micro-batch's real tokens run through the
-  encoder concatenated, with attention kept within each sequence (:mod:`pretrain.unpadded`,
+* **Unpadded** (every family's default on every device): the micro-batch's real tokens run
+  through the encoder concatenated, with attention kept within each sequence (:mod:`pretrain.unpadded`,
   kernels in :mod:`pretrain.attention`). ``attention="hf_sdpa"`` / ``"hf_eager"`` run transformers'
-  own padded forward instead: the reference the equivalence tests compare against, and the only
-  forward of the families without the unpadded path (ALBERT, RoBERTa).
+  own padded forward instead: the reference the equivalence tests compare against.
 * **Masked positions only**: BERT masks 15% of the tokens, and projecting every position onto a
   30k vocabulary is the single largest matrix multiply of the step, so the MLM head runs on the
-  masked positions' hidden states alone (the same loss, about a seventh of the head's work).
+  masked positions' hidden states alone (the same loss, about a seventh of the head's work), fused
+  with its cross-entropy on a GPU (:mod:`pretrain.mlm_loss`).
+
+The micro-batch arrives in the model's :attr:`~PretrainingModel.layout`, built on the host
+(:mod:`pretrain.layout`), so a step has no shape to ask the device for; :meth:`~PretrainingModel.
+compile_losses` compiles the whole forward as one region.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from torch import nn
 from biomed_lm.pretrain import unpadded
 from biomed_lm.pretrain.attention import PADDED
 from biomed_lm.pretrain.config import PretrainConfigError
+from biomed_lm.pretrain.layout import Layout, PaddedBatch, VarlenBatch
+from biomed_lm.pretrain.mlm_loss import masked_lm_loss
 from biomed_lm.pretrain.families import BERT, family_of
 
 IGNORE_INDEX = -100
@@ -57,8 +63,6 @@ class PretrainingOutput:
     mlm_count: torch.Tensor
     nsp_correct: torch.Tensor
     nsp_count: torch.Tensor
-    real_tokens: int = 0  # tokens of the micro-batch that are not padding
-    computed_positions: int = 0  # positions the encoder ran on (padding included)
 
     # A variant of the objective (ALUM's adversarial term) reports what it adds through its output
     # class: the trainer's loop sums, accounts and logs these without knowing which variant runs.
@@ -66,8 +70,9 @@ class PretrainingOutput:
     #: Names of the variant's per-step sums (over micro-batches, then ranks) beyond the standard ones.
     EXTRA_TOTALS: ClassVar[tuple[str, ...]] = ()
 
-    def extra_totals(self) -> dict[str, float]:
-        """This micro-batch's amounts of :attr:`EXTRA_TOTALS`, as host floats (a finite loss's only)."""
+    def extra_totals(self) -> dict[str, torch.Tensor]:
+        """This micro-batch's amounts of :attr:`EXTRA_TOTALS`, as device scalars (summed on the device;
+        the trainer reads them once per step)."""
         return {}
 
     @classmethod
@@ -82,16 +87,6 @@ class PretrainingOutput:
         return {}
 
 
-@dataclass
-class PaddedBatch:
-    """A micro-batch as the collator made it, for transformers' own padded forward."""
-
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    token_type_ids: torch.Tensor
-    labels: torch.Tensor | None
-
-
 class PretrainingModel(nn.Module):
     """Wraps a model of one family (``BertForPreTraining``, ``AlbertForPreTraining``,
     ``RobertaForMaskedLM``; the family is read off its config); ``self.bert`` is what gets exported,
@@ -99,15 +94,17 @@ class PretrainingModel(nn.Module):
 
     ``nsp``: train the pair objective (the data's pair task, whose labels arrive as
     ``next_sentence_label``; see :func:`pretrain.families.resolve_pair_objective`).
-    ``attention`` is a resolved kernel name (:func:`pretrain.attention.choose_kernel`), one of
-    transformers' padded ones for a family without the unpadded path;
-    ``pad_to_multiple_of`` rounds the unpadded token count up (bounded shapes for ``torch.compile``)."""
+    ``attention`` is a resolved kernel name (:func:`pretrain.attention.choose_kernel`) or one of
+    transformers' padded ones;
+    ``pad_to_multiple_of`` rounds the unpadded token count up (bounded shapes for ``torch.compile``);
+    ``mlm_loss`` is how the MLM head and its cross-entropy run (:mod:`pretrain.mlm_loss`: ``chunked``
+    and ``liger`` never hold the fp32 [masked × vocabulary] logits whole)."""
 
     #: What :meth:`forward` returns; the trainer asks it for the variant's extra totals and metrics.
     output_type: ClassVar[type[PretrainingOutput]] = PretrainingOutput
 
     def __init__(self, bert: nn.Module, nsp: bool = True, attention: str = "sdpa_loop",
-                 pad_to_multiple_of: int | None = None):
+                 pad_to_multiple_of: int | None = None, mlm_loss: str = "dense"):
         super().__init__()
         self.bert = bert
         self.family = family_of(bert.config)
@@ -117,6 +114,7 @@ class PretrainingModel(nn.Module):
         self.nsp = nsp
         self.attention = attention
         self.pad_to_multiple_of = pad_to_multiple_of
+        self.mlm_loss = mlm_loss  # a resolved pretrain.mlm_loss implementation: dense, chunked or liger
 
     @property
     def unpadded(self) -> bool:
@@ -137,19 +135,21 @@ class PretrainingModel(nn.Module):
         """The pair classifier on the pooled [CLS] (None for a family without one)."""
         return self.family.pair_head_of(self.bert)
 
-    def prepare(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
-                labels: torch.Tensor | None = None) -> "PaddedBatch | unpadded.VarlenBatch":
-        """The micro-batch in the layout the encoder runs on."""
-        if not self.unpadded:
-            return PaddedBatch(input_ids, attention_mask, token_type_ids, labels)
-        return unpadded.unpad(input_ids, attention_mask, token_type_ids, labels,
-                              pad_to_multiple_of=self.pad_to_multiple_of,
-                              pad_token_id=self.bert.config.pad_token_id or 0)
+    @property
+    def layout(self) -> Layout:
+        """How this model wants its micro-batches (the trainer's loader workers build them)."""
+        return Layout(self.unpadded, self.pad_to_multiple_of, self.bert.config.pad_token_id or 0)
 
-    def word_embeddings(self, batch: "PaddedBatch | unpadded.VarlenBatch") -> torch.Tensor:
+    def prepare(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
+                labels: torch.Tensor | None = None) -> PaddedBatch | VarlenBatch:
+        """The micro-batch in the layout the encoder runs on (on the host, before the transfer, when
+        the step must not synchronize: see :mod:`pretrain.layout`)."""
+        return self.layout(input_ids, attention_mask, token_type_ids, labels)
+
+    def word_embeddings(self, batch: PaddedBatch | VarlenBatch) -> torch.Tensor:
         return self.bert.get_input_embeddings()(batch.input_ids)
 
-    def encode(self, batch: "PaddedBatch | unpadded.VarlenBatch", inputs_embeds: torch.Tensor | None = None
+    def encode(self, batch: PaddedBatch | VarlenBatch, inputs_embeds: torch.Tensor | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """Last hidden states (one row per token of ``batch``'s layout) and the pooled [CLS] states
         (None for a family without a pooler)."""
@@ -160,58 +160,73 @@ class PretrainingModel(nn.Module):
         hidden = unpadded.encode(encoder, batch, self.attention, inputs_embeds)
         return hidden, unpadded.pool(encoder, hidden, batch)
 
-    def masked_logits(self, batch: "PaddedBatch | unpadded.VarlenBatch", inputs_embeds: torch.Tensor | None = None
+    def masked_logits(self, batch: PaddedBatch | VarlenBatch, inputs_embeds: torch.Tensor | None = None
                       ) -> torch.Tensor:
         """MLM logits at the masked positions, in the padded batch's row-major order (ALUM's forward)."""
         hidden, _ = self.encode(batch, inputs_embeds)
-        return self.mlm_head(hidden[batch.labels != IGNORE_INDEX])
+        return self.mlm_head(hidden.flatten(0, -2).index_select(0, batch.masked_positions))
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
-                labels: torch.Tensor, next_sentence_label: torch.Tensor | None = None) -> PretrainingOutput:
-        return self.losses(self.prepare(input_ids, attention_mask, token_type_ids, labels), next_sentence_label)
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                next_sentence_label: torch.Tensor | None = None, *,
+                prepared: PaddedBatch | VarlenBatch | None = None) -> PretrainingOutput:
+        """The losses of a micro-batch given padded (the collator's tensors) or ``prepared`` in this
+        model's :attr:`layout` (what the trainer's loader hands over: nothing left to synchronize on)."""
+        if prepared is None:
+            prepared = self.prepare(input_ids, attention_mask, token_type_ids, labels)
+        return self.compute_losses(prepared, next_sentence_label)
 
-    def losses(self, batch: "PaddedBatch | unpadded.VarlenBatch", next_sentence_label: torch.Tensor | None
+    def compute_losses(self, batch: PaddedBatch | VarlenBatch, next_sentence_label: torch.Tensor | None
+                       ) -> PretrainingOutput:
+        """:meth:`losses`, compiled as one region when :meth:`compile_losses` was called."""
+        compiled = self.__dict__.get("_compiled_losses")
+        return (compiled or self.losses)(batch, next_sentence_label)
+
+    def compile_losses(self, backend: str = "inductor", mode: str | None = None) -> None:
+        """Compile the whole forward (encoder, both heads, both losses; autograd then compiles its
+        backward as one graph too): one region per micro-batch instead of per-block regions around
+        eager glue. Shapes are dynamic (the token and masked counts vary per micro-batch), so a
+        handful of graphs serve a run; ``mode="reduce-overhead"`` adds CUDA graphs (one per shape:
+        bucket the token count). Only the unpadded layout: transformers' padded forward breaks graphs."""
+        import torch._dynamo
+
+        if not self.unpadded:
+            raise PretrainConfigError("compiling the whole forward needs the unpadded layout")
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        # Not an nn.Module attribute: the compiled function must not become a submodule (state dict).
+        self.__dict__["_compiled_losses"] = torch.compile(self.losses, fullgraph=True, dynamic=True, backend=backend,
+                                                          mode=mode)
+
+    def losses(self, batch: PaddedBatch | VarlenBatch, next_sentence_label: torch.Tensor | None
                ) -> PretrainingOutput:
+        """Losses and counts, with no host synchronization: every shape comes from the layout, built
+        on the host, and the counts stay device tensors until the trainer reads a step's totals."""
         sequence_output, pooled_output = self.encode(batch)
-        mlm_head, device = self.mlm_head, sequence_output.device
-        masked = batch.labels != IGNORE_INDEX
-        targets = batch.labels[masked]
-        mlm_count = targets.numel()
-        if mlm_count:
-            logits = mlm_head(sequence_output[masked])
-            mlm_loss = F.cross_entropy(logits.float(), targets)
-            mlm_correct = (logits.argmax(-1) == targets).sum()
-        else:  # keeps every parameter in the graph, so data-parallel gradient reduction still works
-            mlm_loss = mlm_head(sequence_output.flatten(0, -2)[:1]).sum() * 0.0
-            mlm_correct = torch.zeros((), dtype=torch.long, device=device)
-        nsp_loss, nsp_correct, nsp_count = self._pair_loss(pooled_output, next_sentence_label, device)
+        hidden = sequence_output.flatten(0, -2).index_select(0, batch.masked_positions)
+        # An empty selection keeps the head in the graph, with zero gradients.
+        mlm = masked_lm_loss(hidden, self.mlm_head, batch.masked_labels, implementation=self.mlm_loss)
+        mlm_loss, mlm_count, mlm_correct = mlm.loss_sum / mlm.count.clamp(min=1), mlm.count, mlm.correct
+        nsp_loss, nsp_correct, nsp_count = self._pair_loss(pooled_output, next_sentence_label, hidden.device)
         return PretrainingOutput(
             loss=mlm_loss + nsp_loss, mlm_loss=mlm_loss.detach(), nsp_loss=nsp_loss.detach(),
-            mlm_correct=mlm_correct, mlm_count=torch.tensor(mlm_count, device=device),
-            nsp_correct=nsp_correct, nsp_count=torch.tensor(nsp_count, device=device),
-            **_positions(batch))
+            mlm_correct=mlm_correct, mlm_count=mlm_count, nsp_correct=nsp_correct, nsp_count=nsp_count)
 
     def _pair_loss(self, pooled_output: torch.Tensor | None, label: torch.Tensor | None, device: torch.device
-                   ) -> tuple[torch.Tensor, torch.Tensor, int]:
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The pair objective's loss, correct predictions and labelled sequences (0 without labels,
         when not trained, or for a family without a pair head)."""
         head = self.pair_head
-        no_correct = torch.zeros((), dtype=torch.long, device=device)
+        zero = torch.zeros((), dtype=torch.long, device=device)
         if head is None:
-            return torch.zeros((), device=device), no_correct, 0
+            return torch.zeros((), device=device), zero, zero
         logits = head(pooled_output)
-        if not (self.nsp and label is not None and bool((label != IGNORE_INDEX).any())):
-            return logits.sum() * 0.0, no_correct, 0  # the head stays in the graph
-        loss = F.cross_entropy(logits.float(), label, ignore_index=IGNORE_INDEX)
+        if not (self.nsp and label is not None):
+            return logits.sum() * 0.0, zero, zero  # the head stays in the graph
         valid = label != IGNORE_INDEX
-        return loss, (logits.argmax(-1)[valid] == label[valid]).sum(), int(valid.sum())
-
-
-def _positions(batch: "PaddedBatch | unpadded.VarlenBatch") -> dict[str, int]:
-    if isinstance(batch, PaddedBatch):
-        return {"real_tokens": int(batch.attention_mask.sum()), "computed_positions": batch.input_ids.numel()}
-    total = batch.sequences.offsets[-1]
-    return {"real_tokens": total - batch.padding, "computed_positions": total}
+        count = valid.sum()
+        # A sum over the labelled rows (none: 0, with the head's zero gradients) over their count.
+        loss = F.cross_entropy(logits.float(), label, ignore_index=IGNORE_INDEX, reduction="sum") / count.clamp(min=1)
+        return loss, ((logits.argmax(-1) == label) & valid).sum(), count
 
 
 def count_parameters(model: nn.Module) -> int:

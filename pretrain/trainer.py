@@ -54,6 +54,7 @@ from biomed_lm.pretrain.config import (DataArguments, ModelArguments, PretrainCo
 from biomed_lm.pretrain.divergence import UNHEALTHY_WEIGHTS, DivergenceGuard, Verdict, uniform_prediction_loss
 from biomed_lm.pretrain.families import ModelFamily, family_of, get_family, resolve_pair_objective
 from biomed_lm.pretrain.flops import mfu, peak_flops, step_flops_from_counts
+from biomed_lm.pretrain.layout import Layout, PaddedBatch, VarlenBatch
 from biomed_lm.pretrain.metrics import MetricsLogger
 from biomed_lm.pretrain.modeling import PretrainingModel, count_parameters, hf_attention
 from biomed_lm.pretrain.preemption import StopRequests, ignore_stop_signals, stop_workers
@@ -102,12 +103,13 @@ def micro_batch_seed(seed: int, step: int, micro: int, rank: int) -> int:
 class MicroBatchStream(torch.utils.data.IterableDataset):
     """Collated micro-batches of one rank for steps ``start``..``end``-1, in order.
 
-    Collation (padding and masking) runs in DataLoader workers; worker ``w`` of ``W`` builds every
-    W-th micro-batch and the DataLoader interleaves them back in order."""
+    Collation (padding and masking) and the model's layout (:class:`pretrain.layout.Layout`: every
+    data-dependent size, so the step never waits on the device for one) run in DataLoader workers;
+    worker ``w`` of ``W`` builds every W-th micro-batch and the DataLoader interleaves them back in order."""
 
-    def __init__(self, dataset, plan: BatchPlan, collator, start: int, end: int, mask_rate):
+    def __init__(self, dataset, plan: BatchPlan, collator, start: int, end: int, mask_rate, layout: Layout):
         self.dataset, self.plan, self.collator = dataset, plan, collator
-        self.start, self.end, self.mask_rate = start, end, mask_rate
+        self.start, self.end, self.mask_rate, self.layout = start, end, mask_rate, layout
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         info = torch.utils.data.get_worker_info()
@@ -120,8 +122,10 @@ class MicroBatchStream(torch.utils.data.IterableDataset):
                     rows = [dict(zip(features, values)) for values in zip(*features.values())]
                     generator = torch.Generator().manual_seed(micro_batch_seed(self.plan.seed, step, micro, self.plan.rank))
                     masked = self.collator(rows, generator=generator, mlm_probability=self.mask_rate(step))
-                    yield {**masked, "step": torch.tensor(step),
-                           "mlm_probability": torch.tensor(masked.mlm_probability, dtype=torch.float64)}
+                    prepared = self.layout(masked["input_ids"], masked["attention_mask"], masked["token_type_ids"],
+                                           masked["labels"])
+                    yield {"prepared": prepared, "next_sentence_label": masked.get("next_sentence_label"),
+                           "step": step, "mlm_probability": masked.mlm_probability}
                 k += 1
 
 
@@ -144,7 +148,7 @@ class Run:
     gate: StepGate
     guard: DivergenceGuard
     stops: StopRequests
-    batches: Iterator[dict[str, torch.Tensor]]
+    batches: Iterator[dict[str, Any]]
     logger: MetricsLogger
     state: dict[str, Any]
     signature: dict[str, Any]
@@ -268,7 +272,7 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
                device=device, run_dir=run_dir, lock=lock, bert=bert, model=model, tokenizer=tokenizer, engine=engine,
                gate=gate, guard=_divergence_guard(train_args, state, len(tokenizer), pair),
                stops=StopRequests(train_args.stop_after_hours).install(),
-               batches=_batches(dataset, plan, data_args, train_args, tokenizer, state["step"]),
+               batches=_batches(dataset, plan, data_args, train_args, tokenizer, state["step"], model.layout, device),
                logger=logger, state=state, signature=signature,
                peak=peak_flops(train_args.precision, device) if device.type == "cuda" else None)
 
@@ -283,6 +287,10 @@ def _check_arguments(model_args: ModelArguments, data_args: DataArguments, train
         raise PretrainConfigError("output_dir is required")
     if not data_args.data_dir or not data_args.tokenizer:
         raise PretrainConfigError("data_dir and tokenizer are required")
+    if train_args.precision == "fp8":  # the GPU, torch and torchao must run it: refused before anything starts
+        from biomed_lm.pretrain.fp8 import check_fp8
+
+        check_fp8()
     if data_args.max_ngram > 1 and not data_args.whole_word_masking:
         raise PretrainConfigError(f"max_ngram {data_args.max_ngram} masks spans of whole words: it needs "
                                   "whole_word_masking (drop --no-whole-word-masking, or set max_ngram 1)")
@@ -434,10 +442,13 @@ class Execution:
     unpadded: bool
     compiled: bool
     bucket_tokens: int | None
+    compiled_region: str | None = None  # what torch.compile covers (:func:`_compile`)
+    mlm_loss: str = "dense"  # how the MLM head and its cross-entropy run (pretrain.mlm_loss)
+    fp8_layers: int | None = None  # encoder Linear layers in torchao's float8 (--precision fp8); None: not fp8
 
     def describe(self) -> str:
         layout = "unpadded (real tokens only)" if self.unpadded else "padded (transformers' forward)"
-        text = f"execution: {layout}, attention {self.attention}"
+        text = f"execution: {layout}, attention {self.attention}, MLM loss {self.mlm_loss}"
         if self.passed_over:  # "name: reason" each; kernels passed over for the same reason said once
             by_reason: dict[str, list[str]] = {}
             for entry in self.passed_over:
@@ -446,7 +457,11 @@ class Execution:
             text += " (passed over: " + "; ".join(f"{', '.join(names)}: {reason}"
                                                   for reason, names in by_reason.items()) + ")"
         if self.compiled:
-            text += f", torch.compile on the dense blocks, token counts rounded up to a multiple of {self.bucket_tokens}"
+            text += (f", torch.compile on {self.compiled_region}, token counts rounded up to a multiple of "
+                     f"{self.bucket_tokens}")
+        if self.fp8_layers is not None:
+            text += (f", fp8: torchao float8 (tensorwise scaling) in {self.fp8_layers} encoder Linear layers, "
+                     "bf16 autocast elsewhere")
         return text
 
 
@@ -457,24 +472,49 @@ def _pretraining_model(bert, model_args: ModelArguments, train_pair: bool, train
     ``train_pair``; moved to ``device``."""
     from biomed_lm.pretrain.adversarial import AdversarialPretrainingModel
     from biomed_lm.pretrain.attention import choose_kernel
-    from biomed_lm.pretrain.compiling import compile_dense_blocks, should_compile
+    from biomed_lm.pretrain.compiling import should_compile
+    from biomed_lm.pretrain.mlm_loss import resolve_implementation
 
     family = family_of(bert.config)
     requested, family_notes = family.resolve_attention(model_args.attn_implementation, model_args.compile)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(train_args.precision, torch.float32)
+    fp8_layers = None  # encoder Linear layers running torchao's float8 matmuls (--precision fp8)
+    if train_args.precision == "fp8":  # bf16 autocast around them (the DeepSpeed config's bf16 section)
+        from biomed_lm.pretrain.fp8 import convert_encoder_to_fp8
+
+        dtype, fp8_layers = torch.bfloat16, convert_encoder_to_fp8(bert, family)
     attention, passed_over = choose_kernel(requested, device, dtype, float(bert.config.attention_probs_dropout_prob))
     compiled = should_compile(model_args.compile, device.type) and family.unpadded
     execution = Execution(attention, family_notes + passed_over, unpadded=attention not in PADDED, compiled=compiled,
-                          bucket_tokens=model_args.bucket_tokens if compiled and attention not in PADDED else None)
-    layout = {"attention": attention, "pad_to_multiple_of": execution.bucket_tokens}
+                          bucket_tokens=model_args.bucket_tokens if compiled and attention not in PADDED else None,
+                          fp8_layers=fp8_layers)
+    execution.mlm_loss, why_not_faster = resolve_implementation("auto", device)
+    if why_not_faster:
+        execution.passed_over.append(f"a faster MLM loss: {why_not_faster}")
+    layout = {"attention": attention, "pad_to_multiple_of": execution.bucket_tokens, "mlm_loss": execution.mlm_loss}
     if adversarial is not None and adversarial.adversarial:
         model = AdversarialPretrainingModel(bert, nsp=train_pair, adversarial=adversarial, **layout)
     else:
         model = PretrainingModel(bert, nsp=train_pair, **layout)
     model.to(device)
     if compiled:
-        compile_dense_blocks(bert)
+        execution.compiled_region = _compile(model, attention, model_args.compile_mode)
     return model, execution
+
+
+def _compile(model: PretrainingModel, attention: str, mode: str) -> str:
+    """Compile ``model``: its whole forward as one region (autograd compiles the backward as one
+    graph too) where the attention kernel traces, otherwise the dense blocks (ALUM's several
+    passes per micro-batch; ``sdpa_loop``'s loop over host-side lengths). Says which."""
+    from biomed_lm.pretrain.attention import KERNELS
+    from biomed_lm.pretrain.compiling import compile_dense_blocks
+
+    if KERNELS[attention].traceable and type(model) is PretrainingModel:
+        model.compile_losses(mode=None if mode == "default" else mode)
+        return f"the whole forward and backward (mode {mode})"
+    compile_dense_blocks(model.bert)
+    why = "ALUM runs several passes" if type(model) is not PretrainingModel else f"{attention} does not trace"
+    return f"the dense blocks ({why})"
 
 
 def _select_resume_checkpoint(run_dir: Path, train_args: TrainArguments, rank: int) -> Selection:
@@ -543,7 +583,7 @@ def _build_engine(model, train_args: TrainArguments, world_size: int, device: to
 
 
 def _batches(dataset, plan: BatchPlan, data_args: DataArguments, train_args: TrainArguments, tokenizer,
-             start_step: int) -> Iterator[dict[str, torch.Tensor]]:
+             start_step: int, layout: Layout, device: torch.device) -> Iterator[dict[str, Any]]:
     from biomed_lm.pretrain.masking import MaskingConfig, PretrainingCollator, mask_rate_schedule
 
     collator = PretrainingCollator.from_tokenizer(
@@ -552,12 +592,13 @@ def _batches(dataset, plan: BatchPlan, data_args: DataArguments, train_args: Tra
         pad_to_multiple_of=8)
     schedule = mask_rate_schedule(data_args)
     stream = MicroBatchStream(dataset, plan, collator, start_step, train_args.max_steps,
-                              functools.partial(schedule.rate, total_steps=train_args.max_steps))
+                              functools.partial(schedule.rate, total_steps=train_args.max_steps), layout)
     # The loader gets its own generator: drawing its base seed from the global one would shift the
     # dropout stream of a resumed run by one draw. Workers leave stop signals to the main process.
     loader = torch.utils.data.DataLoader(stream, batch_size=None, num_workers=data_args.num_workers,
                                          prefetch_factor=4 if data_args.num_workers else None,
                                          worker_init_fn=ignore_stop_signals if data_args.num_workers else None,
+                                         pin_memory=device.type == "cuda",  # so the copies to the device do not block
                                          generator=torch.Generator().manual_seed(train_args.seed))
     return iter(loader)
 
@@ -581,60 +622,64 @@ def _resume_history(run_dir: Path, rank: int, selection: Selection, changes: dic
 
 def _accumulate_step(run: Run, step: int) -> StepResult:
     """Forward and backward over this rank's micro-batches of step ``step`` + 1, the verdict on the
-    step (taken on numbers reduced over all ranks, before the optimizer runs), and the optimizer step."""
+    step (taken on numbers reduced over all ranks, before the optimizer runs), and the optimizer step.
+
+    The host waits for the device once per step, in :func:`_judge_step` (the verdict gates the
+    update); the micro-batches before it queue their work without reading anything back."""
     engine, accumulation = run.engine, run.train_args.gradient_accumulation_steps
     started = time.perf_counter()
-    totals = StepTotals(extra=run.model.output_type.EXTRA_TOTALS)
+    totals = StepTotals(run.device, extra=run.model.output_type.EXTRA_TOTALS)
     for micro in range(accumulation):
         _forward_backward(run, step, totals)
         if micro == accumulation - 1:
             verdict, lr, grad_norm = _judge_step(run, totals)
         engine.step()
+    run.gate.closed = False  # a veto DeepSpeed made moot (it skipped an fp16 overflow itself) ends with the step
     return StepResult(step + 1, totals, verdict, lr, grad_norm, time.perf_counter() - started)
 
 
 def _forward_backward(run: Run, step: int, totals: StepTotals) -> None:
-    """One micro-batch: forward, backward (a zero-gradient one when the loss is not finite, which
-    keeps DeepSpeed's hooks and counters in step; the verdict then skips the update), and its sums."""
+    """One micro-batch: forward, backward and its sums, kept on the device. A non-finite loss is
+    backpropagated like any other (its gradients are not finite, and the verdict skips the update);
+    its sums are left out, and it is counted."""
     engine, accumulation = run.engine, run.train_args.gradient_accumulation_steps
     batch = next(run.batches)
-    assert int(batch.pop("step")) == step, "data stream out of step"
-    totals.add(mask_rate=float(batch.pop("mlm_probability")) / accumulation, **_shape_counts(batch))
-    batch = {k: v.to(run.device, non_blocking=True) for k, v in batch.items()}
-    out = engine(**batch)
-    totals.add(positions=out.computed_positions)
-    if torch.isfinite(out.loss.detach()):
-        engine.backward(out.loss)
-        totals.add(mlm_loss=out.mlm_loss.item(), nsp_loss=out.nsp_loss.item(), mlm_correct=out.mlm_correct.item(),
-                   mlm_count=out.mlm_count.item(), nsp_correct=out.nsp_correct.item(),
-                   nsp_count=out.nsp_count.item(), **out.extra_totals())
-    else:
-        totals.add(nonfinite_micro=1)
-        engine.backward(sum(p.sum() for p in engine.module.parameters()) * 0.0)
+    assert batch["step"] == step, "data stream out of step"
+    prepared = batch["prepared"]
+    totals.add(mask_rate=batch["mlm_probability"] / accumulation, **_shape_counts(prepared))
+    labels = batch["next_sentence_label"]
+    out = engine(prepared=prepared.to(run.device, non_blocking=True),
+                 next_sentence_label=labels.to(run.device, non_blocking=True) if labels is not None else None)
+    engine.backward(out.loss)
+    finite = torch.isfinite(out.loss.detach())
+    kept = {name: torch.where(finite, value, torch.zeros_like(value)) for name, value in
+            {"mlm_loss": out.mlm_loss, "nsp_loss": out.nsp_loss, "mlm_correct": out.mlm_correct,
+             "mlm_count": out.mlm_count, "nsp_correct": out.nsp_correct, "nsp_count": out.nsp_count,
+             **out.extra_totals()}.items()}
+    totals.add_on_device(nonfinite_micro=~finite, **kept)
 
 
 def _judge_step(run: Run, totals: StepTotals) -> tuple[Verdict, float, float | None]:
-    """After the last backward: reduce the totals over ranks, read the learning rate and the
-    gradient norm, and close the gate on a step the guard rejects (the verdict, lr and norm)."""
+    """After the last backward: reduce the totals over ranks and read them with the gradient norm
+    (the step's one wait for the device), read the learning rate, and close the gate on a step the
+    guard rejects (the verdict, lr and norm)."""
     import torch.distributed as dist
 
     engine = run.engine
     totals.add(stop=float(run.stops.reason() is not None))
-    totals.all_reduce(dist, run.device)
+    grad_norm = totals.reduce_and_read(dist, _gradient_norm(engine))
     lr = engine.get_lr()[0]  # the rate this step's update uses
-    grad_norm = _gradient_norm(engine)
     loss = totals.mean_loss(run.train_args.gradient_accumulation_steps * run.world_size)
     verdict = fp16_overflow_verdict(run.guard.judge(loss, grad_norm), loss, engine.fp16_enabled())
     run.gate.closed = verdict.skip and verdict.reason != "fp16_overflow"  # DeepSpeed skips that one
     return verdict, lr, grad_norm
 
 
-def _shape_counts(batch: dict[str, torch.Tensor]) -> dict[str, float]:
-    """Real tokens, sequences and Σ length² of a micro-batch (for throughput and attention FLOPs),
-    read off the host-side mask before the batch moves to the device."""
-    lengths = batch["attention_mask"].sum(dim=1)
-    return {"tokens": float(lengths.sum()), "sequences": float(lengths.numel()),
-            "attention_pairs": float((lengths.double() ** 2).sum())}
+def _shape_counts(prepared: PaddedBatch | VarlenBatch) -> dict[str, float]:
+    """Real tokens, computed positions, sequences and Σ length² of a micro-batch (for throughput and
+    attention FLOPs), read off the layout the loader built on the host."""
+    return {"tokens": float(prepared.real_tokens), "positions": float(prepared.computed_positions),
+            "sequences": float(prepared.num_sequences), "attention_pairs": float(sum(n * n for n in prepared.lengths))}
 
 
 def _account_step(run: Run, done: StepResult) -> None:
@@ -743,28 +788,42 @@ def _finite_or_none(value: float | None) -> float | None:
 
 
 class StepTotals:
-    """Per-step sums over this rank's micro-batches, by name, reduced over ranks in one call.
-    ``extra`` names a variant's own sums (``PretrainingOutput.EXTRA_TOTALS``), the same on every rank."""
+    """Per-step sums over this rank's micro-batches, by name, reduced over ranks in one call: those
+    the host knows before a micro-batch moves (its shape, from the loader), and those only the
+    device knows (losses, correct predictions), summed there so nothing is read back per micro-batch.
+    ``extra`` names a variant's own device sums (``PretrainingOutput.EXTRA_TOTALS``), the same on every rank."""
 
-    FIELDS = ("mlm_loss", "nsp_loss", "mlm_correct", "mlm_count", "nsp_correct", "nsp_count", "tokens",
-              "positions", "sequences", "attention_pairs", "nonfinite_micro", "stop", "mask_rate")
+    HOST = ("tokens", "positions", "sequences", "attention_pairs", "stop", "mask_rate")
+    DEVICE = ("mlm_loss", "nsp_loss", "mlm_correct", "mlm_count", "nsp_correct", "nsp_count", "nonfinite_micro")
 
-    def __init__(self, extra: tuple[str, ...] = ()) -> None:
-        self.names = self.FIELDS + tuple(extra)
+    def __init__(self, device: torch.device, extra: tuple[str, ...] = ()) -> None:
+        self.names = self.HOST + self.DEVICE + tuple(extra)
         self._index = {name: i for i, name in enumerate(self.names)}
-        self.values = torch.zeros(len(self.names), dtype=torch.float64)
+        self.host = torch.zeros(len(self.HOST), dtype=torch.float64)
+        self.device = torch.zeros(len(self.names) - len(self.HOST), dtype=torch.float64, device=device)
+        self.values: torch.Tensor | None = None  # every sum, reduced over ranks, on the host
 
     def add(self, **amounts: float) -> None:
         for name, amount in amounts.items():
-            self.values[self._index[name]] += amount
+            self.host[self._index[name]] += amount
+
+    def add_on_device(self, **amounts: torch.Tensor) -> None:
+        order = self.names[len(self.HOST):]
+        self.device += torch.stack([amounts[name].to(torch.float64) for name in order])
 
     def __getitem__(self, name: str) -> float:
         return float(self.values[self._index[name]])
 
-    def all_reduce(self, dist, device: torch.device) -> None:
-        values = self.values.to(device)  # NCCL reduces device tensors only
+    def reduce_and_read(self, dist, grad_norm: torch.Tensor | None) -> float | None:
+        """Sum over ranks (on the device: NCCL reduces device tensors only), then read the sums and
+        ``grad_norm`` (already global) back together: the step's one host synchronization."""
+        values = torch.cat([self.host.to(self.device.device), self.device])
         dist.all_reduce(values, op=dist.ReduceOp.SUM)
-        self.values = values.cpu()
+        if grad_norm is not None:
+            values = torch.cat([values, grad_norm.to(torch.float64).reshape(1)])
+        values = values.cpu()
+        self.values = values[:len(self.names)]
+        return float(values[-1]) if grad_norm is not None else None
 
     def mean_loss(self, micro_batches: int) -> float:
         """The step's loss over every rank's micro-batches; NaN when any of them was not finite."""
@@ -773,15 +832,15 @@ class StepTotals:
         return (self["mlm_loss"] + self["nsp_loss"]) / micro_batches
 
 
-def _gradient_norm(engine) -> float | None:
-    """The global L2 norm of the (already reduced, not yet clipped) gradients, unscaled: under fp16
-    ``param.grad`` holds the gradients times the loss scale, which the norm is divided by, so the
-    logged and judged norm is the true one. None when the gradients do not live in ``param.grad``
-    (ZeRO stages 1-2)."""
+def _gradient_norm(engine) -> torch.Tensor | None:
+    """The global L2 norm of the (already reduced, not yet clipped) gradients, unscaled, as a device
+    scalar: under fp16 ``param.grad`` holds the gradients times the loss scale, which the norm is
+    divided by, so the logged and judged norm is the true one. None when the gradients do not live
+    in ``param.grad`` (ZeRO stages 1-2)."""
     grads = [p.grad for p in engine.module.parameters() if p.grad is not None]
     if not grads or engine.zero_optimization_stage() > 0:
         return None
-    norm = float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)), dtype=torch.float32))
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)), dtype=torch.float32)
     return norm / loss_scale(engine)
 
 

@@ -16,6 +16,10 @@ script the deepspeed launcher starts on every rank. Hooks (all optional, JSON ke
   ``file_size_limit`` (the file-size limit, ``ulimit -f``, set below the model-state file's size
   just before the save) or ``checkpoints_replaced_by_a_file`` (the folder moved to
   ``checkpoints.moved``, a plain file in its place);
+- ``host_syncs``: a JSON file: record every operation that makes the host wait for the device's
+  data inside each micro-batch's forward and backward (reading a value: ``.item()``, ``bool()``,
+  ``.tolist()``, ``.cpu()``; a shape decided by data: ``nonzero``, boolean indexing), with where
+  it was called; the loader's ``next()`` (host-side work) is left out;
 - ``only_rank``: apply the kill hooks on this rank only.
 """
 
@@ -73,6 +77,9 @@ def install(hooks: dict) -> None:
     if "fail_save" in hooks:
         _install_failing_save(trainer, *hooks["fail_save"])
 
+    if "host_syncs" in hooks:
+        _install_host_sync_spy(trainer, Path(hooks["host_syncs"]))
+
     if "kill_in_save" in hooks:
         kill_step, moment = hooks["kill_in_save"]
         saving = {"step": None}
@@ -129,6 +136,36 @@ def _install_failing_save(trainer, fail_step: int, how: str) -> None:
         return save(engine, run_dir, step, *args, **kwargs)
 
     trainer.save_checkpoint = save_checkpoint
+
+
+def _install_host_sync_spy(trainer, path: Path) -> None:
+    sys.path.insert(0, str(REPO / "tests"))
+    from host_syncs import host_syncs, paused
+
+    report = {"micro_batches": 0, "syncs": []}
+
+    class HostSideBatches:  # the loader's next() is host work (collation, the layout): not spied on
+        def __init__(self, batches):
+            self.batches = batches
+
+        def __next__(self):
+            with paused():
+                return next(self.batches)
+
+    forward_backward = trainer._forward_backward
+
+    def spied(run, step, totals):
+        batches, run.batches = run.batches, HostSideBatches(run.batches)
+        try:
+            with host_syncs() as found:
+                forward_backward(run, step, totals)
+        finally:
+            run.batches = batches
+            report["syncs"] += [{**sync, "micro_batch": report["micro_batches"]} for sync in found]
+            report["micro_batches"] += 1
+            path.write_text(json.dumps(report))
+
+    trainer._forward_backward = spied
 
 
 def main() -> None:

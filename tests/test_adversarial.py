@@ -51,10 +51,14 @@ def make_batch(seed: int = 0, batch: int = 4, seq: int = 24, pad: int = 4) -> di
             "labels": labels, "next_sentence_label": torch.tensor([0, 1] * (batch // 2))}
 
 
+def prepared(model: PretrainingModel, batch):
+    """The micro-batch in the model's own layout."""
+    return model.prepare(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["labels"])
+
+
 def clean_masked_logits(model: PretrainingModel, batch) -> torch.Tensor:
     """The clean pass the wrapper captures, recomputed through the model's own layout."""
-    return model.masked_logits(model.prepare(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
-                                             batch["labels"]))
+    return model.masked_logits(prepared(model, batch))
 
 
 def config(**overrides) -> AdversarialConfig:
@@ -185,7 +189,7 @@ def test_unperturbed_embeddings_path_reproduces_the_clean_logits_exactly():
     model = PretrainingModel(tiny_bert()).eval()
     batch = make_batch()
     clean = clean_masked_logits(model, batch)
-    result = adversarial_pretraining_loss(model, batch, clean, config(adv_sigma=0.0, adv_steps=0))
+    result = adversarial_pretraining_loss(model, prepared(model, batch), clean, config(adv_sigma=0.0, adv_steps=0))
     assert result.finite and result.symmetric_kl.item() == 0.0 and result.loss_term.item() == 0.0
     assert result.delta_norm.item() == 0.0 and result.delta_retained.item() == 1.0
 
@@ -219,7 +223,7 @@ def test_ascent_increases_the_term_beyond_its_start_and_a_random_perturbation(no
     settings_ = dict(adv_epsilon=epsilon, adv_step_size=10 * epsilon, adv_sigma=epsilon / 10, adv_norm=norm)
 
     def kl(steps: int) -> float:
-        result = adversarial_pretraining_loss(model, batch, clean, config(adv_steps=steps, **settings_),
+        result = adversarial_pretraining_loss(model, prepared(model, batch), clean, config(adv_steps=steps, **settings_),
                                               generator=torch.Generator().manual_seed(3))
         assert result.finite and result.delta_norm <= epsilon * (1 + 1e-6)
         return result.symmetric_kl.item()
@@ -243,7 +247,7 @@ def test_term_is_nonnegative_bounded_and_reaches_the_parameters(norm):
     model = PretrainingModel(tiny_bert())
     batch = make_batch()
     clean = clean_masked_logits(model, batch)
-    result = adversarial_pretraining_loss(model, batch, clean, config(adv_norm=norm))
+    result = adversarial_pretraining_loss(model, prepared(model, batch), clean, config(adv_norm=norm))
     assert result.finite and result.loss_term.item() >= 0
     assert torch.allclose(result.loss_term.detach(), 10.0 * result.symmetric_kl)
     assert 0 < result.delta_norm.item() <= 1e-5 * (1 + 1e-6)
@@ -279,7 +283,7 @@ def test_same_generator_same_term():
     model = PretrainingModel(tiny_bert()).eval()
     batch = make_batch()
     clean = clean_masked_logits(model, batch)
-    runs = [adversarial_pretraining_loss(model, batch, clean, config(), generator=torch.Generator().manual_seed(11))
+    runs = [adversarial_pretraining_loss(model, prepared(model, batch), clean, config(), generator=torch.Generator().manual_seed(11))
             for _ in range(2)]
     assert torch.equal(runs[0].symmetric_kl, runs[1].symmetric_kl)
 
@@ -299,7 +303,7 @@ def test_nan_in_delta_falls_back_to_a_zero_term(monkeypatch, steps):
     clean = clean_masked_logits(model, batch)
     real_randn = torch.randn
     monkeypatch.setattr(torch, "randn", lambda *args, **kwargs: real_randn(*args, **kwargs) * float("nan"))
-    result = adversarial_pretraining_loss(model, batch, clean, config(adv_steps=steps))
+    result = adversarial_pretraining_loss(model, prepared(model, batch), clean, config(adv_steps=steps))
     assert not result.finite and result.loss_term.item() == 0.0 and result.loss_term.grad_fn is None
 
 
@@ -307,7 +311,7 @@ def test_absurd_perturbation_is_caught_on_the_model_and_the_step_keeps_the_stand
     batch = make_batch()
     absurd = config(adv_sigma=1e30, adv_epsilon=1e38, adv_step_size=1e38)  # finite settings, overflowing sums
     model = PretrainingModel(tiny_bert())
-    result = adversarial_pretraining_loss(model, batch, clean_masked_logits(model, batch), absurd)
+    result = adversarial_pretraining_loss(model, prepared(model, batch), clean_masked_logits(model, batch), absurd)
     assert not result.finite and result.loss_term.item() == 0.0
     wrapper = AdversarialPretrainingModel(tiny_bert(), adversarial=absurd)
     torch.manual_seed(1)
@@ -344,8 +348,8 @@ def test_half_precision_model_reports_how_much_of_delta_survives():
     model = PretrainingModel(tiny_bert().to(torch.bfloat16)).eval()
     batch = make_batch()
     clean = clean_masked_logits(model, batch)
-    small = adversarial_pretraining_loss(model, batch, clean, config(), generator=torch.Generator().manual_seed(0))
-    large = adversarial_pretraining_loss(model, batch, clean, config(adv_epsilon=1e-3),
+    small = adversarial_pretraining_loss(model, prepared(model, batch), clean, config(), generator=torch.Generator().manual_seed(0))
+    large = adversarial_pretraining_loss(model, prepared(model, batch), clean, config(adv_epsilon=1e-3),
                                          generator=torch.Generator().manual_seed(0))
     assert small.finite and small.symmetric_kl.dtype == torch.float32 and small.loss_term.dtype == torch.float32
     assert small.delta_retained < 0.5 < 0.95 < large.delta_retained

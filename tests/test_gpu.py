@@ -32,7 +32,7 @@ def _sequences(lengths: list[int]):
     offsets = [0]
     for n in lengths:
         offsets.append(offsets[-1] + n)
-    return Sequences(torch.tensor(offsets, dtype=torch.int32, device="cuda"), tuple(offsets), max(lengths))
+    return Sequences.from_offsets(offsets, "cuda")
 
 
 @pytest.mark.parametrize("kernel", list(KERNELS))

@@ -16,7 +16,7 @@ from biomed_lm.pretrain.adversarial import AdversarialConfig, AdversarialPretrai
 from biomed_lm.pretrain.attention import KERNELS, Sequences, attend, choose_kernel, why_not
 from biomed_lm.pretrain.masking import MaskingConfig, PretrainingCollator
 from biomed_lm.pretrain.modeling import PretrainingModel
-from biomed_lm.pretrain.unpadded import VarlenBatch, unpad
+from biomed_lm.pretrain.layout import VarlenBatch, unpad
 
 VOCAB, PAD, CLS, SEP, MASK = 120, 0, 2, 3, 4
 TOLERANCE = 1e-5
@@ -108,8 +108,8 @@ def test_bucketed_unpadded_layout_equals_the_padded_model():
     padded = PretrainingModel(copy.deepcopy(bert), attention="hf_sdpa")
     bucketed = PretrainingModel(copy.deepcopy(bert), attention="sdpa_loop", pad_to_multiple_of=64)
     assert_same(losses_and_grads(padded, batch, True), losses_and_grads(bucketed, batch, True))
-    out = bucketed(**{k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids", "labels")})
-    assert (out.real_tokens, out.computed_positions) == (112, 128)
+    prepared = bucketed.prepare(*(batch[k] for k in ("input_ids", "attention_mask", "token_type_ids", "labels")))
+    assert (prepared.real_tokens, prepared.computed_positions) == (112, 128)
 
 
 def test_unpadded_alum_equals_the_padded_alum():
@@ -169,7 +169,7 @@ def test_every_cpu_kernel_matches_eager_attention_and_its_gradients(kernel):
     offsets = [0]
     for n in lengths:
         offsets.append(offsets[-1] + n)
-    seqs = Sequences(torch.tensor(offsets, dtype=torch.int32), tuple(offsets), max(lengths))
+    seqs = Sequences.from_offsets(offsets)
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(offsets[-1], 4, 8, generator=g, requires_grad=True) for _ in range(3))
     out = attend(kernel, q, k, v, seqs, 0.0)
@@ -186,7 +186,7 @@ def test_flex_document_mask_matches_eager_attention_forward_on_cpu():
     from biomed_lm.pretrain.attention import flex
 
     offsets = (0, 13, 14, 54, 61)
-    seqs = Sequences(torch.tensor(offsets, dtype=torch.int32), offsets, 40)
+    seqs = Sequences.from_offsets(offsets)
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(61, 4, 8, generator=g) for _ in range(3))
     assert torch.allclose(flex(q, k, v, seqs, 0.0, 8 ** -0.5), _eager_reference(q, k, v, seqs), atol=1e-5)

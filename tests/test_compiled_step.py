@@ -1,0 +1,98 @@
+"""The step as the GPU runs it, checked on CPU: the whole forward compiled as one region equals the
+padded reference (loss and every gradient within 1e-5, fp32) with a bounded number of graphs over
+micro-batches of changing shapes, and nothing in a micro-batch's forward and backward makes the
+host wait for the device (the layout is built on the host, by the loader)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from host_syncs import host_syncs, paused  # noqa: E402
+from pretrain_runs import make_pretraining_inputs, pretrain_args, run, with_option  # noqa: E402
+from test_unpadded import assert_same, masked_batch, tiny_bert  # noqa: E402
+
+from biomed_lm.pretrain.compiling import compiled_graphs  # noqa: E402
+from biomed_lm.pretrain.modeling import PretrainingModel  # noqa: E402
+
+PADDED_KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels")
+# Micro-batches of changing sizes and counts: a per-shape graph would show as one graph each.
+SHAPES = ([37, 64, 11], [50, 20, 33, 9], [64, 64], [12, 40, 40, 5, 7], [3, 64, 17])
+
+
+def losses_and_grads(model: PretrainingModel, batch: dict, **inputs) -> tuple[dict[str, float], dict]:
+    model.zero_grad()
+    out = model(**inputs, next_sentence_label=batch["next_sentence_label"])
+    out.loss.backward()
+    losses = {"loss": out.loss.item(), "mlm": out.mlm_loss.item(), "nsp": out.nsp_loss.item()}
+    return losses, {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def test_the_whole_forward_compiled_equals_the_padded_model_with_one_graph():
+    """aot_eager traces exactly what inductor would compile (the same graphs, the same guards)
+    without generating kernels, which on CPU takes minutes."""
+    torch._dynamo.reset()
+    bert = tiny_bert()
+    reference = PretrainingModel(copy.deepcopy(bert), attention="hf_sdpa")
+    compiled = PretrainingModel(copy.deepcopy(bert), attention="sdpa_padded", pad_to_multiple_of=32)
+    compiled.compile_losses(backend="aot_eager")
+    before = compiled_graphs()
+    for seed, lengths in enumerate(SHAPES):
+        batch = masked_batch(lengths, whole_word=True, seed=seed)
+        padded = {key: batch[key] for key in PADDED_KEYS}
+        assert_same(losses_and_grads(reference, batch, **padded),
+                    losses_and_grads(compiled, batch, prepared=compiled.prepare(**padded)))
+    assert compiled_graphs() - before == 1
+
+
+def test_compiling_the_whole_forward_needs_the_unpadded_layout():
+    from biomed_lm.pretrain.config import PretrainConfigError
+
+    with pytest.raises(PretrainConfigError, match="unpadded"):
+        PretrainingModel(tiny_bert(), attention="hf_sdpa").compile_losses(backend="aot_eager")
+
+
+# Not hf_sdpa: transformers' padded forward reads its attention mask back (masking_utils, to skip an
+# all-ones mask); it is the reference, and no family trains through it any more.
+@pytest.mark.parametrize("attention", ["sdpa_loop", "sdpa_padded"])
+def test_a_prepared_micro_batch_runs_forward_and_backward_without_a_host_sync(attention):
+    model = PretrainingModel(tiny_bert(), attention=attention, pad_to_multiple_of=32)
+    batch = masked_batch([37, 64, 11, 5], whole_word=True)
+    prepared = model.prepare(*(batch[key] for key in PADDED_KEYS))  # the loader's work, on the host
+    with host_syncs() as found:
+        out = model(prepared=prepared, next_sentence_label=batch["next_sentence_label"])
+        out.loss.backward()
+    assert found == []
+
+
+def test_the_spy_sees_every_kind_of_host_sync():
+    values = torch.arange(6.0)
+    with host_syncs() as found:
+        values.sum().item()
+        bool((values > 2).any())
+        values.tolist()
+        values[values > 2]
+        torch.nonzero(values)
+        with paused():
+            values.tolist()  # host-side work, left out
+    assert [entry["op"].split(".")[1] for entry in found] == [
+        "_local_scalar_dense", "_local_scalar_dense", "tolist", "index", "nonzero"]
+    assert all(entry["at"].startswith("test_compiled_step.py:") for entry in found)
+
+
+def test_the_trainers_micro_batches_make_no_host_sync(tmp_path):
+    """Through launch/pretrain.py: every micro-batch's forward, backward and sums (the step's one
+    read, for the verdict that gates the update, is after them)."""
+    inputs = make_pretraining_inputs(tmp_path)
+    report = tmp_path / "syncs.json"
+    args = with_option(pretrain_args(inputs, tmp_path / "run"), "--max-steps", "3")
+    done = run(args, hooks={"host_syncs": str(report)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    spied = json.loads(report.read_text())
+    assert spied["micro_batches"] == 6 and spied["syncs"] == []
