@@ -1,20 +1,33 @@
 #!/usr/bin/env bash
-# The GPU checks in one prepared run, for a machine that has CUDA, PyTorch and transformers but not
-# this toolkit (a lent GPU box, or a cluster node before `make env`): the `gpu` tests, then
-# benchmarks/bench_gpu.py at BERT-base size. Output goes to stdout and, when $OUT is set, to files in it.
+# Every GPU measurement of issue 23 in one prepared run, for a machine that has CUDA, PyTorch and
+# transformers but not this toolkit (a lent GPU box, or a cluster node before `make env`).
 #
-#     bash benchmarks/gpu_check.sh                 # tests, then the full benchmark
-#     BENCH_ARGS="--steps 6" bash benchmarks/gpu_check.sh
-#     BENCH2_ARGS="--seq-lengths 128 --batch 256 --attention-dropout 0" bash benchmarks/gpu_check.sh  # and a 2nd run
+#     bash benchmarks/gpu_prepare.sh                  # here, once: .whl/ and .gpu_inputs/ to carry
+#     bash benchmarks/gpu_check.sh                    # there: every stage, in this order
+#     STAGES="tests bert" bash benchmarks/gpu_check.sh   # some stages only
 #
-# Packages the machine lacks (datasets, deepspeed, ...) may sit as wheels in .whl/ (see
-# benchmarks/README.md, "GPU pretraining step"); they are installed into /tmp/site, not the system.
-# Where the toolkit is not installed it is made importable as biomed_lm for the run: links in
+# Stages (each bounded by its own timeout). Results go to $RESULTS (default /tmp/gpu_check) and, when
+# $OUT is set (the lent machine's return folder, which takes at most 8 files), into $OUT/gpu_check.tgz
+# with the whole log beside it.
+#   tests     the `gpu` tests: every CUDA kernel, the whole forward compiled by inductor against the
+#             padded model, fused AdamW, bf16 accumulation, fp8 against bf16, the liger MLM loss
+#   bert      bench_gpu.py, BERT-base: transformers eager / compiled / full-length rows against ours,
+#             seq 128 on the real instances' lengths and seq 512 on BERT's length mix, with --profile
+#   fp8       ours in fp8 against ours in bf16, and 300 steps of each on the same batches (loss within 1%)
+#   launch    launch/pretrain.py for 40 steps on the same instances: its logged tokens/s against the
+#             bench's row for the same model and shapes (launch_vs_bench.json)
+#   families  bench_gpu.py --architecture roberta and albert at seq 128
+#   finetune  bench_finetune.py --device cuda: NER and a relation task against HF Trainer
+#
+# Packages the machine lacks sit as wheels in .whl/ and are installed into /tmp/site, not the
+# system. Where the toolkit is not installed it is made importable as biomed_lm for the run: links in
 # biomed_lm/ to tokenization/, pretrain/, ... mirror setup.py's package_dir, removed on exit.
 set -uo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
-OUT="${OUT:-/tmp/gpu_check}"; mkdir -p "$OUT"
+RESULTS="${RESULTS:-/tmp/gpu_check}"; mkdir -p "$RESULTS"
 PY="${PYTHON:-python3}"
+STAGES="${STAGES:-tests bert fp8 launch families finetune}"
+INPUTS="$REPO/.gpu_inputs"
 cd "$REPO"
 
 if compgen -G ".whl/*.whl" > /dev/null; then
@@ -30,22 +43,60 @@ if ! "$PY" -c "import biomed_lm.pretrain" 2> /dev/null; then  # not installed: l
 fi
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 WANDB_MODE=offline
 
+stage() { [[ " $STAGES " == *" $1 "* ]] && { echo "== $1 ($(date +%T))"; true; }; }
+bench() {  # bench NAME TIMEOUT ARGS...: bench_gpu.py with its log and JSON in $OUT
+  local name="$1" limit="$2"; shift 2
+  timeout "$limit" "$PY" benchmarks/bench_gpu.py --out "$RESULTS/$name.json" "$@" 2>&1 | tee "$RESULTS/$name.log"
+}
+REAL=()  # the real instances' lengths at 128, where gpu_prepare.sh made them
+[ -d "$INPUTS/instances128" ] && REAL=(--instances "$INPUTS/instances128")
+
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 "$PY" -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
 'transformers', transformers.__version__, torch.cuda.get_device_name())"
+git -C "$REPO" log -1 --format='commit %h %s' 2> /dev/null | cut -c1-100
 
-echo "== gpu tests"
-timeout "${TEST_TIMEOUT:-240}" "$PY" -m pytest -q -p no:cacheprovider -m gpu -rs \
-  tests/test_gpu.py tests/test_optim.py tests/test_pretrain_numerics.py 2>&1 | tee "$OUT/gpu_tests.log"
+if stage tests; then
+  timeout "${TEST_TIMEOUT:-180}" "$PY" -m pytest -q -p no:cacheprovider -m gpu -rs tests/test_gpu.py \
+    tests/test_optim.py tests/test_pretrain_numerics.py tests/test_fp8.py tests/test_mlm_loss.py 2>&1 \
+    | tee "$RESULTS/gpu_tests.log"
+fi
 
-echo "== bench_gpu"
-# shellcheck disable=SC2086  # BENCH_ARGS is a list of words
-timeout "${BENCH_TIMEOUT:-420}" "$PY" benchmarks/bench_gpu.py --out "$OUT/gpu.json" ${BENCH_ARGS:-} 2>&1 \
-  | tee "$OUT/bench_gpu.log"
+if stage bert; then
+  bench bert128 "${BERT_TIMEOUT:-200}" --seq-lengths 128 --batch 256 --kernels sdpa_padded --profile "${REAL[@]}"
+  bench bert512 "${BERT_TIMEOUT:-200}" --seq-lengths 512 --batch 64 --kernels sdpa_padded --profile
+fi
 
-if [ -n "${BENCH2_ARGS:-}" ]; then  # a second configuration, e.g. "--seq-lengths 128 --batch 256 --attention-dropout 0"
-  echo "== bench_gpu $BENCH2_ARGS"
-  # shellcheck disable=SC2086
-  timeout "${BENCH2_TIMEOUT:-300}" "$PY" benchmarks/bench_gpu.py --out "$OUT/gpu2.json" $BENCH2_ARGS 2>&1 \
-    | tee "$OUT/bench_gpu2.log"
+if stage fp8; then
+  bench fp8 "${FP8_TIMEOUT:-240}" --seq-lengths 128 --batch 256 --kernels sdpa_padded --precision fp8 \
+    --convergence-steps 300 "${REAL[@]}"
+fi
+
+if stage launch && [ -d "$INPUTS/instances128" ]; then
+  rm -rf /tmp/launch_run
+  timeout "${LAUNCH_TIMEOUT:-240}" "$PY" launch/pretrain.py --model bert-base --data-dir "$INPUTS/instances128" \
+    --tokenizer "$INPUTS/tokenizer" --output-dir /tmp/launch_run --max-steps 40 --micro-batch-size 256 \
+    --gradient-accumulation-steps 1 --optimizer adamw --learning-rate 1e-4 --precision bf16 \
+    --attn-implementation sdpa_padded --num-workers 4 --log-every 1 --checkpoint-every 1000 --no-export-hf \
+    --wandb-mode disabled 2>&1 | tee "$RESULTS/launch.log" | grep -v "^pretrain:"
+  cp /tmp/launch_run/metrics.jsonl "$RESULTS/launch_metrics.jsonl" 2> /dev/null
+  "$PY" benchmarks/launch_vs_bench.py /tmp/launch_run/metrics.jsonl "$RESULTS/bert128.json" --skip 10 \
+    --out "$RESULTS/launch_vs_bench.json"
+fi
+
+if stage families; then
+  for family in roberta albert; do
+    bench "$family" "${FAMILY_TIMEOUT:-200}" --architecture "$family" --seq-lengths 128 --batch 256 \
+      --kernels sdpa_padded "${REAL[@]}"
+  done
+fi
+
+if stage finetune; then
+  TOKENIZER=(); [ -d "$INPUTS/tokenizer" ] && TOKENIZER=(--tokenizer "$INPUTS/tokenizer")
+  timeout "${FT_TIMEOUT:-180}" "$PY" benchmarks/bench_finetune.py --device cuda --model bert-base --epochs 2 \
+    --train-examples 2000 "${TOKENIZER[@]}" --output "$RESULTS/finetune.json" 2>&1 | tee "$RESULTS/bench_finetune.log"
+fi
+echo "== done ($(date +%T))"
+if [ -n "${OUT:-}" ]; then
+  tar czf "$OUT/gpu_check.tgz" -C "$RESULTS" . && echo "results: \$OUT/gpu_check.tgz"
 fi

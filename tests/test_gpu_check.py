@@ -1,0 +1,64 @@
+"""The prepared GPU run (benchmarks/gpu_check.sh) and its comparison of launch/pretrain.py's pace
+with bench_gpu.py's, checked on CPU: the script parses and names every stage the issue asks for,
+and the comparison reads a run's metrics.jsonl and a bench's JSON as they are written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import launch_vs_bench  # noqa: E402
+
+
+def test_the_gpu_script_parses_and_runs_every_stage_by_default():
+    script = REPO / "benchmarks" / "gpu_check.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    default = text.split('STAGES="${STAGES:-', 1)[1].split("}", 1)[0].split()
+    assert default == ["tests", "bert", "fp8", "launch", "families", "finetune"]
+    for stage in default:
+        assert f"if stage {stage}" in text
+
+
+def _metrics(path: Path, paces: list[tuple[float, float]]) -> Path:
+    lines = [json.dumps({"step": step, "tokens_per_s": tokens_per_s, "step_seconds": seconds, "mfu": 0.3})
+             for step, (tokens_per_s, seconds) in enumerate(paces, start=1)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _bench(path: Path) -> Path:
+    rows = [{"system": "transformers (torch.compile)", "role": "hf_compiled", "tokens_per_s": 900.0},
+            {"system": "ours [sdpa_padded, whole forward compiled]", "role": "ours", "tokens_per_s": 1000.0,
+             "mfu": 0.31, "seq": 128, "batch": 256},
+            {"system": "ours [sdpa_loop]", "role": "ours", "tokens_per_s": 400.0}]
+    path.write_text(json.dumps({"results": rows}))
+    return path
+
+
+def test_the_runs_pace_leaves_out_warm_up_and_weighs_steps_by_time(tmp_path):
+    # steps 1-2 compile (slow); after them 960 and 980 tokens/s over 1 s and 3 s: 975 tokens/s
+    metrics = _metrics(tmp_path / "metrics.jsonl", [(10.0, 50.0), (500.0, 2.0), (960.0, 1.0), (980.0, 3.0)])
+    result = launch_vs_bench.main([str(metrics), str(_bench(tmp_path / "bench.json")), "--skip", "2",
+                                   "--out", str(tmp_path / "out.json")])
+    assert result["run"]["tokens_per_s"] == pytest.approx(975.0)
+    assert result["bench"]["system"].startswith("ours [sdpa_padded")  # the fastest ours row
+    assert result["ratio"] == pytest.approx(0.975) and result["met"] is True
+    assert json.loads((tmp_path / "out.json").read_text())["ratio"] == pytest.approx(0.975)
+
+
+def test_a_named_bench_row_and_a_run_too_short_are_told_apart(tmp_path):
+    metrics = _metrics(tmp_path / "metrics.jsonl", [(100.0, 1.0), (300.0, 1.0)])
+    bench = _bench(tmp_path / "bench.json")
+    result = launch_vs_bench.main([str(metrics), str(bench), "--skip", "1", "--system", "ours [sdpa_loop"])
+    assert result["ratio"] == pytest.approx(0.75) and result["met"] is False
+    with pytest.raises(SystemExit, match="no logged step after step 5"):
+        launch_vs_bench.main([str(metrics), str(bench), "--skip", "5"])
+    with pytest.raises(SystemExit, match="no 'ours' row named 'ours \\[flex'"):
+        launch_vs_bench.main([str(metrics), str(bench), "--skip", "0", "--system", "ours [flex"])
