@@ -6,6 +6,8 @@ AdamW) against transformers' family class (``BertForPreTraining``, ``AlbertForPr
     python benchmarks/bench_gpu.py                      # BERT-base, seq 128 and 512, on cuda
     python benchmarks/bench_gpu.py --profile            # and the top kernels of ours and the baseline
     python benchmarks/bench_gpu.py --device cpu --quick --compile-backend aot_eager  # what the tests run
+    # gpu_check (H100/H200): ours in bf16 and fp8 beside the baselines, then the fp8-vs-bf16 loss check
+    python benchmarks/bench_gpu.py --seq-lengths 128 --batch 256 --precision fp8 --convergence-steps 300
 
 Systems, per sequence length, each timed on the same batches (one model copy at a time on the device):
 
@@ -45,6 +47,33 @@ memory during the system's run; on CPU the process's peak RSS), padding share of
 computed, and the ratios. From the best tokens/s on the benchmark's batches (the full-length row
 left out) the GPU-hours of the paper's budget (62,500 steps × 8,192 × 128 tokens ≈ 65.5B) here.
 
+``--precision fp8``: each of our rows runs twice, in bf16 and with the encoder's Linear layers in
+torchao's float8 (:func:`pretrain.fp8.convert_encoder_to_fp8`, tensorwise scaling, bf16 autocast
+elsewhere, converted before compiling as the trainer does), adjacent and on the same batches; an fp8
+row's ``ratio_vs_our_bf16`` is its tokens/s over our bf16 row of the same kernel (printed as
+``fp8/bf16``). The transformers rows stay in bf16 (the user's alternative). Each row names its
+``precision`` and the peak its MFU is measured against (``mfu_peak``: ``fp8`` for the fp8 rows, the
+device's dense FP8 peak, so their MFU is not comparable with the bf16 rows'). ``pretrain.fp8.check_fp8``
+runs first: where FP8 cannot run (no GPU of compute capability 8.9+, or no torchao) the benchmark exits
+2 with the reason before building anything.
+
+``--convergence-steps N`` (0: off): after the throughput rows (``--convergence-only``: instead of
+them), ours (the fastest of our bf16 rows at the first ``--seq-lengths``; with ``--convergence-only``
+the kernel the trainer's ``auto`` picks, compiled as our rows are) trains N optimizer steps twice from
+the same initial weights on the same N micro-batches of ``--convergence-batch`` (default 64): once in
+bf16, once in fp8 (only where fp8 runs here; otherwise ``fp8_not_run`` gives the reason, and only the
+bf16 run is made, as on the CPU in the tests). AdamW at ``--convergence-lr`` (default 5e-4) with 10%
+warm-up and linear decay (``pretrain.optim``'s slanted triangular schedule), weight decay 0.01 off
+biases and norms, gradient clipping at 1.0, bf16 autocast, one seed for the dropout. The batches are
+made as the throughput batches are (length mix, the collator's masking, a fixed seed) but from
+:class:`StructuredText` (Zipf-distributed ids with a learnable neighbour relation: uniform ids leave
+nothing to learn, so any two runs would agree), or the real instances (their ids, not only their
+lengths) with ``--instances``. Every step's loss stays on the device until the run ends (one read-back).
+The JSON's ``convergence``: ``steps``, ``bf16_final`` and ``fp8_final`` (each the mean of the last 20
+steps' losses), ``relative_difference`` ((fp8 - bf16) / bf16), ``passed`` (|difference| <= 1%), every
+step's loss (``losses_bf16``, ``losses_fp8``) and each run's seconds (compilation included); one line
+is printed.
+
 ``--profile``: after its window, ``torch.profiler`` (CPU, and CUDA on a GPU) over
 ``--profile-steps`` more steps (the window's first batches again) of the compiled baseline and of
 each of ours; per profiled system ``<out dir>/profile_<system slug>-seq<length>.txt``
@@ -58,8 +87,10 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import re
 import resource
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +117,8 @@ class System:
     # CPU batch -> what loss_fn takes, built on the host before the batch moves (ours: the layout the
     # trainer's loader workers build, so the step has no host sync); transformers' rows take it as is.
     prepare: Callable[[dict], dict] = staticmethod(lambda batch: batch)
+    kernel: str | None = None  # ours: the attention kernel
+    fp8: bool = False  # ours with the encoder's Linear layers in torchao's float8 (bf16 autocast elsewhere)
 
 
 @dataclass
@@ -109,22 +142,75 @@ def real_lengths(instances: str, max_length: int) -> list[int]:
     return [min(len(ids), max_length) for ids in dataset["input_ids"]]
 
 
-def make_batches(lengths: list[int], batch: int, steps: int, seed: int) -> list[dict]:
-    """Masked batches (the toolkit's collator: whole-word masking, 15%) of the given lengths."""
+def make_batches(lengths: list[int], batch: int, steps: int, seed: int, text: str = "uniform",
+                 rows: list[dict] | None = None) -> list[dict]:
+    """Masked batches (the toolkit's collator: whole-word masking, 15%) of the given lengths.
+
+    ``text``: ``uniform`` (token ids drawn uniformly: all a throughput measurement needs) or
+    ``structured`` (:class:`StructuredText`: something to learn, for the convergence runs).
+    ``rows``: real instances (``input_ids``, ``token_type_ids``, ``word_starts``,
+    ``next_sentence_label``) to mask instead of generated ones (``lengths`` is then ignored)."""
     from biomed_lm.pretrain.masking import MaskingConfig, PretrainingCollator
 
     generator = torch.Generator().manual_seed(seed)
     collator = PretrainingCollator(pad_token_id=0, cls_token_id=CLS, sep_token_id=SEP, mask_token_id=MASK,
                                    vocab_size=VOCAB, config=MaskingConfig(whole_word=True), pad_to_multiple_of=8)
+    structured = StructuredText(generator) if text == "structured" else None
     batches = []
     for step in range(steps):
-        rows = []
+        if rows is not None:
+            batches.append(dict(collator(rows[step * batch:(step + 1) * batch], generator=generator)))
+            continue
+        chunk = []
         for n in lengths[step * batch:(step + 1) * batch]:
-            ids = [CLS, *torch.randint(1000, VOCAB, (n - 2,), generator=generator).tolist(), SEP]
-            rows.append({"input_ids": ids, "token_type_ids": [0] * (n // 2) + [1] * (n - n // 2),
-                         "word_starts": [1] * n, "next_sentence_label": int(torch.randint(2, (1,)))})
-        batches.append(dict(collator(rows, generator=generator)))
+            body = structured.sample(n - 2) if structured is not None \
+                else torch.randint(1000, VOCAB, (n - 2,), generator=generator).tolist()
+            chunk.append({"input_ids": [CLS, *body, SEP], "token_type_ids": [0] * (n // 2) + [1] * (n - n // 2),
+                          "word_starts": [1] * n, "next_sentence_label": int(torch.randint(2, (1,)))})
+        batches.append(dict(collator(chunk, generator=generator)))
     return batches
+
+
+class StructuredText:
+    """Synthetic text a model can learn from in a few hundred steps (uniform ids cannot be: the
+    masked loss would stay near ln 30k whatever the precision): ids 1000..30521 drawn from a Zipf
+    distribution (frequency ∝ 1 / (rank + 2.7), a random rank order), and every odd position, with
+    probability 1/2, the fixed successor (a random permutation) of the id before it. So the loss
+    falls from ~10.3 as the unigram frequencies are learnt, then further as attention learns to look
+    at the neighbour."""
+
+    def __init__(self, generator: torch.Generator):
+        self.generator = generator
+        size = VOCAB - 1000
+        self.probs = 1.0 / (torch.arange(size, dtype=torch.float64) + 2.7)
+        self.ids = 1000 + torch.randperm(size, generator=generator)
+        self.successor = 1000 + torch.randperm(size, generator=generator)
+
+    def sample(self, n: int) -> list[int]:
+        if n <= 0:
+            return []
+        ids = self.ids[torch.multinomial(self.probs, n, replacement=True, generator=self.generator)]
+        pairs = n // 2
+        follow = torch.rand(pairs, generator=self.generator) < 0.5
+        ids[1:2 * pairs:2] = torch.where(follow, self.successor[ids[0:2 * pairs:2] - 1000], ids[1:2 * pairs:2])
+        return ids.tolist()
+
+
+def real_rows(instances: str, max_length: int, count: int) -> list[dict]:
+    """The first ``count`` instances of ``--instances`` as they are (their token ids, segments, word starts and
+    pair labels), each cut to ``max_length`` with its last id made [SEP]."""
+    from datasets import load_from_disk
+
+    dataset = load_from_disk(instances)
+    rows = []
+    for row in dataset.select(range(min(count, len(dataset)))):
+        keep = min(len(row["input_ids"]), max_length)
+        cut = {key: list(row[key][:keep]) for key in ("input_ids", "token_type_ids", "word_starts")}
+        cut["input_ids"][-1] = SEP
+        rows.append({**cut, "next_sentence_label": int(row.get("next_sentence_label", 0))})
+    if len(rows) < count:
+        raise SystemExit(f"bench_gpu: {instances} holds {len(rows)} instances; the convergence runs need {count}")
+    return rows
 
 
 def window_counts(cpu_batches: list[dict], config, computed_positions: Callable) -> WindowCounts:
@@ -190,10 +276,13 @@ def run_system(system: System, cpu_batches: list[dict], warmup: int, device: tor
     graphs_before = compiled_graphs()
     seconds = time_window(step, device_batches[warmup:], sync)
     steps = len(cpu_batches) - warmup
-    peak = peak_flops("bf16" if dtype == torch.bfloat16 else "fp32", device)
-    row = {"system": system.name, "role": system.role, "optimizer": optimizer.implementation,
+    precision = "fp8" if system.fp8 else "bf16" if dtype == torch.bfloat16 else "fp32"
+    peak = peak_flops(precision, device)  # an fp8 row: against the FP8 peak (mfu_peak says which)
+    row = {"system": system.name, "role": system.role, "kernel": system.kernel, "precision": precision,
+           "optimizer": optimizer.implementation,
            "tokens_per_s": counts.tokens / seconds, "step_seconds": seconds / steps, "window_seconds": seconds,
            "steps": steps, "warmup_steps": warmup, "mfu": counts.flops / seconds / peak if peak else None,
+           "mfu_peak": precision,
            "padding_fraction": 1 - counts.tokens / counts.positions, "peak_memory_gib": _peak_memory(device),
            "graphs_compiled_in_window": compiled_graphs() - graphs_before}
     return row, step, device_batches[warmup:]
@@ -266,10 +355,11 @@ def hf_inputs(family, batch: dict) -> dict:
 
 
 def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int, kernels: list[str] | None = None,
-            backend: str = "inductor"):
+            backend: str = "inductor", fp8: bool = False):
     """The :class:`System` rows, built one at a time from ``bert`` (kept on the CPU; each row gets its own
     copy on ``device``, so only one is there while it runs): transformers' family class eager, compiled
-    (the baseline) and compiled on full-length rows, then each of our kernels."""
+    (the baseline) and compiled on full-length rows, then each of our kernels (``fp8``: each in bf16,
+    then with its encoder Linear layers in FP8; the transformers rows stay in bf16)."""
     from biomed_lm.pretrain.families import family_of
 
     family = family_of(bert.config)
@@ -286,53 +376,82 @@ def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int, kern
                  torch.compile(_copy_to(bert, device), backend=backend), hf_loss, padded)
     yield System(f"{hf} (torch.compile, full-length rows: the stock dense ceiling)", HF_FULL_LENGTH,
                  torch.compile(_copy_to(bert, device), backend=backend), hf_loss, padded)
-    yield from _our_systems(bert, family, device, dtype, compile_, bucket, kernels, backend)
+    yield from _our_systems(bert, family, device, dtype, compile_, bucket, kernels, backend, fp8)
 
 
 def _copy_to(bert, device: torch.device):
     return copy.deepcopy(bert).to(device)
 
 
-def _our_systems(bert, family, device: torch.device, dtype, compile_: bool, bucket: int,
-                 kernels: list[str] | None, backend: str):
-    """Each of our kernels that runs here (a family without the unpadded path: its padded forward with
-    the MLM head on the masked positions). Models are built inside the yield, never bound to a local,
-    so the previous row's model is freed before the next is built."""
+def _our_loss(model, batch):
+    return model(**batch).loss
+
+
+def our_kernels(family, device: torch.device, dtype, dropout: float, kernels: list[str] | None = None,
+                quiet: bool = False) -> list[str]:
+    """Our kernels that run here, in :data:`KERNELS`' order (``hf_sdpa``, the padded forward, for a
+    family without the unpadded path); on a CPU sdpa_loop only (the others are slow there)."""
     from biomed_lm.pretrain.attention import KERNELS, why_not
 
-    def our_loss(model, batch):
-        return model(**batch).loss
-
     if not family.unpadded:
-        model = _our_model(bert, device, nsp=family.pair_head is not None, attention="hf_sdpa")
-        yield System("ours [hf_sdpa, padded, MLM head on masked positions]", OURS, model, our_loss,
-                     lambda batch: batch["input_ids"].numel(), _layout_of(model))
-        return
-    dropout = float(bert.config.attention_probs_dropout_prob)
+        return ["hf_sdpa"]
+    chosen = []
     for kernel in KERNELS:
-        reason = why_not(kernel, device, dtype, dropout)
         if kernels is not None and kernel not in kernels:
             continue
+        reason = why_not(kernel, device, dtype, dropout)
         if reason is not None or (device.type == "cpu" and kernel != "sdpa_loop"):
-            print(f"ours [{kernel}]: skipped ({reason or 'slow on cpu'})")
+            if not quiet:
+                print(f"ours [{kernel}]: skipped ({reason or 'slow on cpu'})")
             continue
-        model = _our_model(bert, device, attention=kernel, pad_to_multiple_of=bucket if compile_ else None,
-                           compile_backend=backend if compile_ else None)
-        region = {None: "", True: ", whole forward compiled", False: ", dense blocks compiled"}[
-            None if not compile_ else KERNELS[kernel].traceable]
-        yield System(f"ours [{kernel}{region}]", OURS, model, our_loss, _unpadded_positions(bucket if compile_ else 1),
-                     _layout_of(model))
-        del model
+        chosen.append(kernel)
+    return chosen
 
 
-def _our_model(bert, device: torch.device, compile_backend: str | None = None, **options):
-    """Our model as the trainer builds it: the whole forward compiled as one region where the kernel
-    traces (pretrain.trainer._compile), the dense blocks otherwise."""
+def our_system(bert, family, kernel: str, device: torch.device, compile_: bool, bucket: int, backend: str,
+               fp8: bool = False) -> System:
+    """Our model with ``kernel`` on ``device`` (``fp8``: the encoder's Linear layers converted first)."""
+    from biomed_lm.pretrain.attention import KERNELS
+
+    suffix = ", fp8 encoder Linear layers" if fp8 else ""
+    if kernel == "hf_sdpa":
+        model = _our_model(bert, device, fp8=fp8, nsp=family.pair_head is not None, attention="hf_sdpa")
+        return System(f"ours [hf_sdpa, padded, MLM head on masked positions{suffix}]", OURS, model, _our_loss,
+                      lambda batch: batch["input_ids"].numel(), _layout_of(model), kernel, fp8)
+    model = _our_model(bert, device, fp8=fp8, attention=kernel, pad_to_multiple_of=bucket if compile_ else None,
+                       compile_backend=backend if compile_ else None)
+    region = {None: "", True: ", whole forward compiled", False: ", dense blocks compiled"}[
+        None if not compile_ else KERNELS[kernel].traceable]
+    return System(f"ours [{kernel}{region}{suffix}]", OURS, model, _our_loss,
+                  _unpadded_positions(bucket if compile_ else 1), _layout_of(model), kernel, fp8)
+
+
+def _our_systems(bert, family, device: torch.device, dtype, compile_: bool, bucket: int,
+                 kernels: list[str] | None, backend: str, fp8: bool = False):
+    """Each of our kernels that runs here (a family without the unpadded path: its padded forward with
+    the MLM head on the masked positions), with ``fp8`` each in bf16 and then in FP8. Models are built
+    inside the yield, never bound to a local, so the previous row's model is freed before the next is built."""
+    dropout = float(bert.config.attention_probs_dropout_prob)
+    for kernel in our_kernels(family, device, dtype, dropout, kernels):
+        for in_fp8 in (False, True) if fp8 else (False,):
+            yield our_system(bert, family, kernel, device, compile_, bucket, backend, fp8=in_fp8)
+
+
+def _our_model(bert, device: torch.device, compile_backend: str | None = None, fp8: bool = False, **options):
+    """Our model as the trainer builds it: the encoder's Linear layers converted to torchao's float8 when
+    ``fp8`` (before compiling, as pretrain.trainer does), then the whole forward compiled as one region
+    where the kernel traces (pretrain.trainer._compile), the dense blocks otherwise."""
     from biomed_lm.pretrain.attention import KERNELS
     from biomed_lm.pretrain.compiling import compile_dense_blocks
     from biomed_lm.pretrain.modeling import PretrainingModel
 
-    ours = PretrainingModel(copy.deepcopy(bert), **options).to(device)
+    bert = copy.deepcopy(bert)
+    if fp8:
+        from biomed_lm.pretrain.families import family_of
+        from biomed_lm.pretrain.fp8 import convert_encoder_to_fp8
+
+        convert_encoder_to_fp8(bert, family_of(bert.config))
+    ours = PretrainingModel(bert, **options).to(device)
     if compile_backend is not None and KERNELS[ours.attention].traceable:
         ours.compile_losses(backend=compile_backend)
     elif compile_backend is not None:
@@ -367,7 +486,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=12, help="steps in the timed window (after the warm-up)")
     parser.add_argument("--warmup", type=int, default=3,
                         help="untimed steps first: compilation, and recompilation for a second padded shape")
-    parser.add_argument("--precision", choices=("bf16", "fp32"), default=None, help="default: bf16 on cuda")
+    parser.add_argument("--precision", choices=("bf16", "fp32", "fp8"), default=None,
+                        help="default: bf16 on cuda; fp8: our rows in bf16 and in FP8 (torchao float8 in the encoder's "
+                             "Linear layers), the transformers rows in bf16")
     parser.add_argument("--compile", choices=("on", "off"), default=None,
                         help="our compiled dense blocks (default: on for cuda); the compiled baselines always compile")
     parser.add_argument("--compile-backend", default="inductor",
@@ -382,12 +503,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="profile the compiled baseline and ours after their windows (files beside --out)")
     parser.add_argument("--profile-steps", type=int, default=3, help="steps profiled (from the window's batches)")
     parser.add_argument("--trace", action="store_true", help="with --profile: a chrome trace per profiled system")
+    parser.add_argument("--convergence-steps", type=int, default=0,
+                        help="after the throughput rows: train ours this many steps in bf16 and in fp8 (where fp8 "
+                             "runs) from the same weights on the same batches and compare the losses (0: off)")
+    parser.add_argument("--convergence-only", action="store_true",
+                        help="the convergence runs without the throughput rows")
+    parser.add_argument("--convergence-batch", type=int, default=64, help="micro-batch of the convergence runs")
+    parser.add_argument("--convergence-lr", type=float, default=5e-4,
+                        help="peak AdamW learning rate of the convergence runs (10%% warm-up, then linear decay)")
     parser.add_argument("--quick", action="store_true", help="bert-tiny, 2 timed steps, batch 4: a smoke test")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "gpu.json"))
     args = parser.parse_args(argv)
     args.profile = args.profile or args.trace
     if args.quick:
-        args.steps, args.batch = 2, [4] * len(args.seq_lengths)
+        args.steps, args.batch, args.convergence_batch = 2, [4] * len(args.seq_lengths), 4
+    if args.convergence_only and args.convergence_steps <= 0:
+        parser.error("--convergence-only needs --convergence-steps N (N > 0)")
     args.profile_steps = min(args.profile_steps, args.steps)
     return args
 
@@ -402,29 +533,46 @@ def main(argv: list[str] | None = None) -> None:
         tiny = f"{family.name}-tiny"
         args.model = tiny if (REPO / "configs" / "model" / f"{tiny}.yaml").is_file() else "bert-tiny"
     device = torch.device(args.device)
-    dtype = torch.bfloat16 if (args.precision or ("bf16" if device.type == "cuda" else "fp32")) == "bf16" \
+    fp8 = args.precision == "fp8"
+    if fp8:  # refused before anything is built, as the trainer refuses it (exit 2, the reason)
+        from biomed_lm.pretrain.config import PretrainConfigError
+        from biomed_lm.pretrain.fp8 import check_fp8
+
+        try:
+            check_fp8(device)
+        except PretrainConfigError as err:
+            print(f"bench_gpu: {err}", file=sys.stderr)
+            raise SystemExit(2) from None
+    dtype = torch.bfloat16 if (args.precision or ("bf16" if device.type == "cuda" else "fp32")) in ("bf16", "fp8") \
         else torch.float32
     compile_ = (args.compile or ("on" if device.type == "cuda" else "off")) == "on"
     print(f"device {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, model {args.model}, "
-          f"{dtype}, compile ours {compile_}, backend {args.compile_backend}, "
-          f"{args.warmup} warm-up steps then one window of {args.steps}")
-    results, dropout = [], None
+          f"{dtype}{' (ours also with fp8 encoder Linear layers)' if fp8 else ''}, compile ours {compile_}, "
+          f"backend {args.compile_backend}, {args.warmup} warm-up steps then one window of {args.steps}")
+    results, dropout, hours = [], None, None
     for max_length, batch_size in zip(args.seq_lengths, args.batch):
+        if args.convergence_only:
+            break
         bert = build_model(args, family)
         dropout = float(bert.config.attention_probs_dropout_prob)
-        results += measure_length(args, bert, device, dtype, compile_, max_length, batch_size)
-    real_data = [r for r in results if r["role"] != HF_FULL_LENGTH and r["seq"] == min(args.seq_lengths)]
-    best = max(real_data, key=lambda r: r["tokens_per_s"])
-    hours = PAPER_TOKENS / best["tokens_per_s"] / 3600
-    print(f"paper budget (65.5B tokens at seq {best['seq']}) with {best['system']}: {hours:,.0f} device-hours here")
-    write_results(args.out, {"device": str(device), "architecture": family.name, "model": args.model,
-                             "dtype": str(dtype), "compile": compile_ and family.unpadded,
-                             "compile_backend": args.compile_backend, "attention_dropout": dropout,
-                             "warmup_steps": args.warmup, "timed_steps": args.steps,
-                             "timing": "one window per system, synchronized at its two ends only; "
-                                       "step_seconds = window / steps",
-                             "baseline": "role hf_compiled (ratio); ratio_vs_eager: role hf_eager",
-                             "results": results, "paper_budget_device_hours": hours})
+        results += measure_length(args, bert, device, dtype, compile_, max_length, batch_size, fp8)
+    if results:
+        real_data = [r for r in results if r["role"] != HF_FULL_LENGTH and r["seq"] == min(args.seq_lengths)]
+        best = max(real_data, key=lambda r: r["tokens_per_s"])
+        hours = PAPER_TOKENS / best["tokens_per_s"] / 3600
+        print(f"paper budget (65.5B tokens at seq {best['seq']}) with {best['system']}: {hours:,.0f} device-hours here")
+    report = {"device": str(device), "architecture": family.name, "model": args.model,
+              "dtype": str(dtype), "precision": args.precision or ("bf16" if dtype == torch.bfloat16 else "fp32"),
+              "compile": compile_ and family.unpadded,
+              "compile_backend": args.compile_backend, "attention_dropout": dropout,
+              "warmup_steps": args.warmup, "timed_steps": args.steps,
+              "timing": "one window per system, synchronized at its two ends only; step_seconds = window / steps",
+              "baseline": "role hf_compiled (ratio); ratio_vs_eager: role hf_eager"
+                          + ("; ratio_vs_our_bf16 (fp8 rows): our bf16 row of the same kernel" if fp8 else ""),
+              "results": results, "paper_budget_device_hours": hours}
+    if args.convergence_steps > 0:
+        report["convergence"] = convergence(args, family, device, compile_, results)
+    write_results(args.out, report)
 
 
 def build_model(args: argparse.Namespace, family):
@@ -449,13 +597,11 @@ def length_batches(args: argparse.Namespace, max_length: int, batch_size: int) -
 
 
 def measure_length(args: argparse.Namespace, bert, device: torch.device, dtype, compile_: bool, max_length: int,
-                   batch_size: int) -> list[dict]:
+                   batch_size: int, fp8: bool = False) -> list[dict]:
     """Every system at one sequence length, one after the other, each from a fresh torch.compile state."""
-    import gc
-
     padded_batches, full_length_batches = length_batches(args, max_length, batch_size)
     sync, rows, profiles = device_sync(device), [], {}
-    for system in systems(bert, device, dtype, compile_, args.bucket_tokens, args.kernels, args.compile_backend):
+    for system in systems(bert, device, dtype, compile_, args.bucket_tokens, args.kernels, args.compile_backend, fp8):
         torch._dynamo.reset()  # each system compiles in its own warm-up, no cache limit shared between them
         gc.collect()
         batches = full_length_batches if system.role == HF_FULL_LENGTH else padded_batches
@@ -485,16 +631,20 @@ def profile_row(args: argparse.Namespace, row: dict, step: Callable, window: lis
 
 
 def add_ratios(rows: list[dict]) -> None:
-    """``ratio`` against the compiled transformers row (the baseline), ``ratio_vs_eager`` against the eager one."""
+    """``ratio`` against the compiled transformers row (the baseline), ``ratio_vs_eager`` against the eager one;
+    an fp8 row's ``ratio_vs_our_bf16`` against our bf16 row of the same kernel (same run, same batches)."""
     compiled = next(r for r in rows if r["role"] == HF_COMPILED)["tokens_per_s"]
     eager = next(r for r in rows if r["role"] == HF_EAGER)["tokens_per_s"]
+    ours_bf16 = {r["kernel"]: r for r in rows if r["role"] == OURS and r["precision"] != "fp8"}
     for row in rows:
         row.update(ratio=row["tokens_per_s"] / compiled, ratio_vs_eager=row["tokens_per_s"] / eager,
                    baseline=row["role"] == HF_COMPILED)
+        if row["precision"] == "fp8" and row["kernel"] in ours_bf16:
+            row["ratio_vs_our_bf16"] = row["tokens_per_s"] / ours_bf16[row["kernel"]]["tokens_per_s"]
 
 
-def _fastest_ours(rows: list[dict]) -> dict | None:
-    ours = [r for r in rows if r["role"] == OURS]
+def _fastest_ours(rows: list[dict], precision: str | None = None) -> dict | None:
+    ours = [r for r in rows if r["role"] == OURS and (precision is None or r["precision"] == precision)]
     return max(ours, key=lambda r: r["tokens_per_s"]) if ours else None
 
 
@@ -508,6 +658,121 @@ def _print(rows: list[dict], max_length: int, batch_size: int) -> None:
     baseline = next(r for r in rows if r["baseline"])
     print(f"baseline (×HFc = 1.00): {baseline['system']}; ×HFe: against the eager row; "
           f"graphs: torch.compile graphs compiled inside the timed window (0 when the warm-up covered them)")
+    for r in rows:
+        if "ratio_vs_our_bf16" in r:
+            print(f"fp8/bf16 of ours [{r['kernel']}]: {r['ratio_vs_our_bf16']:.2f}x tokens/s "
+                  f"(MFU of fp8 rows against the FP8 peak, of the others against the bf16 peak)")
+
+
+# ----------------------------------------------------------------------------- convergence: fp8 against bf16
+
+FINAL_WINDOW = 20  # a run's final loss: the mean of its last 20 steps' losses
+CONVERGENCE_TOLERANCE = 0.01  # fp8 passes when its final loss is within 1% of bf16's
+
+
+def convergence(args: argparse.Namespace, family, device: torch.device, compile_: bool, rows: list[dict]) -> dict:
+    """``--convergence-steps`` optimizer steps of ours from the same initial weights on the same batches, in
+    bf16 and (where it runs here) in fp8: every step's loss, the final losses and their relative difference."""
+    from biomed_lm.pretrain.fp8 import fp8_unavailable_reason
+
+    max_length, batch_size, steps = args.seq_lengths[0], args.convergence_batch, args.convergence_steps
+    bert = build_model(args, family)
+    kernel = convergence_kernel(args, family, device, bert, rows, max_length)
+    batches = convergence_batches(args, max_length, batch_size, steps)
+    system = our_system(bert, family, kernel, device, compile_, args.bucket_tokens, args.compile_backend).name
+    text = "real instances" if args.instances else "StructuredText"
+    recipe = (f"AdamW lr {args.convergence_lr:g} (10% warm-up, linear decay), weight decay 0.01 (not on biases and "
+              f"norms), gradient clipping 1.0, bf16 autocast; {text}")
+    losses, seconds = {}, {}
+    losses["bf16"], seconds["bf16"] = train_losses(args, bert, family, kernel, batches, device, compile_, fp8=False)
+    fp8_reason = fp8_unavailable_reason(device)
+    if fp8_reason is None:
+        losses["fp8"], seconds["fp8"] = train_losses(args, bert, family, kernel, batches, device, compile_, fp8=True)
+    result = {"steps": steps, "seq": max_length, "batch": batch_size, "system": system, "kernel": kernel,
+              "recipe": recipe, "final": f"mean of the last {min(FINAL_WINDOW, steps)} steps' losses",
+              "tolerance": CONVERGENCE_TOLERANCE, "bf16_final": final_loss(losses["bf16"]), "fp8_final": None,
+              "relative_difference": None, "passed": None, "losses_bf16": losses["bf16"], "losses_fp8": None,
+              "seconds_bf16": seconds["bf16"], "seconds_fp8": None}
+    if fp8_reason is None:
+        fp8_final = final_loss(losses["fp8"])
+        difference = (fp8_final - result["bf16_final"]) / result["bf16_final"]
+        result.update(fp8_final=fp8_final, relative_difference=difference,
+                      passed=abs(difference) <= CONVERGENCE_TOLERANCE, losses_fp8=losses["fp8"],
+                      seconds_fp8=seconds["fp8"])
+        verdict = (f"fp8 final {fp8_final:.4f}, relative difference {difference:+.2%}: "
+                   f"{'passed' if result['passed'] else 'FAILED'} (tolerance {CONVERGENCE_TOLERANCE:.0%})")
+    else:
+        result["fp8_not_run"] = fp8_reason
+        verdict = f"fp8 not run ({fp8_reason})"
+    print(f"\nconvergence, {steps} steps of {system} at seq {max_length}, micro-batch {batch_size}: loss "
+          f"{losses['bf16'][0]:.3f} -> bf16 final {result['bf16_final']:.4f}; {verdict}")
+    return result
+
+
+def convergence_kernel(args: argparse.Namespace, family, device: torch.device, bert, rows: list[dict],
+                       max_length: int) -> str:
+    """The fastest of our bf16 rows at ``max_length``; without throughput rows (``--convergence-only``) the
+    kernel the trainer's ``auto`` picks here, if it is among ours, else our first that runs."""
+    from biomed_lm.pretrain.attention import choose_kernel
+
+    fastest = _fastest_ours([r for r in rows if r["seq"] == max_length], precision="bf16")
+    if fastest is not None:
+        return fastest["kernel"]
+    dropout = float(bert.config.attention_probs_dropout_prob)
+    runs = our_kernels(family, device, torch.bfloat16, dropout, args.kernels, quiet=True)
+    if not runs:
+        raise SystemExit(f"bench_gpu: none of the kernels {args.kernels} runs here")
+    auto = choose_kernel("auto", device, torch.bfloat16, dropout)[0] if family.unpadded else "hf_sdpa"
+    return auto if auto in runs else runs[0]
+
+
+def convergence_batches(args: argparse.Namespace, max_length: int, batch_size: int, steps: int) -> list[dict]:
+    """``steps`` micro-batches made as the throughput batches are (BERT's length mix, masking), from
+    :class:`StructuredText` (learnable, unlike uniform ids), or the real instances with ``--instances``; a
+    fixed seed, so both runs see the same sequence."""
+    count = steps * batch_size
+    if args.instances:
+        return make_batches([], batch_size, steps, seed=max_length, rows=real_rows(args.instances, max_length, count))
+    lengths = length_mix(count, max_length, torch.Generator().manual_seed(max_length))
+    return make_batches(lengths, batch_size, steps, seed=max_length, text="structured")
+
+
+def train_losses(args: argparse.Namespace, bert, family, kernel: str, cpu_batches: list[dict], device: torch.device,
+                 compile_: bool, fp8: bool) -> tuple[list[float], float]:
+    """Train a fresh copy of ``bert`` (compiled as our rows are) one optimizer step per batch; every step's
+    loss, kept on the device and read back once at the end (no per-step sync), and the run's seconds
+    (compilation included)."""
+    from biomed_lm.pretrain.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
+
+    torch._dynamo.reset()
+    gc.collect()
+    system = our_system(bert, family, kernel, device, compile_, args.bucket_tokens, args.compile_backend, fp8=fp8)
+    model = system.model
+    device_batches = [{key: value.to(device) for key, value in system.prepare(batch).items()} for batch in cpu_batches]
+    optimizer = build_optimizer("adamw", parameter_groups(model), lr=args.convergence_lr, device=device).optimizer
+    scheduler = build_lr_scheduler(optimizer, ScheduleConfig("slanted_triangular", warmup_ratio=0.1), len(cpu_batches))
+    losses = torch.zeros(len(cpu_batches), device=device)
+    torch.manual_seed(0)  # the same dropout stream for both runs
+    sync = device_sync(device)
+    sync()
+    start = time.perf_counter()
+    for index, batch in enumerate(device_batches):
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = system.loss_fn(model, batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses[index] = loss.detach()
+    sync()
+    seconds = time.perf_counter() - start
+    return losses.tolist(), seconds
+
+
+def final_loss(losses: list[float]) -> float:
+    tail = losses[-FINAL_WINDOW:]
+    return sum(tail) / len(tail)
 
 
 if __name__ == "__main__":

@@ -137,3 +137,92 @@ def test_bench_gpu_takes_the_other_model_families(tmp_path):
     traces = sorted(path.name for path in tmp_path.glob("trace_*.json"))  # albert's run only: --trace
     assert len(traces) == 2 and traces[0].startswith("trace_ours-")
     assert traces[1].startswith("trace_transformers-albertforpretraining-torch-compile-")
+
+
+def test_fp8_is_refused_where_it_cannot_run(tmp_path):
+    """--precision fp8 on the CPU: exit 2 with check_fp8's reason, before any model is built or file written."""
+    out = tmp_path / "gpu.json"
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "bench_gpu.py"), "--device", "cpu", "--quick",
+                           "--precision", "fp8", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, env=ONE_THREAD)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "fp8" in done.stderr and "cannot run here" in done.stderr and not out.exists()
+
+
+def test_convergence_runs_bf16_and_reports_fp8_not_run_on_cpu(tmp_path):
+    """--convergence-only: no throughput rows, the bf16 run's loss at every step, fp8 not run and why."""
+    out = tmp_path / "gpu.json"
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "bench_gpu.py"), *QUICK, "--convergence-steps", "5",
+                           "--convergence-only", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env=ONE_THREAD)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["results"] == [] and result["paper_budget_device_hours"] is None
+    convergence = result["convergence"]
+    assert convergence["steps"] == 5 and convergence["kernel"] == "sdpa_loop" and convergence["batch"] == 4
+    losses = convergence["losses_bf16"]
+    assert len(losses) == 5 and all(0 < loss < 20 for loss in losses)
+    assert convergence["bf16_final"] == pytest.approx(sum(losses) / 5)
+    assert convergence["fp8_final"] is None and convergence["losses_fp8"] is None and convergence["passed"] is None
+    assert convergence["relative_difference"] is None and "GPU" in convergence["fp8_not_run"]
+    assert "convergence, 5 steps of ours [sdpa_loop]" in done.stdout and "fp8 not run" in done.stdout
+
+
+def test_fp8_rows_are_compared_with_our_bf16_rows(bench_gpu):
+    """ratio_vs_our_bf16 on an fp8 row: against our bf16 row of the same kernel; none on the others."""
+    rows = [{"role": "hf_eager", "kernel": None, "precision": "bf16", "tokens_per_s": 50.0},
+            {"role": "hf_compiled", "kernel": None, "precision": "bf16", "tokens_per_s": 100.0},
+            {"role": "ours", "kernel": "varlen", "precision": "bf16", "tokens_per_s": 200.0},
+            {"role": "ours", "kernel": "varlen", "precision": "fp8", "tokens_per_s": 250.0},
+            {"role": "ours", "kernel": "flex", "precision": "bf16", "tokens_per_s": 150.0}]
+    bench_gpu.add_ratios(rows)
+    assert rows[3]["ratio_vs_our_bf16"] == pytest.approx(1.25) and rows[3]["ratio"] == pytest.approx(2.5)
+    assert all("ratio_vs_our_bf16" not in row for index, row in enumerate(rows) if index != 3)
+    assert bench_gpu._fastest_ours(rows, precision="bf16")["kernel"] == "varlen"
+    assert bench_gpu.final_loss(list(range(30))) == pytest.approx(sum(range(10, 30)) / 20)
+
+
+def test_structured_text_is_reproducible_and_learnable(bench_gpu):
+    """The convergence batches: the same for the same seed; odd positions follow their neighbour half the time."""
+    first, second = (bench_gpu.StructuredText(torch.Generator().manual_seed(3)).sample(4000) for _ in range(2))
+    assert first == second and all(1000 <= token < bench_gpu.VOCAB for token in first)
+    text = bench_gpu.StructuredText(torch.Generator().manual_seed(3))
+    follows = sum(text.successor[a - 1000] == b for a, b in zip(first[0::2], first[1::2])) / 2000
+    assert 0.4 < follows < 0.6
+
+
+def test_with_fp8_each_of_our_kernels_runs_in_bf16_then_fp8(bench_gpu, monkeypatch):
+    """_our_systems(fp8=True): our bf16 row, then the same kernel with the encoder converted (torchao faked:
+    a converter that records the call); run_system measures an fp8 row's MFU against the FP8 peak."""
+    from biomed_lm.pretrain import flops, fp8
+    from biomed_lm.pretrain.families import get_family
+
+    converted = []
+    monkeypatch.setattr(fp8, "convert_encoder_to_fp8", lambda model, family=None, **_: converted.append(family.name))
+    args = bench_gpu.parse_args(["--device", "cpu", "--quick"])
+    args.model = "bert-tiny"
+    family = get_family("bert")
+    bert = bench_gpu.build_model(args, family)
+    rows = list(bench_gpu._our_systems(bert, family, torch.device("cpu"), torch.bfloat16, False, 128, None, "eager",
+                                       fp8=True))
+    assert [(system.name, system.kernel, system.fp8) for system in rows] == [
+        ("ours [sdpa_loop]", "sdpa_loop", False), ("ours [sdpa_loop, fp8 encoder Linear layers]", "sdpa_loop", True)]
+    assert converted == ["bert"]
+    monkeypatch.setattr(flops, "peak_flops", lambda precision, device=None: {"fp8": 4e12, "bf16": 2e12}[precision])
+    model = torch.nn.Embedding(50, 4)
+    batches = [{"input_ids": torch.randint(50, (2, 8)), "attention_mask": torch.ones(2, 8, dtype=torch.long),
+                "labels": torch.tensor([[-100] * 7 + [3]] * 2)} for _ in range(3)]
+    config = SimpleNamespace(hidden_size=4, num_hidden_layers=1, intermediate_size=8, vocab_size=50,
+                             num_attention_heads=2, embedding_size=4)
+    measured = {}
+    for in_fp8 in (False, True):
+        system = bench_gpu.System("toy", "ours", model, lambda model, batch: model(batch["input_ids"]).square().mean(),
+                                  lambda batch: batch["input_ids"].numel(), kernel="toy", fp8=in_fp8)
+        row, _, _ = bench_gpu.run_system(system, batches, 1, torch.device("cpu"), torch.bfloat16, config,
+                                         lambda: None)
+        measured[row["precision"]] = row
+    assert measured["fp8"]["mfu_peak"] == "fp8" and measured["bf16"]["mfu_peak"] == "bf16"
+    # the same batches, so the same model FLOPs: each MFU × its peak × its window gives them back
+    done = [measured[precision]["mfu"] * peak * measured[precision]["window_seconds"]
+            for precision, peak in (("fp8", 4e12), ("bf16", 2e12))]
+    assert done[0] == pytest.approx(done[1]) and done[0] > 0
