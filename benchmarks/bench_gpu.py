@@ -355,7 +355,7 @@ def hf_inputs(family, batch: dict) -> dict:
 
 
 def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int, kernels: list[str] | None = None,
-            backend: str = "inductor", fp8: bool = False):
+            backend: str = "inductor", fp8: bool = False, baselines: bool = True):
     """The :class:`System` rows, built one at a time from ``bert`` (kept on the CPU; each row gets its own
     copy on ``device``, so only one is there while it runs): transformers' family class eager, compiled
     (the baseline) and compiled on full-length rows, then each of our kernels (``fp8``: each in bf16,
@@ -371,6 +371,9 @@ def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int, kern
         return batch["input_ids"].numel()
 
     recipe, hf = "SDPA, padded, full MLM head", f"transformers {family.model_class}"
+    if not baselines:  # ours only (e.g. fp8 against our bf16, where the stage before measured transformers)
+        yield from _our_systems(bert, family, device, dtype, compile_, bucket, kernels, backend, fp8)
+        return
     yield System(f"{hf} (eager, {recipe})", HF_EAGER, _copy_to(bert, device), hf_loss, padded)
     yield System(f"{hf} (torch.compile, {recipe})", HF_COMPILED,
                  torch.compile(_copy_to(bert, device), backend=backend), hf_loss, padded)
@@ -443,6 +446,7 @@ def _our_model(bert, device: torch.device, compile_backend: str | None = None, f
     where the kernel traces (pretrain.trainer._compile), the dense blocks otherwise."""
     from biomed_lm.pretrain.attention import KERNELS
     from biomed_lm.pretrain.compiling import compile_dense_blocks
+    from biomed_lm.pretrain.mlm_loss import resolve_implementation
     from biomed_lm.pretrain.modeling import PretrainingModel
 
     bert = copy.deepcopy(bert)
@@ -451,6 +455,7 @@ def _our_model(bert, device: torch.device, compile_backend: str | None = None, f
         from biomed_lm.pretrain.fp8 import convert_encoder_to_fp8
 
         convert_encoder_to_fp8(bert, family_of(bert.config))
+    options.setdefault("mlm_loss", resolve_implementation("auto", device)[0])  # the trainer's pick for the device
     ours = PretrainingModel(bert, **options).to(device)
     if compile_backend is not None and KERNELS[ours.attention].traceable:
         ours.compile_losses(backend=compile_backend)
@@ -498,6 +503,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="override the preset's attention_probs_dropout_prob (0 lets the kernels without "
                              "dropout run, as MosaicBERT and ModernBERT train)")
     parser.add_argument("--kernels", nargs="+", default=None, help="only these of our kernels (default: each that runs)")
+    parser.add_argument("--no-baselines", action="store_true",
+                        help="our rows only (ratios to transformers then null): e.g. fp8 against our bf16")
     parser.add_argument("--instances", default=None, help="real instances (their lengths) instead of the mix")
     parser.add_argument("--profile", action="store_true",
                         help="profile the compiled baseline and ours after their windows (files beside --out)")
@@ -601,7 +608,8 @@ def measure_length(args: argparse.Namespace, bert, device: torch.device, dtype, 
     """Every system at one sequence length, one after the other, each from a fresh torch.compile state."""
     padded_batches, full_length_batches = length_batches(args, max_length, batch_size)
     sync, rows, profiles = device_sync(device), [], {}
-    for system in systems(bert, device, dtype, compile_, args.bucket_tokens, args.kernels, args.compile_backend, fp8):
+    for system in systems(bert, device, dtype, compile_, args.bucket_tokens, args.kernels, args.compile_backend, fp8,
+                          baselines=not args.no_baselines):
         torch._dynamo.reset()  # each system compiles in its own warm-up, no cache limit shared between them
         gc.collect()
         batches = full_length_batches if system.role == HF_FULL_LENGTH else padded_batches
@@ -633,12 +641,12 @@ def profile_row(args: argparse.Namespace, row: dict, step: Callable, window: lis
 def add_ratios(rows: list[dict]) -> None:
     """``ratio`` against the compiled transformers row (the baseline), ``ratio_vs_eager`` against the eager one;
     an fp8 row's ``ratio_vs_our_bf16`` against our bf16 row of the same kernel (same run, same batches)."""
-    compiled = next(r for r in rows if r["role"] == HF_COMPILED)["tokens_per_s"]
-    eager = next(r for r in rows if r["role"] == HF_EAGER)["tokens_per_s"]
+    compiled = next((r["tokens_per_s"] for r in rows if r["role"] == HF_COMPILED), None)
+    eager = next((r["tokens_per_s"] for r in rows if r["role"] == HF_EAGER), None)
     ours_bf16 = {r["kernel"]: r for r in rows if r["role"] == OURS and r["precision"] != "fp8"}
-    for row in rows:
-        row.update(ratio=row["tokens_per_s"] / compiled, ratio_vs_eager=row["tokens_per_s"] / eager,
-                   baseline=row["role"] == HF_COMPILED)
+    for row in rows:  # None where --no-baselines left the transformers rows out
+        row.update(ratio=row["tokens_per_s"] / compiled if compiled else None,
+                   ratio_vs_eager=row["tokens_per_s"] / eager if eager else None, baseline=row["role"] == HF_COMPILED)
         if row["precision"] == "fp8" and row["kernel"] in ours_bf16:
             row["ratio_vs_our_bf16"] = row["tokens_per_s"] / ours_bf16[row["kernel"]]["tokens_per_s"]
 
@@ -653,11 +661,12 @@ def _print(rows: list[dict], max_length: int, batch_size: int) -> None:
     print(f"{'system':<80} {'tok/s':>10} {'×HFc':>6} {'×HFe':>6} {'MFU':>6} {'pad':>6} {'GiB':>6} {'graphs':>6}")
     for r in rows:
         mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
-        print(f"{r['system']:<80} {r['tokens_per_s']:>10,.0f} {r['ratio']:>6.2f} {r['ratio_vs_eager']:>6.2f} {mfu:>6} "
+        ratios = " ".join(f"{r[key]:>6.2f}" if r[key] is not None else f"{'-':>6}" for key in ("ratio", "ratio_vs_eager"))
+        print(f"{r['system']:<80} {r['tokens_per_s']:>10,.0f} {ratios} {mfu:>6} "
               f"{r['padding_fraction']:>6.1%} {r['peak_memory_gib']:>6.2f} {r['graphs_compiled_in_window']:>6}")
-    baseline = next(r for r in rows if r["baseline"])
-    print(f"baseline (×HFc = 1.00): {baseline['system']}; ×HFe: against the eager row; "
-          f"graphs: torch.compile graphs compiled inside the timed window (0 when the warm-up covered them)")
+    baseline = next((r for r in rows if r["baseline"]), None)
+    print(f"baseline (×HFc = 1.00): {baseline['system'] if baseline else 'none (--no-baselines)'}; ×HFe: against the "
+          "eager row; graphs: torch.compile graphs compiled inside the timed window (0 when the warm-up covered them)")
     for r in rows:
         if "ratio_vs_our_bf16" in r:
             print(f"fp8/bf16 of ours [{r['kernel']}]: {r['ratio_vs_our_bf16']:.2f}x tokens/s "

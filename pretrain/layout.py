@@ -50,13 +50,15 @@ class _Movable:
 @dataclass
 class PaddedBatch(_Movable):
     """A micro-batch as the collator made it, for transformers' own padded forward.
-    ``masked_positions``: the masked tokens' indices in the row-major flattened batch."""
+    ``masked_positions``: the masked tokens' indices in the row-major flattened batch, and
+    ``masked_labels`` their targets (see :func:`masked_selection` for padding rows)."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     token_type_ids: torch.Tensor
     labels: torch.Tensor | None
     masked_positions: torch.Tensor
+    masked_labels: torch.Tensor
     lengths: tuple[int, ...]  # each sequence's real tokens
 
     @property
@@ -75,10 +77,6 @@ class PaddedBatch(_Movable):
     def padded_shape(self) -> tuple[int, int]:
         return tuple(self.input_ids.shape)
 
-    @property
-    def masked_labels(self) -> torch.Tensor:
-        return self.labels.flatten().index_select(0, self.masked_positions)
-
 
 @dataclass
 class VarlenBatch(_Movable):
@@ -95,6 +93,7 @@ class VarlenBatch(_Movable):
     indices: torch.Tensor
     sequences: Sequences
     masked_positions: torch.Tensor
+    masked_labels: torch.Tensor
     num_sequences: int
     padded_shape: tuple[int, int]
     padding: int = 0
@@ -117,28 +116,35 @@ class VarlenBatch(_Movable):
     def real_tokens(self) -> int:
         return self.computed_positions - self.padding
 
-    @property
-    def masked_labels(self) -> torch.Tensor:
-        return self.labels.index_select(0, self.masked_positions)
 
 
-def masked_positions(labels: torch.Tensor | None) -> torch.Tensor:
-    """Indices of the labelled (masked) entries of ``labels`` flattened, in order; empty without labels."""
+def masked_selection(labels: torch.Tensor | None, multiple_of: int | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices of the labelled (masked) entries of ``labels`` flattened, in order, and their labels;
+    empty without labels. ``multiple_of`` pads both to a multiple of it (position 0, label ignored:
+    no loss, no gradient, not counted), so CUDA graphs see a bounded set of shapes."""
     if labels is None:
-        return torch.zeros(0, dtype=torch.long)
-    return torch.nonzero(labels.flatten() != IGNORE_INDEX, as_tuple=True)[0]
+        return torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+    flat = labels.flatten()
+    positions = torch.nonzero(flat != IGNORE_INDEX, as_tuple=True)[0]
+    targets = flat.index_select(0, positions)
+    if multiple_of and positions.numel() % multiple_of:
+        extra = multiple_of - positions.numel() % multiple_of
+        positions = torch.cat([positions, positions.new_zeros(extra)])
+        targets = torch.cat([targets, targets.new_full((extra,), IGNORE_INDEX)])
+    return positions, targets
 
 
 def padded(input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
            labels: torch.Tensor | None = None) -> PaddedBatch:
     """The padded layout (transformers' forward), with its masked positions."""
-    return PaddedBatch(input_ids, attention_mask, token_type_ids, labels, masked_positions(labels),
+    return PaddedBatch(input_ids, attention_mask, token_type_ids, labels, *masked_selection(labels),
                        lengths=tuple(attention_mask.sum(dim=1).tolist()))
 
 
 def unpad(input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
           labels: torch.Tensor | None = None, *, pad_to_multiple_of: int | None = None,
-          pad_token_id: int = 0) -> VarlenBatch:
+          pad_token_id: int = 0, masked_multiple_of: int | None = None) -> VarlenBatch:
     """The varlen layout of a padded micro-batch whose masks are prefixes (real tokens first).
     Meant for CPU tensors (the loader's workers); on a device it synchronizes to read the lengths."""
     batch, length = input_ids.shape
@@ -153,8 +159,9 @@ def unpad(input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids:
         padding = pad_to_multiple_of - offsets[-1] % pad_to_multiple_of
         flat = _append_padding(flat, padding, pad_token_id)
         offsets.append(offsets[-1] + padding)
+    positions, targets = masked_selection(flat["labels"], masked_multiple_of)
     return VarlenBatch(**flat, indices=indices, sequences=Sequences.from_offsets(offsets, input_ids.device),
-                       masked_positions=masked_positions(flat["labels"]).to(input_ids.device),
+                       masked_positions=positions.to(input_ids.device), masked_labels=targets.to(input_ids.device),
                        num_sequences=batch, padded_shape=(batch, length), padding=padding)
 
 
@@ -180,13 +187,14 @@ class Layout:
     unpadded: bool
     pad_to_multiple_of: int | None = None
     pad_token_id: int = 0
+    masked_multiple_of: int | None = None  # CUDA graphs: the masked count bucketed too
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
                  labels: torch.Tensor | None = None) -> PaddedBatch | VarlenBatch:
         if not self.unpadded:
             return padded(input_ids, attention_mask, token_type_ids, labels)
         return unpad(input_ids, attention_mask, token_type_ids, labels, pad_to_multiple_of=self.pad_to_multiple_of,
-                     pad_token_id=self.pad_token_id)
+                     pad_token_id=self.pad_token_id, masked_multiple_of=self.masked_multiple_of)
 
 
 def padding_fraction(batch: VarlenBatch) -> float:

@@ -37,6 +37,8 @@ from biomed_lm.pretrain.mlm_loss import masked_lm_loss
 from biomed_lm.pretrain.families import BERT, family_of
 
 IGNORE_INDEX = -100
+#: Under CUDA graphs the masked-token count is rounded up to a multiple of this (padding rows ignored).
+MASKED_BUCKET = 64
 
 
 def build_bert(model_fields: dict, vocab_size: int, pad_token_id: int, attn_implementation: str = "sdpa"):
@@ -138,7 +140,8 @@ class PretrainingModel(nn.Module):
     @property
     def layout(self) -> Layout:
         """How this model wants its micro-batches (the trainer's loader workers build them)."""
-        return Layout(self.unpadded, self.pad_to_multiple_of, self.bert.config.pad_token_id or 0)
+        return Layout(self.unpadded, self.pad_to_multiple_of, self.bert.config.pad_token_id or 0,
+                      masked_multiple_of=self.__dict__.get("masked_multiple_of"))
 
     def prepare(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
                 labels: torch.Tensor | None = None) -> PaddedBatch | VarlenBatch:
@@ -192,6 +195,8 @@ class PretrainingModel(nn.Module):
 
         if not self.unpadded:
             raise PretrainConfigError("compiling the whole forward needs the unpadded layout")
+        if mode == "reduce-overhead":  # a CUDA graph per shape: the masked count is bucketed as the tokens are
+            self.__dict__["masked_multiple_of"] = MASKED_BUCKET
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         # Not an nn.Module attribute: the compiled function must not become a submodule (state dict).
         # One graph is required (a break is a bug: a host sync, a data-dependent shape), except around

@@ -226,3 +226,17 @@ def test_with_fp8_each_of_our_kernels_runs_in_bf16_then_fp8(bench_gpu, monkeypat
     done = [measured[precision]["mfu"] * peak * measured[precision]["window_seconds"]
             for precision, peak in (("fp8", 4e12), ("bf16", 2e12))]
     assert done[0] == pytest.approx(done[1]) and done[0] > 0
+
+
+def test_without_baselines_only_our_rows_run_and_their_ratios_are_null(bench_gpu):
+    """--no-baselines (gpu_check's fp8 stage, after the bert stage measured transformers)."""
+    from transformers import BertConfig, BertForPreTraining
+
+    bert = BertForPreTraining(BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                         intermediate_size=32))
+    rows = list(bench_gpu.systems(bert, torch.device("cpu"), torch.float32, False, 128, baselines=False))
+    assert [system.role for system in rows] == ["ours"]
+    table = [{"role": "ours", "kernel": "varlen", "precision": "bf16", "tokens_per_s": 200.0},
+             {"role": "ours", "kernel": "varlen", "precision": "fp8", "tokens_per_s": 300.0}]
+    bench_gpu.add_ratios(table)
+    assert [row["ratio"] for row in table] == [None, None] and table[1]["ratio_vs_our_bf16"] == pytest.approx(1.5)

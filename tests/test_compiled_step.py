@@ -51,6 +51,22 @@ def test_the_whole_forward_compiled_equals_the_padded_model_with_one_graph():
     assert compiled_graphs() - before == 1
 
 
+def test_under_cuda_graphs_the_masked_count_is_bucketed_and_changes_nothing():
+    """compile_losses(mode="reduce-overhead") rounds the masked positions up (one CUDA graph per
+    shape); the padding rows are ignored: same loss and gradients as the unbucketed layout."""
+    from biomed_lm.pretrain.layout import Layout
+
+    bert = tiny_bert()
+    batch = masked_batch([37, 64, 11], whole_word=True)
+    padded = {key: batch[key] for key in PADDED_KEYS}
+    plain = PretrainingModel(copy.deepcopy(bert), attention="sdpa_padded", pad_to_multiple_of=32)
+    bucketed_layout = Layout(True, 32, 0, masked_multiple_of=64)
+    prepared = bucketed_layout(*padded.values())
+    assert prepared.masked_positions.numel() == 64 and int((prepared.masked_labels != -100).sum()) < 64
+    assert_same(losses_and_grads(plain, batch, prepared=plain.prepare(**padded)),
+                losses_and_grads(plain, batch, prepared=prepared))
+
+
 def test_compiling_the_whole_forward_needs_the_unpadded_layout():
     from biomed_lm.pretrain.config import PretrainConfigError
 
