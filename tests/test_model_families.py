@@ -46,18 +46,21 @@ def build(architecture: str, pair_task: str | None = None, seed: int = 0, vocab:
     return family.build(fields, vocab, PAD, attn_implementation="eager", pair_task=pair_task)
 
 
-def collated_batch(pair_task: str, seed: int = 0, lengths=(40, 17, 33, 9)) -> dict[str, torch.Tensor]:
-    """A masked, padded micro-batch of [CLS] A [SEP] B [SEP] pairs with labels of ``pair_task``."""
+def collated_batch(pair_task: str, seed: int = 0, lengths=(40, 17, 33, 9), pad: int = PAD,
+                   word_start_rate: float = 1.0) -> dict[str, torch.Tensor]:
+    """A masked, padded micro-batch of [CLS] A [SEP] B [SEP] pairs with labels of ``pair_task``
+    (``word_start_rate``: the share of pieces that start a word; below 1, whole-word masking spans pieces)."""
     g = torch.Generator().manual_seed(seed)
     classes = PAIR_CLASSES[pair_task]
     rows = []
     for i, n in enumerate(lengths):
         body = torch.randint(10, VOCAB, (n - 3,), generator=g).tolist()
         cut = max(1, (n - 3) // 2)
+        starts = [1] * n if word_start_rate >= 1 else (torch.rand(n, generator=g) < word_start_rate).long().tolist()
         rows.append({"input_ids": [CLS, *body[:cut], SEP, *body[cut:], SEP],
                      "token_type_ids": [0] * (cut + 2) + [1] * (n - cut - 2),
-                     "word_starts": [1] * n, "next_sentence_label": i % classes if classes else -100})
-    collator = PretrainingCollator(pad_token_id=PAD, cls_token_id=CLS, sep_token_id=SEP, mask_token_id=MASK,
+                     "word_starts": starts, "next_sentence_label": i % classes if classes else -100})
+    collator = PretrainingCollator(pad_token_id=pad, cls_token_id=CLS, sep_token_id=SEP, mask_token_id=MASK,
                                    vocab_size=VOCAB, config=MaskingConfig(mlm_probability=0.3))
     return dict(collator(rows, generator=torch.Generator().manual_seed(seed + 1)))
 

@@ -17,9 +17,9 @@ import torch
 from biomed_lm.pretrain.adversarial import AdversarialConfig, AdversarialPretrainingModel
 from biomed_lm.pretrain.compiling import compile_dense_blocks, compiled_graphs, dense_blocks
 from biomed_lm.pretrain.families import FAMILIES, get_family
-from biomed_lm.pretrain.masking import MaskingConfig, PretrainingCollator
 from biomed_lm.pretrain.modeling import PretrainingModel
 from biomed_lm.pretrain.unpadded import ENCODERS, encode, encoder_for
+from tests.test_model_families import collated_batch
 
 VOCAB, CLS, SEP, MASK = 120, 2, 3, 4
 TOLERANCE = 1e-5
@@ -46,20 +46,9 @@ def build(architecture: str, pair_task: str | None = None, pad: int = 0, seed: i
 
 
 def masked_batch(lengths, pair_task: str, pad: int = 0, seed: int = 0) -> dict[str, torch.Tensor]:
-    """[CLS] A [SEP] B [SEP] pairs of variable lengths (padding in every row but the longest), masked."""
-    g = torch.Generator().manual_seed(seed)
-    classes = {"nsp": 2, "sop": 2, "drp": 3}.get(pair_task, 0)
-    rows = []
-    for i, n in enumerate(lengths):
-        body = torch.randint(10, VOCAB, (n - 3,), generator=g).tolist()
-        cut = max(1, (n - 3) // 2)
-        rows.append({"input_ids": [CLS, *body[:cut], SEP, *body[cut:], SEP],
-                     "token_type_ids": [0] * (cut + 2) + [1] * (n - cut - 2),
-                     "word_starts": (torch.rand(n, generator=g) < 0.7).long().tolist(),
-                     "next_sentence_label": i % classes if classes else -100})
-    collator = PretrainingCollator(pad_token_id=pad, cls_token_id=CLS, sep_token_id=SEP, mask_token_id=MASK,
-                                   vocab_size=VOCAB, config=MaskingConfig(mlm_probability=0.3))
-    return dict(collator(rows, generator=torch.Generator().manual_seed(seed + 1)))
+    """[CLS] A [SEP] B [SEP] pairs of variable lengths (padding in every row but the longest), masked,
+    about 70% of the pieces starting a word."""
+    return collated_batch(pair_task, seed=seed, lengths=lengths, pad=pad, word_start_rate=0.7)
 
 
 def varlen_of(model, batch: dict, pad_to_multiple_of: int | None = None):
