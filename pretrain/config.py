@@ -68,8 +68,9 @@ class ModelArguments:
         "help": "torch.compile the model: the whole forward and backward as one region where the attention "
                 "kernel allows (else the dense blocks); auto: on for CUDA, off on CPU"})
     compile_mode: Literal["default", "reduce-overhead", "max-autotune"] = field(default="default", metadata={
-        "help": "torch.compile's mode for the whole-forward region: reduce-overhead adds CUDA graphs (one per "
-                "token-count bucket)"})
+        "help": "torch.compile's mode for the whole-forward region: reduce-overhead adds CUDA graphs, one per "
+                "token-count bucket (raise --bucket-tokens to bound how many: e.g. 2048 at 256 x 128 gives at "
+                "most 16; the masked count is bucketed to 64)"})
     bucket_tokens: int = field(default=128, metadata={
         "help": "when compiling, round each micro-batch's token count up to a multiple of this, so the number "
                 "of compiled shapes stays bounded (the rounding is padding the log reports)", "min": 1})
