@@ -15,7 +15,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from host_syncs import host_syncs, paused  # noqa: E402
-from pretrain_runs import make_pretraining_inputs, pretrain_args, run, with_option  # noqa: E402
+from pretrain_runs import pretrain_args, run, with_option  # noqa: E402
 from test_unpadded import assert_same, masked_batch, tiny_bert  # noqa: E402
 
 from biomed_lm.pretrain.compiling import compiled_graphs  # noqa: E402
@@ -102,12 +102,11 @@ def test_the_spy_sees_every_kind_of_host_sync():
     assert all(entry["at"].startswith("test_compiled_step.py:") for entry in found)
 
 
-def test_the_trainers_micro_batches_make_no_host_sync(tmp_path):
+def test_the_trainers_micro_batches_make_no_host_sync(pretraining_inputs, tmp_path):
     """Through launch/pretrain.py: every micro-batch's forward, backward and sums (the step's one
     read, for the verdict that gates the update, is after them)."""
-    inputs = make_pretraining_inputs(tmp_path)
     report = tmp_path / "syncs.json"
-    args = with_option(pretrain_args(inputs, tmp_path / "run"), "--max-steps", "3")
+    args = with_option(pretrain_args(pretraining_inputs, tmp_path / "run"), "--max-steps", "3")
     done = run(args, hooks={"host_syncs": str(report)})
     assert done.returncode == 0, done.stderr[-3000:]
     spied = json.loads(report.read_text())
