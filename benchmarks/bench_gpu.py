@@ -403,7 +403,8 @@ def our_kernels(family, device: torch.device, dtype, dropout: float, kernels: li
         if kernels is not None and kernel not in kernels:
             continue
         reason = why_not(kernel, device, dtype, dropout)
-        if reason is not None or (device.type == "cpu" and kernel != "sdpa_loop"):
+        # On CPU only sdpa_loop unless --kernels names others (whole-forward compilation needs one that traces).
+        if reason is not None or (device.type == "cpu" and kernel != "sdpa_loop" and kernels is None):
             if not quiet:
                 print(f"ours [{kernel}]: skipped ({reason or 'slow on cpu'})")
             continue
