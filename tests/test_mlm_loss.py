@@ -215,6 +215,7 @@ def test_resolve_implementation(monkeypatch):
         resolve_implementation("fused", "cpu")
 
 
+@pytest.mark.gpu
 def test_liger_matches_dense():
     pytest.importorskip("liger_kernel")
     if not torch.cuda.is_available():
