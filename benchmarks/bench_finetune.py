@@ -12,8 +12,8 @@ Tasks (``--tasks``, default both):
 * ``ner``: NCBI-disease (BLURB; the committed ``data/blurb/NCBI-disease`` files, or ``--ner-data``),
   BIO tags, linear head, entity F1 (seqeval's conlleval mode, the run's default).
 * ``relation``: GAD (BLURB's ``gad_blurb_{train,dev,test}.tsv``, sentences with ``@GENE$``/``@DISEASE$``
-  in place of the pair), from ``--relation-data`` or ``../shared/data/blurb/re/gad``. Where neither
-  exists (a lent GPU machine), a GAD-format set derived from the committed NCBI-disease files:
+  in place of the pair), from ``--relation-data`` (e.g. a BLURB ``re/gad`` folder). Without it
+  (as on a lent GPU machine), a GAD-format set derived from the committed NCBI-disease files:
   each sentence with two or more disease mentions gives one row per pair of consecutive mentions,
   the first written ``@GENE$`` and the second ``@DISEASE$``, label 1 when at most two words
   separate them (``X and Y``, ``X , Y``), else 0; run as a generic relation dataset (negative
@@ -24,9 +24,8 @@ Models (``--model``): ``bert-base`` (default on cuda): BERT-base shape (12 x 768
 (default on cpu): the packaged all-MiniLM-L6-v2, a real 6 x 384 BERT
 (``biomed_lm.reference_models.general_bert_dir()``); ``tiny`` (``--quick``): 2 x 64 random; or a
 checkpoint directory. The random models get the tokenizer of ``--tokenizer`` (a directory), else
-all-MiniLM-L6-v2's (bert-base-uncased's 30,522 WordPiece tokens) when installed, else
-``../shared/data/vocab/pubmed_wordpiece_30000_vocab.txt``, else a WordPiece vocabulary trained on the
-tasks' training text (``tokenizers``; the JSON's ``tokenizer_source`` says which); their embedding
+all-MiniLM-L6-v2's (bert-base-uncased's 30,522 WordPiece tokens) when installed, else a WordPiece
+vocabulary trained on the tasks' training text (``tokenizers``; the JSON's ``tokenizer_source`` says which); their embedding
 table has the tokenizer's size. Randomly initialized models learn little in a few epochs: their F1
 checks that both loops learn alike, not the model.
 
@@ -101,7 +100,6 @@ import torch
 from _results import write_results  # benchmarks/ is on sys.path when a benchmark runs
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
 BASELINE = "hf_trainer"
 OURS = "ours"
 TASKS = ("ner", "relation")
@@ -258,10 +256,6 @@ def make_tokenizer(args, texts_for_training) -> tuple[object, str]:
         pass
     from tokenizers import BertWordPieceTokenizer
 
-    vocab = SHARED_DATA / "vocab" / "pubmed_wordpiece_30000_vocab.txt"
-    if vocab.is_file():
-        return BertTokenizerFast(tokenizer_object=BertWordPieceTokenizer(str(vocab), lowercase=True)._tokenizer), \
-            str(vocab)
     trained = BertWordPieceTokenizer(lowercase=True)
     trained.train_from_iterator(texts_for_training(), vocab_size=30522, min_frequency=2)
     tokenizer = BertTokenizerFast(tokenizer_object=trained._tokenizer)
@@ -503,8 +497,8 @@ def parse_args(argv):
     parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated: {', '.join(TASKS)}")
     parser.add_argument("--ner-data", type=Path, default=REPO / "data" / "blurb" / "NCBI-disease")
     parser.add_argument("--relation-data", type=Path, default=None,
-                        help="GAD directory, or 'derived' for the set derived from NCBI-disease (default: "
-                             "../shared/data/blurb/re/gad when present, else derived)")
+                        help="GAD directory (BLURB's re/gad), or 'derived' for the set derived from "
+                             "NCBI-disease (the default)")
     parser.add_argument("--train-examples", type=int, default=None,
                         help="first N training examples per task (default: all on cuda, 250 on cpu, 48 --quick)")
     parser.add_argument("--eval-examples", type=int, default=None,
@@ -598,8 +592,8 @@ def main(argv: list[str] | None = None) -> int:
         specs["ner"] = dict(dataset="ncbi-disease", data_dir=str(args.ner_data))
     relation_source = None
     if "relation" in args.tasks:
-        gad = args.relation_data or SHARED_DATA / "blurb" / "re" / "gad"
-        if str(gad) != "derived" and args.relation_data is not None and not gad.is_dir():
+        gad = args.relation_data or Path("derived")
+        if str(gad) != "derived" and not gad.is_dir():
             print(f"bench_finetune: error: --relation-data {gad} is not a directory", file=sys.stderr)
             return 2
         if str(gad) != "derived" and gad.is_dir():
