@@ -117,7 +117,6 @@ class VarlenBatch(_Movable):
         return self.computed_positions - self.padding
 
 
-
 def masked_selection(labels: torch.Tensor | None, multiple_of: int | None = None
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """Indices of the labelled (masked) entries of ``labels`` flattened, in order, and their labels;
@@ -196,8 +195,3 @@ class Layout:
         return unpad(input_ids, attention_mask, token_type_ids, labels, pad_to_multiple_of=self.pad_to_multiple_of,
                      pad_token_id=self.pad_token_id, masked_multiple_of=self.masked_multiple_of)
 
-
-def padding_fraction(batch: VarlenBatch) -> float:
-    """Share of the positions the encoder computes that are not real tokens (bucketing's)."""
-    total = batch.computed_positions
-    return batch.padding / total if total else 0.0

@@ -32,9 +32,9 @@ from torch import nn
 from biomed_lm.pretrain import unpadded
 from biomed_lm.pretrain.attention import PADDED
 from biomed_lm.pretrain.config import PretrainConfigError
+from biomed_lm.pretrain.families import BERT, family_of
 from biomed_lm.pretrain.layout import Layout, PaddedBatch, VarlenBatch
 from biomed_lm.pretrain.mlm_loss import masked_lm_loss
-from biomed_lm.pretrain.families import BERT, family_of
 
 IGNORE_INDEX = -100
 #: Under CUDA graphs the masked-token count is rounded up to a multiple of this (padding rows ignored).
@@ -117,6 +117,7 @@ class PretrainingModel(nn.Module):
         self.attention = attention
         self.pad_to_multiple_of = pad_to_multiple_of
         self.mlm_loss = mlm_loss  # a resolved pretrain.mlm_loss implementation: dense, chunked or liger
+        self.masked_multiple_of: int | None = None  # the masked count's bucket (set for CUDA graphs)
 
     @property
     def unpadded(self) -> bool:
@@ -141,7 +142,7 @@ class PretrainingModel(nn.Module):
     def layout(self) -> Layout:
         """How this model wants its micro-batches (the trainer's loader workers build them)."""
         return Layout(self.unpadded, self.pad_to_multiple_of, self.bert.config.pad_token_id or 0,
-                      masked_multiple_of=self.__dict__.get("masked_multiple_of"))
+                      masked_multiple_of=self.masked_multiple_of)
 
     def prepare(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
                 labels: torch.Tensor | None = None) -> PaddedBatch | VarlenBatch:
@@ -196,7 +197,7 @@ class PretrainingModel(nn.Module):
         if not self.unpadded:
             raise PretrainConfigError("compiling the whole forward needs the unpadded layout")
         if mode == "reduce-overhead":  # a CUDA graph per shape: the masked count is bucketed as the tokens are
-            self.__dict__["masked_multiple_of"] = MASKED_BUCKET
+            self.masked_multiple_of = MASKED_BUCKET
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         # Not an nn.Module attribute: the compiled function must not become a submodule (state dict).
         # One graph is required (a break is a bug: a host sync, a data-dependent shape), except around
