@@ -271,8 +271,11 @@ def run_system(system: System, cpu_batches: list[dict], warmup: int, device: tor
     step = make_step(system.model, system.loss_fn, optimizer.optimizer, device, dtype)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+    warmup_start = time.perf_counter()
     for batch in device_batches[:warmup]:
         step(batch)
+    sync()
+    warmup_seconds = time.perf_counter() - warmup_start
     graphs_before = compiled_graphs()
     seconds = time_window(step, device_batches[warmup:], sync)
     steps = len(cpu_batches) - warmup
@@ -284,7 +287,10 @@ def run_system(system: System, cpu_batches: list[dict], warmup: int, device: tor
            "steps": steps, "warmup_steps": warmup, "mfu": counts.flops / seconds / peak if peak else None,
            "mfu_peak": precision,
            "padding_fraction": 1 - counts.tokens / counts.positions, "peak_memory_gib": _peak_memory(device),
-           "graphs_compiled_in_window": compiled_graphs() - graphs_before}
+           "graphs_compiled_in_window": compiled_graphs() - graphs_before, "warmup_seconds": warmup_seconds}
+    mfu = f"{row['mfu']:.1%}" if row["mfu"] is not None else "n/a"
+    print(f"  measured {system.name}: {row['tokens_per_s']:,.0f} tok/s, MFU {mfu}, warm-up (compile) "
+          f"{warmup_seconds:.0f} s", flush=True)  # each row as it lands: a stage cut off by its timeout keeps them
     return row, step, device_batches[warmup:]
 
 
