@@ -360,7 +360,7 @@ def hf_inputs(family, batch: dict) -> dict:
 
 
 def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int, kernels: list[str] | None = None,
-            backend: str = "inductor", fp8: bool = False, baselines: bool = True):
+            backend: str = "inductor", fp8: bool = False, baselines: str = "all"):
     """The :class:`System` rows, built one at a time from ``bert`` (kept on the CPU; each row gets its own
     copy on ``device``, so only one is there while it runs): transformers' family class eager, compiled
     (the baseline) and compiled on full-length rows, then each of our kernels (``fp8``: each in bf16,
@@ -376,14 +376,16 @@ def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int, kern
         return batch["input_ids"].numel()
 
     recipe, hf = "SDPA, padded, full MLM head", f"transformers {family.model_class}"
-    if not baselines:  # ours only (e.g. fp8 against our bf16, where the stage before measured transformers)
+    if baselines == "none":  # ours only (e.g. fp8 against our bf16, where the stage before measured transformers)
         yield from _our_systems(bert, family, device, dtype, compile_, bucket, kernels, backend, fp8)
         return
-    yield System(f"{hf} (eager, {recipe})", HF_EAGER, _copy_to(bert, device), hf_loss, padded)
+    if baselines == "all":
+        yield System(f"{hf} (eager, {recipe})", HF_EAGER, _copy_to(bert, device), hf_loss, padded)
     yield System(f"{hf} (torch.compile, {recipe})", HF_COMPILED,
                  torch.compile(_copy_to(bert, device), backend=backend), hf_loss, padded)
-    yield System(f"{hf} (torch.compile, full-length rows: the stock dense ceiling)", HF_FULL_LENGTH,
-                 torch.compile(_copy_to(bert, device), backend=backend), hf_loss, padded)
+    if baselines == "all":
+        yield System(f"{hf} (torch.compile, full-length rows: the stock dense ceiling)", HF_FULL_LENGTH,
+                     torch.compile(_copy_to(bert, device), backend=backend), hf_loss, padded)
     yield from _our_systems(bert, family, device, dtype, compile_, bucket, kernels, backend, fp8)
 
 
@@ -461,9 +463,11 @@ def _our_model(bert, device: torch.device, compile_backend: str | None = None, f
         from biomed_lm.pretrain.fp8 import convert_encoder_to_fp8
 
         convert_encoder_to_fp8(bert, family_of(bert.config))
-    options.setdefault("mlm_loss", resolve_implementation("auto", device)[0])  # the trainer's pick for the device
     ours = PretrainingModel(bert, **options).to(device)
-    if compile_backend is not None and KERNELS[ours.attention].traceable:
+    whole_forward = compile_backend is not None and KERNELS[ours.attention].traceable
+    if "mlm_loss" not in options:  # the trainer's pick for the device and the compiled region
+        ours.mlm_loss = resolve_implementation("auto", device, compiled=whole_forward)[0]
+    if whole_forward:
         ours.compile_losses(backend=compile_backend)
     elif compile_backend is not None:
         compile_dense_blocks(ours.bert, backend=compile_backend)
@@ -509,8 +513,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="override the preset's attention_probs_dropout_prob (0 lets the kernels without "
                              "dropout run, as MosaicBERT and ModernBERT train)")
     parser.add_argument("--kernels", nargs="+", default=None, help="only these of our kernels (default: each that runs)")
-    parser.add_argument("--no-baselines", action="store_true",
-                        help="our rows only (ratios to transformers then null): e.g. fp8 against our bf16")
+    parser.add_argument("--baselines", choices=("all", "compiled", "none"), default="all",
+                        help="transformers rows: eager, compiled and full-length (all); the compiled baseline alone "
+                             "(a short device lease); none (ratios then null: e.g. fp8 against our bf16)")
+    parser.add_argument("--no-baselines", dest="baselines", action="store_const", const="none",
+                        help="the same as --baselines none")
     parser.add_argument("--instances", default=None, help="real instances (their lengths) instead of the mix")
     parser.add_argument("--profile", action="store_true",
                         help="profile the compiled baseline and ours after their windows (files beside --out)")
@@ -615,7 +622,7 @@ def measure_length(args: argparse.Namespace, bert, device: torch.device, dtype, 
     padded_batches, full_length_batches = length_batches(args, max_length, batch_size)
     sync, rows, profiles = device_sync(device), [], {}
     for system in systems(bert, device, dtype, compile_, args.bucket_tokens, args.kernels, args.compile_backend, fp8,
-                          baselines=not args.no_baselines):
+                          baselines=args.baselines):
         torch._dynamo.reset()  # each system compiles in its own warm-up, no cache limit shared between them
         gc.collect()
         batches = full_length_batches if system.role == HF_FULL_LENGTH else padded_batches

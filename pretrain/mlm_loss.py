@@ -101,12 +101,16 @@ def liger_available() -> bool:
     return importlib.util.find_spec("liger_kernel") is not None
 
 
-def resolve_implementation(requested: str, device: torch.device | str) -> tuple[str, str | None]:
+def resolve_implementation(requested: str, device: torch.device | str,
+                           compiled: bool = False) -> tuple[str, str | None]:
     """The implementation ``requested`` runs as on ``device``, and why a faster one was passed over
-    (None when nothing was). ``auto``: liger on CUDA when installed, else ``chunked`` on CUDA;
-    ``dense`` on CPU, where it is the faster of the two (timings in the module docstring) and
-    liger's kernels do not run. An explicit name is taken as it is; ``liger`` off CUDA or without
-    the package is a ValueError naming the reason."""
+    (None when nothing was). ``auto``: ``dense`` inside a whole-forward ``torch.compile`` region
+    (``compiled``), where inductor fuses the cast and the log-softmax into the projection's consumers
+    and the shapes stay symbolic; liger there breaks the graph at its ``.item()`` and, on an H200
+    (torch 2.11, liger 0.8.5), ended in an illegal memory access; ``chunked`` unrolls per masked-row
+    count. Eager on CUDA: liger when installed, else ``chunked``; ``dense`` on CPU, where it is the
+    faster of the two (timings in the module docstring) and liger's kernels do not run. An explicit
+    name is taken as it is; ``liger`` off CUDA or without the package is a ValueError naming the reason."""
     if requested not in IMPLEMENTATIONS:
         raise ValueError(f"MLM loss implementation {requested!r}: expected one of {', '.join(IMPLEMENTATIONS)}")
     on_cuda = torch.device(device).type == "cuda"
@@ -117,7 +121,7 @@ def resolve_implementation(requested: str, device: torch.device | str) -> tuple[
             raise ValueError("MLM loss implementation 'liger' needs liger-kernel: pip install liger-kernel")
     if requested != "auto":
         return requested, None
-    if not on_cuda:
+    if not on_cuda or compiled:
         return "dense", None
     if liger_available():
         return "liger", None

@@ -46,7 +46,7 @@ import torch
 
 from biomed_lm.backend import start_distributed  # one definition, shared with fine-tuning
 from biomed_lm.errors import PretrainError
-from biomed_lm.pretrain.attention import PADDED
+from biomed_lm.pretrain.attention import KERNELS, PADDED
 from biomed_lm.pretrain.checkpoint import (Selection, checkpoint_tags, checkpoints_root, latest_tag, load_checkpoint,
                                            save_checkpoint, select_checkpoint, set_aside_diverged)
 from biomed_lm.pretrain.config import (DataArguments, ModelArguments, PretrainConfigError, TrainArguments,
@@ -490,7 +490,8 @@ def _pretraining_model(bert, model_args: ModelArguments, train_pair: bool, train
     execution = Execution(attention, family_notes + passed_over, unpadded=attention not in PADDED, compiled=compiled,
                           bucket_tokens=model_args.bucket_tokens if compiled and attention not in PADDED else None,
                           fp8_layers=fp8_layers)
-    execution.mlm_loss, why_not_faster = resolve_implementation("auto", device)
+    whole_forward = compiled and KERNELS[attention].traceable and not (adversarial and adversarial.adversarial)
+    execution.mlm_loss, why_not_faster = resolve_implementation("auto", device, compiled=whole_forward)
     if why_not_faster:
         execution.passed_over.append(f"a faster MLM loss: {why_not_faster}")
     layout = {"attention": attention, "pad_to_multiple_of": execution.bucket_tokens, "mlm_loss": execution.mlm_loss}
@@ -508,7 +509,6 @@ def _compile(model: PretrainingModel, attention: str, mode: str) -> str:
     """Compile ``model``: its whole forward as one region (autograd compiles the backward as one
     graph too) where the attention kernel traces, otherwise the dense blocks (ALUM's several
     passes per micro-batch; ``sdpa_loop``'s loop over host-side lengths). Says which."""
-    from biomed_lm.pretrain.attention import KERNELS
     from biomed_lm.pretrain.compiling import compile_dense_blocks
 
     if KERNELS[attention].traceable and type(model) is PretrainingModel:

@@ -234,7 +234,7 @@ def test_without_baselines_only_our_rows_run_and_their_ratios_are_null(bench_gpu
 
     bert = BertForPreTraining(BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                          intermediate_size=32))
-    rows = list(bench_gpu.systems(bert, torch.device("cpu"), torch.float32, False, 128, baselines=False))
+    rows = list(bench_gpu.systems(bert, torch.device("cpu"), torch.float32, False, 128, baselines="none"))
     assert [system.role for system in rows] == ["ours"]
     table = [{"role": "ours", "kernel": "varlen", "precision": "bf16", "tokens_per_s": 200.0},
              {"role": "ours", "kernel": "varlen", "precision": "fp8", "tokens_per_s": 300.0}]
