@@ -360,7 +360,7 @@ def hf_inputs(family, batch: dict) -> dict:
 
 
 def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int, kernels: list[str] | None = None,
-            backend: str = "inductor", fp8: bool = False, baselines: str = "all"):
+            backend: str = "inductor", fp8: bool = False, baselines: str = "all", scope: str = "layers"):
     """The :class:`System` rows, built one at a time from ``bert`` (kept on the CPU; each row gets its own
     copy on ``device``, so only one is there while it runs): transformers' family class eager, compiled
     (the baseline) and compiled on full-length rows, then each of our kernels (``fp8``: each in bf16,
@@ -377,7 +377,7 @@ def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int, kern
 
     recipe, hf = "SDPA, padded, full MLM head", f"transformers {family.model_class}"
     if baselines == "none":  # ours only (e.g. fp8 against our bf16, where the stage before measured transformers)
-        yield from _our_systems(bert, family, device, dtype, compile_, bucket, kernels, backend, fp8)
+        yield from _our_systems(bert, family, device, dtype, compile_, bucket, kernels, backend, fp8, scope)
         return
     if baselines == "all":
         yield System(f"{hf} (eager, {recipe})", HF_EAGER, _copy_to(bert, device), hf_loss, padded)
@@ -386,7 +386,7 @@ def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int, kern
     if baselines == "all":
         yield System(f"{hf} (torch.compile, full-length rows: the stock dense ceiling)", HF_FULL_LENGTH,
                      torch.compile(_copy_to(bert, device), backend=backend), hf_loss, padded)
-    yield from _our_systems(bert, family, device, dtype, compile_, bucket, kernels, backend, fp8)
+    yield from _our_systems(bert, family, device, dtype, compile_, bucket, kernels, backend, fp8, scope)
 
 
 def _copy_to(bert, device: torch.device):
@@ -420,8 +420,9 @@ def our_kernels(family, device: torch.device, dtype, dropout: float, kernels: li
 
 
 def our_system(bert, family, kernel: str, device: torch.device, compile_: bool, bucket: int, backend: str,
-               fp8: bool = False) -> System:
-    """Our model with ``kernel`` on ``device`` (``fp8``: the encoder's Linear layers converted first)."""
+               fp8: bool = False, scope: str = "layers") -> System:
+    """Our model with ``kernel`` on ``device`` (``fp8``: the encoder's Linear layers converted first;
+    ``scope``: what one compiled region holds, as the trainer's --compile-scope)."""
     from biomed_lm.pretrain.attention import KERNELS
 
     suffix = ", fp8 encoder Linear layers" if fp8 else ""
@@ -430,25 +431,27 @@ def our_system(bert, family, kernel: str, device: torch.device, compile_: bool, 
         return System(f"ours [hf_sdpa, padded, MLM head on masked positions{suffix}]", OURS, model, _our_loss,
                       lambda batch: batch["input_ids"].numel(), _layout_of(model), kernel, fp8)
     model = _our_model(bert, device, fp8=fp8, attention=kernel, pad_to_multiple_of=bucket if compile_ else None,
-                       compile_backend=backend if compile_ else None)
-    region = {None: "", True: ", whole forward compiled", False: ", dense blocks compiled"}[
+                       compile_backend=backend if compile_ else None, scope=scope)
+    compiled = ", whole forward compiled" if scope == "whole" else ", compiled by layer"
+    region = {None: "", True: compiled, False: ", dense blocks compiled"}[
         None if not compile_ else KERNELS[kernel].traceable]
     return System(f"ours [{kernel}{region}{suffix}]", OURS, model, _our_loss,
                   _unpadded_positions(bucket if compile_ else 1), _layout_of(model), kernel, fp8)
 
 
 def _our_systems(bert, family, device: torch.device, dtype, compile_: bool, bucket: int,
-                 kernels: list[str] | None, backend: str, fp8: bool = False):
+                 kernels: list[str] | None, backend: str, fp8: bool = False, scope: str = "layers"):
     """Each of our kernels that runs here (a family without the unpadded path: its padded forward with
     the MLM head on the masked positions), with ``fp8`` each in bf16 and then in FP8. Models are built
     inside the yield, never bound to a local, so the previous row's model is freed before the next is built."""
     dropout = float(bert.config.attention_probs_dropout_prob)
     for kernel in our_kernels(family, device, dtype, dropout, kernels):
         for in_fp8 in (False, True) if fp8 else (False,):
-            yield our_system(bert, family, kernel, device, compile_, bucket, backend, fp8=in_fp8)
+            yield our_system(bert, family, kernel, device, compile_, bucket, backend, fp8=in_fp8, scope=scope)
 
 
-def _our_model(bert, device: torch.device, compile_backend: str | None = None, fp8: bool = False, **options):
+def _our_model(bert, device: torch.device, compile_backend: str | None = None, fp8: bool = False,
+               scope: str = "layers", **options):
     """Our model as the trainer builds it: the encoder's Linear layers converted to torchao's float8 when
     ``fp8`` (before compiling, as pretrain.trainer does), then the whole forward compiled as one region
     where the kernel traces (pretrain.trainer._compile), the dense blocks otherwise."""
@@ -468,7 +471,7 @@ def _our_model(bert, device: torch.device, compile_backend: str | None = None, f
     if "mlm_loss" not in options:  # the trainer's pick for the device and the compiled region
         ours.mlm_loss = resolve_implementation("auto", device, compiled=whole_forward)[0]
     if whole_forward:
-        ours.compile_losses(backend=compile_backend)
+        ours.compile_losses(backend=compile_backend, scope=scope)
     elif compile_backend is not None:
         compile_dense_blocks(ours.bert, backend=compile_backend)
     return ours
@@ -508,6 +511,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="our compiled dense blocks (default: on for cuda); the compiled baselines always compile")
     parser.add_argument("--compile-backend", default="inductor",
                         help="torch.compile backend for ours and the baselines (aot_eager: fast, for CPU tests)")
+    parser.add_argument("--compile-scope", choices=("layers", "whole"), default="layers",
+                        help="what one compiled region of ours holds (the trainer's --compile-scope)")
     parser.add_argument("--bucket-tokens", type=int, default=128)
     parser.add_argument("--attention-dropout", type=float, default=None,
                         help="override the preset's attention_probs_dropout_prob (0 lets the kernels without "
@@ -622,7 +627,7 @@ def measure_length(args: argparse.Namespace, bert, device: torch.device, dtype, 
     padded_batches, full_length_batches = length_batches(args, max_length, batch_size)
     sync, rows, profiles = device_sync(device), [], {}
     for system in systems(bert, device, dtype, compile_, args.bucket_tokens, args.kernels, args.compile_backend, fp8,
-                          baselines=args.baselines):
+                          baselines=args.baselines, scope=args.compile_scope):
         torch._dynamo.reset()  # each system compiles in its own warm-up, no cache limit shared between them
         gc.collect()
         batches = full_length_batches if system.role == HF_FULL_LENGTH else padded_batches
@@ -634,7 +639,7 @@ def measure_length(args: argparse.Namespace, bert, device: torch.device, dtype, 
         del system, step, window  # the model leaves the device before the next is built
     add_ratios(rows)
     _print(rows, max_length, batch_size)
-    for row in (next(r for r in rows if r["role"] == HF_COMPILED), _fastest_ours(rows)):
+    for row in (next((r for r in rows if r["role"] == HF_COMPILED), None), _fastest_ours(rows)):
         if row is not None and row["system"] in profiles:
             print_profile(row, profiles[row["system"]])
     return rows
@@ -701,7 +706,8 @@ def convergence(args: argparse.Namespace, family, device: torch.device, compile_
     bert = build_model(args, family)
     kernel = convergence_kernel(args, family, device, bert, rows, max_length)
     batches = convergence_batches(args, max_length, batch_size, steps)
-    system = our_system(bert, family, kernel, device, compile_, args.bucket_tokens, args.compile_backend).name
+    system = our_system(bert, family, kernel, device, compile_, args.bucket_tokens, args.compile_backend,
+                        scope=args.compile_scope).name
     text = "real instances" if args.instances else "StructuredText"
     recipe = (f"AdamW lr {args.convergence_lr:g} (10% warm-up, linear decay), weight decay 0.01 (not on biases and "
               f"norms), gradient clipping 1.0, bf16 autocast; {text}")
@@ -768,7 +774,8 @@ def train_losses(args: argparse.Namespace, bert, family, kernel: str, cpu_batche
 
     torch._dynamo.reset()
     gc.collect()
-    system = our_system(bert, family, kernel, device, compile_, args.bucket_tokens, args.compile_backend, fp8=fp8)
+    system = our_system(bert, family, kernel, device, compile_, args.bucket_tokens, args.compile_backend, fp8=fp8,
+                        scope=args.compile_scope)
     model = system.model
     device_batches = [{key: value.to(device) for key, value in system.prepare(batch).items()} for batch in cpu_batches]
     optimizer = build_optimizer("adamw", parameter_groups(model), lr=args.convergence_lr, device=device).optimizer

@@ -4,19 +4,21 @@
 #
 #     bash benchmarks/gpu_prepare.sh                  # here, once: .whl/ and .gpu_inputs/ to carry
 #     bash benchmarks/gpu_check.sh                    # there: every stage, in this order
-#     STAGES="tests bert" bash benchmarks/gpu_check.sh   # some stages only
+#     STAGES="bert launch tests" bash benchmarks/gpu_check.sh   # some stages only
 #
-# Stages (each bounded by its own timeout). Results go to $RESULTS (default /tmp/gpu_check) and, when
+# Stages (each bounded by its own timeout), in order of value: a 15-minute lease fits the first three
+# (their default timeouts add up to 500 s). Results go to $RESULTS (default /tmp/gpu_check) and, when
 # $OUT is set (the lent machine's return folder, which takes at most 8 files), into $OUT/gpu_check.tgz
 # with the whole log beside it.
-#   tests     the `gpu` tests: every CUDA kernel, the whole forward compiled by inductor against the
-#             padded model, fused AdamW, bf16 accumulation, fp8 against bf16, the liger MLM loss
 #   bert      bench_gpu.py, BERT-base: transformers eager / compiled / full-length rows against ours,
 #             seq 128 on the real instances' lengths, with --profile
-#   bert512   the same at seq 512 on BERT's length mix
-#   fp8       ours in fp8 against ours in bf16, and 300 steps of each on the same batches (loss within 1%)
 #   launch    launch/pretrain.py for 40 steps on the same instances: its logged tokens/s against the
 #             bench's row for the same model and shapes (launch_vs_bench.json)
+#   tests     the `gpu` tests (-v: a stage cut off by its timeout still names what ran): every CUDA
+#             kernel, the forward compiled by inductor (by layer and whole) against the padded model,
+#             fused AdamW, bf16 accumulation, fp8 against bf16, the liger MLM loss
+#   bert512   the same as bert at seq 512 on BERT's length mix
+#   fp8       ours in fp8 against ours in bf16, and 300 steps of each on the same batches (loss within 1%)
 #   families  bench_gpu.py --architecture roberta and albert at seq 128
 #   finetune  bench_finetune.py --device cuda: NER and a relation task against HF Trainer
 #
@@ -27,7 +29,7 @@ set -uo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 RESULTS="${RESULTS:-/tmp/gpu_check}"; mkdir -p "$RESULTS"
 PY="${PYTHON:-python3}"
-STAGES="${STAGES:-tests bert bert512 fp8 launch families finetune}"
+STAGES="${STAGES:-bert launch tests bert512 fp8 families finetune}"
 INPUTS="$REPO/.gpu_inputs"
 cd "$REPO"
 
@@ -57,15 +59,27 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 'transformers', transformers.__version__, torch.cuda.get_device_name())"
 git -C "$REPO" log -1 --format='commit %h %s' 2> /dev/null | cut -c1-100
 
+if stage bert; then
+  bench bert128 "${BERT_TIMEOUT:-200}" --seq-lengths 128 --batch 256 --kernels sdpa_padded --profile "${REAL[@]}"
+fi
+if stage launch && [ -d "$INPUTS/instances128" ]; then
+  rm -rf /tmp/launch_run
+  timeout "${LAUNCH_TIMEOUT:-150}" "$PY" launch/pretrain.py --model bert-base --data-dir "$INPUTS/instances128" \
+    --tokenizer "$INPUTS/tokenizer" --output-dir /tmp/launch_run --max-steps 40 --micro-batch-size 256 \
+    --gradient-accumulation-steps 1 --optimizer adamw --learning-rate 1e-4 --precision bf16 \
+    --attn-implementation sdpa_padded --num-workers 4 --log-every 1 --checkpoint-every 1000 --no-export-hf \
+    --wandb-mode disabled 2>&1 | tee "$RESULTS/launch.log" | grep -v "^pretrain:"
+  cp /tmp/launch_run/metrics.jsonl "$RESULTS/launch_metrics.jsonl" 2> /dev/null
+  "$PY" benchmarks/launch_vs_bench.py /tmp/launch_run/metrics.jsonl "$RESULTS/bert128.json" --skip 10 \
+    --out "$RESULTS/launch_vs_bench.json"
+fi
+
 if stage tests; then
-  timeout "${TEST_TIMEOUT:-180}" "$PY" -m pytest -q -p no:cacheprovider -m gpu -rs tests/test_gpu.py \
+  timeout "${TEST_TIMEOUT:-150}" "$PY" -m pytest -v -p no:cacheprovider -m gpu -rs tests/test_gpu.py \
     tests/test_optim.py tests/test_pretrain_numerics.py tests/test_fp8.py tests/test_mlm_loss.py 2>&1 \
     | tee "$RESULTS/gpu_tests.log"
 fi
 
-if stage bert; then
-  bench bert128 "${BERT_TIMEOUT:-200}" --seq-lengths 128 --batch 256 --kernels sdpa_padded --profile "${REAL[@]}"
-fi
 if stage bert512; then
   bench bert512 "${BERT_TIMEOUT:-200}" --seq-lengths 512 --batch 64 --kernels sdpa_padded --profile
 fi
@@ -74,18 +88,6 @@ if stage fp8; then
   # ours only (the bert stage measured transformers on the same batches): bf16 then fp8, then 300 steps of each
   bench fp8 "${FP8_TIMEOUT:-300}" --seq-lengths 128 --batch 256 --kernels sdpa_padded --precision fp8 --no-baselines \
     --convergence-steps 300 "${REAL[@]}"
-fi
-
-if stage launch && [ -d "$INPUTS/instances128" ]; then
-  rm -rf /tmp/launch_run
-  timeout "${LAUNCH_TIMEOUT:-240}" "$PY" launch/pretrain.py --model bert-base --data-dir "$INPUTS/instances128" \
-    --tokenizer "$INPUTS/tokenizer" --output-dir /tmp/launch_run --max-steps 40 --micro-batch-size 256 \
-    --gradient-accumulation-steps 1 --optimizer adamw --learning-rate 1e-4 --precision bf16 \
-    --attn-implementation sdpa_padded --num-workers 4 --log-every 1 --checkpoint-every 1000 --no-export-hf \
-    --wandb-mode disabled 2>&1 | tee "$RESULTS/launch.log" | grep -v "^pretrain:"
-  cp /tmp/launch_run/metrics.jsonl "$RESULTS/launch_metrics.jsonl" 2> /dev/null
-  "$PY" benchmarks/launch_vs_bench.py /tmp/launch_run/metrics.jsonl "$RESULTS/bert128.json" --skip 10 \
-    --out "$RESULTS/launch_vs_bench.json"
 fi
 
 if stage families; then

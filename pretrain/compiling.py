@@ -1,7 +1,7 @@
-"""``torch.compile`` for the pretraining model, where the whole forward cannot be one region: the
-dense blocks, compiled in place, shapes bounded.
+"""``torch.compile`` for the pretraining model, where its forward cannot be compiled by layer or as one
+region: the dense blocks, compiled in place, shapes bounded.
 
-The trainer compiles the whole forward as one region (:meth:`pretrain.modeling.PretrainingModel.
+The trainer compiles the forward by layer or whole (:meth:`pretrain.modeling.PretrainingModel.
 compile_losses`) when the attention kernel traces; ALUM (several passes per micro-batch) and the
 ``sdpa_loop`` kernel (a loop over host-side lengths) fall back to the blocks below.
 

@@ -65,12 +65,18 @@ class ModelArguments:
                 "sdpa_padded or flex on CUDA, sdpa_loop on CPU; the run log says which), or one of them by name; "
                 "hf_sdpa / hf_eager run transformers' padded forward (the reference)"})
     compile: Literal["auto", "on", "off"] = field(default="auto", metadata={
-        "help": "torch.compile the model: the whole forward and backward as one region where the attention "
-                "kernel allows (else the dense blocks); auto: on for CUDA, off on CPU"})
+        "help": "torch.compile the model: the forward and backward by layer (or whole: --compile-scope) where "
+                "the attention kernel allows (else the dense blocks); auto: on for CUDA, off on CPU"})
     compile_mode: Literal["default", "reduce-overhead", "max-autotune"] = field(default="default", metadata={
-        "help": "torch.compile's mode for the whole-forward region: reduce-overhead adds CUDA graphs, one per "
+        "help": "torch.compile's mode for the compiled regions: reduce-overhead (--compile-scope whole) adds "
+                "CUDA graphs, one per "
                 "token-count bucket (raise --bucket-tokens to bound how many: e.g. 2048 at 256 x 128 gives at "
                 "most 16; the masked count is bucketed to 64)"})
+    compile_scope: Literal["layers", "whole"] = field(default="layers", metadata={
+        "help": "what one compiled region holds: layers (the embeddings, one encoder layer whose graph every "
+                "layer runs through, and the heads with their losses: three graphs, compiled in a fraction of "
+                "the time) or whole (the entire forward as one region; needed for --compile-mode "
+                "reduce-overhead)"})
     bucket_tokens: int = field(default=128, metadata={
         "help": "when compiling, round each micro-batch's token count up to a multiple of this, so the number "
                 "of compiled shapes stays bounded (the rounding is padding the log reports)", "min": 1})

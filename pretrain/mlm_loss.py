@@ -104,7 +104,7 @@ def liger_available() -> bool:
 def resolve_implementation(requested: str, device: torch.device | str,
                            compiled: bool = False) -> tuple[str, str | None]:
     """The implementation ``requested`` runs as on ``device``, and why a faster one was passed over
-    (None when nothing was). ``auto``: ``dense`` inside a whole-forward ``torch.compile`` region
+    (None when nothing was). ``auto``: ``dense`` inside a ``torch.compile`` region
     (``compiled``), where inductor fuses the cast and the log-softmax into the projection's consumers
     and the shapes stay symbolic; liger there breaks the graph at its ``.item()`` and, on an H200
     (torch 2.11, liger 0.8.5), ended in an illegal memory access; ``chunked`` unrolls per masked-row

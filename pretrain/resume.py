@@ -43,7 +43,7 @@ FIXED = frozenset({"model.init", "model.model", "model.architecture", "data.voca
 # Fields added after checkpoints were already being written, with the value an older checkpoint's
 # run had in effect: such a checkpoint resumes as before instead of reporting a change.
 ADDED_FIELDS = {"train.schedule_total_steps": 0, "train.continue_from": "", "train.loss_ceiling_factor": 0.0,
-                "model.compile_mode": "default"}
+                "model.compile_mode": "default", "model.compile_scope": "whole"}
 
 
 class ConfigChangeRefused(PretrainError, ValueError):

@@ -501,19 +501,22 @@ def _pretraining_model(bert, model_args: ModelArguments, train_pair: bool, train
         model = PretrainingModel(bert, nsp=train_pair, **layout)
     model.to(device)
     if compiled:
-        execution.compiled_region = _compile(model, attention, model_args.compile_mode)
+        execution.compiled_region = _compile(model, attention, model_args.compile_mode, model_args.compile_scope)
     return model, execution
 
 
-def _compile(model: PretrainingModel, attention: str, mode: str) -> str:
-    """Compile ``model``: its whole forward as one region (autograd compiles the backward as one
-    graph too) where the attention kernel traces, otherwise the dense blocks (ALUM's several
-    passes per micro-batch; ``sdpa_loop``'s loop over host-side lengths). Says which."""
+def _compile(model: PretrainingModel, attention: str, mode: str, scope: str) -> str:
+    """Compile ``model``'s forward (autograd compiles each region's backward as one graph too) by
+    ``scope`` where the attention kernel traces (:meth:`PretrainingModel.compile_losses`), otherwise
+    the dense blocks (ALUM's several passes per micro-batch; ``sdpa_loop``'s loop over host-side
+    lengths). Says which."""
     from biomed_lm.pretrain.compiling import compile_dense_blocks
 
     if KERNELS[attention].traceable and type(model) is PretrainingModel:
-        model.compile_losses(mode=None if mode == "default" else mode)
-        return f"the whole forward and backward (mode {mode})"
+        model.compile_losses(mode=None if mode == "default" else mode, scope=scope)
+        regions = "the whole forward and backward" if scope == "whole" else \
+            "the embeddings, one encoder layer (a graph every layer shares) and the heads"
+        return f"{regions} (mode {mode})"
     compile_dense_blocks(model.bert)
     why = "ALUM runs several passes" if type(model) is not PretrainingModel else f"{attention} does not trace"
     return f"the dense blocks ({why})"

@@ -162,13 +162,15 @@ def self_attention(attention: nn.Module, hidden: torch.Tensor, sequences: Sequen
     return attention.output(context, hidden)
 
 
-def encode(encoder: nn.Module, batch: VarlenBatch, kernel: str,
-           inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
-    """The encoder's last hidden states, ``(total_tokens, hidden)``, of the family's encoder."""
+def encode(encoder: nn.Module, batch: VarlenBatch, kernel: str, inputs_embeds: torch.Tensor | None = None,
+           regions=None) -> torch.Tensor:
+    """The encoder's last hidden states, ``(total_tokens, hidden)``, of the family's encoder; with
+    ``regions`` (:class:`pretrain.modeling.CompiledRegions`) through their compiled embeddings and layer."""
     adapter = encoder_for(encoder.config)
-    hidden = adapter.embed(encoder, batch, inputs_embeds)
+    embed, run_layer = (adapter.embed, adapter.layer) if regions is None else (regions.embed, regions.layer)
+    hidden = embed(encoder, batch, inputs_embeds)
     for layer in adapter.layers(encoder):
-        hidden = adapter.layer(layer, hidden, batch.sequences, kernel)
+        hidden = run_layer(layer, hidden, batch.sequences, kernel)
     return hidden
 
 

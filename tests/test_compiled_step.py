@@ -1,5 +1,5 @@
-"""The step as the GPU runs it, checked on CPU: the whole forward compiled as one region equals the
-padded reference (loss and every gradient within 1e-5, fp32) with a bounded number of graphs over
+"""The step as the GPU runs it, checked on CPU: the forward compiled (by layer, or whole as one
+region) equals the padded reference (loss and every gradient within 1e-5, fp32) with a bounded number of graphs over
 micro-batches of changing shapes, and nothing in a micro-batch's forward and backward makes the
 host wait for the device (the layout is built on the host, by the loader)."""
 
@@ -34,21 +34,43 @@ def losses_and_grads(model: PretrainingModel, batch: dict, **inputs) -> tuple[di
     return losses, {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
-def test_the_whole_forward_compiled_equals_the_padded_model_with_one_graph():
+# scope -> graphs over all of SHAPES: the whole forward is one; by layer, the embeddings, one graph
+# that both of tiny_bert's layers run through, and the heads.
+GRAPHS = {"whole": 1, "layers": 3}
+
+
+@pytest.mark.parametrize("scope", ["whole", "layers"])
+def test_the_compiled_forward_equals_the_padded_model_with_a_fixed_number_of_graphs(scope):
     """aot_eager traces exactly what inductor would compile (the same graphs, the same guards)
     without generating kernels, which on CPU takes minutes."""
     torch._dynamo.reset()
     bert = tiny_bert()
+    assert bert.config.num_hidden_layers > 1  # else one graph per layer would pass unnoticed
     reference = PretrainingModel(copy.deepcopy(bert), attention="hf_sdpa")
     compiled = PretrainingModel(copy.deepcopy(bert), attention="sdpa_padded", pad_to_multiple_of=32)
-    compiled.compile_losses(backend="aot_eager")
+    compiled.compile_losses(backend="aot_eager", scope=scope)
     before = compiled_graphs()
     for seed, lengths in enumerate(SHAPES):
         batch = masked_batch(lengths, whole_word=True, seed=seed)
         padded = {key: batch[key] for key in PADDED_KEYS}
         assert_same(losses_and_grads(reference, batch, **padded),
                     losses_and_grads(compiled, batch, prepared=compiled.prepare(**padded)))
-    assert compiled_graphs() - before == 1
+    assert compiled_graphs() - before == GRAPHS[scope]
+    assert "_compiled_regions" not in dict(compiled.named_modules())  # the state dict is transformers' own
+    assert set(compiled.state_dict()) == {f"bert.{name}" for name in bert.state_dict()}
+
+
+def test_compiling_refuses_what_it_cannot_hold_in_one_graph():
+    from biomed_lm.pretrain.config import PretrainConfigError
+
+    model = PretrainingModel(tiny_bert(), attention="sdpa_padded")
+    with pytest.raises(PretrainConfigError, match="scope 'whole'"):
+        model.compile_losses(backend="aot_eager", mode="reduce-overhead", scope="layers")
+    with pytest.raises(PretrainConfigError, match="compile scope 'regions'"):
+        model.compile_losses(backend="aot_eager", scope="regions")
+    model.mlm_loss = "liger"
+    with pytest.raises(PretrainConfigError, match="breaks the compiled graph"):
+        model.compile_losses(backend="aot_eager")
 
 
 def test_under_cuda_graphs_the_masked_count_is_bucketed_and_changes_nothing():

@@ -209,6 +209,8 @@ def test_resolve_implementation(monkeypatch):
         resolve_implementation("liger", "cuda")
     monkeypatch.setattr(mlm_loss, "liger_available", lambda: True)
     assert resolve_implementation("auto", "cuda:0") == ("liger", None)
+    # Inside a compiled region inductor fuses the dense loss; liger would break the graph.
+    assert resolve_implementation("auto", "cuda:0", compiled=True) == ("dense", None)
     with pytest.raises(ValueError, match="on CUDA, not on cpu"):
         resolve_implementation("liger", "cpu")
     with pytest.raises(ValueError, match="expected one of auto, dense, chunked, liger"):
