@@ -11,7 +11,18 @@ variant (the first level of each factor is its reference)::
       adversarial: ["off"]                    # off | on (ALUM)
       mask_schedule: [constant]               # constant | stepwise | linear
       link: ["off"]                           # off | on (LinkBERT's DRP pairs over citation links)
-      corpus: [pubmed-sample]                 # names in `corpora`
+      corpus: [pubmed-sample]                 # names in `corpora` or `mixtures`
+
+A ``corpus`` level may be a mixture of corpora (the paper's Table 5, PubMed vs PubMed + PMC),
+defined under ``mixtures`` by the names in ``corpora`` and a weight or epochs each
+(:mod:`pretrain.mixture`)::
+
+    mixtures:
+      pubmed+pmc: {pubmed: {weight: 0.5}, pmc: {weight: 0.5}}
+
+A mixture level prepares each of its corpora, builds its in-domain vocabulary on all of them, and
+builds its instances from a data config (``data/<vocabulary>-<level>.data.yaml``): the phase's
+data config with ``mixture:`` in place of ``corpus:``.
 
 Every variant gets the same pretraining budget (``max_steps`` × global batch, the same model
 preset for scratch runs), and combinations that cannot exist are left out with a note (continual
@@ -33,6 +44,7 @@ Layout of ``output_dir`` (read by :mod:`experiments.report`)::
     corpus/<corpus>/                     launch/prepare_corpus.py
     vocab/in-domain-<corpus>/            launch/build_vocab.py
     data/<vocabulary>-<corpus>/          launch/create_pretraining_data.py
+    data/<vocabulary>-<mixture>.data.yaml  its data config, for a mixture level
     variants/<variant>/pretrain/         launch/pretrain.py (metrics.jsonl, model/)
     variants/<variant>/finetune/         launch/blurb.py (run.json per run, summary.json, blurb.md)
     variants/<variant>/pretrain-run<k>/  pretraining run k > 1 (``pretrain_seeds``), and its
@@ -144,6 +156,12 @@ class AblationConfig:
     num_proc: int = 2
     parallel_jobs: int = 1
     source: str = ""                             # the YAML file, for messages
+    # mixture name -> {corpus name: {weight: W} or {epochs: E}}: more levels of the corpus factor
+    mixtures: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+
+    def corpus_inputs(self, level: str) -> list[str]:
+        """The corpora (names in ``corpora``) that a corpus level is made of."""
+        return list(self.mixtures[level]) if level in self.mixtures else [level]
 
 
 def load_ablation_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> AblationConfig:
@@ -163,6 +181,7 @@ def ablation_config_from(values: Mapping[str, Any], where: str) -> AblationConfi
     bad = sorted(set(vocab) - {"config", "vocab_size"})
     if bad:
         raise ConfigError(f"{where}: unknown key(s) under vocab: {', '.join(bad)}; valid: config, vocab_size")
+    mixtures = _mixtures(values, where)  # before the factors: a corpus level may name one
     return AblationConfig(
         name=str(values["name"]), output_dir=str(values["output_dir"]), corpora=dict(values["corpora"]),
         factors=_factor_levels(values, where), pretrain=_pretrain_budget(values, where),
@@ -170,7 +189,7 @@ def ablation_config_from(values: Mapping[str, Any], where: str) -> AblationConfi
         analysis=_analysis_specification(values, where),
         vocab_config=vocab.get("config", AblationConfig.vocab_config), vocab_size=vocab.get("vocab_size"),
         continual_from=str(values.get("continual_from", GENERAL)), num_proc=int(values.get("num_proc", 2)),
-        parallel_jobs=int(values.get("parallel_jobs", 1)), source=where)
+        parallel_jobs=int(values.get("parallel_jobs", 1)), source=where, mixtures=mixtures)
 
 
 def _check_top_keys(values: Mapping[str, Any], where: str) -> None:
@@ -213,7 +232,7 @@ def _factor_levels(values: Mapping[str, Any], where: str) -> dict[str, list[str]
         # YAML 1.1 reads unquoted off/on as booleans
         levels = [("on" if level else "off") if isinstance(level, bool) else str(level)
                   for level in (levels if isinstance(levels, list) else [levels])]
-        valid = FACTOR_LEVELS[name] or tuple(values["corpora"])
+        valid = FACTOR_LEVELS[name] or tuple(values["corpora"]) + tuple(values.get("mixtures") or {})
         for level in levels:
             if level not in valid:
                 raise ConfigError(f"{where}: factors.{name}: unknown level {level!r}; valid: {', '.join(valid)}")
@@ -224,6 +243,35 @@ def _factor_levels(values: Mapping[str, Any], where: str) -> dict[str, list[str]
     if extra:
         raise ConfigError(f"{where}: unknown factor(s) {', '.join(extra)}; valid: {', '.join(FACTORS)}")
     return checked
+
+
+def _mixtures(values: Mapping[str, Any], where: str) -> dict[str, dict[str, dict[str, float]]]:
+    """``mixtures``: name -> {corpus name: {weight: W} | {epochs: E}}, checked as
+    launch/create_pretraining_data.py checks a ``mixture:`` (pretrain.mixture.parse_mixture)."""
+    from biomed_lm.pretrain.data import PretrainingDataError
+    from biomed_lm.pretrain.mixture import parse_mixture
+
+    mixtures = values.get("mixtures") or {}
+    if not isinstance(mixtures, dict):
+        raise ConfigError(f"{where}: 'mixtures' must map mixture names to {{corpus name: {{weight: W}}}}")
+    for name, spec in mixtures.items():
+        key = f"{where}: mixtures.{name}"
+        if name in values["corpora"]:
+            raise ConfigError(f"{key}: the name is a corpus's too; give the mixture another name")
+        if not isinstance(spec, dict) or not spec:
+            raise ConfigError(f"{key} must map corpus names to {{weight: W}} or {{epochs: E}}")
+        for corpus, share in spec.items():
+            if corpus not in values["corpora"]:
+                raise ConfigError(f"{key}.{corpus}: not a corpus of 'corpora' ({', '.join(values['corpora'])})")
+            if not isinstance(share, dict):
+                raise ConfigError(f"{key}.{corpus} must be {{weight: W}} or {{epochs: E}}, not {share!r}")
+            if "corpus" in share:
+                raise ConfigError(f"{key}.{corpus}.corpus is set by the ablation (the prepared corpus {corpus})")
+        try:
+            parse_mixture({corpus: {"corpus": corpus, **share} for corpus, share in spec.items()}, key)
+        except PretrainingDataError as err:
+            raise ConfigError(str(err)) from None
+    return {str(name): {str(c): dict(share) for c, share in spec.items()} for name, spec in mixtures.items()}
 
 
 def _finetune(values: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -557,8 +605,8 @@ def _record(config: AblationConfig, variants: Sequence[Variant], notes: list[str
 
 def _prepare_corpora(config: AblationConfig, variants: Sequence[Variant], paths: _Paths,
                      log: Callable[[str], None]) -> None:
-    """launch/prepare_corpus.py once per corpus the variants use."""
-    for corpus in sorted({v.corpus for v in variants}):
+    """launch/prepare_corpus.py once per corpus the variants use (each of a mixture's)."""
+    for corpus in sorted({name for v in variants for name in config.corpus_inputs(v.corpus)}):
         if not (paths.corpus(corpus) / "state.json").is_file():  # the dataset, not a failed run's summary
             _run(f"prepare corpus {corpus}", _python(
                 "prepare_corpus.py", "--config", config.corpora[corpus], "--output-dir", str(paths.corpus(corpus)),
@@ -578,7 +626,8 @@ def _build_vocabularies(config: AblationConfig, variants: Sequence[Variant], pat
         if not (out / "tokenizer.json").is_file():  # every vocabulary format writes it
             size = ["--vocab-size", str(config.vocab_size)] if config.vocab_size else []
             _run(f"build the in-domain vocabulary of {corpus}", _python(
-                "build_vocab.py", "--config", config.vocab_config, "--inputs", str(paths.corpus(corpus)), *size,
+                "build_vocab.py", "--config", config.vocab_config, "--inputs",
+                *[str(paths.corpus(name)) for name in config.corpus_inputs(corpus)], *size,
                 "--output-dir", str(out), "--overwrite"), log)
         tokenizers[vocabulary, corpus] = str(out)
     return tokenizers
@@ -597,8 +646,31 @@ def _create_instances(config: AblationConfig, variants: Sequence[Variant], token
             # so that phase 2 reuses phase 1's tokenization.
             cache = ["--tokenized_cache", str(paths.root / "data" / "tokenized")] if len(phases) > 1 else []
             pairs = ["--pair_task", "drp"] if link == "on" else []
+            source = (["--config", str(_mixture_data_config(config, corpus, phase, paths, out))]
+                      if corpus in config.mixtures else
+                      ["--config", phase.data_config, "--corpus", str(paths.corpus(corpus))])
             _run(f"pretraining instances ({vocabulary} vocabulary, {corpus}{', links' if pairs else ''}, "
                  f"phase {number})", _python(
-                "create_pretraining_data.py", "--config", phase.data_config, "--corpus", str(paths.corpus(corpus)),
+                "create_pretraining_data.py", *source,
                 "--tokenizer", tokenizers[vocabulary, corpus], "--output-dir", str(out),
                 "--num-proc", str(config.num_proc), *cache, *pairs, "--overwrite"), log)
+
+
+def mixture_data_config(config: AblationConfig, mixture: str, data_config: str, paths_root: Path) -> dict[str, Any]:
+    """The data config of a mixture level: ``data_config``'s options with ``mixture:`` (its corpora
+    prepared under ``paths_root``) in place of ``corpus:``."""
+    values = {k: v for k, v in load_yaml_mapping(data_config).items() if k != "corpus"}
+    values["mixture"] = {name: {"corpus": str(_Paths(paths_root).corpus(name)), **share}
+                         for name, share in config.mixtures[mixture].items()}
+    return values
+
+
+def _mixture_data_config(config: AblationConfig, mixture: str, phase: PretrainPhase, paths: _Paths, out: Path) -> Path:
+    """:func:`mixture_data_config` written beside the instances' folder (``<out>.data.yaml``)."""
+    import yaml
+
+    path = out.with_name(out.name + ".data.yaml")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    values = mixture_data_config(config, mixture, phase.data_config, paths.root)
+    path.write_text(yaml.safe_dump(values, sort_keys=False), encoding="utf-8")
+    return path

@@ -8,6 +8,9 @@
         [--tokenized-cache DIR]
     python launch/create_pretraining_data.py --config configs/data/phase1_seq128.yaml   # then phase2_seq512.yaml
 
+A YAML config may give ``mixture:`` instead of ``corpus:``: several prepared corpora, each with a
+sampling weight or a number of epochs (pretrain/mixture.py; e.g. PubMed 0.7 + PMC 0.3).
+
 Instances are stored unmasked ([CLS] A [SEP] B [SEP], token_type_ids, next_sentence_label, word_starts);
 the trainer masks them dynamically. pretraining_data.json beside them records the vocabulary's sha256,
 the options and a summary, which is printed at the end. The logic lives in pretrain/data.py.
@@ -24,6 +27,7 @@ from typing import Sequence
 from biomed_lm.config import parse_config
 from biomed_lm.errors import BiomedLMError, bad_input
 from biomed_lm.pretrain.data import PretrainingDataConfig, create_pretraining_data, format_summary
+from biomed_lm.pretrain.mixture import format_mixture
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -33,6 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (BiomedLMError, FileNotFoundError) as err:
         return bad_input("create_pretraining_data", err)
     print(format_summary(metadata))
+    if metadata.get("mixture"):
+        print(format_mixture(metadata["mixture"]))
     print(f"  metadata: {config.output_dir}/pretraining_data.json")
     return 0
 

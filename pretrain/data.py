@@ -70,7 +70,8 @@ then the caches inside ``output_dir`` are removed.
 ``pretraining_data.json`` beside the dataset records what the trainer must check (the vocabulary's
 sha256, casing, special-token ids, ``max_seq_length``, NSP) and a summary (instances, tokens,
 length percentiles, padding, NSP balance, documents used and skipped). :func:`load_pretraining_data`
-checks all of that against the model and tokenizer before any training starts.
+checks all of that against the model and tokenizer before any training starts. A ``mixture`` of
+several corpora (:mod:`pretrain.mixture`) may replace ``corpus``; the metadata then records it.
 """
 
 from __future__ import annotations
@@ -140,7 +141,14 @@ class PretrainingDataConfig:
     """Options of ``launch/create_pretraining_data.py`` (YAML keys and ``--flags`` alike)."""
 
     corpus: str = field(default="", metadata={
-        "help": "prepared corpus directory (launch/prepare_corpus.py output: a dataset with a 'sentences' column)"})
+        "help": "prepared corpus directory (launch/prepare_corpus.py output: a dataset with a 'sentences' column); "
+                "give this or mixture"})
+    mixture: dict[str, Any] | None = field(default=None, metadata={
+        "help": "several prepared corpora instead of corpus: {name: {corpus: DIR, weight: W}} (documents drawn at "
+                "the normalized weights; by default the largest-share input once, the others to their share) or "
+                "{name: {corpus: DIR, epochs: E}} (round(E x size) documents each); see pretrain/mixture.py"})
+    mixture_documents: int = field(default=0, metadata={
+        "help": "with a weighted mixture: its total documents (0: the largest-share input drawn once)", "min": 0})
     tokenizer: str = field(default="", metadata={"help": "tokenizer directory or vocab.txt (launch/build_vocab.py)"})
     output_dir: str = field(default="", metadata={"help": "where the instances and pretraining_data.json go"})
     max_seq_length: int = field(default=128, metadata={
@@ -175,7 +183,12 @@ class PretrainingDataConfig:
         return self.num_proc if self.num_proc > 0 else (os.cpu_count() or 1)
 
     def validate(self) -> None:
-        for name in ("corpus", "tokenizer", "output_dir"):
+        if bool(self.corpus) == bool(self.mixture):
+            raise PretrainingDataError(("no corpus given (--corpus, or a mixture)" if not self.corpus else
+                                        "give exactly one of corpus or mixture, not both"))
+        if self.mixture_documents and not self.mixture:
+            raise PretrainingDataError("mixture_documents needs a mixture (it sets a weighted mixture's size)")
+        for name in ("tokenizer", "output_dir"):
             if not getattr(self, name):
                 raise PretrainingDataError(f"no {name} given (--{name.replace('_', '-')})")
         if self.max_seq_length < 5:
@@ -979,14 +992,16 @@ def _files_identity(dataset) -> list[str]:
 
 
 def tokenize_corpus(corpus, info: TokenizerInfo, cache_dir: str | os.PathLike, num_proc: int = 1,
-                    batch_size: int = 256):
+                    batch_size: int = 256, identity: Sequence[str] | None = None):
     """Stage 1: every usable sentence of the corpus as token ids (column ``sentence_ids``, one row
     per corpus row), through ``datasets.map(num_proc=...)``; cached in ``cache_dir`` under a
     fingerprint of the corpus files and the tokenizer pipeline, so a later run with the same
-    corpus and tokenizer (phase 2 after phase 1, another seed) skips tokenization altogether."""
+    corpus and tokenizer (phase 2 after phase 1, another seed) skips tokenization altogether.
+    ``identity`` stands for the files' identity where the corpus is a view (a mixture's rows)."""
     import datasets
 
-    fingerprint = "tokenized-" + _fingerprint(str(FORMAT_VERSION), info.pipeline_json, *_files_identity(corpus))
+    fingerprint = "tokenized-" + _fingerprint(str(FORMAT_VERSION), info.pipeline_json,
+                                              *(identity or _files_identity(corpus)))
     id_type = token_id_type(info.vocab_size)
     features = datasets.Features({TOKENIZED_COLUMN: datasets.List(datasets.List(datasets.Value(str(id_type))))})
     tokenized = corpus.select_columns(["sentences"]).with_format("arrow").map(
@@ -1027,13 +1042,14 @@ def create_pretraining_data(config: PretrainingDataConfig, progress: bool = True
     config.validate()
     started = time.perf_counter()
     out = Path(config.output_dir)
-    corpus = _checked_corpus(config, out)
+    corpus, mixed = _checked_corpus(config, out)
+    corpus_name = mixed.record["corpus"] if mixed else config.corpus
     info = load_tokenizer_info(config.tokenizer)
     options = RecipeOptions.from_config(config)
     if len(corpus) == 0:
-        raise PretrainingDataError(f"the corpus {config.corpus} has no documents")
+        raise PretrainingDataError(f"the corpus {corpus_name} has no documents")
     if config.pair_task in ("nsp", "drp") and len(corpus) < 2:
-        raise PretrainingDataError(f"the corpus {config.corpus} has 1 document; pair_task {config.pair_task} "
+        raise PretrainingDataError(f"the corpus {corpus_name} has 1 document; pair_task {config.pair_task} "
                                    "draws other documents and needs at least 2 (or use --pair-task none)")
     work = out / WORK_DIR
     token_cache = Path(config.tokenized_cache) if config.tokenized_cache else work
@@ -1044,7 +1060,8 @@ def create_pretraining_data(config: PretrainingDataConfig, progress: bool = True
     if not progress:
         datasets.disable_progress_bars()
     try:
-        tokenized = tokenize_corpus(corpus, info, token_cache, num_proc, config.batch_size)
+        tokenized = tokenize_corpus(corpus, info, token_cache, num_proc, config.batch_size,
+                                    mixed.identity if mixed else None)
         links, link_stats = build_link_index(corpus, work) if config.pair_task == "drp" else (None, None)
         instances = build_instances(tokenized, info, options, work, num_proc, config.batch_size, links)
         used = _documents_with_text(tokenized) if config.packing == "cross-document" else None
@@ -1053,7 +1070,7 @@ def create_pretraining_data(config: PretrainingDataConfig, progress: bool = True
         if link_stats is not None:
             summary["links"] = link_stats
         if summary["instances"] == 0:
-            raise PretrainingDataError(f"no instances: none of the {len(corpus):,} documents of {config.corpus} "
+            raise PretrainingDataError(f"no instances: none of the {len(corpus):,} documents of {corpus_name} "
                                        "has a sentence that tokenizes to anything")
         for stale in _dataset_files(out):  # only once the new instances exist
             stale.unlink()
@@ -1062,7 +1079,8 @@ def create_pretraining_data(config: PretrainingDataConfig, progress: bool = True
         if not progress and not bars_were_disabled:
             datasets.enable_progress_bars()
 
-    metadata = _metadata(config, out, info, len(corpus), summary, seconds=time.perf_counter() - started)
+    metadata = _metadata(config, out, info, len(corpus), summary, seconds=time.perf_counter() - started,
+                         mixture=mixed.record if mixed else None)
     # Written last and atomically: its presence is what marks the dataset as complete.
     tmp = out / (METADATA_FILE + ".tmp")
     tmp.write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
@@ -1102,6 +1120,8 @@ def build_link_index(corpus, folder: Path) -> tuple[LinkIndex, dict]:
     if "links" not in corpus.column_names:
         raise PretrainingDataError("pair_task drp needs citation links: the corpus has no 'links' column (prepare "
                                    "it from PubMed XML with launch/prepare_corpus.py, or give --links-file there)")
+    if corpus._indices is not None:  # a mixture's rows: a view; read just its ids and links
+        corpus = corpus.select_columns(["id", "links"]).flatten_indices(keep_in_memory=True)
     table = corpus.with_format("arrow").data.table
     pmids = _as_pmids(table.column("id").combine_chunks())
     links = table.column("links").combine_chunks()
@@ -1133,21 +1153,28 @@ def _documents_with_text(tokenized) -> np.ndarray:
 
 
 def _checked_corpus(config: PretrainingDataConfig, out: Path):
-    """The corpus, once the output folder is known to be usable for this build (its size is checked
-    after the tokenizer, by the caller)."""
+    """The corpus and the mixture (None without one), once the output folder is known to be usable
+    for this build (its size is checked after the tokenizer, by the caller)."""
     if out.exists() and not out.is_dir():
         raise PretrainingDataError(f"output_dir {out} exists and is not a directory")
     existing = _dataset_files(out) if out.is_dir() else []
     if existing and not config.overwrite:
         raise PretrainingDataError(f"{out} already holds a dataset ({existing[0].name}); "
                                    "pass --overwrite to replace it")
-    corpus = open_corpus(config.corpus)
-    if out.resolve() == Path(config.corpus).resolve():
+    if config.mixture:  # several corpora, drawn at their weights (pretrain/mixture.py)
+        from biomed_lm.pretrain.mixture import open_mixture
+
+        mixed = open_mixture(config.mixture, config.seed, config.mixture_documents)
+        corpus, sources = mixed.dataset, [item["corpus"] for item in mixed.record["inputs"]]
+    else:
+        mixed, corpus, sources = None, open_corpus(config.corpus), [config.corpus]
+    if any(out.resolve() == Path(source).resolve() for source in sources):
         raise PretrainingDataError(f"output_dir {out} is the corpus itself; choose another folder")
-    return corpus
+    return corpus, mixed
 
 
-def _metadata(config: PretrainingDataConfig, out: Path, info, corpus_documents: int, summary: dict, seconds: float) -> dict:
+def _metadata(config: PretrainingDataConfig, out: Path, info, corpus_documents: int, summary: dict, seconds: float,
+              mixture: dict | None = None) -> dict:
     """What ``pretraining_data.json`` records: the recipe, the vocabulary, the summary, the versions."""
     import datasets
     import tokenizers
@@ -1169,8 +1196,9 @@ def _metadata(config: PretrainingDataConfig, out: Path, info, corpus_documents: 
         "seed": config.seed,
         "short_seq_prob": config.short_seq_prob,
         "dupe_factor": config.dupe_factor,
-        "corpus": str(Path(config.corpus).resolve()),
+        "corpus": mixture["corpus"] if mixture else str(Path(config.corpus).resolve()),
         "corpus_documents": corpus_documents,
+        **({"mixture": mixture} if mixture else {}),  # its inputs, weights or epochs, documents drawn
         "columns": list(INSTANCE_SCHEMA.names),
         "labels": {**{name: index for index, name in enumerate(PAIR_LABELS[config.pair_task])},
                    "no_pair_label": NO_PAIR_LABEL},
