@@ -40,6 +40,29 @@ def test_batch_plan_epochs_cover_data_and_reshuffle():
     assert epoch0 != epoch1
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 10, 17, 64, 1000, 4097])
+def test_batch_plan_permutation_is_a_bijection_per_epoch(n):
+    plan = BatchPlan(n, 1, 1, 1, 0, seed=3)
+    epochs = [plan.permutation(e).tolist() for e in range(3)]
+    assert all(sorted(p) == list(range(n)) for p in epochs)
+    if n >= 10:
+        assert epochs[0] != epochs[1] != epochs[2]
+        assert BatchPlan(n, 1, 1, 1, 0, seed=4).permutation(0).tolist() != epochs[0]
+    assert plan.shuffled(1, n // 3, n).tolist() == epochs[1][n // 3:]  # any slice, computed on its own
+
+
+def test_batch_plan_never_materializes_the_epoch():
+    """A step of a 10^11-instance epoch costs what a step of a small one does (no O(N) permutation)."""
+    import time
+
+    plan = BatchPlan(10 ** 11, 256, 2, 8, 5, seed=42)
+    started = time.perf_counter()
+    batches = plan.micro_batches(123_456_789)
+    assert time.perf_counter() - started < 0.5
+    flat = sum(batches, [])
+    assert len(flat) == len(set(flat)) == 512 and all(0 <= i < 10 ** 11 for i in flat)
+
+
 def test_ds_config_is_derived_from_typed_arguments():
     args = TrainArguments(micro_batch_size=64, global_batch_size=8192, precision="bf16", zero_stage=1,
                           max_grad_norm=1.0)

@@ -1,0 +1,375 @@
+#!/usr/bin/env python
+"""The pretraining loader of many ranks: sequences/s, start-up time and memory per rank, and which
+instances each rank reads, at several dataset sizes.
+
+    python benchmarks/bench_loader.py [--instances DIR --tokenizer DIR] [--replicas 4 32]
+        [--ranks 2] [--workers 4] [--micro-batch 256] [--warmup 8] [--window 32]
+
+Input: seq-128 instances made with the toolkit's own scripts from the embedded sample
+(``data/sample/sywada_PubMedAbstract_1MB.txt``: prepare_corpus, a 3,000-piece WordPiece
+vocabulary, create_pretraining_data with NSP pairs), unless ``--instances``/``--tokenizer`` name
+existing ones. Each dataset size is those instances replicated ``k`` times (``--replicas``), saved
+as a ``datasets`` dataset with the same schema and a ``pretraining_data.json`` whose recorded count
+is the new one: content repeats, the loader's work per instance does not change.
+
+Per size, ``--ranks`` processes run at once, each with ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` set as
+torch.distributed's launcher sets them (no process group: the loader does not use one), each going
+through the trainer's own loader path: ``load_pretraining_data`` (tokenizer check included),
+:class:`pretrain.sampler.BatchPlan`, and ``pretrain.trainer._batches`` (the ``MicroBatchStream``
+in a DataLoader with ``--workers`` workers, prefetch 4), whole-word masking at 15%, the layout the
+trainer uses on CUDA by default (unpadded, token count bucketed to 128: ``--bucket-tokens``), one
+micro-batch of ``--micro-batch`` per optimizer step. The main process consumes batches as fast as
+they come (no model), so the rate is what the loader can supply.
+
+Measured per rank: start-up seconds (the parent's clock just before the process is started → the
+first batch in the rank, with the import and open parts), sequences/s over ``--window``
+micro-batches after ``--warmup``, peak RSS (``VmHWM``) of the rank and of each worker, their
+private (anonymous) RSS at the end, and the instance indices the rank's workers read (recorded by a
+thin wrapper around the dataset, with times): the ranks' shares must be disjoint and together be
+the first global batches of the epoch's permutation (all of the epoch when the run reaches its end),
+and before the first batch a rank must have read at most what the workers prefetch, not the data.
+Results go to ``benchmarks/results/loader.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from _results import write_results  # benchmarks/ is on sys.path when a benchmark runs
+
+REPO = Path(__file__).resolve().parents[1]
+GOAL = 6000  # sequences/s one rank's loader must supply at seq 128 (an H100 at the goal pace)
+SEED = 42
+
+
+# ----------------------------------------------------------------------------- inputs
+
+def build_instances(work: Path, max_seq_length: int = 128) -> tuple[Path, Path]:
+    """Seq-``max_seq_length`` instances and their vocabulary, made from the embedded sample."""
+    from biomed_lm.pretrain.data import PretrainingDataConfig, create_pretraining_data
+    from biomed_lm.tokenization.corpus import CorpusConfig, prepare_corpus
+    from biomed_lm.tokenization.vocab import VocabConfig, build_vocab
+
+    prepare_corpus(CorpusConfig(inputs=[str(REPO / "data" / "sample" / "sywada_PubMedAbstract_1MB.txt")],
+                                output_dir=str(work / "corpus"), min_words=0, num_proc=1))
+    build_vocab([str(work / "corpus")], work / "vocab", VocabConfig(vocab_size=3000))
+    create_pretraining_data(PretrainingDataConfig(corpus=str(work / "corpus"), tokenizer=str(work / "vocab"),
+                                                  output_dir=str(work / "instances"),
+                                                  max_seq_length=max_seq_length, num_proc=1), progress=False)
+    return work / "instances", work / "vocab"
+
+
+def replicate(instances: Path, replicas: int, out: Path) -> Path:
+    """``instances`` repeated ``replicas`` times, saved with a metadata file recording the new count."""
+    import datasets
+
+    from biomed_lm.pretrain.data import METADATA_FILE
+
+    base = datasets.load_from_disk(str(instances))
+    data = datasets.concatenate_datasets([base] * replicas) if replicas > 1 else base
+    data.save_to_disk(str(out))
+    meta = json.loads((instances / METADATA_FILE).read_text(encoding="utf-8"))
+    meta.setdefault("summary", {})["instances"] = len(data)
+    (out / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    return out
+
+
+# ----------------------------------------------------------------------------- one rank
+
+class RecordingDataset:
+    """The instance dataset, recording which indices each process reads (and when) to ``log_dir``:
+    one file per process, rows of int64 ``[time_ns, n, index_1 .. index_n]``."""
+
+    def __init__(self, dataset, log_dir: str, rank: int):
+        self.dataset, self.log_dir, self.rank = dataset, log_dir, rank
+        self._file, self._pid = None, None
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key):
+        if isinstance(key, list):
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._file = open(os.path.join(self.log_dir, f"rank{self.rank}_pid{self._pid}.bin"), "ab",
+                                  buffering=0)
+            self._file.write(np.array([time.time_ns(), len(key), *key], dtype=np.int64).tobytes())
+        return self.dataset[key]
+
+    def __getstate__(self):
+        return {**self.__dict__, "_file": None, "_pid": None}
+
+
+def read_records(log_dir: Path, rank: int) -> list[tuple[float, np.ndarray]]:
+    records = []
+    for path in sorted(log_dir.glob(f"rank{rank}_pid*.bin")):
+        flat = np.fromfile(path, dtype=np.int64)
+        i = 0
+        while i < len(flat):
+            n = int(flat[i + 1])
+            records.append((flat[i] / 1e9, flat[i + 2:i + 2 + n]))
+            i += 2 + n
+    return records
+
+
+def memory(pid: int) -> dict:
+    """Of ``pid``, in MiB (from /proc): VmHWM (peak RSS), VmRSS, RssAnon (private and copy-on-write
+    pages), RssFile (mapped files: the instances' pages it touched count here), and Pss / Pss_Anon
+    (pages shared with the forked workers counted once across them: these add up over processes)."""
+    out = {}
+    for name, keys in (("status", ("VmHWM", "VmRSS", "RssAnon", "RssFile")), ("smaps_rollup", ("Pss", "Pss_Anon"))):
+        try:
+            for line in Path(f"/proc/{pid}/{name}").read_text().splitlines():
+                key, _, value = line.partition(":")
+                if key in keys:
+                    out[key] = round(int(value.split()[0]) / 1024, 1)
+        except OSError:
+            pass
+    return out
+
+
+def rank_main(args) -> dict:
+    """One rank's loader, as the trainer builds it; prints its measurements as one JSON line."""
+    t0 = args.t0
+    import torch
+
+    from biomed_lm.pretrain.config import DataArguments, TrainArguments
+    from biomed_lm.pretrain.data import load_pretraining_data
+    from biomed_lm.pretrain.layout import Layout
+    from biomed_lm.pretrain.sampler import BatchPlan
+    from biomed_lm.pretrain.trainer import _batches
+    from biomed_lm.tokenization.tokenizer_io import load_tokenizer
+
+    torch.set_num_threads(1)
+    imported = time.time()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    tokenizer = load_tokenizer(args.tokenizer)
+    dataset, _ = load_pretraining_data(args.data, tokenizer=tokenizer, max_position_embeddings=512)
+    opened = time.time()
+    steps = args.steps
+    data_args = DataArguments(data_dir=args.data, tokenizer=args.tokenizer, num_workers=args.workers,
+                              whole_word_masking=True, mlm_probability=0.15)
+    train_args = TrainArguments(max_steps=steps, micro_batch_size=args.micro_batch, gradient_accumulation_steps=1,
+                                seed=SEED)
+    plan = BatchPlan(len(dataset), args.micro_batch, 1, world, rank, SEED)
+    layout = Layout(unpadded=True, pad_to_multiple_of=args.bucket_tokens, pad_token_id=tokenizer.pad_token_id or 0)
+    recorded = RecordingDataset(dataset, args.log_dir, rank)
+    batches = _batches(recorded, plan, data_args, train_args, tokenizer, 0, layout, torch.device("cpu"))
+    first = next(batches)
+    first_at = time.time()
+    sequences, tokens, times = [first["prepared"].num_sequences], [first["prepared"].real_tokens], [first_at]
+    pids = [worker.pid for worker in getattr(batches, "_workers", [])]  # the DataLoader's worker processes
+    workers = {pid: memory(pid) for pid in pids}
+    samples = {args.warmup, steps // 2, steps - 2}  # VmHWM only grows: the latest reading of each worker counts
+    for batch in batches:
+        sequences.append(batch["prepared"].num_sequences)
+        tokens.append(batch["prepared"].real_tokens)
+        times.append(time.time())
+        if len(times) - 1 in samples:
+            workers.update({pid: reading for pid in pids if (reading := memory(pid))})
+    main_memory = memory(os.getpid())
+    w0 = min(args.warmup, steps - 1)
+    window = times[-1] - times[w0]
+    return {"rank": rank, "world_size": world, "instances": len(dataset), "steps": steps,
+            "steps_per_epoch": plan.steps_per_epoch, "t0": t0, "first_batch_at": first_at,
+            "startup_s": round(first_at - t0, 3), "import_s": round(imported - t0, 3),
+            "open_s": round(opened - imported, 3), "first_batch_s": round(first_at - opened, 3),
+            "window_micro_batches": len(times) - 1 - w0, "window_s": round(window, 3),
+            "sequences_per_s": round(sum(sequences[w0 + 1:]) / window, 1) if window > 0 else None,
+            "tokens_per_s": round(sum(tokens[w0 + 1:]) / window, 1) if window > 0 else None,
+            "main_memory_mib": main_memory, "worker_memory_mib": list(workers.values())}
+
+
+# ----------------------------------------------------------------------------- the sampler alone
+
+def sampler_startup(sizes: list[int], args) -> list[dict]:
+    """What a worker spends on the batch plan before its first micro-batch, at dataset sizes too large
+    to build here: the plan's first step (it evaluates only the positions that step needs), and the
+    seeded ``numpy`` permutation of the whole epoch the plan built before (in every worker, at every
+    epoch), with the memory that permutation holds (int32 result; int64 while it is made)."""
+    from biomed_lm.pretrain.sampler import BatchPlan
+
+    rows = []
+    for n in sizes:
+        started = time.perf_counter()
+        BatchPlan(n, args.micro_batch, 1, args.ranks, 0, SEED).micro_batches(0)
+        plan_s = time.perf_counter() - started
+        started = time.perf_counter()
+        legacy = np.random.default_rng([SEED, 0]).permutation(n).astype(np.int32)
+        legacy_s = time.perf_counter() - started
+        rows.append({"instances": n, "plan_first_step_ms": round(plan_s * 1e3, 3),
+                     "full_permutation_s": round(legacy_s, 3), "full_permutation_mib": round(legacy.nbytes / 2 ** 20, 1)})
+        del legacy
+    return rows
+
+
+# ----------------------------------------------------------------------------- one size, all ranks
+
+def run_size(data: Path, tokenizer: Path, args, work: Path) -> dict:
+    """All ranks at once on ``data``; their measurements and the checks on what they read."""
+    from biomed_lm.pretrain.sampler import BatchPlan
+
+    n = len(__import__("datasets").load_from_disk(str(data)))
+    plan = BatchPlan(n, args.micro_batch, 1, args.ranks, 0, SEED)
+    steps = min(plan.steps_per_epoch, args.warmup + args.window + 1)
+    log_dir = Path(tempfile.mkdtemp(dir=work, prefix="reads_"))
+    procs = []
+    for rank in range(args.ranks):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(args.ranks), "LOCAL_RANK": str(rank),
+               "LOCAL_WORLD_SIZE": str(args.ranks), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+        command = [sys.executable, __file__, "--rank-worker", "--data", str(data), "--tokenizer", str(tokenizer),
+                   "--workers", str(args.workers), "--micro-batch", str(args.micro_batch),
+                   "--bucket-tokens", str(args.bucket_tokens), "--warmup", str(args.warmup),
+                   "--steps", str(steps), "--log-dir", str(log_dir), "--t0", repr(time.time())]
+        procs.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    ranks = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=1800)
+        lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
+        if proc.returncode != 0 or not lines:
+            raise RuntimeError(f"a rank failed (exit {proc.returncode}):\n{err[-3000:]}")
+        ranks.append(json.loads(lines[-1][len("RESULT "):]))
+    reads = {}
+    for r in ranks:
+        records = read_records(log_dir, r["rank"])
+        read = np.concatenate([idx for _, idx in records]) if records else np.zeros(0, np.int64)
+        before = sum(len(idx) for t, idx in records if t <= r["first_batch_at"])
+        r["read_instances"] = int(len(read))
+        r["read_before_first_batch"] = int(before)
+        r["read_calls"] = len(records)
+        reads[r["rank"]] = read
+    shutil.rmtree(log_dir, ignore_errors=True)
+    sets = [set(reads[r].tolist()) for r in sorted(reads)]
+    union = set().union(*sets)
+    expected = set(plan.permutation(0)[:steps * plan.global_batch_size].tolist())
+    pairwise = sum(len(a & b) for i, a in enumerate(sets) for b in sets[i + 1:])
+    duplicates = sum(len(reads[r]) - len(s) for r, s in zip(sorted(reads), sets))
+    return {"instances": n, "dataset_bytes": sum(f.stat().st_size for f in data.glob("*.arrow")),
+            "steps": steps, "steps_per_epoch": plan.steps_per_epoch, "covers_epoch": steps == plan.steps_per_epoch,
+            "shares": {"disjoint": pairwise == 0, "overlapping_indices": pairwise, "repeated_within_rank": duplicates,
+                       "union_is_planned_prefix": union == expected, "union": len(union),
+                       "epoch_instances_used": plan.steps_per_epoch * plan.global_batch_size,
+                       "read_fraction_of_dataset": round(len(union) / n, 4)},
+            "ranks": ranks}
+
+
+def summarize(size: dict) -> dict:
+    ranks = size["ranks"]
+    rates = [r["sequences_per_s"] for r in ranks if r["sequences_per_s"]]
+    peaks = [r["main_memory_mib"].get("VmHWM", 0) + sum(w.get("VmHWM", 0) for w in r["worker_memory_mib"])
+             for r in ranks]
+    pss = [r["main_memory_mib"].get("Pss", 0) + sum(w.get("Pss", 0) for w in r["worker_memory_mib"]) for r in ranks]
+    file_rss = [r["main_memory_mib"].get("RssFile", 0) + sum(w.get("RssFile", 0) for w in r["worker_memory_mib"])
+                for r in ranks]
+    return {"instances": size["instances"], "seq_per_s_per_rank": round(min(rates), 1) if rates else None,
+            "seq_per_s_all_ranks": round(sum(rates), 1), "goal_ratio": round(min(rates) / GOAL, 3) if rates else None,
+            "startup_s": round(max(r["startup_s"] for r in ranks), 2),
+            "first_batch_s": round(max(r["first_batch_s"] for r in ranks), 2),
+            "open_s": round(max(r["open_s"] for r in ranks), 2),
+            "peak_rss_mib_per_rank": round(max(peaks), 1), "pss_mib_per_rank": round(max(pss), 1),
+            "file_rss_mib_per_rank": round(max(file_rss), 1),
+            "read_before_first_batch": max(r["read_before_first_batch"] for r in ranks),
+            "disjoint": size["shares"]["disjoint"], "union_is_planned_prefix": size["shares"]["union_is_planned_prefix"],
+            "covers_epoch": size["covers_epoch"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--instances", type=Path, help="seq-128 pretraining instances (default: built here)")
+    parser.add_argument("--tokenizer", type=Path, help="their tokenizer (with --instances)")
+    parser.add_argument("--replicas", type=int, nargs="+", default=[4, 32], help="dataset sizes, as copies")
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--micro-batch", type=int, default=256)
+    parser.add_argument("--bucket-tokens", type=int, default=128)
+    parser.add_argument("--warmup", type=int, default=8, help="micro-batches before the window")
+    parser.add_argument("--window", type=int, default=32, help="micro-batches timed")
+    parser.add_argument("--sampler-sizes", type=int, nargs="*", default=[10 ** 6, 10 ** 7, 10 ** 8],
+                        help="dataset sizes at which to time the batch plan alone")
+    parser.add_argument("--work", type=Path, help="keep the built data here (default: a temporary folder)")
+    parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "loader.json")
+    # one rank (internal)
+    parser.add_argument("--rank-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--data", help=argparse.SUPPRESS)
+    parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--log-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--t0", type=float, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.rank_worker:
+        print("RESULT " + json.dumps(rank_main(args)), flush=True)
+        return 0
+    if (args.instances is None) != (args.tokenizer is None):
+        parser.error("give both --instances and --tokenizer, or neither")
+
+    import datasets
+
+    work = args.work or Path(tempfile.mkdtemp(prefix="bench_loader_"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        if args.instances:
+            instances, tokenizer = args.instances, args.tokenizer
+        elif (work / "instances").is_dir() and (work / "vocab").is_dir():
+            instances, tokenizer = work / "instances", work / "vocab"
+        else:
+            instances, tokenizer = build_instances(work)
+        base = len(datasets.load_from_disk(str(instances)))
+        sizes = []
+        for k in args.replicas:
+            data = work / f"x{k}"
+            if not data.is_dir():
+                replicate(instances, k, data)
+            size = run_size(data, tokenizer, args, work)
+            size["replicas"] = k
+            size["summary"] = summarize(size)
+            sizes.append(size)
+            print(json.dumps({"replicas": k, **size["summary"]}), flush=True)
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    sampler = sampler_startup(args.sampler_sizes, args)
+    print_table(sizes, args)
+    for row in sampler:
+        print(f"batch plan, {row['instances']:,} instances: first step {row['plan_first_step_ms']} ms; a full "
+              f"permutation (the plan before) {row['full_permutation_s']} s, {row['full_permutation_mib']} MiB per worker")
+    import torch
+
+    write_results(args.output, {
+        "benchmark": "loader", "goal_sequences_per_s": GOAL, "base_instances": base,
+        "config": {"ranks": args.ranks, "workers": args.workers, "micro_batch": args.micro_batch, "max_seq_length": 128,
+                   "whole_word_masking": True, "layout": f"unpadded, tokens bucketed to {args.bucket_tokens}",
+                   "warmup": args.warmup, "window": args.window},
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+                    "oversubscribed": args.ranks * (args.workers + 1) > (os.cpu_count() or 1)},
+        "versions": {"torch": torch.__version__, "datasets": datasets.__version__, "numpy": np.__version__},
+        "sizes": sizes, "sampler_startup": sampler})
+    return 0
+
+
+def print_table(sizes: list[dict], args) -> None:
+    print(f"\n{args.ranks} ranks x {args.workers} workers, micro-batch {args.micro_batch}, seq 128, whole-word "
+          f"masking, unpadded (bucket {args.bucket_tokens}); {os.cpu_count()} CPUs")
+    header = ("instances", "seq/s/rank", "x goal", "start-up s", "open s", "1st batch s", "peak RSS MiB/rank",
+              "PSS MiB/rank", "file RSS MiB/rank", "read @1st", "disjoint", "= plan")
+    print(" | ".join(header))
+    for size in sizes:
+        s = size["summary"]
+        print(" | ".join(str(v) for v in (f"{s['instances']:,}", s["seq_per_s_per_rank"], s["goal_ratio"],
+                                          s["startup_s"], s["open_s"], s["first_batch_s"], s["peak_rss_mib_per_rank"],
+                                          s["pss_mib_per_rank"], s["file_rss_mib_per_rank"], s["read_before_first_batch"], s["disjoint"],
+                                          s["union_is_planned_prefix"])))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
