@@ -31,8 +31,12 @@ def main(argv: list[str] | None = None) -> int:
         return bad_input("prepare_corpus", err)
     problems = summary["problems"]
     _report_problems(problems)
+    for duplicate in summary.get("duplicate_files", []):
+        print(f"prepare_corpus: warning: {duplicate['path']} has the same bytes as {duplicate['same_as']}; "
+              "its records were read again (the later copy wins, none is lost)", file=sys.stderr)
     print(json.dumps({k: summary[k] for k in ("output_dir", "documents_kept", "read", "funnel", "dropped",
-                                              "links", "problem_counts", "seconds") if k in summary}, indent=2))
+                                              "links", "problem_counts", "duplicate_files", "seconds")
+                      if k in summary}, indent=2))
     return 1 if problems else 0
 
 

@@ -16,7 +16,8 @@ The work runs in three stages, each resumable:
    splitting, cached) and save them to disk in shards.
 
 ``summary.json`` counts every record read and every record dropped, by reason, and lists each
-problem with file, line and byte offset.
+problem with file, line and byte offset, and (``duplicate_files``) each input whose bytes equal an
+earlier input's: its records are read again, the later copy wins, none is lost.
 
 **Citation links** (for LinkBERT's document relation prediction). The dataset's ``links`` column,
 ``list<string>`` (``datasets`` feature ``List(Value("string"))``), holds for each document the PMIDs
@@ -640,6 +641,7 @@ def prepare_corpus(config: CorpusConfig) -> dict:
     if config.links_file:  # read first: a missing or unusable links file stops the run before any parsing
         links_file, link_problems = read_links_file(config.links_file)
         input_problems += link_problems
+    duplicates = find_duplicate_files(files)
     parsed = parse_inputs(files, work, config)
     shards = [shard for shard, _ in parsed]
     keep, dropped, funnel = _resolve_shards(shards, config)
@@ -649,11 +651,41 @@ def prepare_corpus(config: CorpusConfig) -> dict:
         _build_documents(shards, keep, funnel["kept"], work, out, config, column)
     summary = _summary(config, out, files, input_problems, parsed, dropped, funnel, time.perf_counter() - started)
     summary["links"] = links
+    summary["duplicate_files"] = duplicates
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     if not funnel["kept"]:
         raise NoUsableInput(summary["error"], summary)
     return summary
+
+
+def find_duplicate_files(files: list[Path]) -> list[dict]:
+    """Inputs whose bytes equal an earlier input's: ``[{"path", "same_as"}]`` in input order. Their
+    records are still read (the later copy supersedes the earlier one, so no record is lost); only
+    files of equal size are hashed."""
+    by_size: dict[int, list[Path]] = {}
+    for path in files:
+        try:
+            by_size.setdefault(path.stat().st_size, []).append(path)
+        except OSError:  # parsing reports it
+            pass
+    first_of: dict[tuple[int, str], Path] = {}
+    duplicates: dict[Path, Path] = {}
+    for size, group in by_size.items():
+        if len(group) < 2:
+            continue
+        for path in group:
+            digest = hashlib.sha256()
+            try:
+                with open(path, "rb") as handle:
+                    for block in iter(lambda: handle.read(1 << 20), b""):
+                        digest.update(block)
+            except OSError:  # unreadable: parsing reports it
+                continue
+            original = first_of.setdefault((size, digest.hexdigest()), path)
+            if original is not path:
+                duplicates[path] = original
+    return [{"path": str(p), "same_as": str(duplicates[p])} for p in files if p in duplicates]
 
 
 def _resolve_shards(shards: list[Path], config: CorpusConfig) -> tuple[np.ndarray, dict[str, int], dict[str, int]]:
