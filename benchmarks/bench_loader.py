@@ -139,6 +139,19 @@ def memory(pid: int) -> dict:
     return out
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds the processes ``pids`` have used so far (from /proc/<pid>/stat)."""
+    total = 0
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def rank_main(args) -> dict:
     """One rank's loader, as the trainer builds it; prints its measurements as one JSON line."""
     t0 = args.t0
@@ -171,16 +184,22 @@ def rank_main(args) -> dict:
     sequences, tokens, times = [first["prepared"].num_sequences], [first["prepared"].real_tokens], [first_at]
     pids = [worker.pid for worker in getattr(batches, "_workers", [])]  # the DataLoader's worker processes
     workers = {pid: memory(pid) for pid in pids}
-    samples = {args.warmup, steps // 2, steps - 2}  # VmHWM only grows: the latest reading of each worker counts
+    w0 = min(args.warmup, steps - 1)
+    samples = {w0, steps // 2, steps - 2}  # VmHWM only grows: the latest reading of each worker counts
+    processes = [os.getpid(), *pids]
+    cpu = {w0: cpu_seconds(processes)} if w0 == 0 else {}
     for batch in batches:
         sequences.append(batch["prepared"].num_sequences)
         tokens.append(batch["prepared"].real_tokens)
         times.append(time.time())
         if len(times) - 1 in samples:
             workers.update({pid: reading for pid in pids if (reading := memory(pid))})
+            cpu[len(times) - 1] = cpu_seconds(processes)  # the rank and its workers, while they all run
     main_memory = memory(os.getpid())
-    w0 = min(args.warmup, steps - 1)
     window = times[-1] - times[w0]
+    cpu_end = max(cpu)
+    cpu_per_sequence = ((cpu[cpu_end] - cpu[w0]) / sum(sequences[w0 + 1:cpu_end + 1])
+                        if w0 in cpu and cpu_end > w0 else None)
     return {"rank": rank, "world_size": world, "instances": len(dataset), "steps": steps,
             "steps_per_epoch": plan.steps_per_epoch, "t0": t0, "first_batch_at": first_at,
             "startup_s": round(first_at - t0, 3), "import_s": round(imported - t0, 3),
@@ -188,6 +207,8 @@ def rank_main(args) -> dict:
             "window_micro_batches": len(times) - 1 - w0, "window_s": round(window, 3),
             "sequences_per_s": round(sum(sequences[w0 + 1:]) / window, 1) if window > 0 else None,
             "tokens_per_s": round(sum(tokens[w0 + 1:]) / window, 1) if window > 0 else None,
+            "cpu_ms_per_sequence": round(cpu_per_sequence * 1e3, 4) if cpu_per_sequence else None,
+            "cores_for_goal": round(cpu_per_sequence * GOAL, 2) if cpu_per_sequence else None,
             "main_memory_mib": main_memory, "worker_memory_mib": list(workers.values())}
 
 
@@ -271,14 +292,18 @@ def summarize(size: dict) -> dict:
     peaks = [r["main_memory_mib"].get("VmHWM", 0) + sum(w.get("VmHWM", 0) for w in r["worker_memory_mib"])
              for r in ranks]
     pss = [r["main_memory_mib"].get("Pss", 0) + sum(w.get("Pss", 0) for w in r["worker_memory_mib"]) for r in ranks]
+    pss_anon = [r["main_memory_mib"].get("Pss_Anon", 0) + sum(w.get("Pss_Anon", 0) for w in r["worker_memory_mib"])
+                for r in ranks]
     file_rss = [r["main_memory_mib"].get("RssFile", 0) + sum(w.get("RssFile", 0) for w in r["worker_memory_mib"])
                 for r in ranks]
     return {"instances": size["instances"], "seq_per_s_per_rank": round(min(rates), 1) if rates else None,
             "seq_per_s_all_ranks": round(sum(rates), 1), "goal_ratio": round(min(rates) / GOAL, 3) if rates else None,
+            "cores_for_goal": max((r["cores_for_goal"] for r in ranks if r["cores_for_goal"]), default=None),
             "startup_s": round(max(r["startup_s"] for r in ranks), 2),
             "first_batch_s": round(max(r["first_batch_s"] for r in ranks), 2),
             "open_s": round(max(r["open_s"] for r in ranks), 2),
             "peak_rss_mib_per_rank": round(max(peaks), 1), "pss_mib_per_rank": round(max(pss), 1),
+            "private_mib_per_rank": round(max(pss_anon), 1),
             "file_rss_mib_per_rank": round(max(file_rss), 1),
             "read_before_first_batch": max(r["read_before_first_batch"] for r in ranks),
             "disjoint": size["shares"]["disjoint"], "union_is_planned_prefix": size["shares"]["union_is_planned_prefix"],
@@ -360,14 +385,15 @@ def main(argv: list[str] | None = None) -> int:
 def print_table(sizes: list[dict], args) -> None:
     print(f"\n{args.ranks} ranks x {args.workers} workers, micro-batch {args.micro_batch}, seq 128, whole-word "
           f"masking, unpadded (bucket {args.bucket_tokens}); {os.cpu_count()} CPUs")
-    header = ("instances", "seq/s/rank", "x goal", "start-up s", "open s", "1st batch s", "peak RSS MiB/rank",
-              "PSS MiB/rank", "file RSS MiB/rank", "read @1st", "disjoint", "= plan")
+    header = ("instances", "seq/s/rank", "x goal", "cores for goal", "start-up s", "open s", "1st batch s", "peak RSS MiB/rank",
+              "PSS MiB/rank", "private MiB/rank", "file RSS MiB/rank", "read @1st", "disjoint", "= plan")
     print(" | ".join(header))
     for size in sizes:
         s = size["summary"]
-        print(" | ".join(str(v) for v in (f"{s['instances']:,}", s["seq_per_s_per_rank"], s["goal_ratio"],
+        print(" | ".join(str(v) for v in (f"{s['instances']:,}", s["seq_per_s_per_rank"], s["goal_ratio"], s["cores_for_goal"],
                                           s["startup_s"], s["open_s"], s["first_batch_s"], s["peak_rss_mib_per_rank"],
-                                          s["pss_mib_per_rank"], s["file_rss_mib_per_rank"], s["read_before_first_batch"], s["disjoint"],
+                                          s["pss_mib_per_rank"], s["private_mib_per_rank"],
+                                          s["file_rss_mib_per_rank"], s["read_before_first_batch"], s["disjoint"],
                                           s["union_is_planned_prefix"])))
 
 

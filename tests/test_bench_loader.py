@@ -30,7 +30,8 @@ def test_bench_loader_two_ranks_tiny(tmp_path):
     for size in sizes:
         summary, shares = size["summary"], size["shares"]
         for key in ("seq_per_s_per_rank", "goal_ratio", "startup_s", "open_s", "first_batch_s",
-                    "peak_rss_mib_per_rank", "pss_mib_per_rank", "read_before_first_batch"):
+                    "peak_rss_mib_per_rank", "pss_mib_per_rank", "private_mib_per_rank", "cores_for_goal",
+                    "read_before_first_batch"):
             assert key in summary
         assert summary["seq_per_s_per_rank"] > 0 and summary["startup_s"] > 0
         assert shares["disjoint"] and shares["overlapping_indices"] == 0 and shares["repeated_within_rank"] == 0
