@@ -23,8 +23,10 @@ they come (no model), so the rate is what the loader can supply.
 
 Measured per rank: start-up seconds (the parent's clock just before the process is started → the
 first batch in the rank, with the import and open parts), sequences/s over ``--window``
-micro-batches after ``--warmup``, peak RSS (``VmHWM``) of the rank and of each worker, their
-private (anonymous) RSS at the end, and the instance indices the rank's workers read (recorded by a
+micro-batches after ``--warmup``, the CPU seconds the rank and its workers spent per sequence in
+the window (× 6,000: the cores the goal rate needs, a figure a contended machine does not skew),
+peak RSS (``VmHWM``) of the rank and of each worker, their PSS (all pages, and anonymous pages only:
+the private memory, which adds up over the forked processes) and file-backed RSS, and the instance indices the rank's workers read (recorded by a
 thin wrapper around the dataset, with times): the ranks' shares must be disjoint and together be
 the first global batches of the epoch's permutation (all of the epoch when the run reaches its end),
 and before the first batch a rank must have read at most what the workers prefetch, not the data.
@@ -230,7 +232,8 @@ def sampler_startup(sizes: list[int], args) -> list[dict]:
         legacy = np.random.default_rng([SEED, 0]).permutation(n).astype(np.int32)
         legacy_s = time.perf_counter() - started
         rows.append({"instances": n, "plan_first_step_ms": round(plan_s * 1e3, 3),
-                     "full_permutation_s": round(legacy_s, 3), "full_permutation_mib": round(legacy.nbytes / 2 ** 20, 1)})
+                     "full_permutation_s": round(legacy_s, 3),
+                     "full_permutation_mib": round(legacy.nbytes / 2 ** 20, 1)})
         del legacy
     return rows
 
@@ -306,7 +309,8 @@ def summarize(size: dict) -> dict:
             "private_mib_per_rank": round(max(pss_anon), 1),
             "file_rss_mib_per_rank": round(max(file_rss), 1),
             "read_before_first_batch": max(r["read_before_first_batch"] for r in ranks),
-            "disjoint": size["shares"]["disjoint"], "union_is_planned_prefix": size["shares"]["union_is_planned_prefix"],
+            "disjoint": size["shares"]["disjoint"],
+            "union_is_planned_prefix": size["shares"]["union_is_planned_prefix"],
             "covers_epoch": size["covers_epoch"]}
 
 
@@ -367,7 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     print_table(sizes, args)
     for row in sampler:
         print(f"batch plan, {row['instances']:,} instances: first step {row['plan_first_step_ms']} ms; a full "
-              f"permutation (the plan before) {row['full_permutation_s']} s, {row['full_permutation_mib']} MiB per worker")
+              f"permutation (the plan before) {row['full_permutation_s']} s, "
+              f"{row['full_permutation_mib']} MiB per worker")
     import torch
 
     write_results(args.output, {
@@ -382,19 +387,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+COLUMNS = (("instances", "instances"), ("seq/s/rank", "seq_per_s_per_rank"), ("x goal", "goal_ratio"),
+           ("cores for goal", "cores_for_goal"), ("start-up s", "startup_s"), ("open s", "open_s"),
+           ("1st batch s", "first_batch_s"), ("peak RSS MiB/rank", "peak_rss_mib_per_rank"),
+           ("PSS MiB/rank", "pss_mib_per_rank"), ("private MiB/rank", "private_mib_per_rank"),
+           ("file RSS MiB/rank", "file_rss_mib_per_rank"), ("read @1st", "read_before_first_batch"),
+           ("disjoint", "disjoint"), ("= plan", "union_is_planned_prefix"))
+
+
 def print_table(sizes: list[dict], args) -> None:
     print(f"\n{args.ranks} ranks x {args.workers} workers, micro-batch {args.micro_batch}, seq 128, whole-word "
           f"masking, unpadded (bucket {args.bucket_tokens}); {os.cpu_count()} CPUs")
-    header = ("instances", "seq/s/rank", "x goal", "cores for goal", "start-up s", "open s", "1st batch s", "peak RSS MiB/rank",
-              "PSS MiB/rank", "private MiB/rank", "file RSS MiB/rank", "read @1st", "disjoint", "= plan")
-    print(" | ".join(header))
+    print(" | ".join(title for title, _ in COLUMNS))
     for size in sizes:
-        s = size["summary"]
-        print(" | ".join(str(v) for v in (f"{s['instances']:,}", s["seq_per_s_per_rank"], s["goal_ratio"], s["cores_for_goal"],
-                                          s["startup_s"], s["open_s"], s["first_batch_s"], s["peak_rss_mib_per_rank"],
-                                          s["pss_mib_per_rank"], s["private_mib_per_rank"],
-                                          s["file_rss_mib_per_rank"], s["read_before_first_batch"], s["disjoint"],
-                                          s["union_is_planned_prefix"])))
+        print(" | ".join(f"{size['summary'][key]:,}" if key == "instances" else str(size["summary"][key])
+                         for _, key in COLUMNS))
 
 
 if __name__ == "__main__":

@@ -6,11 +6,12 @@ micro-batches. The permutation is never materialized: position ``i`` of epoch ``
 instance ``σ_e(i)``, a keyed bijection of ``[0, N)`` (a 6-round Feistel network over the smallest
 even number of bits that holds ``N``, its round keys drawn from ``(seed, e)``, cycle-walked back into
 ``[0, N)``), evaluated for just the positions a step needs. So a rank (and each of its loader's
-workers) reads its share with constant memory and start-up whatever the dataset's size, where a
-``numpy`` permutation of 100M instances took 6.7 s and 1.1 GB in every worker, at every epoch. Because the position in the data stream *is* the step number, resuming at step
-``s`` starts reading exactly there, with nothing re-read and nothing skipped through, and no
-two ranks ever read the same instance in a step. An incomplete last global batch of an epoch is
-dropped (the next epoch reshuffles everything).
+workers) reads its share with constant memory and start-up whatever the dataset's size, where the
+``numpy`` permutation of 100M instances this replaced took 7-10 s and 381 MiB (twice that while
+made) in every worker, at every epoch (benchmarks/bench_loader.py). Because the position in the
+data stream *is* the step number, resuming at step ``s`` starts reading exactly there, with
+nothing re-read and nothing skipped through, and no two ranks ever read the same instance in a
+step. An incomplete last global batch of an epoch is dropped (the next epoch reshuffles everything).
 """
 
 from __future__ import annotations
