@@ -24,6 +24,7 @@ import json
 from typing import Any
 
 from biomed_lm.errors import PretrainError
+from biomed_lm.pretrain.sampler import SAMPLE_ORDER
 
 # Settings that do not change a single number the run computes (dotted section.field names).
 HARMLESS = frozenset({
@@ -43,7 +44,8 @@ FIXED = frozenset({"model.init", "model.model", "model.architecture", "data.voca
 # Fields added after checkpoints were already being written, with the value an older checkpoint's
 # run had in effect: such a checkpoint resumes as before instead of reporting a change.
 ADDED_FIELDS = {"train.schedule_total_steps": 0, "train.continue_from": "", "train.loss_ceiling_factor": 0.0,
-                "model.compile_mode": "default", "model.compile_scope": "whole"}
+                "model.compile_mode": "default", "model.compile_scope": "whole",
+                "data.sample_order": "permutation"}
 
 
 class ConfigChangeRefused(PretrainError, ValueError):
@@ -60,6 +62,7 @@ def run_signature(*, model_args, data_args, train_args, adversarial, world_size:
             signature.update({f"{section}.{k}": v for k, v in dataclasses.asdict(args).items()})
     signature["model.architecture"] = architecture
     signature["train.world_size"] = world_size
+    signature["data.sample_order"] = SAMPLE_ORDER  # which instances a step reads (pretrain.sampler)
     for key in ("vocab_sha256", "max_seq_length", "fingerprint", "instances"):
         signature[f"data.{key}"] = data_meta.get(key)
     return json.loads(json.dumps(signature, default=str))  # as a manifest stores it (tuples become lists)

@@ -72,6 +72,10 @@ class BatchPlan:
         return [mine[i:i + self.micro_batch_size].tolist() for i in range(0, self.per_rank, self.micro_batch_size)]
 
 
+#: The order's name, in every run's signature (pretrain.resume): a checkpoint written under another
+#: order (``permutation``: numpy's, before 2026-11-26) would resume mid-epoch reading other instances,
+#: re-reading some and skipping others, so resuming it is a reported change.
+SAMPLE_ORDER = "feistel-v1"
 _ROUNDS = 6
 _MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
 

@@ -694,6 +694,17 @@ def test_a_breaking_change_is_refused_listing_it_unless_allowed():
     assert changes["train.micro_batch_size"] == {"checkpoint": 32, "now": 16}
 
 
+def test_a_checkpoint_from_before_the_feistel_order_is_a_reported_change():
+    """pretrain.sampler's order changed (2026-11-26): an older checkpoint, whose signature has no
+    data.sample_order, would read other instances for the rest of its epoch."""
+    current = signature()
+    saved = {key: value for key, value in current.items() if key != "data.sample_order"}
+    with pytest.raises(ConfigChangeRefused, match="data.sample_order: 'permutation' in the checkpoint"):
+        compare_signatures(saved, current, allow_change=False)
+    assert compare_signatures(saved, current, allow_change=True) == {
+        "data.sample_order": {"checkpoint": "permutation", "now": "feistel-v1"}}
+
+
 def test_a_field_missing_on_one_side_is_a_change():
     saved = signature()
     current = dict(saved, **{"train.new_option": 1})
