@@ -217,8 +217,22 @@ def plant_bad_files(clean: Path, bad: Path, templates: list[str], file_bytes: in
 
 # ------------------------------------------------------------------------------ measuring a stage
 
+def rss_anon(pid: int) -> int:
+    """Anonymous resident bytes of a process (heap, not the pages of memory-mapped files, which the
+    kernel may drop at will); 0 where /proc is not readable."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 class TreeSampler(threading.Thread):
-    """Peak RSS of a process, of its descendants (summed over those alive at once) and of both."""
+    """Peak RSS of a process, of its descendants (summed over those alive at once) and of both;
+    the same for anonymous memory (RssAnon)."""
 
     def __init__(self, pid: int, interval: float = 0.05) -> None:
         super().__init__(daemon=True)
@@ -228,6 +242,7 @@ class TreeSampler(threading.Thread):
         self.interval = interval
         self.peak_main = self.peak_children = self.peak_tree = 0
         self.max_workers = 0
+        self.anon_main = self.anon_children = self.anon_tree = 0
         self.main_cpu = 0.0  # the stage's own process, its threads included (last sample)
         self._halt = threading.Event()
 
@@ -241,12 +256,17 @@ class TreeSampler(threading.Thread):
                 children = self.process.children(recursive=True)
             except psutil.Error:
                 break
-            child_rss = 0
+            child_rss = child_anon = 0
             for child in children:
                 try:
                     child_rss += child.memory_info().rss
+                    child_anon += rss_anon(child.pid)
                 except psutil.Error:
                     pass
+            main_anon = rss_anon(self.process.pid)
+            self.anon_main = max(self.anon_main, main_anon)
+            self.anon_children = max(self.anon_children, child_anon)
+            self.anon_tree = max(self.anon_tree, main_anon + child_anon)
             self.main_cpu = times.user + times.system
             self.peak_main = max(self.peak_main, main)
             self.peak_children = max(self.peak_children, child_rss)
@@ -282,6 +302,8 @@ def run_stage(name: str, argv: list[str], out_dir: Path, log_dir: Path) -> dict:
             "cpu_seconds_main": min(sampler.main_cpu, usage.ru_utime + usage.ru_stime),
             "peak_rss_main_mib": sampler.peak_main / mib, "peak_rss_children_mib": sampler.peak_children / mib,
             "peak_rss_tree_mib": sampler.peak_tree / mib, "maxrss_kernel_mib": usage.ru_maxrss / 1024,
+            "peak_anon_main_mib": sampler.anon_main / mib, "peak_anon_children_mib": sampler.anon_children / mib,
+            "peak_anon_tree_mib": sampler.anon_tree / mib,
             "max_child_processes": sampler.max_workers, "bytes_written": dir_bytes(out_dir),
             "load_average_1min_after": os.getloadavg()[0],
             "log": str(log_dir / f"{name}.log")}
@@ -340,7 +362,7 @@ def fit_exponent(sizes: list[float], values: list[float]) -> float | None:
 
 
 def project(row: dict, text_bytes: float, time_exp: float | None, mem_exp: float | None, cores: int,
-            target_cores: int) -> dict:
+            target_cores: int, anon_exp: float | None = None) -> dict:
     """The largest measured size scaled to the full baseline's abstract text.
 
     Time, from CPU seconds (wall time on a shared machine measures the neighbours too): CPU time
@@ -348,14 +370,22 @@ def project(row: dict, text_bytes: float, time_exp: float | None, mem_exp: float
     (its threads included), its worker processes' CPU as perfectly parallel, so the wall on n
     cores is main + workers / n (I/O, memory bandwidth and start-up ignored: a lower bound).
     Memory: the stage's process peak scaled by the memory exponent, the workers' peak by it too and
-    by target_cores / cores (one worker per core)."""
+    by target_cores / cores (one worker per core); the same for anonymous memory (RssAnon: what
+    cannot be dropped; RSS also counts pages of memory-mapped Arrow files) with its own exponent."""
     factor = FULL_BASELINE["abstract_text_bytes"] / text_bytes
     scale_t = factor ** (time_exp if time_exp is not None else 1.0)
     scale_m = factor ** (mem_exp if mem_exp is not None else 0.0)
     serial = row["cpu_seconds_main"] * scale_t
     parallel = max(0.0, row["cpu_seconds"] - row["cpu_seconds_main"]) * scale_t
     worker_share = target_cores / cores if row["max_child_processes"] else 1.0
-    return {"cpu_hours": (serial + parallel) / 3600,
+    scale_a = factor ** (anon_exp if anon_exp is not None else 0.0)
+    anon = {}
+    if "peak_anon_main_mib" in row:
+        anon = {"peak_anon_gib_on_measured_cores": (row["peak_anon_main_mib"] + row["peak_anon_children_mib"])
+                * scale_a / 1024,
+                "peak_anon_gib_on_target_cores": (row["peak_anon_main_mib"]
+                                                  + row["peak_anon_children_mib"] * worker_share) * scale_a / 1024}
+    return anon | {"cpu_hours": (serial + parallel) / 3600,
             "hours_on_measured_cores": (serial + parallel / cores) / 3600,
             "hours_on_target_cores": (serial + parallel / target_cores) / 3600,
             "wall_hours_scaled_as_measured": row["seconds"] * scale_t / 3600,
@@ -380,23 +410,34 @@ def summarize(args, cores: int, templates: list[str], rows: list[dict], releases
             "peak_rss_tree": fit_exponent(xs, [r["peak_rss_tree_mib"] for r in stage_rows]),
             "peak_rss_main": fit_exponent(xs, [r["peak_rss_main_mib"] for r in stage_rows]),
             "maxrss_kernel": fit_exponent(xs, [r["maxrss_kernel_mib"] for r in stage_rows]),
+            "peak_anon_main": fit_exponent(xs, [r.get("peak_anon_main_mib") for r in stage_rows]),
+            "peak_anon_tree": fit_exponent(xs, [r.get("peak_anon_tree_mib") for r in stage_rows]),
+            # The two largest sizes only: the fixed start-up of a CLI (imports, ~3 s) weighs on the
+            # small sizes and pulls the all-sizes slope below the marginal one.
+            "cpu_time_largest_two": fit_exponent(xs[-2:], [r["cpu_seconds"] for r in stage_rows][-2:]),
+            "peak_rss_tree_largest_two": fit_exponent(xs[-2:], [r["peak_rss_tree_mib"] for r in stage_rows][-2:]),
+            "peak_anon_tree_largest_two": fit_exponent(xs[-2:], [r.get("peak_anon_tree_mib")
+                                                                 for r in stage_rows][-2:]),
         }
         if stage_rows and xs[-1]:
             projections[stage] = {
                 "cores_measured": cores,
-                **project(stage_rows[-1], xs[-1], exponents[stage]["cpu_time"],
-                          exponents[stage]["peak_rss_tree"], cores, 64)}
+                "exponents_used": "cpu_time_largest_two, peak_rss_tree_largest_two, peak_anon_tree_largest_two",
+                **project(stage_rows[-1], xs[-1], exponents[stage]["cpu_time_largest_two"],
+                          exponents[stage]["peak_rss_tree_largest_two"], cores, 64,
+                          exponents[stage]["peak_anon_tree_largest_two"])}
 
     if not quiet:
         print("\nscaling exponents (log-log fit over corpus text bytes) and projection to the full baseline "
               f"({FULL_BASELINE['abstract_text_bytes'] / 1e9:g} GB of text, {FULL_BASELINE['citations'] / 1e6:g}M "
               f"citations, {FULL_BASELINE['files']} files):")
-        print(f"  {'stage':<28} {'b(wall)':>8} {'b(cpu)':>8} {'b(mem)':>8} {'cpu h':>8} "
+        print(f"  {'stage':<28} {'b(wall)':>8} {'b(cpu)':>8} {'b(mem)':>8} {'b2(cpu)':>8} {'b2(mem)':>8} {'cpu h':>8} "
               f"{'h@' + str(cores) + 'cores':>10} {'h@64':>8} {'GiB@' + str(cores):>8} {'GiB@64':>8}")
         for stage in args.stages:
             e, p = exponents[stage], projections.get(stage)
             if p:
                 print(f"  {stage:<28} {_num(e['time'])} {_num(e['cpu_time'])} {_num(e['peak_rss_tree'])} "
+                      f"{_num(e['cpu_time_largest_two'])} {_num(e['peak_rss_tree_largest_two'])} "
                       f"{p['cpu_hours']:8.2f} {p['hours_on_measured_cores']:10.2f} {p['hours_on_target_cores']:8.2f} "
                       f"{p['peak_gib_on_measured_cores']:8.1f} {p['peak_gib_on_target_cores']:8.1f}")
     result = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "num_proc": args.num_proc,
@@ -443,7 +484,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="the size whose input gets the bad files (default: the smallest; 0: none)")
     parser.add_argument("--work-dir", default=None, help="keep releases and outputs here (default: a temp dir)")
     parser.add_argument("--output", "--out", default=str(REPO / "benchmarks" / "results" / "scale.json"))
+    parser.add_argument("--summarize", metavar="JSON", default=None,
+                        help="only recompute the exponents and the projection of an earlier result file")
     args = parser.parse_args(argv)
+    if args.summarize:
+        earlier = json.loads(Path(args.summarize).read_text())
+        args.num_proc, args.stages = earlier["machine"]["num_proc"], list(earlier["exponents"])
+        cores = min(args.num_proc, earlier["machine"]["cpus"])
+        summarize(args, cores, [""] * earlier["templates"], earlier["rows"], earlier["releases"],
+                           earlier["bad_inputs"])
+        return 0
 
     sizes = sorted(args.sizes)
     bad_at = sizes[0] if args.bad_at is None else args.bad_at

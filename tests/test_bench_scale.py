@@ -23,7 +23,8 @@ from biomed_lm.tokenization.corpus import CorpusConfig, find_duplicate_files, pr
 
 ROW_FIELDS = {"stage", "size", "exit_status", "seconds", "cpu_seconds", "mb_per_s", "docs_per_s", "mb_per_s_per_core",
               "docs_per_s_per_core", "peak_rss_main_mib", "peak_rss_children_mib", "peak_rss_tree_mib",
-              "maxrss_kernel_mib", "bytes_written", "input_mb", "input_docs", "cpu_seconds_main"}
+              "maxrss_kernel_mib", "bytes_written", "input_mb", "input_docs", "cpu_seconds_main",
+              "peak_anon_main_mib", "peak_anon_children_mib", "peak_anon_tree_mib"}
 
 
 @pytest.fixture(scope="module")
@@ -45,16 +46,28 @@ def test_every_stage_is_measured_at_every_size(result):
         assert row["seconds"] > 0 and row["mb_per_s"] > 0 and row["docs_per_s"] > 0
         assert row["peak_rss_main_mib"] > 20 and row["maxrss_kernel_mib"] > 20
         assert row["peak_rss_tree_mib"] >= row["peak_rss_main_mib"]
+        assert 0 < row["peak_anon_main_mib"] <= row["peak_rss_main_mib"]
         assert row["bytes_written"] > 0
         assert 0 < row["cpu_seconds_main"] <= row["cpu_seconds"]
     assert any(r["peak_rss_children_mib"] > 0 for r in rows if r["stage"] == "prepare_corpus")
     for stage in bench_scale.STAGES:
         assert set(result["exponents"][stage]) == {"time", "cpu_time", "peak_rss_tree", "peak_rss_main",
-                                                   "maxrss_kernel"}
+                                                   "maxrss_kernel", "peak_anon_main", "peak_anon_tree",
+                                                   "cpu_time_largest_two", "peak_rss_tree_largest_two",
+                                                   "peak_anon_tree_largest_two"}
         assert isinstance(result["exponents"][stage]["time"], float)
         projection = result["projection"][stage]
         assert projection["hours_on_target_cores"] <= projection["hours_on_measured_cores"]
         assert projection["peak_gib_on_measured_cores"] > 0
+
+
+def test_summarize_recomputes_an_earlier_result(result, tmp_path):
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps(result))
+    assert bench_scale.main(["--summarize", str(earlier), "--output", str(tmp_path / "again.json")]) == 0
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert again["exponents"] == result["exponents"]
+    assert again["projection"] == result["projection"]
 
 
 def test_release_accounting_matches_the_corpus(result):
@@ -107,6 +120,10 @@ def test_projection_from_cpu_time_main_serial_workers_parallel():
     p = bench_scale.project(row, full / 10, 1.0, 1.0, cores=2, target_cores=2)
     assert p["cpu_hours"] == pytest.approx(1000 / 3600)
     assert p["peak_gib_on_measured_cores"] == pytest.approx(30.0)
+    anon = row | {"peak_anon_main_mib": 512.0, "peak_anon_children_mib": 1024.0}
+    p = bench_scale.project(anon, full / 4, 1.0, 0.0, 2, 64, anon_exp=0.5)
+    assert p["peak_anon_gib_on_measured_cores"] == pytest.approx(1.5 * 2)
+    assert p["peak_anon_gib_on_target_cores"] == pytest.approx((0.5 + 1.0 * 32) * 2)
     # A stage without workers keeps its memory on 64 cores.
     p = bench_scale.project(row | {"max_child_processes": 0, "peak_rss_children_mib": 0.0}, full, 1.0, 0.0, 2, 64)
     assert p["peak_gib_on_target_cores"] == pytest.approx(1.0)
