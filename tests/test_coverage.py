@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -483,3 +484,24 @@ def test_pubmed_vocabulary_beats_bert_on_ncbi_disease(bert_path, tmp_path):
     whole = data["terms"]["whole_counts"]
     assert whole["pubmed"] > whole["bert"] == 6
     assert data["sources"][0]["instances"] == 940
+
+
+def test_word_counts_are_exact_and_lengths_come_from_a_bounded_sample():
+    """count_words keeps every count but the words of at most length_sample instances (memory flat
+    in the corpus): the counts equal the unsampled ones, the sample is a seeded uniform subset."""
+    rng = np.random.default_rng(0)
+    docs = [[f"w{rng.integers(50)}" for _ in range(rng.integers(1, 30))] for _ in range(2_000)]
+    full = count_words(docs)
+    sampled = count_words(docs, length_sample=100)
+    assert sampled.words == full.words and sampled.counts.tolist() == full.counts.tolist()
+    assert (sampled.n_instances, sampled.n_words) == (full.n_instances, full.n_words) == (2_000, full.n_words)
+    assert sampled.sampled_instances == 100 and full.sampled_instances == 2_000
+    lengths = set(np.diff(np.concatenate(([0], sampled.instance_ends))).tolist())
+    assert lengths <= {len(doc) for doc in docs}
+    again = count_words(docs, length_sample=100)
+    assert again.occurrences.tolist() == sampled.occurrences.tolist()  # seeded
+    seg = Segmentation("v", tuple((w,) for w in full.words), "[UNK]")
+    stats = source_statistics(sampled, seg)
+    assert stats.length_sampled and stats.length_instances == 100
+    assert stats.pieces == full.n_words and stats.pieces_per_instance == full.n_words / 2_000
+    assert abs(stats.instance_pieces_median - source_statistics(full, seg).instance_pieces_median) <= 5

@@ -426,44 +426,70 @@ def term_table(terms: Sequence[Term], vocabularies: Sequence[Vocabulary], source
 @dataclass(frozen=True, eq=False)
 class WordSample:
     """The words of a source, counted: ``words`` are the distinct words in first-seen order,
-    ``counts`` their frequencies, ``occurrences`` every word as an index into ``words`` (instance
-    after instance) and ``instance_ends`` where each instance ends in ``occurrences``."""
+    ``counts`` their frequencies over every instance read. The input-length statistics need each
+    instance's words, which for a whole corpus would grow with it (bench_scale.py projected 57 GiB
+    for PubMed's 20 GB when every word was kept), so those are kept for a uniform sample of at most :data:`LENGTH_SAMPLE`
+    instances (every instance of a smaller source): ``occurrences`` their words as indices into
+    ``words``, instance after instance, and ``instance_ends`` where each ends in ``occurrences``."""
 
     words: tuple[str, ...]
     counts: np.ndarray
     occurrences: np.ndarray
     instance_ends: np.ndarray
+    n_instances: int
     capped: bool = False
 
     @property
-    def n_instances(self) -> int:
-        return len(self.instance_ends)
+    def n_words(self) -> int:
+        return int(self.counts.sum())
 
     @property
-    def n_words(self) -> int:
-        return len(self.occurrences)
+    def sampled_instances(self) -> int:
+        return len(self.instance_ends)
 
 
-def count_words(instances: Iterable[Sequence[str]], max_instances: int | None = None) -> WordSample:
-    """Count the words of ``instances`` (each a list of words), reading at most ``max_instances``."""
+#: Instances whose words count_words keeps for the length percentiles (a seeded reservoir sample):
+#: at BERT-like abstracts of ~250 words, about 100 MB whatever the corpus.
+LENGTH_SAMPLE = 100_000
+#: Word ids buffered before they are added to the counts (4 MB of int32).
+_COUNT_CHUNK = 1 << 20
+
+
+def count_words(instances: Iterable[Sequence[str]], max_instances: int | None = None,
+                length_sample: int = LENGTH_SAMPLE, seed: int = 0) -> WordSample:
+    """Count the words of ``instances`` (each a list of words), reading at most ``max_instances``,
+    in memory that grows with the distinct words only: every word is counted, and the words of a
+    uniform sample of ``length_sample`` instances (reservoir sampling, seeded) are kept."""
     index: dict[str, int] = {}
-    occurrences = array("q")
-    ends = array("q")
-    capped = False
-    for n, words in enumerate(instances):
-        if max_instances is not None and n >= max_instances:
+    counts = np.zeros(0, dtype=np.int64)
+    pending = array("i")  # int32 word ids: 4 bytes a word in the buffer and the sample
+    kept: list[array] = []
+    rng = np.random.default_rng(seed)
+    read, capped = 0, False
+    for words in instances:
+        if max_instances is not None and read >= max_instances:
             capped = True
             break
-        for word in words:
-            wid = index.get(word)
-            if wid is None:
-                wid = index[word] = len(index)
-            occurrences.append(wid)
-        ends.append(len(occurrences))
-    occ = np.frombuffer(occurrences, dtype=np.int64) if occurrences else np.zeros(0, dtype=np.int64)
-    return WordSample(words=tuple(index), counts=np.bincount(occ, minlength=len(index)).astype(np.int64),
-                      occurrences=occ, instance_ends=np.frombuffer(ends, dtype=np.int64).copy()
-                      if ends else np.zeros(0, dtype=np.int64), capped=capped)
+        ids = array("i", [index.setdefault(word, len(index)) for word in words])
+        read += 1
+        pending.extend(ids)
+        if len(kept) < length_sample:
+            kept.append(ids)
+        elif (slot := int(rng.integers(read))) < length_sample:
+            kept[slot] = ids
+        if len(pending) >= _COUNT_CHUNK:
+            counts, pending = _add_counts(counts, pending, len(index)), array("i")
+    counts = _add_counts(counts, pending, len(index))
+    ends = np.cumsum([len(ids) for ids in kept], dtype=np.int64)
+    occurrences = np.frombuffer(b"".join(ids.tobytes() for ids in kept), dtype=np.int32).astype(np.int64)
+    return WordSample(words=tuple(index), counts=counts, occurrences=occurrences, instance_ends=ends,
+                      n_instances=read, capped=capped)
+
+
+def _add_counts(counts: np.ndarray, word_ids: array, distinct: int) -> np.ndarray:
+    added = np.bincount(np.frombuffer(word_ids, dtype=np.int32), minlength=distinct) if word_ids \
+        else np.zeros(distinct, dtype=np.int64)
+    return np.pad(counts, (0, distinct - len(counts))) + added
 
 
 @dataclass(frozen=True, eq=False)
@@ -504,6 +530,8 @@ class SourceStats:
     instance_pieces_median: float
     instance_pieces_p95: float
     instance_pieces_max: int
+    length_instances: int                  # the instances median, p95 and max are of (count_words' sample)
+    length_sampled: bool                   # fewer than every instance read: a uniform sample of them
     whole_words: int
     whole_fraction: float
     distinct_whole_fraction: float
@@ -521,7 +549,7 @@ def source_statistics(sample: WordSample, segmentation: Segmentation) -> SourceS
     words = sample.n_words
     pieces = int((counts * lengths).sum())
     per_occurrence = np.concatenate(([0], np.cumsum(lengths[sample.occurrences])))
-    starts = np.concatenate((np.zeros(1, dtype=np.int64), sample.instance_ends[:-1]))[:sample.n_instances]
+    starts = np.concatenate((np.zeros(1, dtype=np.int64), sample.instance_ends[:-1]))[:sample.sampled_instances]
     per_instance = per_occurrence[sample.instance_ends] - per_occurrence[starts]
     whole = (lengths == 1) & ~unknown
     histogram = {"[UNK]": int(counts[unknown].sum()), "1": int(counts[whole].sum())}
@@ -537,6 +565,8 @@ def source_statistics(sample: WordSample, segmentation: Segmentation) -> SourceS
         instance_pieces_median=float(np.median(per_instance)) if has_instances else 0.0,
         instance_pieces_p95=float(np.percentile(per_instance, 95)) if has_instances else 0.0,
         instance_pieces_max=int(per_instance.max()) if has_instances else 0,
+        length_instances=sample.sampled_instances,
+        length_sampled=sample.sampled_instances < sample.n_instances,
         whole_words=histogram["1"],
         whole_fraction=_ratio(histogram["1"], words),
         distinct_whole_fraction=_ratio(int(whole.sum()), len(sample.words)),
@@ -833,13 +863,18 @@ def _source_section(s, names: list[str], plot: str | None) -> list[str]:
     return out
 
 
+def _length_sample_note(stat: Mapping[str, Any]) -> str:
+    first = next(iter(stat.values()), None)
+    return f", of a uniform sample of {first.length_instances:,} instances" if first and first.length_sampled else ""
+
+
 def _source_statistics(stat: Mapping[str, Any]) -> list[list[str]]:
     names = list(stat)
     rows = [
         ["word pieces", *[f"{stat[n].pieces:,}" for n in names]],
         ["pieces per word", *[f"{stat[n].pieces_per_word:.3f}" for n in names]],
         ["pieces per instance (mean)", *[f"{stat[n].pieces_per_instance:.1f}" for n in names]],
-        ["pieces per instance (median / p95 / max)",
+        ["pieces per instance (median / p95 / max" + _length_sample_note(stat) + ")",
          *[f"{stat[n].instance_pieces_median:g} / {stat[n].instance_pieces_p95:.1f} / "
            f"{stat[n].instance_pieces_max:,}" for n in names]],
         ["words kept whole (1 piece)", *[f"{stat[n].whole_fraction:.1%}" for n in names]],
