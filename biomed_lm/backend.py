@@ -118,6 +118,17 @@ def start_distributed(deepspeed: bool = True) -> DistributedContext:
     return DistributedContext(dist.get_rank(), dist.get_world_size(), device, True)
 
 
+def end_distributed() -> None:
+    """Leave the process group, if this process joined one. Call it where every rank ends alike (a
+    finished run; an error every rank raises before training): a process that exits with gloo's
+    threads still running can abort at interpreter shutdown (``terminate called without an active
+    exception``), turning exit status 2 into SIGABRT (seen once in CI, on a run-lock refusal)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def release_shm_buffer_name(rank: int) -> None:
     """Unlink this rank's name of DeepSpeed's CPU all-reduce buffer.
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from biomed_lm.backend import end_distributed
 from biomed_lm.config import parse_config
 from biomed_lm.errors import BiomedLMError, bad_input
 from biomed_lm.pretrain.adversarial import AdversarialConfig
@@ -47,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pretrain: error: {err}", file=sys.stderr)
         return 1
     except (BiomedLMError, FileNotFoundError) as err:
+        end_distributed()  # every rank raises these before training starts: none is left in a collective
         return bad_input("pretrain", err)
+    end_distributed()
     if summary["completed"] and summary["model_dir"]:
         print(f"pretrain: finished {summary['step']} steps; model exported to {summary['model_dir']}")
     return 0

@@ -91,7 +91,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from biomed_lm.errors import PretrainError
+from biomed_lm.pretrain.prepared_corpus import PretrainingDataError, files_identity, open_corpus
 from biomed_lm.resources import read_json_object
 
 FORMAT_VERSION = 1  # bump when the instances or their metadata change meaning
@@ -128,10 +128,6 @@ INSTANCE_SCHEMA = pa.schema([
 
 METADATA_KEYS = ("format_version", "tokenizer", "vocab_size", "vocab_sha256", "lowercase", "special_token_ids",
                  "max_seq_length", "nsp", "seed", "short_seq_prob", "dupe_factor", "corpus", "summary")
-
-
-class PretrainingDataError(PretrainError, ValueError):
-    """Inputs or pretraining data that cannot be used; the message names the path and the problem."""
 
 
 # ----------------------------------------------------------------------------- options
@@ -935,31 +931,6 @@ def _pair_description(metadata: Mapping[str, Any]) -> str:
 
 # ----------------------------------------------------------------------------- the job
 
-def open_corpus(path: str | os.PathLike):
-    """The prepared corpus at ``path`` (a saved ``datasets.Dataset`` with a ``sentences`` column)."""
-    import datasets
-
-    p = Path(path)
-    if not p.exists():
-        raise PretrainingDataError(f"corpus not found: {p}")
-    try:
-        corpus = datasets.load_from_disk(str(p))
-    except Exception as err:  # datasets raises FileNotFoundError or others for a non-dataset folder
-        raise PretrainingDataError(f"{p} is not a prepared corpus ({err}); build one with "
-                                   "launch/prepare_corpus.py") from err
-    if not isinstance(corpus, datasets.Dataset):
-        raise PretrainingDataError(f"{p} holds several splits ({', '.join(corpus)}); give one split's folder")
-    feature = corpus.features.get("sentences")
-    if feature is None:
-        raise PretrainingDataError(f"{p} is not a prepared corpus: no 'sentences' column (columns: "
-                                   f"{', '.join(corpus.column_names)}); build one with launch/prepare_corpus.py")
-    arrow_type = corpus.data.schema.field("sentences").type
-    if not (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)) or \
-            not (pa.types.is_string(arrow_type.value_type) or pa.types.is_large_string(arrow_type.value_type)):
-        raise PretrainingDataError(f"{p}: the 'sentences' column must hold lists of strings, not {feature}")
-    return corpus
-
-
 def load_tokenizer_info(path: str | os.PathLike) -> TokenizerInfo:
     from biomed_lm.tokenization.tokenizer_io import load_tokenizer
 
@@ -982,15 +953,6 @@ def _fingerprint(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()[:20]
 
 
-def _files_identity(dataset) -> list[str]:
-    """Path, size and modification time of each file behind a dataset."""
-    parts = []
-    for cache_file in dataset.cache_files:
-        stat = os.stat(cache_file["filename"])
-        parts += [str(Path(cache_file["filename"]).resolve()), str(stat.st_size), str(stat.st_mtime_ns)]
-    return parts
-
-
 def tokenize_corpus(corpus, info: TokenizerInfo, cache_dir: str | os.PathLike, num_proc: int = 1,
                     batch_size: int = 256, identity: Sequence[str] | None = None):
     """Stage 1: every usable sentence of the corpus as token ids (column ``sentence_ids``, one row
@@ -1001,7 +963,7 @@ def tokenize_corpus(corpus, info: TokenizerInfo, cache_dir: str | os.PathLike, n
     import datasets
 
     fingerprint = "tokenized-" + _fingerprint(str(FORMAT_VERSION), info.pipeline_json,
-                                              *(identity or _files_identity(corpus)))
+                                              *(identity or files_identity(corpus)))
     id_type = token_id_type(info.vocab_size)
     features = datasets.Features({TOKENIZED_COLUMN: datasets.List(datasets.List(datasets.Value(str(id_type))))})
     tokenized = corpus.select_columns(["sentences"]).with_format("arrow").map(

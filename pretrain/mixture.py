@@ -40,7 +40,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
-from biomed_lm.pretrain.data import PretrainingDataError, _files_identity, open_corpus
+from biomed_lm.pretrain.prepared_corpus import PretrainingDataError, files_identity, open_corpus
 
 MixtureMode = Literal["weight", "epochs"]
 MIXTURE_STREAM = 0x6D6978  # "mix": keeps these draws apart from the recipe's per-document streams
@@ -202,7 +202,7 @@ def open_mixture(spec: Mapping[str, Any], seed: int, total: int = 0, where: str 
                          for item, size, count in zip(inputs, sizes, counts)]}
     record["corpus"] = describe_mixture(record)
     digest = hashlib.sha256(rows.tobytes()).hexdigest()[:20]
-    identity = [part for c in corpora for part in _files_identity(c)] + ["mixture", ",".join(columns), digest]
+    identity = [part for c in corpora for part in files_identity(c)] + ["mixture", ",".join(columns), digest]
     return MixedCorpus(dataset, record, identity)
 
 

@@ -1,0 +1,49 @@
+"""A prepared corpus as the instance stage opens it: shared by :mod:`pretrain.data` (one corpus) and
+:mod:`pretrain.mixture` (several), so neither imports the other."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow as pa
+
+from biomed_lm.errors import PretrainError
+
+
+class PretrainingDataError(PretrainError, ValueError):
+    """Inputs or pretraining data that cannot be used; the message names the path and the problem."""
+
+
+def open_corpus(path: str | os.PathLike):
+    """The prepared corpus at ``path`` (a saved ``datasets.Dataset`` with a ``sentences`` column)."""
+    import datasets
+
+    p = Path(path)
+    if not p.exists():
+        raise PretrainingDataError(f"corpus not found: {p}")
+    try:
+        corpus = datasets.load_from_disk(str(p))
+    except Exception as err:  # datasets raises FileNotFoundError or others for a non-dataset folder
+        raise PretrainingDataError(f"{p} is not a prepared corpus ({err}); build one with "
+                                   "launch/prepare_corpus.py") from err
+    if not isinstance(corpus, datasets.Dataset):
+        raise PretrainingDataError(f"{p} holds several splits ({', '.join(corpus)}); give one split's folder")
+    feature = corpus.features.get("sentences")
+    if feature is None:
+        raise PretrainingDataError(f"{p} is not a prepared corpus: no 'sentences' column (columns: "
+                                   f"{', '.join(corpus.column_names)}); build one with launch/prepare_corpus.py")
+    arrow_type = corpus.data.schema.field("sentences").type
+    if not (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)) or \
+            not (pa.types.is_string(arrow_type.value_type) or pa.types.is_large_string(arrow_type.value_type)):
+        raise PretrainingDataError(f"{p}: the 'sentences' column must hold lists of strings, not {feature}")
+    return corpus
+
+
+def files_identity(dataset) -> list[str]:
+    """Path, size and modification time of each file behind a dataset."""
+    parts = []
+    for cache_file in dataset.cache_files:
+        stat = os.stat(cache_file["filename"])
+        parts += [str(Path(cache_file["filename"]).resolve()), str(stat.st_size), str(stat.st_mtime_ns)]
+    return parts
