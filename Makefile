@@ -43,7 +43,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	# Most tests wait on pretraining subprocesses (start-up is imports): two workers halve the wall time.
-	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadgroup tests
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadgroup --durations 15 tests
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
