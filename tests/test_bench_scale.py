@@ -16,6 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
+pytestmark = pytest.mark.xdist_group("bench_scale")  # one benchmark run (the module fixture), not one per worker
 
 import bench_scale  # noqa: E402
 
