@@ -467,10 +467,10 @@ def _our_model(bert, device: torch.device, compile_backend: str | None = None, f
 
         convert_encoder_to_fp8(bert, family_of(bert.config))
     ours = PretrainingModel(bert, **options).to(device)
-    whole_forward = compile_backend is not None and KERNELS[ours.attention].traceable
+    forward_compiled = compile_backend is not None and KERNELS[ours.attention].traceable
     if "mlm_loss" not in options:  # the trainer's pick for the device and the compiled region
-        ours.mlm_loss = resolve_implementation("auto", device, compiled=whole_forward)[0]
-    if whole_forward:
+        ours.mlm_loss = resolve_implementation("auto", device, compiled=forward_compiled)[0]
+    if forward_compiled:
         ours.compile_losses(backend=compile_backend, scope=scope)
     elif compile_backend is not None:
         compile_dense_blocks(ours.bert, backend=compile_backend)

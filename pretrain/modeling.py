@@ -213,9 +213,9 @@ class PretrainingModel(nn.Module):
         whole region compiles each of the 12 layers anew. BERT-base's 3 warm-up steps with a cold
         compile cache on a 2-core CPU (inductor, micro-batch 8 × 128): 103 s whole, 40 s by layers,
         the same tokens/s after (331 and 334); on an H200 the whole region's warm-up had not
-        finished after 100 s. ``mode="reduce-overhead"`` (CUDA graphs, one per shape: the token count is bucketed,
-        and so is the masked count here) records the whole region only. Only the unpadded layout:
-        transformers' padded forward breaks graphs."""
+        finished after 100 s. ``mode="reduce-overhead"`` (CUDA graphs, one per shape: the token
+        count is bucketed, and so is the masked count here) records the whole region only. Only the
+        unpadded layout: transformers' padded forward breaks graphs."""
         import torch._dynamo
 
         if not self.unpadded:

@@ -490,8 +490,8 @@ def _pretraining_model(bert, model_args: ModelArguments, train_pair: bool, train
     execution = Execution(attention, family_notes + passed_over, unpadded=attention not in PADDED, compiled=compiled,
                           bucket_tokens=model_args.bucket_tokens if compiled and attention not in PADDED else None,
                           fp8_layers=fp8_layers)
-    whole_forward = compiled and KERNELS[attention].traceable and not (adversarial and adversarial.adversarial)
-    execution.mlm_loss, why_not_faster = resolve_implementation("auto", device, compiled=whole_forward)
+    forward_compiled = compiled and KERNELS[attention].traceable and not (adversarial and adversarial.adversarial)
+    execution.mlm_loss, why_not_faster = resolve_implementation("auto", device, compiled=forward_compiled)
     if why_not_faster:
         execution.passed_over.append(f"a faster MLM loss: {why_not_faster}")
     layout = {"attention": attention, "pad_to_multiple_of": execution.bucket_tokens, "mlm_loss": execution.mlm_loss}
