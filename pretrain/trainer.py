@@ -490,6 +490,7 @@ def _pretraining_model(bert, model_args: ModelArguments, train_pair: bool, train
     execution = Execution(attention, family_notes + passed_over, unpadded=attention not in PADDED, compiled=compiled,
                           bucket_tokens=model_args.bucket_tokens if compiled and attention not in PADDED else None,
                           fp8_layers=fp8_layers)
+    # One decision, read twice: the MLM loss's pick below and _compile's region.
     forward_compiled = compiled and KERNELS[attention].traceable and not (adversarial and adversarial.adversarial)
     execution.mlm_loss, why_not_faster = resolve_implementation("auto", device, compiled=forward_compiled)
     if why_not_faster:
@@ -501,18 +502,19 @@ def _pretraining_model(bert, model_args: ModelArguments, train_pair: bool, train
         model = PretrainingModel(bert, nsp=train_pair, **layout)
     model.to(device)
     if compiled:
-        execution.compiled_region = _compile(model, attention, model_args.compile_mode, model_args.compile_scope)
+        execution.compiled_region = _compile(model, attention, forward_compiled, model_args.compile_mode,
+                                             model_args.compile_scope)
     return model, execution
 
 
-def _compile(model: PretrainingModel, attention: str, mode: str, scope: str) -> str:
+def _compile(model: PretrainingModel, attention: str, forward_compiled: bool, mode: str, scope: str) -> str:
     """Compile ``model``'s forward (autograd compiles each region's backward as one graph too) by
-    ``scope`` where the attention kernel traces (:meth:`PretrainingModel.compile_losses`), otherwise
-    the dense blocks (ALUM's several passes per micro-batch; ``sdpa_loop``'s loop over host-side
-    lengths). Says which."""
+    ``scope`` when ``forward_compiled`` (the attention kernel traces and ALUM is off:
+    :meth:`PretrainingModel.compile_losses`), otherwise the dense blocks (ALUM's several passes per
+    micro-batch; ``sdpa_loop``'s loop over host-side lengths). Says which."""
     from biomed_lm.pretrain.compiling import compile_dense_blocks
 
-    if KERNELS[attention].traceable and type(model) is PretrainingModel:
+    if forward_compiled:
         model.compile_losses(mode=None if mode == "default" else mode, scope=scope)
         regions = "the whole forward and backward" if scope == "whole" else \
             "the embeddings, one encoder layer (a graph every layer shares) and the heads"
