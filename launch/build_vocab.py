@@ -2,6 +2,7 @@
 
     python launch/build_vocab.py --inputs PATH [PATH ...] --output-dir DIR
         [--config configs/vocab/demo.yaml] [--vocab-size N] [--cased] [--min-frequency N]
+        [--max-distinct-words N]                                                 (bound the word table)
         [--format wordpiece|sentencepiece|bytelevel-bpe]
         [--algorithm wordpiece|unigram] [--special-token-layout bert|compact]   (format wordpiece)
         [--add-prefix-space]                                                     (format bytelevel-bpe)
@@ -10,7 +11,8 @@
 Formats: ``wordpiece`` (BERT, default), ``sentencepiece`` (ALBERT: a SentencePiece unigram model
 used with its own segmentation, saved as spiece.model too) and ``bytelevel-bpe`` (RoBERTa). The
 output directory loads with ``transformers.AutoTokenizer.from_pretrained`` and records its format,
-casing and how it was built (``vocab_card.json``). The logic lives in :mod:`tokenization.vocab`;
+casing and how it was built (``vocab_card.json``, with what ``--max-distinct-words`` dropped
+while counting, if it was given). The logic lives in :mod:`tokenization.vocab`;
 this script only turns command-line options (and an optional YAML file) into a call to it.
 """
 

@@ -61,7 +61,10 @@ pre-tokenizer make them (lowercased with accents stripped when uncased; split on
 punctuation), so no vocabulary entry can cross a boundary BERT will put between words, and casing
 is the one the model will see. Both give every character of the alphabet a bare and a ``##``
 entry, as bert-base-uncased does, so WordPiece's greedy match can always fall back to
-characters and never emits ``[UNK]`` for a known character. Both are deterministic: the same corpus and options give the same vocabulary, byte
+characters and never emits ``[UNK]`` for a known character. The word table grows with the corpus
+(~K n^0.6 distinct words in n bytes of text, benchmarks/README.md); ``max_distinct_words`` bounds it
+by dropping the rarest words while counting (word2vec's ReduceVocab, :class:`_ChunkFolder`), and the
+card records the bound and what it dropped. Both are deterministic: the same corpus and options give the same vocabulary, byte
 for byte. (HF's ``WordPieceTrainer`` alone is not: it numbers ``##`` characters in hash-map order
 and breaks ties between equally frequent merges by those numbers, huggingface/tokenizers#1794.
 Here it is given the counted words and the whole ``##`` alphabet up front, which fixes every id.)
@@ -208,6 +211,10 @@ class VocabConfig:
     limit_alphabet: int | None = field(default=1000, metadata={
         "help": "keep at most this many distinct characters, the most frequent (null: all); bytelevel-bpe: "
                 "not used (the alphabet is the 256 bytes)", "min": 1})
+    max_distinct_words: int | None = field(default=None, metadata={
+        "help": "wordpiece and sentencepiece: bound the word-count table to this many distinct words while "
+                "counting, dropping the rarest (word2vec's ReduceVocab; null: exact counts, memory grows with "
+                "the corpus); bytelevel-bpe: not used (its trainer counts words itself)", "min": 1})
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -224,6 +231,8 @@ class VocabConfig:
             raise VocabBuildError(f"min_frequency must be >= 0, not {self.min_frequency}")
         if self.limit_alphabet is not None and self.limit_alphabet < 1:
             raise VocabBuildError(f"limit_alphabet must be >= 1 or null (no limit), not {self.limit_alphabet}")
+        if self.max_distinct_words is not None and self.max_distinct_words < 1:
+            raise VocabBuildError(f"max_distinct_words must be >= 1 or null (no bound), not {self.max_distinct_words}")
 
     def _check_format(self) -> None:
         """Refuse options that mean nothing for the chosen format (rather than ignore them)."""
@@ -240,6 +249,9 @@ class VocabConfig:
                 f"{self.format!r} uses {' '.join(format_special_tokens(self))} (ids 0..4): leave it out")
         if self.add_prefix_space and self.format != "bytelevel-bpe":
             raise VocabBuildError(f"add_prefix_space applies to format bytelevel-bpe only, not {self.format!r}")
+        if self.max_distinct_words is not None and self.format == "bytelevel-bpe":
+            raise VocabBuildError("max_distinct_words bounds the word counts of formats wordpiece and sentencepiece; "
+                                  "format 'bytelevel-bpe' has tokenizers' BPE trainer count words itself: leave it out")
 
     @property
     def lowercase(self) -> bool:
@@ -257,6 +269,8 @@ class TrainedVocab:
     seconds: float
     alphabet_size: int
     unigram_model: bytes | None = None  # the serialized SentencePiece model (algorithm unigram, format sentencepiece)
+    distinct_words: int | None = None   # in the word table the trainer learnt from (bytelevel-bpe: not counted here)
+    word_pruning: WordPruning | None = None  # what max_distinct_words dropped while counting
 
     @property
     def vocab(self) -> list[str]:
@@ -280,11 +294,18 @@ class TrainedVocab:
             **_FORMAT_CARDS[cfg.format](cfg),
             "vocab_size_requested": cfg.vocab_size,
             "alphabet_size": self.alphabet_size,
+            **self._word_counting_card(),
             "documents": self.documents,
             "text_bytes": self.text_bytes,
             "training_seconds": round(self.seconds, 3),
             "library_versions": versions,
         }
+
+    def _word_counting_card(self) -> dict[str, Any]:
+        if self.config.format == "bytelevel-bpe":
+            return {}
+        return {"max_distinct_words": self.config.max_distinct_words, "distinct_words": self.distinct_words,
+                "word_pruning": None if self.word_pruning is None else self.word_pruning.card()}
 
 
 def _wordpiece_card(cfg: VocabConfig) -> dict[str, Any]:
@@ -334,8 +355,13 @@ class VocabBuildResult:
                 "sentencepiece": "SentencePiece unigram vocabulary (ALBERT's special tokens)",
                 "bytelevel-bpe": f"byte-level BPE vocabulary (RoBERTa's special tokens, add_prefix_space "
                                  f"{str(cfg.add_prefix_space).lower()})"}[cfg.format]
+        pruned = t.word_pruning
+        bound = "" if pruned is None else (
+            f"\nword table bounded to {pruned.max_distinct_words} distinct words: " + (
+                f"{pruned.words} words ({pruned.occurrences} occurrences) seen at most {pruned.threshold} times dropped"
+                if pruned.prunes else "nothing dropped"))
         return (f"{size}-token {'cased' if cfg.cased else 'uncased'} {kind}{shortfall} written to {self.output_dir}\n"
-                f"learnt from {t.documents} documents ({t.text_bytes / 1e6:.1f} MB of text) in {t.seconds:.1f} s")
+                f"learnt from {t.documents} documents ({t.text_bytes / 1e6:.1f} MB of text) in {t.seconds:.1f} s{bound}")
 
 
 def vocab_in_id_order(tokenizer) -> list[str]:
@@ -368,26 +394,81 @@ def build_wordpiece_tokenizer(vocab: Sequence[str], lowercase: bool):
     return bert_pipeline(tokenizer, lowercase=lowercase, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD)
 
 
+@dataclass
+class WordPruning:
+    """What a word-count bound dropped while counting (word2vec's ReduceVocab, see :class:`_ChunkFolder`)."""
+
+    max_distinct_words: int
+    threshold: int = 0    # every word seen at most this often in some window was dropped (0: nothing was)
+    prunes: int = 0       # times the table went over the bound and was pruned
+    words: int = 0        # words dropped (a word dropped, seen again and dropped again counts twice)
+    occurrences: int = 0  # the occurrences those words had counted when dropped
+
+    def card(self) -> dict[str, int]:
+        return {"threshold": self.threshold, "prunes": self.prunes, "words_dropped": self.words,
+                "occurrences_dropped": self.occurrences}
+
+
 class _ChunkFolder(ABC):
     """Counts the whitespace-separated chunks of texts, and folds them into word counts every
     ``fold_every`` distinct chunks (each distinct chunk is split into words once, by ``_fold``), so
-    memory follows the number of distinct words rather than of distinct chunks."""
+    memory follows the number of distinct words rather than of distinct chunks.
 
-    def __init__(self, lowercase: bool, fold_every: int) -> None:
+    The distinct words grow with the corpus (Heaps' law: ~K n^0.6 on PubMed text), so with
+    ``max_distinct_words`` the word table is bounded as word2vec bounds its vocabulary
+    (ReduceVocab): whenever a fold leaves more distinct words than the bound, the words counted at
+    most ``t`` times are dropped, for the smallest ``t`` above the previous one that brings the
+    table within the bound (``t`` only grows, as word2vec's ``min_reduce``). A bounded counter
+    also folds at least every ``max_distinct_words`` distinct chunks, so both tables stay within
+    the bound's order. Only input order decides what is dropped: the same texts in the same order
+    give the same counts on any machine. A dropped word seen again starts from zero, so a
+    surviving word's count may miss occurrences seen before its last drop (at most ``t`` each time).
+    """
+
+    def __init__(self, lowercase: bool, fold_every: int, max_distinct_words: int | None = None) -> None:
         self.lowercase = lowercase
-        self._fold_every = fold_every
+        self._fold_every = fold_every if max_distinct_words is None else min(fold_every, max_distinct_words)
         self._chunks: Counter[str] = Counter()
         self._words: Counter[str] = Counter()
+        self.pruning = None if max_distinct_words is None else WordPruning(max_distinct_words)
 
     def update(self, text: str) -> None:
         self._chunks.update(self._chunks_of(text))
         if len(self._chunks) >= self._fold_every:
-            self._fold()
+            self._fold_and_bound()
 
     def counts(self) -> Counter[str]:
-        """Word -> number of occurrences, over every text given so far."""
-        self._fold()
+        """Word -> number of occurrences, over every text given so far (within the bound, if any)."""
+        self._fold_and_bound()
         return self._words
+
+    def _fold_and_bound(self) -> None:
+        self._fold()
+        if self.pruning is not None and len(self._words) > self.pruning.max_distinct_words:
+            self._prune()
+
+    def _prune(self) -> None:
+        """Drop the rarest words until the table is within the bound (word2vec's ReduceVocab)."""
+        words, record = self._words, self.pruning
+        excess = len(words) - record.max_distinct_words
+        # The smallest t above the last one with at least ``excess`` words counted <= t: what
+        # word2vec's "drop <= t, t += 1" reaches, found in one pass over the count histogram.
+        threshold, at_most = record.threshold + 1, 0
+        for count, how_many in sorted(Counter(words.values()).items()):
+            at_most += how_many
+            if at_most >= excess:
+                record.threshold = max(threshold, count)
+                break
+        rare = [word for word, n in words.items() if n <= record.threshold]
+        occurrences = 0
+        for word in rare:  # in place: a rebuilt dict would hold both tables at once
+            occurrences += words.pop(word)
+        record.prunes += 1
+        record.words += len(rare)
+        record.occurrences += occurrences
+        logger.info("word table over max_distinct_words=%d: dropped the %d words seen at most %d times "
+                    "(%d occurrences); %d distinct words left", record.max_distinct_words, len(rare),
+                    record.threshold, occurrences, len(words))
 
     def _chunks_of(self, text: str) -> list[str]:
         return text.split()
@@ -409,10 +490,10 @@ class BertWordCounter(_ChunkFolder):
     distinct words rather than of distinct whitespace-separated strings.
     """
 
-    def __init__(self, lowercase: bool, fold_every: int = 1_000_000) -> None:
+    def __init__(self, lowercase: bool, fold_every: int = 1_000_000, max_distinct_words: int | None = None) -> None:
         from tokenizers import pre_tokenizers
 
-        super().__init__(lowercase, fold_every)
+        super().__init__(lowercase, fold_every, max_distinct_words)
         self._normalizer = bert_normalizer(lowercase)
         self._pre_tokenizer = pre_tokenizers.BertPreTokenizer()
 
@@ -449,8 +530,8 @@ class ChunkCounter(_ChunkFolder):
     preparation is two replacements and, uncased, ``lower()``; the tests hold this to the
     ``tokenizers`` normalizer."""
 
-    def __init__(self, lowercase: bool, fold_every: int = 1_000_000) -> None:
-        super().__init__(lowercase, fold_every)
+    def __init__(self, lowercase: bool, fold_every: int = 1_000_000, max_distinct_words: int | None = None) -> None:
+        super().__init__(lowercase, fold_every, max_distinct_words)
         self._normalizer = albert_preprocessor(lowercase)
 
     def prepare(self, chunk: str) -> str:
@@ -600,7 +681,8 @@ def train_vocab(texts: Iterable[str], config: VocabConfig, *, progress: bool = F
     stats = _ReadStats()
     tokenizer, alphabet_size, model = _TRAINERS[config.format](_metered(texts, stats, progress), stats, config)
     return TrainedVocab(tokenizer=tokenizer, config=config, documents=stats.documents, text_bytes=stats.text_bytes,
-                        seconds=time.perf_counter() - start, alphabet_size=alphabet_size, unigram_model=model)
+                        seconds=time.perf_counter() - start, alphabet_size=alphabet_size, unigram_model=model,
+                        distinct_words=stats.distinct_words, word_pruning=stats.word_pruning)
 
 
 def _counted(counter, texts: Iterable[str], stats: "_ReadStats") -> Counter[str]:
@@ -608,6 +690,7 @@ def _counted(counter, texts: Iterable[str], stats: "_ReadStats") -> Counter[str]
     for text in texts:
         counter.update(text)
     word_counts = counter.counts()
+    stats.distinct_words, stats.word_pruning = len(word_counts), counter.pruning
     if stats.documents == 0:
         raise EmptyCorpusError("no documents to learn from")
     if not word_counts:
@@ -617,7 +700,8 @@ def _counted(counter, texts: Iterable[str], stats: "_ReadStats") -> Counter[str]
 
 def _train_wordpiece(texts: Iterable[str], stats: "_ReadStats", config: VocabConfig) -> tuple[Any, int, bytes | None]:
     """Format wordpiece: count BERT's words, learn (algorithm), assemble in the layout's id order."""
-    word_counts = _counted(BertWordCounter(config.lowercase), texts, stats)
+    word_counts = _counted(BertWordCounter(config.lowercase, max_distinct_words=config.max_distinct_words), texts,
+                           stats)
     specials = special_tokens(config.special_token_layout)
     alphabet = alphabet_of(word_counts, config.limit_alphabet)
     check_room(config.vocab_size, specials, alphabet)  # before the long part
@@ -629,7 +713,7 @@ def _train_wordpiece(texts: Iterable[str], stats: "_ReadStats", config: VocabCon
 def _train_sentencepiece(texts: Iterable[str], stats: "_ReadStats", config: VocabConfig) -> tuple[Any, int, bytes]:
     """Format sentencepiece: count the whitespace-separated chunks of the text as ALBERT prepares
     it, train a SentencePiece unigram model on them, and wrap it in ALBERT's tokenizer."""
-    chunks = _counted(ChunkCounter(config.lowercase), texts, stats)
+    chunks = _counted(ChunkCounter(config.lowercase, max_distinct_words=config.max_distinct_words), texts, stats)
     alphabet = alphabet_of(chunks, config.limit_alphabet)
     needed = len(ALBERT_SPECIALS) + len(alphabet)
     if needed > config.vocab_size:
@@ -748,6 +832,8 @@ class _ReadStats:
     documents: int = 0
     text_bytes: int = 0
     has_text: bool = False  # some document holds more than whitespace
+    distinct_words: int | None = None  # set by the word counting (formats wordpiece and sentencepiece)
+    word_pruning: WordPruning | None = None
 
 
 def _metered(texts: Iterable[str], stats: _ReadStats, progress: bool) -> Iterator[str]:
