@@ -11,7 +11,12 @@ names (PubMed XML or text files, or directories of them), each copy with new PMI
 files that revise (same PMID, a later file wins) and delete (``<DeleteCitation>``) a share of the
 earlier citations. Then each stage runs in a fresh subprocess, exactly as a user would run it:
 
-    prepare_corpus -> build_vocab -> vocab_report -> create_pretraining_data (128, then 512)
+    prepare_corpus -> build_vocab -> vocab_report -> create_pretraining_data (NSP at 128 and
+    512, then DRP at 128 over the citation links)
+
+Every synthetic citation after the first cites ``LINKS_PER_CITATION`` earlier ones (a reference
+list of their PMIDs, drawn from the citation's own PMID as seed), so the DRP stage has a link
+index of realistic density to build and draw from.
 
 Per stage: wall seconds, CPU seconds, throughput (MB/s and docs/s, and per core), peak RSS of the
 stage's own process and of its child processes (sampled with psutil every 50 ms, summed over the
@@ -55,8 +60,9 @@ TRUNCATED_PMID = 900_000_000      # the truncated file's citations: their own PM
 REVISE_SHARE, DELETE_SHARE = 0.05, 0.02
 # The full PubMed baseline (2025/2026 release): what the projection scales to.
 FULL_BASELINE = {"files": 1274, "citations": 36_000_000, "abstract_text_bytes": 20e9}
+LINKS_PER_CITATION = 3  # references per synthetic citation (to earlier PMIDs of the release)
 STAGES = ("prepare_corpus", "build_vocab", "vocab_report", "create_pretraining_data_128",
-          "create_pretraining_data_512")
+          "create_pretraining_data_512", "create_pretraining_data_drp_128")
 
 _RECORD = re.compile(r"<(PubmedArticle|MedlineCitation)[\s>].*?</\1>", re.S)
 _OWN_PMID = re.compile(r"<PMID Version=\"(\d+)\">\d+</PMID>")
@@ -128,6 +134,20 @@ def write_xml(path: Path, records: list[str]) -> int:
     return len(data)
 
 
+def with_references(record: str, pmid: int) -> str:
+    """``record`` with a reference list of up to LINKS_PER_CITATION earlier PMIDs of the release
+    (a function of ``pmid`` alone, so a revised version cites the same ones)."""
+    earlier = pmid - FIRST_PMID
+    if earlier <= 0:
+        return record
+    rng = random.Random(pmid)
+    cited = sorted({FIRST_PMID + rng.randrange(earlier) for _ in range(LINKS_PER_CITATION)})
+    references = "".join(f'<Reference><ArticleIdList><ArticleId IdType="pubmed">{p}</ArticleId></ArticleIdList>'
+                         "</Reference>" for p in cited)
+    head, _, tail = record.rpartition("</PubmedArticle>")
+    return f"{head}<PubmedData><ReferenceList>{references}</ReferenceList></PubmedData>\n</PubmedArticle>{tail}"
+
+
 def revise(record: str) -> str:
     """A later version of a citation (same PMID and Version; the later file wins)."""
     return record.replace("</AbstractText>", " Revised in an update file.</AbstractText>", 1)
@@ -156,7 +176,7 @@ def build_release(templates: list[str], target: int, out: Path, file_bytes: int,
     while written["xml_bytes"] + batch_bytes < baseline_target or not pmids:
         pmid = FIRST_PMID + index
         template_index = index % len(templates)
-        record = templates[template_index].format(pmid=pmid)
+        record = with_references(templates[template_index].format(pmid=pmid), pmid)
         batch.append(record)
         batch_bytes += len(record) + 1
         pmids.append(pmid)
@@ -178,7 +198,7 @@ def build_release(templates: list[str], target: int, out: Path, file_bytes: int,
     half = len(revised) // 2
     for number, (rev, dele) in enumerate([(revised[:half], deleted[: len(deleted) // 2]),
                                           (revised[half:], deleted[len(deleted) // 2:])], start=1):
-        records = [revise(templates[by_pmid[p]].format(pmid=p)) for p in rev]
+        records = [revise(with_references(templates[by_pmid[p]].format(pmid=p), p)) for p in rev]
         if dele:
             records.append("<DeleteCitation>\n" + "\n".join(f'<PMID Version="1">{p}</PMID>' for p in dele)
                            + "\n</DeleteCitation>")
@@ -343,10 +363,11 @@ def stage_argv(stage: str, release: Path, work: Path, num_proc: int, min_words: 
         return ["launch/vocab_report.py", "--tokenizers", f"pubmed={vocab}", "--corpus", f"corpus={corpus}",
                 "--output-dir", str(work / "vocab_report")], work / "vocab_report"
     length = stage.rsplit("_", 1)[1]
-    out = work / f"data{length}"
+    pair_task = "drp" if "_drp_" in stage else "nsp"
+    out = work / f"data{length}" if pair_task == "nsp" else work / f"data_{pair_task}{length}"
     return ["launch/create_pretraining_data.py", "--corpus", str(corpus), "--tokenizer", str(vocab),
-            "--output-dir", str(out), "--max-seq-length", length, "--num-proc", str(num_proc),
-            "--overwrite"], out
+            "--output-dir", str(out), "--max-seq-length", length, "--pair-task", pair_task,
+            "--num-proc", str(num_proc), "--overwrite"], out
 
 
 # ------------------------------------------------------------------------------ fits and projection
@@ -535,6 +556,9 @@ def main(argv: list[str] | None = None) -> int:
                     row |= {"input_mb": info["xml_bytes"] / 1e6, "input_docs": info["citations"]}
                 else:
                     row |= {"input_mb": info["text_bytes"] / 1e6, "input_docs": info["documents"]}
+                if "_drp_" in stage and row["exit_status"] == 0:  # the link index it built and drew from
+                    made = json.loads((out_dir / "pretraining_data.json").read_text())["summary"]
+                    row |= {"links": made["links"], "pair_labels": made["pair_labels"]}
                 row["mb_per_s"] = row["input_mb"] / row["seconds"]
                 row["docs_per_s"] = row["input_docs"] / row["seconds"]
                 row["mb_per_s_per_core"] = row["mb_per_s"] / cores

@@ -51,6 +51,10 @@ def test_every_stage_is_measured_at_every_size(result):
         assert row["bytes_written"] > 0
         assert 0 < row["cpu_seconds_main"] <= row["cpu_seconds"]
     assert any(r["peak_rss_children_mib"] > 0 for r in rows if r["stage"] == "prepare_corpus")
+    for row in (r for r in rows if r["stage"] == "create_pretraining_data_drp_128"):
+        # every synthetic citation after the first cites earlier ones of the release: DRP draws linked pairs
+        assert row["links"]["links_in_corpus"] >= row["links"]["documents_with_links_in_corpus"] > 0
+        assert row["pair_labels"]["linked"] > 0
     for stage in bench_scale.STAGES:
         assert set(result["exponents"][stage]) == {"time", "cpu_time", "peak_rss_tree", "peak_rss_main",
                                                    "maxrss_kernel", "peak_anon_main", "peak_anon_tree",
