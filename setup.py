@@ -48,7 +48,7 @@ setup(
     package_dir=PACKAGE_DIRS,
     package_data={"biomed_lm.configs": ["*/*.yaml", "*/*.txt"],
                   "biomed_lm.data": ["README.md", "sample/*", "blurb/*/*"]},
-    entry_points={"console_scripts": ["biomed-lm=biomed_lm.cli:main"]},
+    entry_points={"console_scripts": ["biomed-lm=biomed_lm.launch.cli:main"]},
     # Floors: the lowest versions this code is known to work with, each with its reason. The versions
     # of a green run are requirements/cpu.lock (and gpu.lock for the image); tests/test_packaging.py
     # checks that the lock satisfies every specifier here. requirements/check_floors.sh installs

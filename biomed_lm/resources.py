@@ -37,6 +37,20 @@ def resolve_path(path: str | Path) -> Path:
     return shipped if shipped.exists() else given
 
 
+def entry_script(name: str) -> Path:
+    """The file of an entry script of ``launch/`` (``pretrain.py``), in a checkout or an installed wheel.
+
+    Found from the import system's record of the ``biomed_lm.launch`` package, without running it:
+    the layers below launch start its scripts as subprocesses (the ablation runner) but never import
+    it (``tests/test_architecture.py``)."""
+    from importlib.util import find_spec
+
+    spec = find_spec("biomed_lm.launch")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the biomed_lm.launch package is not installed")
+    return Path(next(iter(spec.submodule_search_locations))) / name
+
+
 def read_json_object(path: str | Path, error: type[Exception], what: str = "JSON object") -> dict:
     """The JSON object in ``path``; ``error`` (the caller's stage error) naming the file when it
     cannot be read, is not JSON, or holds something other than an object."""

@@ -79,7 +79,7 @@ from biomed_lm.errors import ConfigError, InputError
 from biomed_lm.experiments.ablation_record import (ABLATION_FILE, AblationRecord, CheckpointRecord, VariantRecord,
                                                   run_suffix, write_ablation_record)
 from biomed_lm.experiments.choices import FACTOR_LEVELS, FACTORS, GENERAL, SPECIFICATIONS, Specification
-from biomed_lm.resources import resolve_path
+from biomed_lm.resources import entry_script, resolve_path
 
 __all__ = ["run_suffix", "AblationConfig", "PretrainBudget", "PretrainPhase", "Variant", "plan_variants",
            "load_ablation_config", "ablation_config_from", "run_ablation", "StepFailed", "FACTORS", "FACTOR_LEVELS",
@@ -248,7 +248,7 @@ def _factor_levels(values: Mapping[str, Any], where: str) -> dict[str, list[str]
 def _mixtures(values: Mapping[str, Any], where: str) -> dict[str, dict[str, dict[str, float]]]:
     """``mixtures``: name -> {corpus name: {weight: W} | {epochs: E}}, checked as
     launch/create_pretraining_data.py checks a ``mixture:`` (pretrain.mixture.parse_mixture)."""
-    from biomed_lm.pretrain.data import PretrainingDataError
+    from biomed_lm.pretrain.prepared_corpus import PretrainingDataError
     from biomed_lm.pretrain.mixture import parse_mixture
 
     mixtures = values.get("mixtures") or {}
@@ -422,14 +422,9 @@ def _run(title: str, command: list[str], log: Callable[[str], None], env: Mappin
 
 
 def _python(script: str, *args: str) -> list[str]:
-    return [sys.executable, str(_launch_script(script)), *args]
+    return [sys.executable, str(entry_script(script)), *args]
 
 
-def _launch_script(script: str) -> Path:
-    """An entry script of launch/, in a checkout or in the installed package (biomed_lm.launch)."""
-    import biomed_lm.launch
-
-    return Path(biomed_lm.launch.__file__).parent / script
 
 
 def _pretrain_command(config: AblationConfig, variant: Variant, phase: PretrainPhase, tokenizer: str,
@@ -471,7 +466,7 @@ def _pretrain_command(config: AblationConfig, variant: Variant, phase: PretrainP
         launcher = ["deepspeed", "--num_gpus", str(budget.num_gpus)]
         if budget.hostfile:
             launcher += ["--hostfile", budget.hostfile]
-        return [*launcher, str(_launch_script("pretrain.py")), *flags]
+        return [*launcher, str(entry_script("pretrain.py")), *flags]
     return _python("pretrain.py", *flags)
 
 

@@ -3,6 +3,10 @@
 ``biomed-lm pretrain --config configs/pretrain/demo.yaml`` is ``python launch/pretrain.py --config
 ...`` in a checkout; shipped configs and sample data are found from any directory (see
 biomed_lm.resources). Several ranks: ``deepspeed --module biomed_lm.launch.pretrain ...``.
+
+The dispatcher lives here, in the top layer, because it loads the entry scripts: the shared floor
+(``biomed_lm/``) imports nothing above it (``tests/test_architecture.py``). setup.py's console
+script is ``biomed_lm.launch.cli:main``.
 """
 
 from __future__ import annotations

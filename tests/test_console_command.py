@@ -1,0 +1,45 @@
+"""``biomed-lm <command>``: the dispatcher is in the top layer (biomed_lm.launch.cli), setup.py's
+console script points at it, and every command it lists is an entry script of launch/."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from biomed_lm.launch.cli import COMMANDS, main
+from biomed_lm.resources import entry_script
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_console_script_is_the_launch_dispatcher():
+    found = re.findall(r'"biomed-lm=([\w.]+):(\w+)"', (REPO / "setup.py").read_text(encoding="utf-8"))
+    assert found == [("biomed_lm.launch.cli", "main")]
+
+
+def test_every_command_is_an_entry_script():
+    missing = [f"{command}: launch/{module}.py" for command, (module, _) in COMMANDS.items()
+               if not entry_script(f"{module}.py").is_file()]
+    assert not missing, missing
+
+
+def test_help_lists_every_command(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert [c for c in COMMANDS if f"  {c} " not in out] == []
+
+
+@pytest.mark.parametrize("argv", [[], ["no-such-command"]])
+def test_no_or_an_unknown_command_exits_2(argv, capsys):
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert "usage: biomed-lm <command>" in captured.out + captured.err
+
+
+def test_a_command_runs_its_entry_script(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["vocab-report", "--help"])
+    assert exit_.value.code == 0
+    assert "biomed-lm vocab-report" in capsys.readouterr().out
