@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["PRECISIONS", "BF16_MODES", "ds_config", "ensure_distributed_env", "DistributedContext",
-           "start_distributed", "local_device", "release_shm_buffer_name"]
+__all__ = ["Precision", "PRECISIONS", "ZeroStage", "BF16_MODES", "ds_config", "ensure_distributed_env",
+           "DistributedContext", "start_distributed", "local_device", "release_shm_buffer_name"]
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+#: The precisions a run trains in through this backend (pretraining's fp8 runs DeepSpeed in bf16).
+Precision = Literal["fp32", "bf16", "fp16"]
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+#: DeepSpeed ZeRO stages (3 is not needed for BERT-sized models).
+ZeroStage = Literal[0, 1, 2]
 #: How bf16 runs: DeepSpeed's bf16 mode (weights and gradients in bf16), or torch autocast with fp32
 #: weights, gradients (accumulated over micro-batches) and optimizer.
 BF16_MODES = ("deepspeed", "autocast")

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Set
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Literal, Mapping, NamedTuple, Sequence, get_args
 
 import numpy as np
 from scipy import stats
@@ -131,11 +131,15 @@ def _seqeval_entities(seqs: list[list[str]], scheme: str, mode: str) -> set[tupl
     return found
 
 
-NER_F1_MODES = ("conlleval", "strict")  # the first is the default everywhere
+#: How entity F1 reads ill-formed predicted chunks (:func:`entity_f1`).
+NerF1Mode = Literal["conlleval", "strict"]
+NER_F1_MODES: tuple[str, ...] = get_args(NerF1Mode)
+#: The reading used unless a run says otherwise (here and ``FinetuneArgs.ner_f1_mode``).
+DEFAULT_NER_F1_MODE: NerF1Mode = "conlleval"
 
 
 def entity_f1(gold_tag_seqs: Sequence[Sequence[str]], pred_tag_seqs: Sequence[Sequence[str]],
-              scheme: str = "bio", mode: str = "conlleval") -> dict[str, Any]:
+              scheme: str = "bio", mode: str = DEFAULT_NER_F1_MODE) -> dict[str, Any]:
     """Entity-level exact-match micro F1 (BLURB's NER metric), with precision and recall.
 
     An entity counts as correct only if its type, first and last token all match a gold entity;

@@ -33,7 +33,7 @@ import inspect
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -48,9 +48,9 @@ TaggingLayer = Literal["linear", "bilstm", "crf"]
 Problem = Literal["single_label", "multi_label", "regression"]
 Representation = Literal["cls", "mention_max_pool", "entity_start"]
 
-TAGGING_LAYERS: tuple[str, ...] = ("linear", "bilstm", "crf")
-PROBLEMS: tuple[str, ...] = ("single_label", "multi_label", "regression")
-REPRESENTATIONS: tuple[str, ...] = ("cls", "mention_max_pool", "entity_start")
+TAGGING_LAYERS: tuple[str, ...] = get_args(TaggingLayer)
+PROBLEMS: tuple[str, ...] = get_args(Problem)
+REPRESENTATIONS: tuple[str, ...] = get_args(Representation)
 
 
 def load_encoder(checkpoint: str | Path, **kwargs) -> nn.Module:

@@ -30,7 +30,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, get_args
 
 from biomed_lm.errors import FinetuneError, InputError
 from biomed_lm.finetune.blurb import BLURB, CHEMPROT_TYPE_MAP, DDI_TYPE_MAP, GAD_TYPE_MAP, PlaceholderPair  # noqa: F401
@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # torch is imported where tensors are made, so the dataset re
     import torch  # without loading it
 
 Transformation = Literal["dummify", "markers", "original"]
-TRANSFORMATIONS: tuple[str, ...] = ("dummify", "markers", "original")
+TRANSFORMATIONS: tuple[str, ...] = get_args(Transformation)
 
 ENTITY_MARKERS: tuple[str, str, str, str] = ("[E1]", "[/E1]", "[E2]", "[/E2]")
 

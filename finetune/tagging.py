@@ -45,13 +45,17 @@ Invalid sequences and the conll convention
 from __future__ import annotations
 
 import operator
-from typing import Iterable, Sequence
+from typing import Iterable, Literal, Sequence, get_args
 
 from biomed_lm.errors import FinetuneError, InputError
 
 OUTSIDE = "O"
-SCHEMES = ("bio", "bioul", "io")
-_ALIASES = {"bio": "bio", "iob2": "bio", "bioul": "bioul", "bilou": "bioul", "io": "io"}
+Scheme = Literal["bio", "bioul", "io"]
+SCHEMES: tuple[str, ...] = get_args(Scheme)
+#: The names a config or flag may give a scheme by: the schemes, then the aliases users carry.
+SchemeName = Literal[Scheme, "iob2", "bilou"]
+_ALIASES = {**{scheme: scheme for scheme in SCHEMES}, "iob2": "bio", "bilou": "bioul"}
+assert tuple(_ALIASES) == get_args(SchemeName)  # every name has its scheme
 _PREFIXES = {"bio": ("B", "I"), "bioul": ("B", "I", "L", "U"), "io": ("I",)}
 # Prefixes that can extend the entity of the previous token, and those that close their entity.
 _CONTINUE = frozenset({"I", "L"})
@@ -76,8 +80,9 @@ def normalize_scheme(scheme: str) -> str:
     if key not in _ALIASES:
         hint = " (BIOES/IOBES: rename S- to U- and E- to L-, then use 'bioul')" \
             if key in ("bioes", "iobes") else ""
+        aliases = ", ".join(name for name in _ALIASES if name not in SCHEMES)
         raise InputError(f"unknown tagging scheme {scheme!r}: expected one of "
-                         f"{', '.join(SCHEMES)} (aliases: iob2, bilou){hint}")
+                         f"{', '.join(SCHEMES)} (aliases: {aliases}){hint}")
     return _ALIASES[key]
 
 

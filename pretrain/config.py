@@ -16,7 +16,7 @@ from typing import Any, Literal, Optional
 
 import yaml
 
-from biomed_lm.backend import ds_config
+from biomed_lm.backend import ZeroStage, ds_config
 from biomed_lm.errors import PretrainError
 from biomed_lm.resources import resolve_path, shipped_dir
 
@@ -28,7 +28,6 @@ MaskSchedule = Literal["constant", "stepwise", "linear"]  # pretrain.masking.MAS
 # pretrain.attention.KERNELS has one entry per varlen kernel here; hf_* are transformers' padded forward.
 AttentionImplementation = Literal["auto", "flash_attn", "varlen", "sdpa_padded", "flex", "sdpa_nested", "sdpa_loop",
                                   "hf_sdpa", "hf_eager"]
-ZeroStage = Literal[0, 1, 2]
 
 
 class PretrainConfigError(PretrainError, ValueError):
