@@ -29,16 +29,16 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping
 
-from biomed_lm.errors import InputError
+from biomed_lm.errors import ConfigError, InputError
 from biomed_lm.finetune.blurb import (BLURB, BLURB_DATASETS, BLURB_TASK_OF, BLURB_TASK_TYPES, UnknownDatasetError,
                                       canonical_dataset_name, default_max_length)
 from biomed_lm.finetune.metrics import MeanStd, blurb_score, mean_std
 from biomed_lm.finetune.model_check import check_model
-from biomed_lm.finetune.trainer import PRECISIONS, RUN_RECORD, FinetuneArgs, is_complete_run, run_finetune
+from biomed_lm.finetune.trainer import RUN_RECORD, FinetuneArgs, RunOptions, is_complete_run, run_finetune
 from biomed_lm.resources import resolve_path
 
-__all__ = ["DatasetProtocol", "PROTOCOL", "SweepArgs", "SweepPlan", "PlannedRun", "plan_sweep", "run_sweep",
-           "collect_runs", "summarize", "format_table", "find_dataset_dir", "SUMMARY_FILE", "TABLE_FILE"]
+__all__ = ["DatasetProtocol", "PROTOCOL", "SweepArgs", "SweepPlan", "PlannedRun", "run_options", "plan_sweep",
+           "run_sweep", "collect_runs", "summarize", "format_table", "find_dataset_dir", "SUMMARY_FILE", "TABLE_FILE"]
 
 SUMMARY_FILE = "summary.json"
 TABLE_FILE = "blurb.md"
@@ -60,13 +60,11 @@ PROTOCOL: Mapping[str, DatasetProtocol] = MappingProxyType(
 
 
 @dataclass
-class SweepArgs:
-    """A BLURB sweep (YAML keys and flags of ``launch/blurb.py``)."""
+class SweepArgs(RunOptions):
+    """A BLURB sweep (YAML keys and flags of ``launch/blurb.py``): the run options
+    (:class:`finetune.trainer.RunOptions`), passed to each run, and what the sweep sets per run — the
+    datasets and where they lie, the grid, the seeds, where the runs write."""
 
-    model: str = field(default="", metadata={"help": "checkpoint directory to fine-tune (or a pretraining run "
-                                                      "directory: its model/ export)"})
-    resize_embeddings: bool = field(default=False, metadata={
-        "help": "resize the model's embeddings to the tokenizer's size when they differ (default: refuse)"})
     output_dir: str = field(default="", metadata={"help": "one directory per run below it, plus summary.json "
                                                            "and blurb.md"})
     data_root: str = field(default="data/blurb", metadata={
@@ -75,49 +73,29 @@ class SweepArgs:
         "help": "BLURB datasets to run (default: all 13; absent ones are reported, not fatal)"})
     data_dirs: list[str] = field(default_factory=list, metadata={
         "help": "NAME=DIR overrides of where a dataset lies, e.g. bioasq=/data/bioasq"})
-    learning_rates: list[float] = field(default_factory=lambda: [1e-5, 3e-5, 5e-5])
-    batch_sizes: list[int] = field(default_factory=lambda: [16, 32])
+    learning_rates: list[float] = field(default_factory=lambda: [1e-5, 3e-5, 5e-5], metadata={
+        "help": "the grid's peak learning rates", "gt": 0})
+    batch_sizes: list[int] = field(default_factory=lambda: [16, 32], metadata={"help": "the grid's batch sizes",
+                                                                              "min": 1})
     epochs: int | None = field(default=None, metadata={"help": "epochs for every dataset (default: per dataset, "
-                                                                "biomed_lm.finetune.sweep.PROTOCOL)"})
+                                                                "biomed_lm.finetune.sweep.PROTOCOL)", "min": 1})
     num_seeds: int | None = field(default=None, metadata={"help": "seeds per grid point (default: 10 for BIOSSES, "
-                                                                   "BioASQ, PubMedQA; 5 otherwise)"})
-    first_seed: int = field(default=1, metadata={"help": "seeds are first_seed, first_seed + 1, ..."})
-    max_length: int | None = field(default=None, metadata={"help": "sub-words per input for every dataset "
-                                                                    "(default: per dataset)"})
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    dropout: float = 0.1
-    tagging_scheme: str = "bio"
-    tagging_layer: str = "linear"
-    ner_f1_mode: str = "conlleval"
-    relation_transformation: str = "dummify"
-    relation_representation: str = "cls"
-    allow_missing_train: bool = field(default=False, metadata={
-        "help": "NER datasets without a train file (JNLPBA here) train on 90%% of their dev file"})
-    max_train_examples: int | None = field(default=None, metadata={"help": "first N training examples only "
-                                                                            "(smoke tests, demos)"})
-    max_eval_examples: int | None = field(default=None, metadata={"help": "first N dev/test examples only"})
-    deepspeed: bool = False
-    precision: str = field(default="fp32", metadata={"help": ", ".join(PRECISIONS)})
+                                                                   "BioASQ, PubMedQA; 5 otherwise)", "min": 1})
+    first_seed: int = field(default=1, metadata={"help": "seeds are first_seed, first_seed + 1, ...", "min": 0})
     stop_on_error: bool = field(default=False, metadata={
         "help": "stop at the first failed run (default: record the failure and go on with the other datasets)"})
 
     def __post_init__(self) -> None:
-        for name in ("model", "output_dir"):
+        super().__post_init__()
+        if not self.output_dir:
+            raise ConfigError("output_dir is required")
+        for name in ("datasets", "learning_rates", "batch_sizes"):
             if not getattr(self, name):
-                raise InputError(f"{name} is required")
-        if not self.datasets:
-            raise InputError("datasets is empty")
+                raise ConfigError(f"{name} is empty")
         try:
             self.datasets = list(dict.fromkeys(canonical_dataset_name(d) for d in self.datasets))
         except UnknownDatasetError as err:
-            raise InputError(f"datasets: {err}") from None
-        for name in ("learning_rates", "batch_sizes"):
-            if not getattr(self, name):
-                raise InputError(f"{name} is empty")
-        for name in ("epochs", "num_seeds"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
+            raise ConfigError(f"datasets: {err}") from None
         self.data_dir_overrides()  # reject malformed NAME=DIR entries now
 
     def data_dir_overrides(self) -> dict[str, Path]:
@@ -125,11 +103,11 @@ class SweepArgs:
         for item in self.data_dirs:
             name, sep, path = item.partition("=")
             if not sep or not path:
-                raise InputError(f"data_dirs: expected NAME=DIR, got {item!r}")
+                raise ConfigError(f"data_dirs: expected NAME=DIR, got {item!r}")
             try:
                 overrides[canonical_dataset_name(name)] = Path(path)
             except UnknownDatasetError as err:
-                raise InputError(f"data_dirs: {err}") from None
+                raise ConfigError(f"data_dirs: {err}") from None
         return overrides
 
     def epochs_for(self, dataset: str) -> int:
@@ -181,6 +159,14 @@ class SweepPlan:
     absent: dict[str, str]  # dataset -> why it is not in the sweep (the places looked at)
 
 
+def run_options(args: SweepArgs, dataset: str) -> dict[str, Any]:
+    """The run options of ``dataset``'s runs: the sweep's own (every :class:`RunOptions` field), with
+    the dataset's input length when none is given and ``allow_missing_train`` for NER datasets only."""
+    options = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunOptions)}
+    return options | {"max_length": args.max_length_for(dataset),
+                      "allow_missing_train": args.allow_missing_train and BLURB_TASK_OF[dataset] == "ner"}
+
+
 def plan_sweep(args: SweepArgs) -> SweepPlan:
     """Every run of the sweep, in order (dataset, grid point, seed), and the datasets not found."""
     overrides = args.data_dir_overrides()
@@ -190,23 +176,15 @@ def plan_sweep(args: SweepArgs) -> SweepPlan:
         if data_dir is None:
             absent[dataset] = "not found at " + ", ".join(str(p) for p in tried)
             continue
-        epochs = args.epochs_for(dataset)
+        epochs, options = args.epochs_for(dataset), run_options(args, dataset)
         for learning_rate in args.learning_rates:
             for batch_size in args.batch_sizes:
                 for seed in args.seeds_for(dataset):
                     out = Path(args.output_dir) / dataset / grid_point_name(learning_rate, batch_size, epochs) \
                         / f"seed{seed}"
                     finetune_args = FinetuneArgs(
-                        model=args.model, resize_embeddings=args.resize_embeddings, dataset=dataset, data_dir=str(data_dir), output_dir=str(out),
-                        learning_rate=learning_rate, batch_size=batch_size, epochs=epochs, seed=seed,
-                        max_length=args.max_length_for(dataset), warmup_ratio=args.warmup_ratio,
-                        weight_decay=args.weight_decay, dropout=args.dropout, tagging_scheme=args.tagging_scheme,
-                        tagging_layer=args.tagging_layer, ner_f1_mode=args.ner_f1_mode,
-                        relation_transformation=args.relation_transformation,
-                        relation_representation=args.relation_representation,
-                        allow_missing_train=args.allow_missing_train and BLURB_TASK_OF[dataset] == "ner",
-                        max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,
-                        deepspeed=args.deepspeed, precision=args.precision)
+                        **options, dataset=dataset, data_dir=str(data_dir), output_dir=str(out),
+                        learning_rate=learning_rate, batch_size=batch_size, epochs=epochs, seed=seed)
                     runs.append(PlannedRun(dataset, learning_rate, batch_size, epochs, seed, finetune_args))
     return SweepPlan(runs, absent)
 

@@ -26,7 +26,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -34,21 +34,22 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from biomed_lm.backend import PRECISIONS, DistributedContext, ds_config, start_distributed
-from biomed_lm.errors import InputError
+from biomed_lm.backend import DistributedContext, Precision, ZeroStage, ds_config, start_distributed
+from biomed_lm.config import check_fields
+from biomed_lm.errors import ConfigError, InputError
 from biomed_lm.finetune.adapters import TaskAdapter, adapter_for
 from biomed_lm.finetune.adapters.tagging import word_windows
 from biomed_lm.finetune.blurb import DEV, QA_MAX_LENGTH, TASK_TYPES, TEST, TRAIN, default_max_length
-from biomed_lm.finetune.metrics import NER_F1_MODES, compute_metric
+from biomed_lm.finetune.metrics import DEFAULT_NER_F1_MODE, NerF1Mode, compute_metric
 from biomed_lm.finetune.model_check import CheckedModel, check_model
-from biomed_lm.finetune.modeling import REPRESENTATIONS, TAGGING_LAYERS, load_encoder
+from biomed_lm.finetune.modeling import Representation, TaggingLayer, load_encoder
 from biomed_lm.finetune.readers import RARE_LABEL_COUNT, BlurbDataset, load_blurb_dataset, load_generic_dataset
-from biomed_lm.finetune.relation_inputs import TRANSFORMATIONS
-from biomed_lm.finetune.tagging import SCHEMES, normalize_scheme
+from biomed_lm.finetune.relation_inputs import Transformation
+from biomed_lm.finetune.tagging import SchemeName, normalize_scheme
 from biomed_lm.pretrain.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
 
-__all__ = ["FinetuneArgs", "RunResult", "run_finetune", "load_dataset_for", "word_windows", "is_complete_run",
-           "train_epoch", "finetune_ds_config", "RUN_RECORD", "QA_MAX_LENGTH", "PRECISIONS"]
+__all__ = ["RunOptions", "FinetuneArgs", "RunResult", "run_finetune", "load_dataset_for", "word_windows",
+           "is_complete_run", "train_epoch", "finetune_ds_config", "RUN_RECORD", "QA_MAX_LENGTH"]
 
 RUN_RECORD = "run.json"
 MAX_GRAD_NORM = 1.0
@@ -58,21 +59,76 @@ _NOT_RESULT_SETTINGS = ("num_workers", "output_dir", "data_dir", "local_rank")
 _BEFORE_RECORDED = {"ner_f1_mode": "strict"}
 
 
+# The task families as a choice set; finetune.blurb.TASK_TYPES (the registry's order) is its one spelling.
+TaskType = Literal[TASK_TYPES]
+
+
 @dataclass
-class FinetuneArgs:
-    """Everything one run depends on (YAML keys and command-line flags of ``launch/finetune.py``)."""
+class RunOptions:
+    """The options of a run that are not its data, its grid point or its seed: a BLURB sweep
+    (:class:`finetune.sweep.SweepArgs`) has these same fields and passes them to each of its runs,
+    so an option added here is a sweep option too. Choices and ranges are checked by
+    :mod:`biomed_lm.config`, from a YAML file, a flag, or code alike (:meth:`__post_init__`)."""
 
     model: str = field(default="", metadata={"help": "checkpoint directory (config, weights, tokenizer), or a "
                                                       "pretraining run directory (its model/ export is used)"})
     resize_embeddings: bool = field(default=False, metadata={
         "help": "resize the model's embeddings to the tokenizer's size when they differ (default: refuse)"})
+    max_length: int | None = field(default=None, metadata={
+        "help": "sub-words per input; default: the dataset's own (docs/datasets.md)", "min": 8})
+    warmup_ratio: float = field(default=0.1, metadata={"help": "share of the schedule spent warming up",
+                                                       "min": 0, "lt": 1})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay", "min": 0})
+    dropout: float = field(default=0.1, metadata={"help": "dropout of the encoder and the head", "min": 0, "lt": 1})
+    tagging_scheme: SchemeName = field(default="bio", metadata={
+        "help": "NER tags (iob2 and bilou are other names of bio and bioul; the run records the scheme)"})
+    tagging_layer: TaggingLayer = field(default="linear", metadata={"help": "NER head over the encoder"})
+    ner_f1_mode: NerF1Mode = field(default=DEFAULT_NER_F1_MODE, metadata={
+        "help": "NER entity F1 reading (conlleval: seqeval's default mode, the field's convention; strict: "
+                "ill-formed predicted chunks are no entities)"})
+    relation_transformation: Transformation = field(default="dummify", metadata={
+        "help": "relation inputs: mentions replaced by @TYPE$ placeholders (dummify, BLURB's), wrapped in "
+                "[E1]/[E2] markers, or left as they are (original)"})
+    relation_representation: Representation = field(default="cls", metadata={
+        "help": "relation head input: [CLS], the max-pooled mentions, or the entity start tokens"})
+    max_train_examples: int | None = field(default=None, metadata={"help": "first N training examples only",
+                                                                    "min": 1})
+    max_eval_examples: int | None = field(default=None, metadata={"help": "first N dev/test examples only",
+                                                                   "min": 1})
+    allow_missing_train: bool = field(default=False, metadata={
+        "help": "NER datasets without a train file train on a seeded 90%% of the dev file's documents "
+                "(JNLPBA as distributed here); the run record's dataset_notes say so"})
+    num_workers: int = field(default=0, metadata={"help": "DataLoader worker processes", "min": 0})
+    deepspeed: bool = field(default=False, metadata={
+        "help": "train through DeepSpeed (launch with `deepspeed launch/finetune.py ...`); its config is "
+                "generated from batch_size, precision and zero_stage"})
+    precision: Precision = field(default="fp32", metadata={"help": "bf16/fp16 need --deepspeed on a GPU"})
+    zero_stage: ZeroStage = field(default=0, metadata={"help": "DeepSpeed ZeRO stage"})
+
+    def __post_init__(self) -> None:
+        """Check every value as ``parse_config`` does (runs and sweeps are also built in code, from an
+        ablation's YAML), then the rules between fields; a ConfigError names the field."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, value in check_fields(type(self), values).items():
+            setattr(self, name, value)  # as checked: an int given for a float field is a float
+        self.tagging_scheme = normalize_scheme(self.tagging_scheme)
+        if not self.model:
+            raise ConfigError("model is required")
+        if self.precision != "fp32" and not self.deepspeed:
+            raise ConfigError(f"precision {self.precision} needs --deepspeed (mixed precision runs through DeepSpeed)")
+
+
+@dataclass
+class FinetuneArgs(RunOptions):
+    """Everything one run depends on (YAML keys and command-line flags of ``launch/finetune.py``):
+    the run options, and the data, grid point and seed that a sweep sets per run."""
+
     dataset: str = field(default="", metadata={"help": "BLURB dataset name (ncbi-disease, gad, ...) or, with "
                                                         "task_type, the name of a generic dataset"})
     data_dir: str = field(default="", metadata={"help": "directory holding the dataset's files"})
     output_dir: str = field(default="", metadata={"help": "where run.json is written"})
-    task_type: str | None = field(default=None, metadata={
-        "help": f"read data_dir in the generic format of this task family ({', '.join(TASK_TYPES)}) instead of "
-                "as a BLURB dataset"})
+    task_type: TaskType | None = field(default=None, metadata={
+        "help": "read data_dir in the generic format of this task family instead of as a BLURB dataset"})
     negative_label: str | None = field(default=None, metadata={
         "help": "generic relation datasets: the 'no relation' label (metric: micro F1 without it)"})
     labels: str | None = field(default=None, metadata={
@@ -80,76 +136,19 @@ class FinetuneArgs:
                 "label outside it in any split is an error naming file and line. NER: the entity types "
                 f"(Chemical,Disease). Default: the training file's labels, with a warning for any seen fewer "
                 f"than {RARE_LABEL_COUNT} times (docs/datasets.md)"})
-    learning_rate: float = 3e-5
-    batch_size: int = 32
-    epochs: int = 3
-    seed: int = 42
-    max_length: int | None = field(default=None, metadata={"help": "sub-words per input; default: the dataset's "
-                                                                    "own (docs/datasets.md)"})
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    dropout: float = 0.1
-    tagging_scheme: str = field(default="bio", metadata={"help": f"NER tags: {', '.join(SCHEMES)}"})
-    tagging_layer: str = field(default="linear", metadata={"help": f"NER head: {', '.join(TAGGING_LAYERS)}"})
-    ner_f1_mode: str = field(default="conlleval", metadata={
-        "help": f"NER entity F1 reading: {', '.join(NER_F1_MODES)} (conlleval: seqeval's default mode, the "
-                "field's convention; strict: ill-formed predicted chunks are no entities)"})
-    relation_transformation: str = field(default="dummify", metadata={"help": ", ".join(TRANSFORMATIONS)})
-    relation_representation: str = field(default="cls", metadata={"help": ", ".join(REPRESENTATIONS)})
-    max_train_examples: int | None = field(default=None, metadata={"help": "first N training examples only"})
-    max_eval_examples: int | None = field(default=None, metadata={"help": "first N dev/test examples only"})
-    allow_missing_train: bool = field(default=False, metadata={
-        "help": "NER datasets without a train file train on a seeded 90%% of the dev file's documents "
-                "(JNLPBA as distributed here); the run record's dataset_notes say so"})
-    num_workers: int = 0
-    deepspeed: bool = field(default=False, metadata={
-        "help": "train through DeepSpeed (launch with `deepspeed launch/finetune.py ...`); its config is "
-                "generated from batch_size, precision and zero_stage"})
-    precision: str = field(default="fp32", metadata={"help": f"{', '.join(PRECISIONS)}; bf16/fp16 need "
-                                                              "--deepspeed on a GPU"})
-    zero_stage: int = field(default=0, metadata={"help": "DeepSpeed ZeRO stage (0-2)"})
+    learning_rate: float = field(default=3e-5, metadata={"help": "peak learning rate", "gt": 0})
+    batch_size: int = field(default=32, metadata={"help": "examples per optimizer step", "min": 1})
+    epochs: int = field(default=3, metadata={"help": "training epochs (the best on dev is kept)", "min": 1})
+    seed: int = field(default=42, metadata={"help": "seed of the head's weights and the data order", "min": 0})
     local_rank: int = field(default=-1, metadata={"help": "set by the deepspeed launcher"})
 
     def __post_init__(self) -> None:
-        """Reject bad settings before any data or model is loaded, naming the setting."""
-        for name in ("model", "dataset", "data_dir", "output_dir"):
+        super().__post_init__()
+        for name in ("dataset", "data_dir", "output_dir"):
             if not getattr(self, name):
-                raise InputError(f"{name} is required")
-        if self.task_type is not None and self.task_type not in TASK_TYPES:
-            raise InputError(f"task_type must be one of {', '.join(TASK_TYPES)}, got {self.task_type!r}")
-        for name in ("batch_size", "epochs"):
-            if getattr(self, name) < 1:
-                raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if not self.learning_rate > 0:
-            raise InputError(f"learning_rate must be positive, got {self.learning_rate}")
-        if self.max_length is not None and self.max_length < 8:
-            raise InputError(f"max_length must be at least 8, got {self.max_length}")
-        if not 0 <= self.warmup_ratio < 1:
-            raise InputError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
-        if not 0 <= self.dropout < 1:
-            raise InputError(f"dropout must be in [0, 1), got {self.dropout}")
-        try:
-            self.tagging_scheme = normalize_scheme(self.tagging_scheme)
-        except ValueError as err:
-            raise InputError(f"tagging_scheme: {err}") from None
-        choices = {"tagging_layer": TAGGING_LAYERS, "relation_transformation": TRANSFORMATIONS,
-                   "relation_representation": REPRESENTATIONS, "ner_f1_mode": NER_F1_MODES}
-        for name, valid in choices.items():
-            if getattr(self, name) not in valid:
-                raise InputError(f"{name} must be one of {', '.join(valid)}, got {getattr(self, name)!r}")
+                raise ConfigError(f"{name} is required")
         if self.labels is not None:  # refused if empty or repeated before any data is read; one spelling recorded
             self.labels = ",".join(self.label_list())
-        for name in ("max_train_examples", "max_eval_examples"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.num_workers < 0:
-            raise InputError(f"num_workers must be >= 0, got {self.num_workers}")
-        if self.precision not in PRECISIONS:
-            raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        if self.precision != "fp32" and not self.deepspeed:
-            raise InputError(f"precision {self.precision} needs --deepspeed (mixed precision runs through DeepSpeed)")
-        if self.zero_stage not in (0, 1, 2):
-            raise InputError(f"zero_stage must be 0, 1 or 2, got {self.zero_stage}")
 
     def label_list(self) -> tuple[str, ...] | None:
         """``labels`` as a tuple (None when not given): split on commas, spaces around them dropped."""

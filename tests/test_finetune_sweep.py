@@ -18,7 +18,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import biomed_lm.finetune.sweep as sweep  # noqa: E402
-from biomed_lm.errors import InputError
+from biomed_lm.errors import ConfigError, InputError
 from biomed_lm.finetune.datasets import blurb_spec  # noqa: E402
 from biomed_lm.finetune.metrics import BLURB_DATASETS  # noqa: E402
 from biomed_lm.finetune.sweep import PROTOCOL, SweepArgs, collect_runs, format_table, plan_sweep, run_sweep, summarize  # noqa: E402
@@ -142,7 +142,7 @@ def test_plan_reports_absent_datasets_and_uses_overrides(tmp_path):
     assert len({r.args.output_dir for r in plan.runs}) == len(plan.runs)
     for bad in (dict(datasets=["nope"]), dict(data_dirs=["ncbi-disease"]), dict(learning_rates=[]),
                 dict(num_seeds=0)):
-        with pytest.raises(InputError):
+        with pytest.raises(ConfigError):
             SweepArgs(model="m", output_dir="o", **bad)
 
 

@@ -18,7 +18,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from biomed_lm.errors import InputError
+from biomed_lm.errors import ConfigError, InputError
 from biomed_lm.finetune.datasets import TokenTaggingExample  # noqa: E402
 from biomed_lm.finetune.trainer import RUN_RECORD, FinetuneArgs, run_finetune, word_windows  # noqa: E402
 from tests.conftest import ncbi_slice  # noqa: E402
@@ -160,5 +160,5 @@ print("RESULT " + json.dumps({{k: record[k] for k in ("dev_per_epoch", "test_sco
 
 
 def test_mixed_precision_needs_deepspeed(tiny_bert, tmp_path):
-    with pytest.raises(InputError, match="needs --deepspeed"):
+    with pytest.raises(ConfigError, match="precision bf16 needs --deepspeed"):
         _args(tiny_bert, tmp_path, tmp_path / "o", precision="bf16")
