@@ -86,6 +86,7 @@ from torch import nn
 from biomed_lm.pretrain.config import PretrainConfigError
 from biomed_lm.pretrain.layout import PaddedBatch, VarlenBatch
 from biomed_lm.pretrain.modeling import PretrainingModel, PretrainingOutput
+from biomed_lm.pretrain.trainer_state import VariantState
 
 Norm = Literal["linf", "l2"]
 NORMS: tuple[str, ...] = get_args(Norm)
@@ -282,6 +283,13 @@ def adversarial_pretraining_loss(model: PretrainingModel, prepared: PaddedBatch 
                             config, generator=generator, noise=(noise_shape, to_layout))
 
 
+@dataclass
+class AdversarialState(VariantState):
+    """ALUM's checkpointed counter, beside the trainer's own (:mod:`pretrain.trainer_state`)."""
+
+    adversarial_fallbacks: int = 0  # micro-batches whose term was dropped as non-finite (the standard loss ran)
+
+
 @dataclass(kw_only=True)  # keyword-only: stays valid if PretrainingOutput gains defaulted fields
 class AdversarialPretrainingOutput(PretrainingOutput):
     """:class:`PretrainingOutput` whose ``loss`` includes the adversarial term, plus its statistics
@@ -299,19 +307,20 @@ class AdversarialPretrainingOutput(PretrainingOutput):
     # What the trainer sums, counts and logs for the term (see PretrainingOutput): SymKL, averaged over
     # the step's finite micro-batches, and the micro-batches whose term was dropped as non-finite.
     EXTRA_TOTALS: ClassVar[tuple[str, ...]] = ("adv_kl", "adv_nonfinite")
+    state_type: ClassVar[type[VariantState]] = AdversarialState
 
     def extra_totals(self) -> dict[str, torch.Tensor]:
         return {"adv_kl": self.adv_kl, "adv_nonfinite": self.adv_nonfinite}
 
     @classmethod
-    def account_step(cls, totals: Mapping[str, float], state: dict[str, Any]) -> None:
-        state["adversarial_fallbacks"] = state.get("adversarial_fallbacks", 0) + int(totals["adv_nonfinite"])
+    def account_step(cls, totals: Mapping[str, float], state: AdversarialState) -> None:
+        state.adversarial_fallbacks += int(totals["adv_nonfinite"])
 
     @classmethod
     def step_metrics(cls, totals: Mapping[str, float], micro_batches: int, nonfinite: bool,
-                     state: dict[str, Any]) -> dict[str, Any]:
+                     state: AdversarialState) -> dict[str, Any]:
         return {"adv_symmetric_kl": None if nonfinite else totals["adv_kl"] / micro_batches,
-                "adv_fallbacks": state.get("adversarial_fallbacks", 0)}
+                "adv_fallbacks": state.adversarial_fallbacks}
 
 
 @contextlib.contextmanager

@@ -421,6 +421,7 @@ def load_checkpoint(engine, run_dir: str | os.PathLike, tag: str, rank: int) -> 
         set_rng_state(torch.load(rng_path, weights_only=False))
     except Exception as err:
         raise CheckpointError(f"{rng_path} is unreadable: {type(err).__name__}: {err}") from err
-    if not client_state or "trainer_state" not in client_state:
-        raise CheckpointError(f"{folder} has no trainer state (step, data position): not one of ours")
+    trainer_state = (client_state or {}).get("trainer_state")
+    if not isinstance(trainer_state, dict) or not isinstance(trainer_state.get("step"), int):
+        raise CheckpointError(f"{folder} has no trainer state with a step (pretrain.trainer_state): not one of ours")
     return client_state

@@ -8,6 +8,10 @@ median gradient norm; spikes are judged once ``spike_warmup_steps`` steps have b
 first steps of a run move too fast to have a baseline). A factor of 0 turns that check off. The
 history is part of the trainer state, so a resumed run judges exactly as the uninterrupted one.
 
+A rejected step is vetoed where DeepSpeed takes it, ``with gate.vetoing(verdict.vetoes_update):
+engine.step()`` (:class:`StepGate`): the optimizer's update is skipped and everything else of the
+step runs, so the data stream and the learning-rate schedule stay aligned with the step number.
+
 The spike warm-up leaves the first steps unjudged, and a learning rate far too high wrecks the model
 in exactly those steps (at 1e6 the loss is 1e12 from step 2). So one absolute bound holds from step
 1: the *loss ceiling*, a multiple (``loss_ceiling_factor``, default 2) of the loss of uniform
@@ -18,18 +22,31 @@ confidently wrong everywhere, which no healthy model is.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
+import warnings
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterator
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
 class Verdict:
     skip: bool
-    reason: str | None = None  # nonfinite_loss | nonfinite_grad_norm | loss_ceiling | loss_spike | grad_norm_spike
+    # nonfinite_loss | nonfinite_grad_norm | loss_ceiling | loss_spike | grad_norm_spike, or fp16_overflow
+    # (the trainer's reading of a non-finite gradient norm under fp16: pretrain.trainer.fp16_overflow_verdict)
+    reason: str | None = None
     detail: str = ""
+
+    @property
+    def vetoes_update(self) -> bool:
+        """The optimizer must be kept from this step's update: every skip but an fp16 overflow, whose
+        update DeepSpeed skips itself."""
+        return self.skip and self.reason != "fp16_overflow"
 
 
 #: Verdicts that say the weights themselves are broken (not one bad batch against a healthy model).
@@ -83,3 +100,51 @@ class DivergenceGuard:
         self.losses.extend(state.get("losses", []))
         self.grad_norms.extend(state.get("grad_norms", []))
         self.accepted = int(state.get("accepted", 0))
+
+
+class StepGate:
+    """Vetoes one optimizer update, in view where the step is taken::
+
+        with gate.vetoing(verdict.vetoes_update):
+            engine.step()
+
+    Inside a vetoing block the optimizer's ``step`` does nothing, and DeepSpeed's step goes on
+    around it: it clips and zeroes the gradients, advances its counters and steps the learning-rate
+    schedule. Weights and optimizer state stay as they were; the data stream and the schedule stay
+    aligned with the step number. ``optimizer`` is the torch optimizer the engine was built with:
+    DeepSpeed's precision and ZeRO wrappers call its ``step`` by name, so the veto holds under each."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer):
+        self.optimizer = optimizer
+
+    @contextlib.contextmanager
+    def vetoing(self, veto: bool) -> Iterator[None]:
+        """The optimizer's updates are skipped inside the block when ``veto``; restored on any way out."""
+        if not veto:
+            yield
+            return
+        own = vars(self.optimizer)
+        # An instance's ``step`` is the LR scheduler's wrapper (it counts calls); put back as found.
+        before = own.get("step", _NOTHING)
+        own["step"] = _skipped_update
+        try:
+            with warnings.catch_warnings():
+                # When the first step of a run is vetoed, the schedule steps before the optimizer ever has,
+                # which torch warns about: here that is the point.
+                warnings.filterwarnings("ignore", _SCHEDULER_ORDER_WARNINGS, UserWarning)
+                yield
+        finally:
+            if before is _NOTHING:
+                del own["step"]
+            else:
+                own["step"] = before
+
+
+_NOTHING = object()
+_SCHEDULER_ORDER_WARNINGS = (r"(Seems like `optimizer\.step\(\)` has been overridden|"
+                             r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`)")
+
+
+def _skipped_update(*_args: Any, **_kwargs: Any) -> None:
+    """A vetoed optimizer step: no update (closures, which pretraining never passes, are not run)."""
+    return None

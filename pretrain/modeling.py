@@ -36,6 +36,7 @@ from biomed_lm.pretrain.config import PretrainConfigError
 from biomed_lm.pretrain.families import BERT, family_of
 from biomed_lm.pretrain.layout import Layout, PaddedBatch, VarlenBatch
 from biomed_lm.pretrain.mlm_loss import masked_lm_loss
+from biomed_lm.pretrain.trainer_state import VariantState
 
 IGNORE_INDEX = -100
 #: Under CUDA graphs the masked-token count is rounded up to a multiple of this (padding rows ignored).
@@ -86,6 +87,8 @@ class PretrainingOutput:
 
     #: Names of the variant's per-step sums (over micro-batches, then ranks) beyond the standard ones.
     EXTRA_TOTALS: ClassVar[tuple[str, ...]] = ()
+    #: The variant's own counters, checkpointed in the trainer state (:mod:`pretrain.trainer_state`).
+    state_type: ClassVar[type[VariantState]] = VariantState
 
     def extra_totals(self) -> dict[str, torch.Tensor]:
         """This micro-batch's amounts of :attr:`EXTRA_TOTALS`, as device scalars (summed on the device;
@@ -93,12 +96,12 @@ class PretrainingOutput:
         return {}
 
     @classmethod
-    def account_step(cls, totals: Mapping[str, float], state: dict[str, Any]) -> None:
-        """Fold one step's reduced totals into the trainer's (checkpointed) state."""
+    def account_step(cls, totals: Mapping[str, float], state: VariantState) -> None:
+        """Fold one step's reduced totals into the variant's counters (a :attr:`state_type`)."""
 
     @classmethod
     def step_metrics(cls, totals: Mapping[str, float], micro_batches: int, nonfinite: bool,
-                     state: dict[str, Any]) -> dict[str, Any]:
+                     state: VariantState) -> dict[str, Any]:
         """The variant's entries of the step's metrics.jsonl record: ``micro_batches`` is the number of
         finite micro-batches the totals cover; ``nonfinite``: some micro-batch's loss was not finite."""
         return {}

@@ -18,15 +18,16 @@ and the loop never asks which variant runs.
 Reproducibility. Everything random is a function of the seed and the step: which instances a
 rank reads (:mod:`pretrain.sampler`), the masks of each micro-batch (a generator seeded with
 (seed, step, micro-batch, rank)), and dropout (the RNG state is checkpointed per rank). So a run
-that is killed and resumed produces the same losses as one that never stopped.
+that is killed and resumed produces the same losses as one that never stopped. What the loop counts
+is checkpointed with it (:class:`pretrain.trainer_state.TrainerState`).
 
 Faults. Checkpoints are verified before a resume and a damaged one falls back to the previous
 (:mod:`pretrain.checkpoint`); a resumed run with other settings is refused or recorded
 (:mod:`pretrain.resume`); a non-finite or spiking step is skipped before the optimizer touches the
-weights (:mod:`pretrain.divergence`), and after ``max_consecutive_skips`` in a row the run aborts,
-keeping its last (healthy) checkpoint; SIGTERM, SIGUSR1, SIGINT, a time budget or a vanished
-launcher finish the current step on every rank, write a checkpoint and exit cleanly
-(:mod:`pretrain.preemption`).
+weights (:mod:`pretrain.divergence`: its update is vetoed around ``engine.step()``), and after
+``max_consecutive_skips`` in a row the run aborts, keeping its last (healthy) checkpoint; SIGTERM,
+SIGUSR1, SIGINT, a time budget or a vanished launcher finish the current step on every rank, write a
+checkpoint and exit cleanly (:mod:`pretrain.preemption`).
 """
 
 from __future__ import annotations
@@ -37,9 +38,8 @@ import json
 import logging
 import math
 import time
-import types
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, TypedDict
 
 import numpy as np
 import torch
@@ -51,7 +51,8 @@ from biomed_lm.pretrain.checkpoint import (Selection, checkpoint_tags, checkpoin
                                            save_checkpoint, select_checkpoint, set_aside_diverged)
 from biomed_lm.pretrain.config import (DataArguments, ModelArguments, PretrainConfigError, TrainArguments,
                                        create_ds_config, load_model_preset, resolve_batch, schedule_steps)
-from biomed_lm.pretrain.divergence import UNHEALTHY_WEIGHTS, DivergenceGuard, Verdict, uniform_prediction_loss
+from biomed_lm.pretrain.divergence import (UNHEALTHY_WEIGHTS, DivergenceGuard, StepGate, Verdict,
+                                           uniform_prediction_loss)
 from biomed_lm.pretrain.families import ModelFamily, family_of, get_family, resolve_pair_objective
 from biomed_lm.pretrain.flops import mfu, peak_flops, step_flops_from_counts
 from biomed_lm.pretrain.layout import Layout, PaddedBatch, VarlenBatch
@@ -61,8 +62,12 @@ from biomed_lm.pretrain.preemption import StopRequests, ignore_stop_signals, sto
 from biomed_lm.pretrain.resume import apply_learning_rate, compare_continuation, compare_signatures, run_signature
 from biomed_lm.pretrain.run_lock import RunLock, acquire_run_lock
 from biomed_lm.pretrain.sampler import BatchPlan
+from biomed_lm.pretrain.trainer_state import TrainerState, VariantState
 
 if TYPE_CHECKING:
+    from deepspeed import DeepSpeedEngine
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
     from biomed_lm.pretrain.adversarial import AdversarialConfig
 
 LOG = logging.getLogger(__name__)
@@ -74,30 +79,17 @@ class DivergenceAbort(RuntimeError):
     """Too many optimizer steps in a row were skipped (non-finite or spiking)."""
 
 
-class StepGate:
-    """Lets the trainer veto one optimizer step without touching DeepSpeed's bookkeeping.
-
-    DeepSpeed counts micro-steps and steps the optimizer at each accumulation boundary; to skip a
-    step, the optimizer's ``step`` is wrapped so that the next call does nothing (DeepSpeed still
-    zeroes the gradients and advances its counters and the LR schedule, so the data stream and the
-    schedule stay aligned with the step number)."""
-
-    def __init__(self, optimizer: torch.optim.Optimizer):
-        self.closed = False
-        inner_step = optimizer.step
-
-        def gated_step(_optimizer, *args, **kwargs):
-            if self.closed:
-                self.closed = False
-                return None
-            return inner_step(*args, **kwargs)
-
-        # A bound method, as torch's LR scheduler expects to find (it wraps it in turn).
-        optimizer.step = types.MethodType(gated_step, optimizer)  # type: ignore[method-assign]
-
-
 def micro_batch_seed(seed: int, step: int, micro: int, rank: int) -> int:
     return int(np.random.SeedSequence([seed, step, micro, rank]).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
+class MicroBatch(TypedDict):
+    """One collated micro-batch, as the loader hands it to the step."""
+
+    prepared: PaddedBatch | VarlenBatch  # in the model's layout, on the host
+    next_sentence_label: torch.Tensor | None  # the pair task's labels (None: no pair objective)
+    step: int  # the 0-based step it belongs to (the step checks the stream is aligned)
+    mlm_probability: float  # the masking rate it was masked at
 
 
 class MicroBatchStream(torch.utils.data.IterableDataset):
@@ -111,7 +103,7 @@ class MicroBatchStream(torch.utils.data.IterableDataset):
         self.dataset, self.plan, self.collator = dataset, plan, collator
         self.start, self.end, self.mask_rate, self.layout = start, end, mask_rate, layout
 
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+    def __iter__(self) -> Iterator[MicroBatch]:
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         k = 0
@@ -124,8 +116,8 @@ class MicroBatchStream(torch.utils.data.IterableDataset):
                     masked = self.collator(rows, generator=generator, mlm_probability=self.mask_rate(step))
                     prepared = self.layout(masked["input_ids"], masked["attention_mask"], masked["token_type_ids"],
                                            masked["labels"])
-                    yield {"prepared": prepared, "next_sentence_label": masked.get("next_sentence_label"),
-                           "step": step, "mlm_probability": masked.mlm_probability}
+                    yield MicroBatch(prepared=prepared, next_sentence_label=masked.get("next_sentence_label"),
+                                     step=step, mlm_probability=masked.mlm_probability)
                 k += 1
 
 
@@ -141,17 +133,17 @@ class Run:
     device: torch.device
     run_dir: Path
     lock: RunLock | None  # rank 0's hold on run_dir (None on the other ranks)
-    bert: Any
-    model: Any
-    tokenizer: Any
-    engine: Any
-    gate: StepGate
+    bert: PreTrainedModel  # the family's transformers model: what is exported
+    model: PretrainingModel  # bert with the losses (ALUM's subclass when on): what the engine runs
+    tokenizer: PreTrainedTokenizerBase
+    engine: DeepSpeedEngine
+    gate: StepGate  # vetoes the optimizer step the guard rejects, around engine.step()
     guard: DivergenceGuard
     stops: StopRequests
-    batches: Iterator[dict[str, Any]]
+    batches: Iterator[MicroBatch]
     logger: MetricsLogger
-    state: dict[str, Any]
-    signature: dict[str, Any]
+    state: TrainerState  # checkpointed with every save
+    signature: dict[str, Any]  # the run's settings as a checkpoint's manifest keeps them (pretrain.resume)
     peak: float | None  # the device's dense FLOP/s at the run's precision; None where unknown (MFU not reported)
     graphs: CompiledGraphs | None  # torch.compile's graphs so far (None: not compiled)
 
@@ -190,13 +182,13 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
     finally:  # the directory is the run's until the export is written, then free on any way out
         if run.lock is not None:
             run.lock.release()
-    return {"step": step, "completed": step == train_args.max_steps, "skipped_steps": run.state["skipped_steps"],
-            "tokens": run.state["tokens"], "model_dir": str(final_dir) if final_dir else None}
+    return {"step": step, "completed": step == train_args.max_steps, "skipped_steps": run.state.skipped_steps,
+            "tokens": run.state.tokens, "model_dir": str(final_dir) if final_dir else None}
 
 
 def _run_steps(run: Run) -> int:
     """The step loop, from the resumed step to ``max_steps`` or a stop request; the step reached."""
-    args, step = run.train_args, run.state["step"]
+    args, step = run.train_args, run.state.step
     try:
         while step < args.max_steps:
             done = _accumulate_step(run, step)
@@ -244,10 +236,11 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
     model, execution = _pretraining_model(bert, model_args, pair.trained, train_args, adversarial, device)
     engine, gate, optimizer_impl = _build_engine(model, train_args, world_size, device)
     torch.manual_seed(train_args.seed + rank)  # dropout differs across ranks, reproducibly
+    variant = model.output_type.state_type  # the objective variant's own counters (ALUM's)
     if selection.tag is None and train_args.continue_from:
-        state, config_changes = _continue(engine, train_args, signature, rank)
+        state, config_changes = _continue(engine, train_args, signature, rank, variant)
     else:
-        state = _restore(engine, run_dir, selection, train_args, config_changes, rank)
+        state = _restore(engine, run_dir, selection, train_args, config_changes, rank, variant)
 
     run_config = {"model": dataclasses.asdict(model_args), "data": dataclasses.asdict(data_args),
                   "train": dataclasses.asdict(train_args), "world_size": world_size,
@@ -258,7 +251,7 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
                   "data_meta": data_meta, "resumes": _resume_history(run_dir, rank, selection, config_changes, state)}
     logger = MetricsLogger(run_dir, enabled=rank == 0, wandb_mode=train_args.wandb_mode,
                            wandb_project=train_args.wandb_project, run_name=train_args.run_name,
-                           config=run_config, total_steps=train_args.max_steps, initial_step=state["step"])
+                           config=run_config, total_steps=train_args.max_steps, initial_step=state.step)
     if lock is not None and lock.note:
         logger.message(lock.note)
     logger.message(f"model family {family.name} ({family.model_class}); {pair.describe()}")
@@ -273,7 +266,7 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
                device=device, run_dir=run_dir, lock=lock, bert=bert, model=model, tokenizer=tokenizer, engine=engine,
                gate=gate, guard=_divergence_guard(train_args, state, len(tokenizer), pair),
                stops=StopRequests(train_args.stop_after_hours).install(),
-               batches=_batches(dataset, plan, data_args, train_args, tokenizer, state["step"], model.layout, device),
+               batches=_batches(dataset, plan, data_args, train_args, tokenizer, state.step, model.layout, device),
                logger=logger, state=state, signature=signature,
                peak=peak_flops(train_args.precision, device) if device.type == "cuda" else None,
                graphs=CompiledGraphs() if execution.compiled else None)
@@ -330,34 +323,28 @@ def _load_data(data_args: DataArguments, max_positions: int, family: ModelFamily
     return tokenizer, dataset, data_meta, pair
 
 
-def _restore(engine, run_dir: Path, selection: Selection, train_args: TrainArguments,
-             config_changes: dict[str, Any], rank: int) -> dict[str, Any]:
+def _restore(engine: DeepSpeedEngine, run_dir: Path, selection: Selection, train_args: TrainArguments,
+             config_changes: dict[str, Any], rank: int, variant: type[VariantState]) -> TrainerState:
     """The trainer state: fresh, or the checkpoint's with the learning-rate override applied."""
-    state = _fresh_state()
     if selection.tag is None:  # nothing to resume: the scale applies from step 1 (the abort message's advice)
+        state = TrainerState(variant=variant())
         if train_args.resume_lr_scale is not None:
-            state["lr_scale"] = train_args.resume_lr_scale
+            state.lr_scale = train_args.resume_lr_scale
             apply_learning_rate(engine.optimizer, engine.lr_scheduler, learning_rate=train_args.learning_rate,
                                 scale=train_args.resume_lr_scale)
         return state
-    state.update(load_checkpoint(engine, run_dir, selection.tag, rank)["trainer_state"])
-    saved_scale = state["lr_scale"]
+    state = TrainerState.from_dict(load_checkpoint(engine, run_dir, selection.tag, rank)["trainer_state"], variant)
+    saved_scale = state.lr_scale
     lr_scale = saved_scale if train_args.resume_lr_scale is None else train_args.resume_lr_scale
     if lr_scale != saved_scale or lr_scale != 1.0 or "train.learning_rate" in config_changes:
         apply_learning_rate(engine.optimizer, engine.lr_scheduler, learning_rate=train_args.learning_rate,
                             scale=lr_scale)
-    state["lr_scale"] = lr_scale
+    state.lr_scale = lr_scale
     return state
 
 
-def _fresh_state() -> dict[str, Any]:
-    """The trainer state of a run that starts at step 0."""
-    return {"step": 0, "skipped_steps": 0, "consecutive_skips": 0, "adversarial_fallbacks": 0, "tokens": 0,
-            "train_seconds": 0.0, "lr_scale": 1.0, "guard": {}, "fp16_overflow_steps": 0}
-
-
-def _continue(engine, train_args: TrainArguments, signature: dict[str, Any], rank: int
-              ) -> tuple[dict[str, Any], dict[str, Any]]:
+def _continue(engine: DeepSpeedEngine, train_args: TrainArguments, signature: dict[str, Any], rank: int,
+              variant: type[VariantState]) -> tuple[TrainerState, dict[str, Any]]:
     """Start from another run's checkpoint (phase 2 from phase 1): its model, optimizer, scheduler
     and step count carry over, so the learning-rate schedule goes on where it stopped (no second
     warm-up). The data position does not: it belonged to the other run's data, and this run's stream
@@ -366,19 +353,20 @@ def _continue(engine, train_args: TrainArguments, signature: dict[str, Any], ran
     source_dir, tag, manifest = _continuation_checkpoint(Path(train_args.continue_from))
     source = f"continue_from {source_dir / 'checkpoints' / tag}"
     changes = compare_continuation(manifest.get("signature", {}), signature, source=source)
-    saved = load_checkpoint(engine, source_dir, tag, rank)["trainer_state"]
-    if saved["step"] >= train_args.max_steps:
-        raise PretrainConfigError(f"{source} is at step {saved['step']}, not before max_steps "
+    saved = TrainerState.from_dict(load_checkpoint(engine, source_dir, tag, rank)["trainer_state"], variant)
+    if saved.step >= train_args.max_steps:
+        raise PretrainConfigError(f"{source} is at step {saved.step}, not before max_steps "
                                   f"{train_args.max_steps}: nothing to continue")
-    state = _fresh_state()
-    state.update({key: saved[key] for key in ("step", "skipped_steps", "tokens", "train_seconds", "lr_scale",
-                                               "fp16_overflow_steps") if key in saved},
-                 continued_from=str(source_dir / "checkpoints" / tag))
+    # The count of steps, tokens and time goes on; the skip streak, the guard and the variant start afresh.
+    state = TrainerState(step=saved.step, skipped_steps=saved.skipped_steps, tokens=saved.tokens,
+                         train_seconds=saved.train_seconds, lr_scale=saved.lr_scale,
+                         fp16_overflow_steps=saved.fp16_overflow_steps,
+                         continued_from=str(source_dir / "checkpoints" / tag), variant=variant())
     if train_args.resume_lr_scale is not None:  # given now, it wins over the continued run's
-        state["lr_scale"] = train_args.resume_lr_scale
-    if state["lr_scale"] != 1.0:
+        state.lr_scale = train_args.resume_lr_scale
+    if state.lr_scale != 1.0:
         apply_learning_rate(engine.optimizer, engine.lr_scheduler, learning_rate=train_args.learning_rate,
-                            scale=state["lr_scale"])
+                            scale=state.lr_scale)
     return state, changes
 
 
@@ -398,23 +386,23 @@ def _continuation_checkpoint(path: Path) -> tuple[Path, str, dict[str, Any]]:
     return path, found.tag, found.manifest
 
 
-def _divergence_guard(train_args: TrainArguments, state: dict[str, Any], vocab_size: int, pair) -> DivergenceGuard:
+def _divergence_guard(train_args: TrainArguments, state: TrainerState, vocab_size: int, pair) -> DivergenceGuard:
     uniform = uniform_prediction_loss(vocab_size, pair.classes if pair.trained else 0)
     guard = DivergenceGuard(loss_spike_factor=train_args.loss_spike_factor,
                             grad_norm_spike_factor=train_args.grad_norm_spike_factor,  # norms are unscaled
                             window=train_args.spike_window, warmup_steps=train_args.spike_warmup_steps,
                             loss_ceiling=train_args.loss_ceiling_factor * uniform)
-    guard.load_state_dict(state["guard"])
+    guard.load_state_dict(state.guard)
     return guard
 
 
-def _log_start(logger: MetricsLogger, selection: Selection, state: dict[str, Any], config_changes: dict[str, Any],
+def _log_start(logger: MetricsLogger, selection: Selection, state: TrainerState, config_changes: dict[str, Any],
                init_report, train_args: TrainArguments, run_dir: Path) -> None:
     """What the run starts from: the checkpoint and what changed since, or the initialization."""
     for note in selection.notes:
         logger.message(f"warning: {note}")
-    if selection.tag is None and state.get("continued_from"):
-        logger.message(f"continued from {state['continued_from']} at step {state['step']}: model, optimizer, "
+    if selection.tag is None and state.continued_from:
+        logger.message(f"continued from {state.continued_from} at step {state.step}: model, optimizer, "
                        "learning-rate schedule and step count carried over; data from this run's data_dir")
         for key, change in config_changes.items():
             logger.message(f"setting changed from the continued run: {key}: {change['checkpoint']!r} -> "
@@ -422,15 +410,15 @@ def _log_start(logger: MetricsLogger, selection: Selection, state: dict[str, Any
     elif selection.tag is None:
         logger.message(init_report.describe())
     else:
-        logger.message(f"resumed from {run_dir / 'checkpoints' / selection.tag} at step {state['step']} (verified)")
-        if state.get("continued_from"):  # a run resumed after continuing another keeps saying where it began
-            logger.message(f"this run continued {state['continued_from']}")
+        logger.message(f"resumed from {run_dir / 'checkpoints' / selection.tag} at step {state.step} (verified)")
+        if state.continued_from:  # a run resumed after continuing another keeps saying where it began
+            logger.message(f"this run continued {state.continued_from}")
         for key, change in config_changes.items():
             logger.message(f"setting changed on resume: {key}: {change['checkpoint']!r} -> {change['now']!r}")
-    if state["lr_scale"] != 1.0:
-        where = ("the rest of the schedule" if state["step"] else
+    if state.lr_scale != 1.0:
+        where = ("the rest of the schedule" if state.step else
                  "nothing to resume, so the whole schedule, from step 1,")
-        logger.message(f"learning rate: {where} peaks at {state['lr_scale']:g} × {train_args.learning_rate:g} "
+        logger.message(f"learning rate: {where} peaks at {state.lr_scale:g} × {train_args.learning_rate:g} "
                        "(--resume-lr-scale; it overrides any saved scheduler state)")
 
 
@@ -579,7 +567,7 @@ def _build_engine(model, train_args: TrainArguments, world_size: int, device: to
         train_args.optimizer, parameter_groups(model, train_args.weight_decay), lr=train_args.learning_rate,
         betas=(train_args.adam_beta1, train_args.adam_beta2), eps=train_args.adam_epsilon,
         weight_decay=train_args.weight_decay, device=device, max_grad_norm=None)
-    gate = StepGate(built.optimizer)  # before the scheduler, which wraps optimizer.step in turn
+    gate = StepGate(built.optimizer)  # the optimizer itself: DeepSpeed's wrappers call its step
     scheduler = build_lr_scheduler(built.optimizer, ScheduleConfig(lr_schedule=train_args.schedule,
                                                                    warmup_ratio=train_args.warmup_ratio,
                                                                    lr_power=train_args.polynomial_power),
@@ -590,7 +578,7 @@ def _build_engine(model, train_args: TrainArguments, world_size: int, device: to
 
 
 def _batches(dataset, plan: BatchPlan, data_args: DataArguments, train_args: TrainArguments, tokenizer,
-             start_step: int, layout: Layout, device: torch.device) -> Iterator[dict[str, Any]]:
+             start_step: int, layout: Layout, device: torch.device) -> Iterator[MicroBatch]:
     from biomed_lm.pretrain.masking import MaskingConfig, PretrainingCollator, mask_rate_schedule
 
     collator = PretrainingCollator.from_tokenizer(
@@ -611,7 +599,7 @@ def _batches(dataset, plan: BatchPlan, data_args: DataArguments, train_args: Tra
 
 
 def _resume_history(run_dir: Path, rank: int, selection: Selection, changes: dict[str, Any],
-                    state: dict[str, Any]) -> list[dict[str, Any]]:
+                    state: TrainerState) -> list[dict[str, Any]]:
     """Earlier resumes of this run (from its run_config.json) plus this one, if it is one."""
     history: list[dict[str, Any]] = []
     path = run_dir / "run_config.json"
@@ -621,8 +609,8 @@ def _resume_history(run_dir: Path, rank: int, selection: Selection, changes: dic
         except (OSError, ValueError, AttributeError):
             history = []
     if selection.tag is not None:
-        history.append({"step": state["step"], "checkpoint": selection.tag, "notes": selection.notes,
-                         "config_changes": changes, "lr_scale": state["lr_scale"],
+        history.append({"step": state.step, "checkpoint": selection.tag, "notes": selection.notes,
+                         "config_changes": changes, "lr_scale": state.lr_scale,
                          "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     return history
 
@@ -636,12 +624,15 @@ def _accumulate_step(run: Run, step: int) -> StepResult:
     engine, accumulation = run.engine, run.train_args.gradient_accumulation_steps
     started = time.perf_counter()
     totals = StepTotals(run.device, extra=run.model.output_type.EXTRA_TOTALS)
-    for micro in range(accumulation):
+    for _ in range(accumulation - 1):
         _forward_backward(run, step, totals)
-        if micro == accumulation - 1:
-            verdict, lr, grad_norm = _judge_step(run, totals)
+        engine.step()  # within the accumulation: DeepSpeed counts the micro-step, nothing is updated
+    _forward_backward(run, step, totals)
+    verdict, lr, grad_norm = _judge_step(run, totals)
+    # The boundary: DeepSpeed clips, steps the optimizer (a rejected step's update is vetoed here, all
+    # else runs), zeroes the gradients and steps the learning-rate schedule.
+    with run.gate.vetoing(verdict.vetoes_update):
         engine.step()
-    run.gate.closed = False  # a veto DeepSpeed made moot (it skipped an fp16 overflow itself) ends with the step
     return StepResult(step + 1, totals, verdict, lr, grad_norm, time.perf_counter() - started)
 
 
@@ -668,8 +659,8 @@ def _forward_backward(run: Run, step: int, totals: StepTotals) -> None:
 
 def _judge_step(run: Run, totals: StepTotals) -> tuple[Verdict, float, float | None]:
     """After the last backward: reduce the totals over ranks and read them with the gradient norm
-    (the step's one wait for the device), read the learning rate, and close the gate on a step the
-    guard rejects (the verdict, lr and norm)."""
+    (the step's one wait for the device), read the learning rate, and judge the step (the verdict,
+    lr and norm)."""
     import torch.distributed as dist
 
     engine = run.engine
@@ -678,7 +669,6 @@ def _judge_step(run: Run, totals: StepTotals) -> tuple[Verdict, float, float | N
     lr = engine.get_lr()[0]  # the rate this step's update uses
     loss = totals.mean_loss(run.train_args.gradient_accumulation_steps * run.world_size)
     verdict = fp16_overflow_verdict(run.guard.judge(loss, grad_norm), loss, engine.fp16_enabled())
-    run.gate.closed = verdict.skip and verdict.reason != "fp16_overflow"  # DeepSpeed skips that one
     return verdict, lr, grad_norm
 
 
@@ -692,27 +682,28 @@ def _shape_counts(prepared: PaddedBatch | VarlenBatch) -> dict[str, float]:
 def _account_step(run: Run, done: StepResult) -> None:
     """Count the step, log it, and abort after too many skipped steps in a row."""
     state, args, step, verdict = run.state, run.train_args, done.number, done.verdict
-    state.update(step=step, train_seconds=state["train_seconds"] + done.seconds, guard=run.guard.state_dict())
-    run.model.output_type.account_step(done.totals, state)
-    state["tokens"] += int(done.totals["tokens"])
+    state.step, state.guard = step, run.guard.state_dict()
+    state.train_seconds += done.seconds
+    state.tokens += int(done.totals["tokens"])
+    run.model.output_type.account_step(done.totals, state.variant)
     if verdict.reason == "fp16_overflow":
-        state["fp16_overflow_steps"] = state.get("fp16_overflow_steps", 0) + 1
+        state.fp16_overflow_steps += 1
         run.logger.message(
             f"step {step}: fp16 overflow ({verdict.detail}); DeepSpeed skipped the update and lowered the loss "
             f"scale to {loss_scale(run.engine):g}. The learning-rate schedule did not advance: it is now "
-            f"{state['fp16_overflow_steps']} step(s) behind the step count (the data stream is not), so the run "
+            f"{state.fp16_overflow_steps} step(s) behind the step count (the data stream is not), so the run "
             "ends that many steps short of the schedule's end")
     elif verdict.skip:
-        state["skipped_steps"] += 1
-        state["consecutive_skips"] += 1
+        state.skipped_steps += 1
+        state.consecutive_skips += 1
         run.logger.message(f"step {step}: optimizer step skipped, {verdict.reason.replace('_', ' ')} "
-                           f"({verdict.detail}; {state['consecutive_skips']} in a row)")
+                           f"({verdict.detail}; {state.consecutive_skips} in a row)")
     else:
-        state["consecutive_skips"] = 0
+        state.consecutive_skips = 0
     # The last step's update is never judged by a later loss: a run that ends on a step whose loss no
     # healthy model gives (non-finite, over the ceiling) holds broken weights and is not exported.
     ends_broken = step == args.max_steps and verdict.reason in UNHEALTHY_WEIGHTS
-    aborting = state["consecutive_skips"] >= args.max_consecutive_skips or ends_broken
+    aborting = state.consecutive_skips >= args.max_consecutive_skips or ends_broken
     if run.graphs is not None and (new_graphs := run.graphs.new_since_last_look()) and step > COMPILE_WARMUP_STEPS:
         run.logger.message(f"step {step}: torch.compile made {new_graphs} new graph(s) after warm-up (a shape or "
                            "guard changed; --bucket-tokens bounds the token counts)")
@@ -722,7 +713,7 @@ def _account_step(run: Run, done: StepResult) -> None:
         run.logger.progress(step, {"loss": f"{record['loss'] or math.nan:.3f}", "lr": f"{done.lr:.2e}",
                                    "tok/s": f"{record['tokens_per_s']:.0f}"})
     if aborting:
-        _abort_diverged(run, first_skipped=step - state["consecutive_skips"] + 1, last=step, reason=verdict.reason)
+        _abort_diverged(run, first_skipped=step - state.consecutive_skips + 1, last=step, reason=verdict.reason)
 
 
 def _abort_diverged(run: Run, first_skipped: int, last: int, reason: str | None) -> None:
@@ -731,7 +722,7 @@ def _abort_diverged(run: Run, first_skipped: int, last: int, reason: str | None)
 
     moved = set_aside_diverged(run.run_dir, first_skipped - 1) if run.rank == 0 else []
     dist.barrier()
-    skips = run.state["consecutive_skips"]
+    skips = run.state.consecutive_skips
     why = (f"{skips} consecutive optimizer steps were skipped" if skips >= run.train_args.max_consecutive_skips
            else "the last step was skipped, so the final weights are broken and are not exported")
     resume_point = latest_tag(run.run_dir)
@@ -748,7 +739,7 @@ def _checkpoint(run: Run, step: int) -> None:
     import torch.distributed as dist
 
     export = (lambda path: _export_hf(run.bert, run.tokenizer, path)) if run.train_args.export_hf else None
-    save_checkpoint(run.engine, run.run_dir, step, {"trainer_state": dict(run.state, step=step)}, rank=run.rank,
+    save_checkpoint(run.engine, run.run_dir, step, {"trainer_state": run.state.to_dict()}, rank=run.rank,
                     world_size=run.world_size, barrier=dist.barrier, keep_last=run.train_args.keep_last,
                     signature=run.signature, export=export)
     run.logger.message(f"checkpoint: step {step}")
@@ -779,13 +770,13 @@ def _metrics_record(run: Run, done: StepResult) -> dict[str, Any]:
         "padding_fraction": 1.0 - tokens / totals["positions"] if totals["positions"] else 0.0,
         "step_seconds": elapsed,
         "mask_rate": totals["mask_rate"] / run.world_size,
-        "skipped_steps": run.state["skipped_steps"],
-        "fp16_overflow_steps": run.state.get("fp16_overflow_steps", 0),  # updates DeepSpeed skipped, schedule held
-        "tokens_seen": run.state["tokens"],
+        "skipped_steps": run.state.skipped_steps,
+        "fp16_overflow_steps": run.state.fp16_overflow_steps,  # updates DeepSpeed skipped, schedule held
+        "tokens_seen": run.state.tokens,
     }
     if verdict.skip:
         record["skipped"] = verdict.reason
-    record.update(run.model.output_type.step_metrics(totals, n, nonfinite, run.state))
+    record.update(run.model.output_type.step_metrics(totals, n, nonfinite, run.state.variant))
     if run.graphs is not None:
         record["compiled_graphs"] = run.graphs.total
     if run.peak and elapsed > 0:  # model FLOPs of the real tokens and the masked positions only
