@@ -285,7 +285,7 @@ def _finetune(values: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise ConfigError(f"{where}: finetune.{key} is set by the ablation (one per variant)")
     try:
         SweepArgs(model="-", output_dir="-", **finetune)
-    except (TypeError, InputError) as err:
+    except (TypeError, ConfigError, InputError) as err:  # SweepArgs: ConfigError names the field
         raise ConfigError(f"{where}: finetune: {err}") from None
     return finetune
 
