@@ -418,16 +418,18 @@ class _ChunkFolder(ABC):
     ``max_distinct_words`` the word table is bounded as word2vec bounds its vocabulary
     (ReduceVocab): whenever a fold leaves more distinct words than the bound, the words counted at
     most ``t`` times are dropped, for the smallest ``t`` above the previous one that brings the
-    table within the bound (``t`` only grows, as word2vec's ``min_reduce``). A bounded counter
-    also folds at least every ``max_distinct_words`` distinct chunks, so both tables stay within
-    the bound's order. Only input order decides what is dropped: the same texts in the same order
-    give the same counts on any machine. A dropped word seen again starts from zero, so a
-    surviving word's count may miss occurrences seen before its last drop (at most ``t`` each time).
+    table within the bound (``t`` only grows, as word2vec's ``min_reduce``), logging what was
+    dropped. Between folds the table grows by the new words of at most ``fold_every`` distinct
+    chunks, so its peak is the bound plus that window's words. The window is not shrunk to the
+    bound: every prune raises ``t``, so more frequent prunes drop more (benchmarks/README.md).
+    Only input order decides what is dropped: the same texts in the same order give the same
+    counts on any machine. A dropped word seen again starts from zero, so a surviving word's
+    count may miss occurrences seen before its last drop (at most ``t`` each time).
     """
 
     def __init__(self, lowercase: bool, fold_every: int, max_distinct_words: int | None = None) -> None:
         self.lowercase = lowercase
-        self._fold_every = fold_every if max_distinct_words is None else min(fold_every, max_distinct_words)
+        self._fold_every = fold_every
         self._chunks: Counter[str] = Counter()
         self._words: Counter[str] = Counter()
         self.pruning = None if max_distinct_words is None else WordPruning(max_distinct_words)
