@@ -59,7 +59,7 @@ SEED = 42
 
 def build_instances(work: Path, max_seq_length: int = 128) -> tuple[Path, Path]:
     """Seq-``max_seq_length`` instances and their vocabulary, made from the embedded sample."""
-    from biomed_lm.pretrain.data import PretrainingDataConfig, create_pretraining_data
+    from biomed_lm.pretrain.instance_builder import PretrainingDataConfig, create_pretraining_data
     from biomed_lm.tokenization.corpus import CorpusConfig, prepare_corpus
     from biomed_lm.tokenization.vocab import VocabConfig, build_vocab
 

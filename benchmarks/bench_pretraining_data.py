@@ -15,7 +15,7 @@ columns:
   in Python lists, Google's instance loop with ``random.Random`` (per-token truncation), special
   tokens and segment ids added per instance (transformers 5 dropped ``build_inputs_with_special_tokens``),
   word starts from ``convert_ids_to_tokens``, then ``Dataset.from_dict(...).save_to_disk``;
-* ``ours_np1`` and ``ours_np2``: :func:`pretrain.data.create_pretraining_data` with 1 and 2 worker
+* ``ours_np1`` and ``ours_np2``: :func:`pretrain.instance_builder.create_pretraining_data` with 1 and 2 worker
   processes (batched tokenization, ``datasets.map``, summary pass, sharded save).
 
 Each measurement runs in a fresh process (so tokenizer thread pools and page caches of one do not
@@ -118,7 +118,7 @@ def hf_loop(corpus_dir: str, tokenizer_dir: str, output_dir: str, max_seq_length
 
 def ours(corpus_dir: str, tokenizer_dir: str, output_dir: str, max_seq_length: int, seed: int,
          num_proc: int) -> dict:
-    from biomed_lm.pretrain.data import PretrainingDataConfig, create_pretraining_data
+    from biomed_lm.pretrain.instance_builder import PretrainingDataConfig, create_pretraining_data
 
     metadata = create_pretraining_data(PretrainingDataConfig(
         corpus=corpus_dir, tokenizer=tokenizer_dir, output_dir=output_dir, max_seq_length=max_seq_length,
@@ -133,7 +133,7 @@ def run_one(method: str, corpus_dir: str, tokenizer_dir: str, max_seq_length: in
     import datasets  # imports are not timed (AutoTokenizer pulls in torch: seconds)
     from transformers import AutoTokenizer  # noqa: F401
 
-    import biomed_lm.pretrain.data  # noqa: F401
+    import biomed_lm.pretrain.instance_builder  # noqa: F401
 
     datasets.disable_progress_bars()
     output_dir = tempfile.mkdtemp(prefix=f"bench_{method}_")

@@ -13,7 +13,7 @@ sampling weight or a number of epochs (pretrain/mixture.py; e.g. PubMed 0.7 + PM
 
 Instances are stored unmasked ([CLS] A [SEP] B [SEP], token_type_ids, next_sentence_label, word_starts);
 the trainer masks them dynamically. pretraining_data.json beside them records the vocabulary's sha256,
-the options and a summary, which is printed at the end. The logic lives in pretrain/data.py.
+the options and a summary, which is printed at the end. The logic lives in pretrain/instance_builder.py.
 
 Exit status: 0 on success, 2 for unusable options or inputs (missing corpus or tokenizer, a folder that
 is not a prepared corpus, an output folder that already holds data without --overwrite).
@@ -26,7 +26,7 @@ from typing import Sequence
 
 from biomed_lm.config import parse_config
 from biomed_lm.errors import BiomedLMError, bad_input
-from biomed_lm.pretrain.data import PretrainingDataConfig, create_pretraining_data, format_summary
+from biomed_lm.pretrain.instance_builder import PretrainingDataConfig, create_pretraining_data, format_summary
 from biomed_lm.pretrain.mixture import format_mixture
 
 

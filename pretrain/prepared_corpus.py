@@ -1,5 +1,5 @@
-"""A prepared corpus as the instance stage opens it: shared by :mod:`pretrain.data` (one corpus) and
-:mod:`pretrain.mixture` (several), so neither imports the other."""
+"""A prepared corpus as the instance stage opens it: shared by :mod:`pretrain.instance_builder` (one
+corpus) and :mod:`pretrain.mixture` (several), so neither imports the other."""
 
 from __future__ import annotations
 

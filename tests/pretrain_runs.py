@@ -22,7 +22,7 @@ HOOKS = REPO / "tests" / "pretrain_hooks.py"
 
 def make_pretraining_inputs(root: Path) -> dict[str, Path]:
     """A small corpus, vocabulary and 64-token instances made with the toolkit's own scripts."""
-    from biomed_lm.pretrain.data import PretrainingDataConfig, create_pretraining_data
+    from biomed_lm.pretrain.instance_builder import PretrainingDataConfig, create_pretraining_data
     from biomed_lm.tokenization.corpus import CorpusConfig, prepare_corpus
     from biomed_lm.tokenization.vocab import VocabConfig, build_vocab
 

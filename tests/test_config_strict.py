@@ -28,7 +28,7 @@ from biomed_lm.experiments.ablation import load_ablation_config  # noqa: E402
 from biomed_lm.pretrain.adversarial import AdversarialConfig  # noqa: E402
 from biomed_lm.pretrain.config import (DataArguments, ModelArguments, PretrainConfigError, TrainArguments,  # noqa: E402
                                        load_model_preset)
-from biomed_lm.pretrain.data import PretrainingDataConfig  # noqa: E402
+from biomed_lm.pretrain.instance_builder import PretrainingDataConfig  # noqa: E402
 from biomed_lm.tokenization.corpus import CorpusConfig  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

@@ -16,10 +16,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from biomed_lm.config import parse_config  # noqa: E402
 from biomed_lm.errors import ConfigError  # noqa: E402
-from biomed_lm.pretrain.data import (METADATA_FILE, PretrainingDataConfig, PretrainingDataError,  # noqa: E402
-                                     create_pretraining_data, load_pretraining_data)
+from biomed_lm.pretrain.data import METADATA_FILE, load_pretraining_data  # noqa: E402
+from biomed_lm.pretrain.instance_builder import PretrainingDataConfig, create_pretraining_data  # noqa: E402
 from biomed_lm.pretrain.mixture import (apportion, default_total, document_counts, format_mixture,  # noqa: E402
                                         mixture_rows, open_mixture, parse_mixture)
+from biomed_lm.pretrain.prepared_corpus import PretrainingDataError  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

@@ -1,6 +1,7 @@
-"""Pair objectives and packing of the pretraining instances (pretrain/data.py): ALBERT's sentence-order
-prediction, LinkBERT's document relation prediction, RoBERTa's cross-document packing, and word
-starts for vocabularies that mark them (SentencePiece ``▁``, byte-level BPE ``Ġ``).
+"""Pair objectives and packing of the pretraining instances (pretrain/instance_recipe.py and
+instance_builder.py): ALBERT's sentence-order prediction, LinkBERT's document relation prediction,
+RoBERTa's cross-document packing, and word starts for vocabularies that mark them (SentencePiece
+``▁``, byte-level BPE ``Ġ``).
 
 The end-to-end tests reuse tests/test_pretraining_data.py's traceable synthetic corpus: every word
 names its document and position, so an instance's segments can be traced back exactly.
@@ -15,9 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from biomed_lm.pretrain.data import (CONTIGUOUS, IN_ORDER, LINKED_DOCUMENT, NO_PAIR_LABEL, PACK_GROUP,
-                                     RANDOM_DOCUMENT, SWAPPED, PretrainingDataConfig, PretrainingDataError,
-                                     pack_documents, plan_document, word_boundary_markers, word_start_table)
+from biomed_lm.pretrain.instance_builder import PACK_GROUP, PretrainingDataConfig
+from biomed_lm.pretrain.instance_recipe import (CONTIGUOUS, IN_ORDER, LINKED_DOCUMENT, NO_PAIR_LABEL,
+                                                RANDOM_DOCUMENT, SWAPPED, pack_documents, plan_document,
+                                                word_boundary_markers, word_start_table)
+from biomed_lm.pretrain.prepared_corpus import PretrainingDataError
 from tests.test_pretraining_data import (build, corpus, corpus_docs, is_contiguous, positions,  # noqa: F401
                                          split_segments, tables_equal, tokenizer, tokenizer_dir, traced, work)
 
@@ -206,7 +209,7 @@ def test_word_boundary_markers_of_real_tokenizers():
 def test_drp_instances_take_linked_segments_from_cited_documents(work, corpus_docs, tokenizer_dir, tokenizer):
     import datasets
 
-    from biomed_lm.pretrain.data import create_pretraining_data
+    from biomed_lm.pretrain.instance_builder import create_pretraining_data
     from tests.test_pretraining_data import save_corpus
 
     n = len(corpus_docs)
@@ -242,7 +245,7 @@ def test_drp_instances_take_linked_segments_from_cited_documents(work, corpus_do
 
 
 def test_drp_needs_a_corpus_with_links(work, corpus, tokenizer_dir):
-    from biomed_lm.pretrain.data import create_pretraining_data
+    from biomed_lm.pretrain.instance_builder import create_pretraining_data
 
     with pytest.raises(PretrainingDataError, match="drp needs citation links.*no 'links' column"):
         create_pretraining_data(PretrainingDataConfig(corpus=str(corpus), tokenizer=str(tokenizer_dir),

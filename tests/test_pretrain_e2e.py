@@ -128,7 +128,7 @@ def general_bert() -> Path:
 def test_continual_modes_train_export_and_resume_exactly(mode, pretraining_inputs, general_bert, tmp_path):
     from transformers import BertForMaskedLM
 
-    from biomed_lm.pretrain.data import PretrainingDataConfig, create_pretraining_data
+    from biomed_lm.pretrain.instance_builder import PretrainingDataConfig, create_pretraining_data
 
     inputs = dict(pretraining_inputs)
     if mode == "continual":  # instances in the checkpoint's own vocabulary (BioBERT)

@@ -32,7 +32,7 @@ def _adam_state(checkpoint: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def phase2_data(pretraining_inputs, tmp_path_factory) -> Path:
-    from biomed_lm.pretrain.data import PretrainingDataConfig, create_pretraining_data
+    from biomed_lm.pretrain.instance_builder import PretrainingDataConfig, create_pretraining_data
 
     out = tmp_path_factory.mktemp("phase2") / "data"
     create_pretraining_data(PretrainingDataConfig(corpus=str(pretraining_inputs["root"] / "corpus"),

@@ -1,4 +1,5 @@
-"""Tests for pretraining-instance creation (pretrain/data.py, launch/create_pretraining_data.py).
+"""Tests for pretraining-instance creation (pretrain/instance_recipe.py, instance_builder.py and data.py,
+launch/create_pretraining_data.py).
 
 Most tests run on a synthetic corpus whose every word is a distinct vocabulary entry naming its
 document and position (``d3p17``), so an instance can be traced back exactly: A is a contiguous
@@ -22,10 +23,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from biomed_lm.pretrain.data import (INSTANCE_COLUMNS, METADATA_FILE, METADATA_KEYS, NO_NSP_LABEL, NOT_NEXT,
-                                     PretrainingDataConfig, PretrainingDataError, continuation_end, continuation_start,
-                                     create_pretraining_data, load_pretraining_data, plan_document,
-                                     truncation_amounts, truncation_cuts, vocabulary_fingerprint)
+from biomed_lm.pretrain.data import (INSTANCE_COLUMNS, METADATA_FILE, METADATA_KEYS, load_pretraining_data,
+                                     vocabulary_fingerprint)
+from biomed_lm.pretrain.instance_builder import PretrainingDataConfig, create_pretraining_data
+from biomed_lm.pretrain.instance_recipe import (NO_NSP_LABEL, NOT_NEXT, continuation_end, continuation_start,
+                                                plan_document, truncation_amounts, truncation_cuts)
+from biomed_lm.pretrain.prepared_corpus import PretrainingDataError
 
 REPO = Path(__file__).resolve().parents[1]
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -626,7 +629,7 @@ def test_continuation_takes_sentences_until_the_target(lengths, fraction, target
 def test_tokenized_documents_round_trip_through_arrow():
     import pyarrow as pa
 
-    from biomed_lm.pretrain.data import TokenizedDocuments
+    from biomed_lm.pretrain.instance_builder import TokenizedDocuments
 
     docs = TokenizedDocuments(ids=np.arange(10, dtype=np.int32), sentence_offsets=np.array([0, 2, 5, 6, 10]),
                               document_offsets=np.array([0, 2, 2, 4]))
@@ -638,7 +641,7 @@ def test_tokenized_documents_round_trip_through_arrow():
 
 
 def test_tokenized_corpus_is_reused_from_tokenized_cache(work, corpus, tokenizer_dir, monkeypatch):
-    from biomed_lm.pretrain.data import SentenceTokenizer
+    from biomed_lm.pretrain.instance_builder import SentenceTokenizer
 
     cache = work / "token_cache"
     base = dict(corpus=str(corpus), tokenizer=str(tokenizer_dir), num_proc=1, tokenized_cache=str(cache))

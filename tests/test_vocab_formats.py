@@ -211,7 +211,8 @@ def sentence_documents(docs: list[str], n: int = 40) -> list[list[str]]:
 
 @pytest.mark.parametrize("fmt", ["sentencepiece", "bytelevel-bpe"])
 def test_pretraining_instances_are_framed_and_mark_word_starts(docs, tmp_path, fmt):
-    from biomed_lm.pretrain.data import PretrainingDataConfig, create_pretraining_data, load_pretraining_data
+    from biomed_lm.pretrain.data import load_pretraining_data
+    from biomed_lm.pretrain.instance_builder import PretrainingDataConfig, create_pretraining_data
     from tests.test_pretraining_data import save_corpus
 
     documents = sentence_documents(docs)
