@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import textwrap
 import warnings
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from biomed_lm.pretrain.checkpoint import LATEST, MANIFEST, MODEL_STATES, write_
 from biomed_lm.pretrain.divergence import StepGate, Verdict
 from biomed_lm.pretrain.modeling import PretrainingOutput
 from biomed_lm.pretrain.trainer_state import TrainerState, VariantState
+from tests.conftest import run_single_rank_deepspeed
 from tests.pretrain_runs import copy_run, losses, pretrain_args, run, with_option
 
 #: The trainer state as the version before the dataclass saved it (its ``_fresh_state()`` updated by
@@ -170,6 +172,52 @@ def test_an_optimizer_without_a_scheduler_gets_its_own_step_back():
     with StepGate(optimizer).vetoing(True):
         optimizer.step()
     assert "step" not in vars(optimizer)
+
+
+DEEPSPEED_VETO_SCRIPT = textwrap.dedent("""
+    import json, logging
+    import torch
+    import deepspeed
+    from biomed_lm.pretrain.divergence import StepGate
+
+    logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
+    CONFIGS = {"fp32": {}, "bf16": {"bf16": {"enabled": True}}, "zero1": {"zero_optimization": {"stage": 1}},
+               "zero2_bf16": {"bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}}
+    results = {}
+    for name, extra in CONFIGS.items():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: 1.0 / (k + 1))
+        gate = StepGate(optimizer)
+        engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config={
+            "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "gradient_clipping": 1.0,
+            "steps_per_print": 10**9, "wall_clock_breakdown": False, **extra})
+        dtype = next(engine.module.parameters()).dtype
+        generator = torch.Generator().manual_seed(1)
+        weights, lrs = [], []
+        for veto in (False, True, True, False):  # steps 2 and 3 rejected
+            for micro in range(2):  # as the trainer steps: the veto around the boundary's engine.step()
+                x = torch.randn(4, 8, generator=generator).to(dtype)
+                engine.backward(engine(x).float().pow(2).mean())
+                with gate.vetoing(veto and micro == 1):
+                    engine.step()
+            weights.append(torch.cat([p.detach().float().flatten() for p in engine.module.parameters()]))
+            lrs.append(engine.get_lr()[0])
+        results[name] = {"wrapper": type(engine.optimizer).__name__, "lrs": lrs,
+                         "held": [torch.equal(weights[i], weights[i - 1]) for i in range(1, 4)]}
+    print("RESULT " + json.dumps(results))
+""")
+
+
+def test_the_veto_holds_under_each_optimizer_wrapper_deepspeed_puts_around_it():
+    """fp32 (the optimizer itself), DeepSpeed's bf16 wrapper and ZeRO 1 and 2: two vetoed steps keep the
+    weights, the schedule advances through them, and the step after them updates again."""
+    results = run_single_rank_deepspeed(DEEPSPEED_VETO_SCRIPT)
+    assert set(results) == {"fp32", "bf16", "zero1", "zero2_bf16"}
+    for result in results.values():
+        assert result["held"] == [True, True, False], result
+        assert result["lrs"] == sorted(result["lrs"], reverse=True) and len(set(result["lrs"])) == 4, result
 
 
 @pytest.mark.parametrize(("verdict", "vetoes"), [
