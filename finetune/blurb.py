@@ -4,11 +4,14 @@ Every part of the toolkit that needs a fact about a BLURB dataset asks this modu
 (:mod:`finetune.readers`) for its file layout, label set and relation type map; the metrics
 (:mod:`finetune.metrics`) for its metric and task family (the BLURB score's grouping); the sweep
 (:mod:`finetune.sweep`) for its epochs, seeds and where its directory lies; a run for its input
-length; the coverage report (:mod:`tokenization.instances`) for the names of the file layouts.
-Nothing else spells a dataset's name (``tests/test_blurb_registry.py`` greps for it).
+length. Nothing else spells a dataset's name (``tests/test_blurb_registry.py`` greps for it).
 
-The module imports nothing heavier than the standard library and :mod:`biomed_lm.errors`, so a
-scorer or a report can read it without loading torch or a dataset reader.
+The layouts of the files (``token_tags``, ``sentence_label_tsv``, ...) and their readers are
+tokenization's (:mod:`tokenization.blurb_files`), shared with the coverage report, which must not
+import fine-tuning; an entry names the layouts its files use (:attr:`BlurbEntry.file_layouts`).
+
+The module imports nothing heavier than the standard library, :mod:`biomed_lm.errors` and the layout
+names, so a scorer or a report can read it without loading torch or a dataset reader.
 
 Adding a dataset of a known task family is one :class:`BlurbEntry` in :data:`BLURB` (plus, when its
 files follow a new layout, a loader under ``finetune/readers/`` named by ``loader``); adding a task
@@ -23,14 +26,15 @@ from types import MappingProxyType
 from typing import Mapping, NamedTuple
 
 from biomed_lm.errors import FinetuneError, InputError
+from biomed_lm.tokenization.blurb_files import (PQAL_JSON, RELATION_JSONL, SENTENCE_LABEL_TSV, SENTENCE_PAIR_TSV,
+                                                SENTENCES_JSONL, TOKEN_POS_CHUNK_TAG, TOKEN_TAGS, YESNO_TSV)
 
 __all__ = [
     "NER", "PICO", "RELATION", "SIMILARITY", "CLASSIFICATION", "QA", "TASK_TYPES",
     "ENTITY_F1", "PICO_TOKEN_MACRO_F1", "MICRO_F1_POSITIVE", "F1_POSITIVE", "PEARSON", "MICRO_F1_MULTILABEL",
     "ACCURACY", "METRIC_IDS", "TRAIN", "DEV", "TEST", "SPLITS", "DEFAULT_MAX_LENGTH", "QA_MAX_LENGTH",
     "PICO_ELEMENTS", "HOC_HALLMARKS", "HOC_BLURB_SIZES", "PUBMEDQA_BLURB_SIZES",
-    "LAYOUT_TOKEN_TAGS", "LAYOUT_EBM_NLP", "LAYOUT_SENTENCE_LABEL_TSV", "LAYOUT_RELATION_JSONL",
-    "LAYOUT_SENTENCE_PAIR_TSV", "LAYOUT_SENTENCES_JSONL", "LAYOUT_PQAL_JSON", "LAYOUT_YESNO_TSV",
+    "FORMER_LAYOUT_NAMES", "file_layout_name",
     "PlaceholderPair", "CHEMPROT_TYPE_MAP", "DDI_TYPE_MAP", "GAD_TYPE_MAP", "BlurbEntry", "BLURB", "BLURB_DATASETS",
     "BLURB_TASK_TYPES", "BLURB_TASK_OF", "BLURB_METRIC_OF", "UnknownDatasetError", "UnknownTaskFamilyError",
     "name_key", "canonical_dataset_name", "blurb_entry", "blurb_dataset_names", "spellings", "default_max_length",
@@ -95,17 +99,19 @@ def _bio(entity_type: str) -> tuple[str, ...]:
 
 
 # ------------------------------------------------------------------------------- file layouts
-# The coverage report's dataset formats (tokenization.instances.DATASET_FORMATS); each is named
-# after the dataset whose distribution defines it (a user passes these names on the command line).
 
-LAYOUT_TOKEN_TAGS = "ner"              # token<TAB>tag, blank line between sentences
-LAYOUT_EBM_NLP = "pico"                # token POS O tag, -DOCSTART- (PMID) per abstract
-LAYOUT_SENTENCE_LABEL_TSV = "gad"      # sentence<TAB>label, entities dummified (ChemProt TSV too)
-LAYOUT_RELATION_JSONL = "ddi"          # JSON Lines {sentence, masked, e1, e2, label}
-LAYOUT_SENTENCE_PAIR_TSV = "biosses"   # BLUE's TSV naming sentence1/sentence2/score
-LAYOUT_SENTENCES_JSONL = "hoc"         # JSON Lines {pmid, sentences, sentence_labels}
-LAYOUT_PQAL_JSON = "pubmedqa"          # ori_pqal.json: PMID -> {QUESTION, CONTEXTS, final_decision}
-LAYOUT_YESNO_TSV = "bioasq"            # label<TAB>question<TAB>context (BioASQ yes/no stand-in)
+#: What the coverage report's ``--dataset-format`` took before the layouts were named by their shape: a
+#: task family or dataset whose files have the layout. Still accepted (:func:`file_layout_name`).
+FORMER_LAYOUT_NAMES: Mapping[str, str] = MappingProxyType({
+    NER: TOKEN_TAGS, PICO: TOKEN_POS_CHUNK_TAG, "gad": SENTENCE_LABEL_TSV, "ddi": RELATION_JSONL,
+    "biosses": SENTENCE_PAIR_TSV, "hoc": SENTENCES_JSONL, "pubmedqa": PQAL_JSON, "bioasq": YESNO_TSV,
+})
+
+
+def file_layout_name(name: str) -> str:
+    """The layout a user names (:data:`tokenization.blurb_files.FILE_LAYOUTS`): the name itself, or the
+    layout a former name (:data:`FORMER_LAYOUT_NAMES`) stood for."""
+    return FORMER_LAYOUT_NAMES.get(name, name)
 
 
 # ---------------------------------------------------------------------------- relation inputs
@@ -143,7 +149,9 @@ class BlurbEntry:
 
     ``blurb_sizes`` are the paper's Table 3 counts (train, dev, test) in the paper's units: entity
     mentions for NER, PIO element tokens for PICO, examples otherwise. ``loader`` names the reader of
-    its directory (:data:`finetune.readers.LOADERS`); ``layout`` describes the files for people.
+    its directory (:data:`finetune.readers.LOADERS`); ``file_layouts`` names the layouts its files may
+    have (:data:`tokenization.blurb_files.FILE_LAYOUTS`, the distributed one first), and
+    ``file_description`` describes the files for people.
     ``directories`` are where it may lie under a data root (the sweep takes the first that exists).
     ``epochs`` and ``num_seeds`` are the sweep's defaults: the paper searched epochs in 2-60 without
     publishing a value per dataset (ours are chosen in that range by dataset size); its seeds
@@ -157,7 +165,8 @@ class BlurbEntry:
     metric: str
     labels: tuple[str, ...]
     loader: str
-    layout: str
+    file_layouts: tuple[str, ...]
+    file_description: str
     blurb_sizes: tuple[int, int, int]
     directories: tuple[str, ...]
     epochs: int
@@ -175,11 +184,12 @@ class BlurbEntry:
 
 
 def _ner(name: str, title: str, entity_type: str, sizes: tuple[int, int, int], directories: tuple[str, ...], *,
-         source_types: tuple[str, ...] | None = None, aliases: tuple[str, ...] = (), layout: str = "") -> BlurbEntry:
-    layout = layout or (f"{{train,devel,test}}.tsv: token<TAB>tag (B-{entity_type}/I-{entity_type}/O, "
-                        "or bare B/I/O)")
-    return BlurbEntry(name, title, NER, ENTITY_F1, _bio(entity_type), "token_tags", layout, sizes, directories,
-                      epochs=20, num_seeds=5, aliases=aliases, entity_type=entity_type,
+         source_types: tuple[str, ...] | None = None, aliases: tuple[str, ...] = (),
+         file_description: str = "") -> BlurbEntry:
+    file_description = file_description or (f"{{train,devel,test}}.tsv: token<TAB>tag (B-{entity_type}/"
+                                            f"I-{entity_type}/O, or bare B/I/O)")
+    return BlurbEntry(name, title, NER, ENTITY_F1, _bio(entity_type), "token_tags", (TOKEN_TAGS,), file_description,
+                      sizes, directories, epochs=20, num_seeds=5, aliases=aliases, entity_type=entity_type,
                       source_types=source_types or (entity_type.lower(),))
 
 
@@ -193,15 +203,16 @@ _ENTRIES = (
     _ner("bc2gm", "BC2GM", "GENE", (15197, 3061, 6325), ("ner/BC2GM", "BC2GM")),
     _ner("jnlpba", "JNLPBA", "Entity", (46750, 4551, 8662), ("ner/JNLPBA", "JNLPBA"),
          source_types=("DNA", "RNA", "cell_line", "cell_type", "protein"),
-         layout="{train,devel,test}.tsv: token<TAB>tag with types DNA, RNA, cell_line, cell_type, protein "
-                "(merged into one type); -DOCSTART- lines between abstracts"),
-    BlurbEntry("ebm-pico", "EBM PICO", PICO, PICO_TOKEN_MACRO_F1, PICO_ELEMENTS, "pio_tags",
+         file_description="{train,devel,test}.tsv: token<TAB>tag with types DNA, RNA, cell_line, cell_type, "
+                          "protein (merged into one type); -DOCSTART- lines between abstracts"),
+    BlurbEntry("ebm-pico", "EBM PICO", PICO, PICO_TOKEN_MACRO_F1, PICO_ELEMENTS, "pio_tags", (TOKEN_POS_CHUNK_TAG,),
                "{dev,test}.txt (train.txt if present): 'token POS O tag' lines, tags I-PAR/I-INT/I-OUT/O, "
                "'-DOCSTART- (PMID)' before each abstract",
                (339167, 85321, 16364), ("pico/ebmnlp", "ebmnlp", "pico/EBM-NLP", "EBM-NLP"),
                epochs=10, num_seeds=5, aliases=("EBM-NLP",)),
     BlurbEntry("chemprot", "ChemProt", RELATION, MICRO_F1_POSITIVE,
                ("False", "CPR:3", "CPR:4", "CPR:5", "CPR:6", "CPR:9"), "relation",
+               (SENTENCE_LABEL_TSV, RELATION_JSONL),
                "{train,dev,test}.tsv (sentence<TAB>label, the pair as @CHEMICAL$/@GENE$ or BC6ENTC/BC6ENTG, "
                "optional header/id column) or {train,dev,test}.jsonl (DDI-style records)",
                (18035, 11268, 15745), ("re/chemprot", "chemprot", "re/ChemProt", "ChemProt"),
@@ -210,33 +221,34 @@ _ENTRIES = (
                other_mention_marker="BC6OTHER"),
     BlurbEntry("ddi", "DDI", RELATION, MICRO_F1_POSITIVE,
                ("DDI-false", "DDI-mechanism", "DDI-effect", "DDI-advise", "DDI-int"), "relation",
+               (RELATION_JSONL, SENTENCE_LABEL_TSV),
                "{train,dev,test}.jsonl or ddi_blurb_{train,dev,test}.jsonl: {id, sentence, masked, e1, e2, label}, "
                "entity offsets 'start-end' with inclusive end (or .tsv like GAD)",
                (25296, 2496, 5716), ("re/ddi", "ddi", "re/DDI", "DDI"),
                epochs=10, num_seeds=5, max_length=256, negative_label="DDI-false", type_map=DDI_TYPE_MAP,
                placeholder_pair=PlaceholderPair("DRUG", "DRUG", "DRUG-DRUG")),
-    BlurbEntry("gad", "GAD", RELATION, F1_POSITIVE, ("0", "1"), "relation",
+    BlurbEntry("gad", "GAD", RELATION, F1_POSITIVE, ("0", "1"), "relation", (SENTENCE_LABEL_TSV,),
                "{train,dev,test}.tsv or gad_blurb_{train,dev,test}.tsv: sentence<TAB>label (1/0), "
                "@GENE$/@DISEASE$ dummified, optional header",
                (4261, 535, 534), ("re/gad", "gad", "re/GAD", "GAD"),
                epochs=10, num_seeds=5, max_length=128, negative_label="0", type_map=GAD_TYPE_MAP,
                placeholder_pair=PlaceholderPair("GENE", "DISEASE", "GENE-DISEASE")),
-    BlurbEntry("biosses", "BIOSSES", SIMILARITY, PEARSON, (), "blue_similarity",
+    BlurbEntry("biosses", "BIOSSES", SIMILARITY, PEARSON, (), "blue_similarity", (SENTENCE_PAIR_TSV,),
                "{train,dev,test}.tsv: BLUE's TSV with a header naming sentence1, sentence2, score (fields may be "
                "quoted)",
                (64, 16, 20), ("similarity/biosses", "biosses", "similarity/BIOSSES", "BIOSSES"),
                epochs=30, num_seeds=10, max_length=256, aliases=("BIOSESSES",)),  # the paper's Table 6 spelling
-    BlurbEntry("hoc", "HoC", CLASSIFICATION, MICRO_F1_MULTILABEL, HOC_HALLMARKS, "hallmarks",
+    BlurbEntry("hoc", "HoC", CLASSIFICATION, MICRO_F1_MULTILABEL, HOC_HALLMARKS, "hallmarks", (SENTENCES_JSONL,),
                "hoc_combined.jsonl: {pmid, sentences, sentence_labels[, doc_hallmarks]} per abstract (split "
                "derived), or {train,dev,test}.jsonl in the same format",
                (1295, 186, 371), ("classification/hoc", "hoc", "classification/HoC", "HoC"),
                epochs=20, num_seeds=5, max_length=512, aliases=("Hallmarks of Cancer",)),
-    BlurbEntry("pubmedqa", "PubMedQA", QA, ACCURACY, ("yes", "no", "maybe"), "pqal",
+    BlurbEntry("pubmedqa", "PubMedQA", QA, ACCURACY, ("yes", "no", "maybe"), "pqal", (PQAL_JSON,),
                "ori_pqal.json (PMID -> {QUESTION, CONTEXTS, final_decision, ...}) and test_ground_truth.json "
                "(PMID -> answer)",
                (450, 50, 500), ("qa/pubmedqa", "pubmedqa", "qa/PubMedQA", "PubMedQA"),
                epochs=20, num_seeds=10, max_length=QA_MAX_LENGTH),
-    BlurbEntry("bioasq", "BioASQ", QA, ACCURACY, ("yes", "no"), "yesno_tsv",
+    BlurbEntry("bioasq", "BioASQ", QA, ACCURACY, ("yes", "no"), "yesno_tsv", (YESNO_TSV,),
                "{train,test}.tsv (dev.tsv optional) or *_train.tsv/*_test.tsv: label<TAB>question<TAB>context, "
                "labels 1/0 or yes/no, optional header",
                (670, 75, 140), ("qa/bioasq", "bioasq", "qa/BioASQ", "BioASQ", "qa/bioasq-yesno-proxy",
@@ -244,8 +256,9 @@ _ENTRIES = (
                epochs=20, num_seeds=10, max_length=QA_MAX_LENGTH, aliases=("BioASQ-yesno", "BioASQ-yesno-proxy")),
 )
 
-#: The 13 datasets by canonical name, in the paper's Table 3 order.
+#: The 13 datasets: canonical name -> its entry, in the paper's Table 3 order.
 BLURB: Mapping[str, BlurbEntry] = MappingProxyType({entry.name: entry for entry in _ENTRIES})
+#: The 13 canonical names, in that order (a tuple everywhere; :data:`BLURB` is the mapping).
 BLURB_DATASETS: tuple[str, ...] = tuple(BLURB)
 #: Task family -> its datasets (the BLURB score averages within a family, then over families).
 BLURB_TASK_TYPES: Mapping[str, tuple[str, ...]] = MappingProxyType(

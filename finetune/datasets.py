@@ -13,7 +13,8 @@ from biomed_lm.finetune.blurb import (ACCURACY, CLASSIFICATION, DEFAULT_MAX_LENG
                                       QA_MAX_LENGTH, RELATION, SIMILARITY, SPLITS, TASK_TYPES, TEST, TRAIN,
                                       UnknownDatasetError, blurb_dataset_names, canonical_dataset_name,
                                       default_max_length)
-from biomed_lm.finetune.blurb import BLURB as BLURB_DATASETS
+# BLURB is the mapping name -> entry and BLURB_DATASETS the tuple of names, here as in the registry.
+from biomed_lm.finetune.blurb import BLURB, BLURB_DATASETS
 from biomed_lm.finetune.blurb import METRIC_IDS as METRICS
 from biomed_lm.finetune.blurb import BlurbEntry as DatasetSpec
 from biomed_lm.finetune.blurb import blurb_entry as blurb_spec
@@ -31,7 +32,7 @@ __all__ = [
     "PUBMEDQA_BLURB_SIZES",
     "DatasetFormatError", "UnknownDatasetError", "MissingDatasetFileError",
     "TokenTaggingExample", "PicoExample", "Entity", "RelationExample", "SentencePairExample", "DocumentExample",
-    "QAExample", "Example", "BlurbDataset", "DatasetSpec", "BLURB_DATASETS",
+    "QAExample", "Example", "BlurbDataset", "DatasetSpec", "BLURB", "BLURB_DATASETS",
     "blurb_dataset_names", "canonical_dataset_name", "blurb_spec", "default_max_length", "load_blurb_dataset",
     "load_generic_dataset", "seeded_partition",
 ]

@@ -28,9 +28,11 @@ from pathlib import Path
 
 from biomed_lm.config import parse_config
 from biomed_lm.errors import BiomedLMError, InputError, bad_input
+from biomed_lm.finetune.blurb import FORMER_LAYOUT_NAMES, file_layout_name
 from biomed_lm.resources import resolve_path
 from biomed_lm.tokenization.coverage import ReportSettings, build_report, load_vocabulary, read_terms, write_report
-from biomed_lm.tokenization.instances import DATASET_FORMATS, corpus_source, dataset_source
+from biomed_lm.tokenization.blurb_files import FILE_LAYOUTS
+from biomed_lm.tokenization.instances import corpus_source, dataset_source
 
 DEFAULT_TERMS = "configs/terms/pubmedbert_table1.txt"  # shipped: found from any directory
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*\Z")
@@ -54,7 +56,8 @@ class VocabReportArguments:
                 "feeds the model (a sentence, an example, a pair, question + context)"})
     dataset_format: list[str] = field(default_factory=list, metadata={
         "help": f"[NAME=]FORMAT to name a dataset's format instead of detecting it; a bare FORMAT applies "
-                f"to every dataset. Formats: {', '.join(DATASET_FORMATS)}"})
+                f"to every dataset. Formats (file layouts): {', '.join(FILE_LAYOUTS)}; the former names "
+                f"{', '.join(FORMER_LAYOUT_NAMES)} still work"})
     casing: list[str] = field(default_factory=list, metadata={
         "help": "NAME=cased|uncased to set a tokenizer's casing instead of the recorded or inferred one"})
     text_field: str = field(default="text", metadata={"help": "the text field of JSONL corpora and prepared corpora"})
@@ -89,6 +92,12 @@ def named_options(specs: list[str], what: str, known: list[str]) -> dict[str, st
     return options
 
 
+def _layout(name: str | None) -> str | None:
+    """A --dataset-format value as a file layout's name: a former name (a dataset or task family whose
+    files have the layout, finetune.blurb.FORMER_LAYOUT_NAMES) is the layout it stood for."""
+    return None if name is None else file_layout_name(name)
+
+
 def run(args: VocabReportArguments) -> int:
     tokenizers = [split_named(spec, "--tokenizers", name_required=True) for spec in args.tokenizers]
     names = [name for name, _ in tokenizers]
@@ -106,7 +115,7 @@ def run(args: VocabReportArguments) -> int:
     sources = [corpus_source(*split_named(spec, "--corpus", name_required=False), text_field=args.text_field)
                for spec in args.corpus]
     default_format = shared_format[0] if shared_format else None
-    sources += [dataset_source(name, str(resolve_path(path)), formats.get(name, default_format))
+    sources += [dataset_source(name, str(resolve_path(path)), _layout(formats.get(name, default_format)))
                 for name, path in datasets]
 
     settings = ReportSettings(min_pieces=args.min_pieces, top_words=args.top_words,

@@ -119,6 +119,21 @@ def test_registry_entries_are_complete_and_consistent():
     assert blurb_entry("Hallmarks_of_Cancer").labels == blurb.HOC_HALLMARKS
 
 
+def test_every_entry_names_the_layouts_of_its_files():
+    """The layouts are tokenization's (shared with the coverage report); the registry says which a
+    dataset's files have, and a former --dataset-format name stands for one of them."""
+    from biomed_lm.tokenization.blurb_files import FILE_LAYOUTS, detect_file_layout
+
+    for entry in BLURB.values():
+        assert entry.file_layouts and set(entry.file_layouts) <= set(FILE_LAYOUTS), entry.name
+    assert set(blurb.FORMER_LAYOUT_NAMES.values()) == set(FILE_LAYOUTS)
+    assert {former: blurb.file_layout_name(former) for former in ("ner", "gad")} == \
+        {"ner": "token_tags", "gad": "sentence_label_tsv"}
+    assert blurb.file_layout_name("yesno_tsv") == "yesno_tsv"
+    shipped = sorted((REPO / "data" / "blurb" / "NCBI-disease").glob("*.tsv"))
+    assert shipped and {detect_file_layout(path) for path in shipped} == set(blurb_entry("ncbi-disease").file_layouts)
+
+
 def test_the_registry_imports_without_torch_or_readers():
     import subprocess
     import sys

@@ -18,7 +18,8 @@ from biomed_lm.errors import InputError
 from biomed_lm.tokenization.coverage import (PIECE_BUCKETS, ReportSettings, Segmentation, build_report, count_words,
                                              load_vocabulary, parse_terms, read_terms, render_markdown, segment_sample,
                                              shattered_words, source_statistics, term_table, vocabulary_overlap)
-from biomed_lm.tokenization.instances import DatasetFormatError, corpus_source, dataset_source, detect_dataset_format
+from biomed_lm.tokenization.blurb_files import DatasetFormatError, detect_file_layout
+from biomed_lm.tokenization.instances import corpus_source, dataset_source
 from biomed_lm.tokenization.words import WordSplitter
 
 REPO = Path(__file__).resolve().parents[1]
@@ -236,34 +237,38 @@ def test_multiword_term_is_never_whole(toy_a):
 # --------------------------------------------------------------------------------- readers
 
 READER_CASES = {
-    # name: (file name, content, expected instances as word lists)
-    "ner": ("train.tsv", "-DOCSTART-\tO\n\nT\tB-Disease\n-\tI-Disease\ncell\tI-Disease\n.\tO\n\nOK\tO\n",
-            [["T", "-", "cell", "."], ["OK"]]),
-    "pico": ("dev.txt", "-DOCSTART- (1)\n\nA NN O I-PAR\nb NN O O\n\nc NN O O\n\n-DOCSTART- (2)\n\nd NN O O\n",
-             [["A", "b"], ["c"], ["d"]]),
-    "gad": ("gad.tsv", "sentence\tlabel\n@GENE$ causes @DISEASE$.\t1\nNo link.\t0\n",
-            [["@", "GENE", "$", "causes", "@", "DISEASE", "$", "."], ["No", "link", "."]]),
-    "ddi": ("ddi.jsonl", json.dumps({"sentence": "A and B.", "masked": "@DRUG$ and @DRUG$.", "label": "DDI-false"})
-            + "\n", [["@", "DRUG", "$", "and", "@", "DRUG", "$", "."]]),
-    "biosses": ("dev.tsv", "\tgenre\tsentence1\tsentence2\tscore\n0\tG\tOne two.\t\"Three\tfour\"\t1.4\n",
-                [["One", "two", ".", "Three", "four"]]),
-    "hoc": ("hoc.jsonl", json.dumps({"pmid": "1", "sentences": ["First one .", "Second ."], "doc_hallmarks": []})
-            + "\n", [["First", "one", "."], ["Second", "."]]),
-    "pubmedqa": ("ori_pqal.json", json.dumps({"123": {"QUESTION": "Is it?", "CONTEXTS": ["Yes.", "No."],
-                                                      "LABELS": ["A", "B"]}}, indent=4),
-                 [["Is", "it", "?", "Yes", ".", "No", "."]]),
-    "bioasq": ("yesno.tsv", "yesno_label\tquestion\tideal_answer\n1\tIs X bad?\tX is bad.\n",
-               [["Is", "X", "bad", "?", "X", "is", "bad", "."]]),
+    # layout: (file name, content, expected instances as word lists)
+    "token_tags": ("train.tsv", "-DOCSTART-\tO\n\nT\tB-Disease\n-\tI-Disease\ncell\tI-Disease\n.\tO\n\nOK\tO\n",
+                   [["T", "-", "cell", "."], ["OK"]]),
+    "token_pos_chunk_tag": ("dev.txt",
+                            "-DOCSTART- (1)\n\nA NN O I-PAR\nb NN O O\n\nc NN O O\n\n-DOCSTART- (2)\n\nd NN O O\n",
+                            [["A", "b"], ["c"], ["d"]]),
+    "sentence_label_tsv": ("gad.tsv", "sentence\tlabel\n@GENE$ causes @DISEASE$.\t1\nNo link.\t0\n",
+                           [["@", "GENE", "$", "causes", "@", "DISEASE", "$", "."], ["No", "link", "."]]),
+    "relation_jsonl": ("ddi.jsonl",
+                       json.dumps({"sentence": "A and B.", "masked": "@DRUG$ and @DRUG$.", "label": "DDI-false"})
+                       + "\n",
+                       [["@", "DRUG", "$", "and", "@", "DRUG", "$", "."]]),
+    "sentence_pair_tsv": ("dev.tsv", "\tgenre\tsentence1\tsentence2\tscore\n0\tG\tOne two.\t\"Three\tfour\"\t1.4\n",
+                          [["One", "two", ".", "Three", "four"]]),
+    "sentences_jsonl": ("hoc.jsonl",
+                        json.dumps({"pmid": "1", "sentences": ["First one .", "Second ."], "doc_hallmarks": []}) + "\n",
+                        [["First", "one", "."], ["Second", "."]]),
+    "pqal_json": ("ori_pqal.json", json.dumps({"123": {"QUESTION": "Is it?", "CONTEXTS": ["Yes.", "No."],
+                                                       "LABELS": ["A", "B"]}}, indent=4),
+                  [["Is", "it", "?", "Yes", ".", "No", "."]]),
+    "yesno_tsv": ("yesno.tsv", "yesno_label\tquestion\tideal_answer\n1\tIs X bad?\tX is bad.\n",
+                  [["Is", "X", "bad", "?", "X", "is", "bad", "."]]),
 }
 
 MALFORMED = {
-    "ner": ("a\tO\nb O\n", 2),
-    "pico": ("-DOCSTART- (1)\n\na NN O O\nb NN O\n", 4),
-    "gad": ("sentence\tlabel\nfine one\t1\nno label here\n", 3),
-    "ddi": ('{"masked": "ok", "label": "x"}\n{"masked": \n', 2),
-    "biosses": ("sentence1\tsentence2\tscore\na\tb\t1\na\tb\n", 3),
-    "hoc": ('{"sentences": ["a"]}\n{"sentences": "not a list"}\n', 2),
-    "bioasq": ("1\tq?\ta\n0\tq only\n", 2),
+    "token_tags": ("a\tO\nb O\n", 2),
+    "token_pos_chunk_tag": ("-DOCSTART- (1)\n\na NN O O\nb NN O\n", 4),
+    "sentence_label_tsv": ("sentence\tlabel\nfine one\t1\nno label here\n", 3),
+    "relation_jsonl": ('{"masked": "ok", "label": "x"}\n{"masked": \n', 2),
+    "sentence_pair_tsv": ("sentence1\tsentence2\tscore\na\tb\t1\na\tb\n", 3),
+    "sentences_jsonl": ('{"sentences": ["a"]}\n{"sentences": "not a list"}\n', 2),
+    "yesno_tsv": ("1\tq?\ta\n0\tq only\n", 2),
 }
 
 
@@ -272,7 +277,7 @@ def test_reader_and_detection(tmp_path, fmt):
     name, content, expected = READER_CASES[fmt]
     path = tmp_path / name
     path.write_text(content, encoding="utf-8")
-    assert detect_dataset_format(path) == fmt
+    assert detect_file_layout(path) == fmt
     source = dataset_source("d", path)
     assert source.files[0].format == fmt and source.instance
     assert list(source.instances()) == expected
@@ -291,7 +296,7 @@ def test_malformed_line_names_file_and_line(tmp_path, fmt):
 def test_pubmedqa_bad_entry_is_named(tmp_path):
     path = tmp_path / "ori_pqal.json"
     path.write_text(json.dumps({"1": {"QUESTION": "q", "CONTEXTS": ["c"]}, "2": {"QUESTION": "q"}}))
-    with pytest.raises(DatasetFormatError, match=r"ori_pqal\.json: entry '2'"):
+    with pytest.raises(DatasetFormatError, match=r"ori_pqal\.json, line 1: field 'CONTEXTS': entry '2'"):
         list(dataset_source("d", path).instances())
 
 
@@ -300,7 +305,7 @@ def test_headerless_gad_and_bioasq_are_detected(tmp_path):
     gad.write_text("@GENE$ is linked to @DISEASE$ .\t1\nNo @GENE$ link .\t0\n")
     bioasq = tmp_path / "b.tsv"
     bioasq.write_text("1\tIs it?\tIt is.\n0\tIs it not?\tIt is not.\n")
-    assert (detect_dataset_format(gad), detect_dataset_format(bioasq)) == ("gad", "bioasq")
+    assert (detect_file_layout(gad), detect_file_layout(bioasq)) == ("sentence_label_tsv", "yesno_tsv")
     assert list(dataset_source("b", bioasq).instances())[1] == ["Is", "it", "not", "?", "It", "is", "not", "."]
 
 
@@ -410,6 +415,19 @@ def test_cli_errors_name_the_problem(toy_dir, tmp_path, capsys, argv_tail, messa
     argv = [arg.format(a=toy_dir / "a_vocab.txt") for arg in argv_tail] + ["--output-dir", str(tmp_path)]
     assert run_cli(argv) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given", ["gad", "sentence_label_tsv"])
+def test_a_former_format_name_still_names_its_layout(toy_dir, tmp_path, given):
+    """--dataset-format took a dataset's or task family's name before the layouts were named by their
+    shape (finetune.blurb.FORMER_LAYOUT_NAMES); both spellings read the file the same way."""
+    gad = tmp_path / "gad.tsv"
+    gad.write_text("sentence\tlabel\n@GENE$ causes @DISEASE$.\t1\n")
+    out = tmp_path / "report"
+    argv = ["--tokenizers", f"a={toy_dir / 'a_vocab.txt'}", "--terms", "", "--datasets", f"g={gad}",
+            "--dataset-format", f"g={given}", "--output-dir", str(out)]
+    assert run_cli(argv) == 0
+    assert "format `sentence_label_tsv`" in (out / "report.md").read_text()
 
 
 # ------------------------------------------------------------------------------ properties

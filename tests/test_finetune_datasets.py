@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from biomed_lm.errors import InputError
+from biomed_lm.finetune.datasets import BLURB as REGISTRY  # name -> entry (BLURB here is the data folder)
 from biomed_lm.finetune.datasets import (ACCURACY, BLURB_DATASETS, DEFAULT_SPLIT_SEED, ENTITY_F1, F1_POSITIVE,
                                          HOC_HALLMARKS, METRICS, MICRO_F1_MULTILABEL, MICRO_F1_POSITIVE, PEARSON,
                                          PICO_TOKEN_MACRO_F1, TASK_TYPES, DatasetFormatError, DocumentExample, Entity,
@@ -229,15 +230,16 @@ def test_derived_splits_are_fixed_by_the_seed(ebm):
 def test_thirteen_names_with_their_metrics_and_labels():
     assert blurb_dataset_names() == ("bc5-chem", "bc5-disease", "ncbi-disease", "bc2gm", "jnlpba", "ebm-pico",
                                      "chemprot", "ddi", "gad", "biosses", "hoc", "pubmedqa", "bioasq")
-    metrics = {name: spec.metric for name, spec in BLURB_DATASETS.items()}
+    assert BLURB_DATASETS == blurb_dataset_names()  # the names, a tuple here as in the registry
+    metrics = {name: spec.metric for name, spec in REGISTRY.items()}
     assert metrics == {"bc5-chem": ENTITY_F1, "bc5-disease": ENTITY_F1, "ncbi-disease": ENTITY_F1,
                        "bc2gm": ENTITY_F1, "jnlpba": ENTITY_F1, "ebm-pico": PICO_TOKEN_MACRO_F1,
                        "chemprot": MICRO_F1_POSITIVE, "ddi": MICRO_F1_POSITIVE, "gad": F1_POSITIVE,
                        "biosses": PEARSON, "hoc": MICRO_F1_MULTILABEL, "pubmedqa": ACCURACY, "bioasq": ACCURACY}
-    assert {spec.task_type for spec in BLURB_DATASETS.values()} == set(TASK_TYPES)
-    assert all(spec.metric in METRICS for spec in BLURB_DATASETS.values())
+    assert {spec.task_type for spec in REGISTRY.values()} == set(TASK_TYPES)
+    assert all(spec.metric in METRICS for spec in REGISTRY.values())
     assert blurb_spec("chemprot").labels == ("False", "CPR:3", "CPR:4", "CPR:5", "CPR:6", "CPR:9")
-    for spec in BLURB_DATASETS.values():
+    for spec in REGISTRY.values():
         assert spec.negative_label is None or spec.negative_label == spec.labels[0]
 
 

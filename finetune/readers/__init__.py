@@ -2,8 +2,10 @@
 
 Fine-tuning needs more than the words the coverage report reads (:mod:`tokenization.instances`):
 labels in a fixed order, the train/dev/test splits, and for relation extraction where the entities
-are. The readers turn each dataset, in the form it is distributed in, into typed examples grouped in
-splits (:class:`BlurbDataset`), so the rest of the fine-tuning code never sees a file format.
+are. Both read a file with the reader of its layout (:mod:`tokenization.blurb_files`); the readers
+here check what its records mean for a dataset and turn each dataset, in the form it is distributed
+in, into typed examples grouped in splits (:class:`BlurbDataset`), so the rest of the fine-tuning
+code never sees a file format.
 
 Modules (one per file family; :mod:`.base` holds what they share)
     :mod:`.tagging`         NER ``token<TAB>tag`` and EBM PICO ``token POS O tag`` files
@@ -29,7 +31,7 @@ from biomed_lm.errors import InputError
 from biomed_lm.finetune.blurb import (CLASSIFICATION, DEV, MICRO_F1_POSITIVE, ACCURACY, NER, PICO, QA, RELATION,
                                       SIMILARITY, SPLITS, TASK_TYPES, TEST, TRAIN, blurb_entry)
 from biomed_lm.finetune.readers.base import (CARVED_DEV_FRACTION, DEFAULT_SPLIT_SEED, RARE_LABEL_COUNT,
-                                             DatasetFormatError, GenericFormat, Loader, MissingDatasetFileError,
+                                             GenericFormat, Loader, MissingDatasetFileError,
                                              _check_dir, _correction_notes, _examples, _find_split_file, _finish,
                                              _require, _Row, rare_label_warnings, seeded_partition)
 from biomed_lm.finetune.readers.classification import CLASSIFICATION_FORMAT, load_hallmarks
@@ -39,6 +41,7 @@ from biomed_lm.finetune.readers.qa import QA_FORMAT, load_pqal, load_yesno_tsv
 from biomed_lm.finetune.readers.relation import MAX_OFFSET_SHIFT, RELATION_FORMAT, load_relation
 from biomed_lm.finetune.readers.similarity import SIMILARITY_FORMAT, load_blue_similarity
 from biomed_lm.finetune.readers.tagging import NER_FORMAT, PICO_FORMAT, load_ebm_nlp, load_token_tags
+from biomed_lm.tokenization.blurb_files import DatasetFormatError
 
 __all__ = ["LOADERS", "GENERIC_FORMATS", "load_blurb_dataset", "load_generic_dataset", "seeded_partition",
            "DatasetFormatError", "MissingDatasetFileError", "DEFAULT_SPLIT_SEED", "CARVED_DEV_FRACTION",

@@ -20,21 +20,21 @@ Conventions (all readers)
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import math
 import re
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from biomed_lm.errors import FinetuneError, InputError
 from biomed_lm.finetune.blurb import DEV, SPLITS, TEST, TRAIN, BlurbEntry
 from biomed_lm.finetune.readers.examples import BlurbDataset, Example
 from biomed_lm.resources import resolve_path
-from biomed_lm.tokenization.instances import DatasetFormatError as _InstanceFormatError
-from biomed_lm.tokenization.instances import json_lines, numbered_lines  # noqa: F401  (the readers take them from here)
+# The files' layouts and their readers are tokenization's, shared with the coverage report; the readers
+# of finetune/ check what the records mean for a dataset (labels, entities, splits).
+from biomed_lm.tokenization.blurb_files import DatasetFormatError, FieldError, string_field
 
 DEFAULT_SPLIT_SEED = 42
 CARVED_DEV_FRACTION = Fraction(1, 10)  # the dev split carved from a training file where none is given
@@ -45,32 +45,8 @@ Loader = Callable[[BlurbEntry, Path, int, bool], BlurbDataset]
 
 # -------------------------------------------------------------------------------------- errors
 
-class DatasetFormatError(_InstanceFormatError):
-    """A dataset file whose content does not fit its format: the file, the line and the field.
-
-    A subclass of :class:`tokenization.instances.DatasetFormatError`, so code that already catches
-    that error (or :class:`InputError`) catches this one too. ``line`` is None for whole-file
-    problems (an empty split); ``field`` names the offending column or JSON key when there is one.
-    """
-
-    def __init__(self, path: str | Path, line: int | None, message: str, field: str | None = None):
-        self.field = field
-        super().__init__(path, line, message if field is None else f"field {field!r}: {message}")
-
-
-
 class MissingDatasetFileError(FinetuneError, InputError, FileNotFoundError):
     """A file a dataset needs is not in its directory; the message names the path expected."""
-
-
-class _FieldError(Exception):
-    """A bad value, raised by field parsers and turned into a :class:`DatasetFormatError` by the
-    line reader that knows the file and line."""
-
-    def __init__(self, field_name: str | None, message: str):
-        super().__init__(message)
-        self.field = field_name
-        self.message = message
 
 
 # --------------------------------------------------------------------------------- line readers
@@ -86,53 +62,17 @@ class _Row:
     correction: str | None = None  # what had to be repaired in the source, for the dataset's notes
 
 
-def _tsv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
-    """``(line_number, fields)`` for each non-blank line of a tab-separated file whose fields may be
-    quoted CSV-style: pandas quotes a field that holds a tab, and BLUE's BIOSSES dev.tsv has one.
-    A row is one line (no BLURB file has a field spanning lines), so errors name the exact line."""
-    for line_no, line in numbered_lines(path, DatasetFormatError):
-        if not line.strip():
-            continue
-        try:
-            yield line_no, next(csv.reader([line], delimiter="\t", strict=True))
-        except csv.Error as err:
-            raise DatasetFormatError(path, line_no, f"not a valid TSV row (fields may be quoted with \"): {err}") \
-                from None
-
-
-def _plain_tsv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
-    """``(line_number, fields)`` for each non-blank line split on tabs, with no quoting: the
-    BLURB relation and QA files hold sentences that begin with quote marks."""
-    for line_no, line in numbered_lines(path, DatasetFormatError):
-        if line.strip():
-            yield line_no, line.split("\t")
-
-
-def _string(record: Mapping, key: str, *, required: bool = True, allow_empty: bool = False) -> str | None:
-    value = record.get(key)
-    if value is None:
-        if required:
-            raise _FieldError(key, f"missing (fields present: {', '.join(sorted(record)) or 'none'})")
-        return None
-    if not isinstance(value, str):
-        raise _FieldError(key, f"expected a string, got {type(value).__name__}")
-    value = value.rstrip("\r\n")
-    if not allow_empty and not value.strip():
-        raise _FieldError(key, "is empty")
-    return value
-
-
 def _one_of(record: Mapping, keys: Sequence[str], *, required: bool = True) -> tuple[str | None, str | None]:
     """The one string field among ``keys`` that the record has (``text`` or ``sentence``, ...)."""
     present = [k for k in keys if k in record]
     if len(present) > 1:
-        raise _FieldError(present[1], f"give only one of {', '.join(map(repr, keys))}")
+        raise FieldError(present[1], f"give only one of {', '.join(map(repr, keys))}")
     if not present:
         if required:
-            raise _FieldError(keys[0], f"missing: expected one of {', '.join(map(repr, keys))} "
-                              f"(fields present: {', '.join(sorted(record)) or 'none'})")
+            raise FieldError(keys[0], f"missing: expected one of {', '.join(map(repr, keys))} "
+                             f"(fields present: {', '.join(sorted(record)) or 'none'})")
         return None, None
-    return present[0], _string(record, present[0])
+    return present[0], string_field(record, present[0])
 
 
 def _record_id(record: Mapping, fallback: str) -> str:
@@ -140,17 +80,17 @@ def _record_id(record: Mapping, fallback: str) -> str:
     if value is None:
         return fallback
     if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
-        raise _FieldError("id", f"expected a non-empty string or integer, got {value!r}")
+        raise FieldError("id", f"expected a non-empty string or integer, got {value!r}")
     return str(value).strip()
 
 
 def _label_value(value: object, field_name: str = "label") -> str:
     """A label as a string; integers (GAD-style ``0``/``1`` in JSON) are accepted."""
     if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise _FieldError(field_name, f"expected a string, got {value!r}")
+        raise FieldError(field_name, f"expected a string, got {value!r}")
     text = str(value).strip()
     if not text:
-        raise _FieldError(field_name, "is empty")
+        raise FieldError(field_name, "is empty")
     return text
 
 
@@ -162,10 +102,6 @@ def listed_lines(lines: Sequence[int], count: int) -> str:
     shown = lines[:LISTED_LINES]
     more = f" (and {count - len(shown)} more)" if count > len(shown) else ""
     return f"line{'s' if count > 1 else ''} {', '.join(map(str, shown))}{more}"
-
-
-def _reraise(path: Path, line: int | None, err: _FieldError) -> DatasetFormatError:
-    return DatasetFormatError(path, line, err.message, err.field)
 
 
 # ---------------------------------------------------------------------------------------- labels
@@ -184,7 +120,7 @@ def _closed_labels(labels: Sequence[str], *, case_insensitive: bool, field_name:
     def check(raw: str) -> str:
         key = raw.strip().casefold() if case_insensitive else raw.strip()
         if key not in table:
-            raise _FieldError(field_name, f"unknown label {raw!r} (expected one of: {', '.join(labels)})")
+            raise FieldError(field_name, f"unknown label {raw!r} (expected one of: {', '.join(labels)})")
         return table[key]
 
     return check

@@ -4,25 +4,18 @@ from __future__ import annotations
 
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from biomed_lm.finetune.blurb import DEV, HOC_BLURB_SIZES, HOC_HALLMARKS, MICRO_F1_MULTILABEL, SPLITS, TEST, TRAIN, \
     BlurbEntry
-from biomed_lm.finetune.readers.base import (DatasetFormatError, GenericFormat, LabelCheck, MissingDatasetFileError,
-                                             _carve, _closed_labels, _examples, _expected, _FieldError, _find_split_file,
-                                             _finish, _label_value, _open_labels, _proportional_size, _record_id,
-                                             _require_file, _reraise, _Row, _split_stem, _string, json_lines,
-                                             make_dataset, seeded_partition)
+from biomed_lm.finetune.readers.base import (GenericFormat, LabelCheck, MissingDatasetFileError, _carve,
+                                             _closed_labels, _examples, _expected, _find_split_file, _finish,
+                                             _label_value, _open_labels, _proportional_size, _record_id,
+                                             _require_file, _Row, _split_stem, make_dataset, seeded_partition)
 from biomed_lm.finetune.readers.examples import BlurbDataset, DocumentExample
+from biomed_lm.tokenization.blurb_files import FieldError, json_lines, read_sentences_jsonl, string_field, string_list
 
 __all__ = ["load_hallmarks", "CLASSIFICATION_FORMAT"]
-
-
-def _string_list(record: Mapping, key: str) -> list[str]:
-    value = record.get(key)
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise _FieldError(key, f"expected a list of strings, got {type(value).__name__}")
-    return value
 
 
 def _hoc_labels(sentence_labels: object, sentences: int) -> frozenset[str]:
@@ -34,7 +27,7 @@ def _hoc_labels(sentence_labels: object, sentences: int) -> frozenset[str]:
     """
     if not isinstance(sentence_labels, list) or len(sentence_labels) != sentences or \
             not all(isinstance(s, list) and all(isinstance(x, str) for x in s) for s in sentence_labels):
-        raise _FieldError("sentence_labels", f"expected a list of {sentences} lists of strings, one per sentence")
+        raise FieldError("sentence_labels", f"expected a list of {sentences} lists of strings, one per sentence")
     canonical = {h.casefold(): h for h in HOC_HALLMARKS}
     found = set()
     for labels in sentence_labels:
@@ -43,8 +36,8 @@ def _hoc_labels(sentence_labels: object, sentences: int) -> frozenset[str]:
             if top.casefold() == "null":
                 continue
             if top.casefold() not in canonical:
-                raise _FieldError("sentence_labels", f"{label!r}: {top!r} is not one of the 10 hallmarks "
-                                  f"({', '.join(HOC_HALLMARKS)})")
+                raise FieldError("sentence_labels", f"{label!r}: {top!r} is not one of the 10 hallmarks "
+                                 f"({', '.join(HOC_HALLMARKS)})")
             found.add(canonical[top.casefold()])
     return frozenset(found)
 
@@ -55,37 +48,40 @@ def _hoc_record(record: Mapping) -> DocumentExample:
     the file was built with another mapping."""
     pmid = record.get("pmid")
     if isinstance(pmid, bool) or not isinstance(pmid, (str, int)) or not str(pmid).strip():
-        raise _FieldError("pmid", f"expected a PMID, got {pmid!r}")
-    sentences = [s.strip() for s in _string_list(record, "sentences")]
+        raise FieldError("pmid", f"expected a PMID, got {pmid!r}")
+    sentences = [s.strip() for s in string_list(record, "sentences")]
     if not sentences or not all(sentences):
-        raise _FieldError("sentences", "expected a non-empty list of non-empty sentences")
+        raise FieldError("sentences", "expected a non-empty list of non-empty sentences")
     labels = _hoc_labels(record.get("sentence_labels"), len(sentences))
     if "doc_hallmarks" in record:
-        given = {h.strip().casefold() for h in _string_list(record, "doc_hallmarks")}
+        given = {h.strip().casefold() for h in string_list(record, "doc_hallmarks")}
         if given != {h.casefold() for h in labels}:
-            raise _FieldError("doc_hallmarks", f"{sorted(given)} disagrees with the hallmarks of the sentence "
-                              f"labels {sorted(labels)}")
+            raise FieldError("doc_hallmarks", f"{sorted(given)} disagrees with the hallmarks of the sentence "
+                             f"labels {sorted(labels)}")
     return DocumentExample(str(pmid).strip(), " ".join(sentences), tuple(sentences), labels)
 
 
 def _generic_document(record: Mapping, fallback_id: str, label_check: LabelCheck) -> DocumentExample:
     """Generic classification JSON Lines: ``{"id", "text", "labels": [...]}`` (``sentences`` optional)."""
-    text = _string(record, "text")
-    sentences = tuple(s.strip() for s in _string_list(record, "sentences")) if "sentences" in record else (text,)
+    text = string_field(record, "text")
+    sentences = tuple(s.strip() for s in string_list(record, "sentences")) if "sentences" in record else (text,)
     raw = record.get("labels")
     if not isinstance(raw, list):
-        raise _FieldError("labels", f"expected a list of labels (possibly empty), got {raw!r}")
+        raise FieldError("labels", f"expected a list of labels (possibly empty), got {raw!r}")
     labels = frozenset(label_check(_label_value(v, "labels")) for v in raw)
     return DocumentExample(_record_id(record, fallback_id), text.strip(), sentences, labels)
 
 
-def _read_documents(path: Path, parse: Callable[[Mapping, str], DocumentExample]) -> list[_Row]:
+def _read_documents(path: Path, parse: Callable[[Mapping, str], DocumentExample],
+                    records: Callable[[Path], Iterator[tuple[int, dict]]] = json_lines) -> list[_Row]:
+    """One example per JSON Lines record: HoC's files are read by their layout's reader
+    (``sentences_jsonl``), the generic format as plain JSON Lines."""
     rows = []
-    for line_no, record in json_lines(path, DatasetFormatError):
+    for line_no, record in records(path):
         try:
             example = parse(record, f"{_split_stem(path)}-{line_no}")
-        except _FieldError as err:
-            raise _reraise(path, line_no, err) from None
+        except FieldError as err:
+            raise err.at(path, line_no) from None
         rows.append(_Row(example, line_no, example.id))
     return rows
 
@@ -103,11 +99,11 @@ def load_hallmarks(entry: BlurbEntry, data_dir: Path, seed: int, allow_missing_t
         if missing:
             raise MissingDatasetFileError(f"{entry.name}: split files are incomplete: no {missing[0]} file: "
                                           f"expected {_expected(data_dir, missing[0], ('jsonl',))}")
-        splits = {s: _examples(_finish(p, _read_documents(p, parse))) for s, p in given.items()}
+        splits = {s: _examples(_finish(p, _read_documents(p, parse, read_sentences_jsonl))) for s, p in given.items()}
         return make_dataset(entry, splits, [f"splits as distributed: {', '.join(p.name for p in given.values())}",
                                        mapping_note])
     path = _require_file(data_dir / "hoc_combined.jsonl", entry.name)
-    rows = _finish(path, _read_documents(path, parse))
+    rows = _finish(path, _read_documents(path, parse, read_sentences_jsonl))
     total = sum(HOC_BLURB_SIZES.values())
     n_test = _proportional_size(len(rows), Fraction(HOC_BLURB_SIZES[TEST], total), leave=2)
     n_dev = _proportional_size(len(rows) - n_test, Fraction(HOC_BLURB_SIZES[DEV], total - HOC_BLURB_SIZES[TEST]))

@@ -3,20 +3,18 @@ yes/no stand-in (TSV), and the generic JSON Lines format."""
 
 from __future__ import annotations
 
-import json
-import re
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 from biomed_lm.finetune.blurb import ACCURACY, DEV, PUBMEDQA_BLURB_SIZES, SPLITS, TEST, TRAIN, BlurbEntry
-from biomed_lm.finetune.readers.base import (CARVED_DEV_FRACTION, DatasetFormatError, GenericFormat, LabelCheck,
-                                             _carve, _closed_labels, _examples, _FieldError, _find_split_file,
-                                             _finish, _label_value, _open_labels, _plain_tsv_rows, _proportional_size,
-                                             _record_id, _require, _require_file, _reraise, _Row, _split_stem,
-                                             _string, json_lines, make_dataset, numbered_lines, seeded_partition)
-from biomed_lm.finetune.readers.classification import _string_list
+from biomed_lm.finetune.readers.base import (CARVED_DEV_FRACTION, GenericFormat, LabelCheck, _carve, _closed_labels,
+                                             _examples, _find_split_file, _finish, _label_value, _open_labels,
+                                             _proportional_size, _record_id, _require, _require_file, _Row,
+                                             _split_stem, make_dataset, seeded_partition)
 from biomed_lm.finetune.readers.examples import BlurbDataset, QAExample
+from biomed_lm.tokenization.blurb_files import (DatasetFormatError, FieldError, json_document, json_lines, key_lines,
+                                                read_pqal_json, read_yesno_tsv, string_field)
 
 __all__ = ["load_pqal", "load_yesno_tsv", "QA_FORMAT"]
 
@@ -24,105 +22,60 @@ _YES_NO = {"1": "yes", "yes": "yes", "0": "no", "no": "no"}
 
 
 def _read_qa_tsv(path: Path) -> list[_Row]:
-    """The BioASQ yes/no stand-in: ``label<TAB>question<TAB>context`` with an optional header
-    (``yesno_label``/``label``, ``question``, ``ideal_answer``/``context``); labels 1/0 or yes/no."""
+    """The BioASQ yes/no stand-in, a ``yesno_tsv`` file (:func:`tokenization.blurb_files.read_yesno_tsv`):
+    ``label<TAB>question<TAB>context`` with an optional header; labels 1/0 or yes/no."""
     rows: list[_Row] = []
-    columns: dict[str, int] | None = None
-    for line_no, fields in _plain_tsv_rows(path):
-        if columns is None:
-            names = [f.strip().lower() for f in fields]
-            if "question" in names:
-                label = next((n for n in ("yesno_label", "label", "answer") if n in names), None)
-                context = next((n for n in ("ideal_answer", "context", "passage", "text") if n in names), None)
-                if label is None or context is None:
-                    raise DatasetFormatError(path, line_no, "the header names 'question' but not both a label "
-                                             "column (yesno_label, label) and a context column (ideal_answer, "
-                                             "context)", "label" if label is None else "context")
-                columns = {"label": names.index(label), "question": names.index("question"),
-                           "context": names.index(context), "width": len(fields)}
-                continue
-            columns = {"label": 0, "question": 1, "context": 2, "width": 3}
-        if len(fields) != columns["width"]:
-            raise DatasetFormatError(path, line_no, f"expected {columns['width']} tab-separated fields "
-                                     f"(label, question, context), got {len(fields)}")
+    for row in read_yesno_tsv(path):
         try:
-            raw_label = fields[columns["label"]].strip().lower()
+            raw_label = row.label.strip().lower()
             if raw_label not in _YES_NO:
-                raise _FieldError("label", f"{raw_label!r} is not a yes/no answer (1, 0, yes, no)")
-            question, context = fields[columns["question"]].strip(), fields[columns["context"]].strip()
+                raise FieldError("label", f"{raw_label!r} is not a yes/no answer (1, 0, yes, no)")
+            question, context = row.question.strip(), row.context.strip()
             for name, value in (("question", question), ("context", context)):
                 if not value:
-                    raise _FieldError(name, "is empty")
-        except _FieldError as err:
-            raise _reraise(path, line_no, err) from None
-        example = QAExample(f"{_split_stem(path)}-{line_no}", question, context, _YES_NO[raw_label])
-        rows.append(_Row(example, line_no, " ".join(question.casefold().split())))
+                    raise FieldError(name, "is empty")
+        except FieldError as err:
+            raise err.at(path, row.line) from None
+        example = QAExample(f"{_split_stem(path)}-{row.line}", question, context, _YES_NO[raw_label])
+        rows.append(_Row(example, row.line, " ".join(question.casefold().split())))
     return rows
 
 
 def _read_qa_jsonl(path: Path, label_check: LabelCheck) -> list[_Row]:
     """Generic QA JSON Lines: ``{"id", "question", "context", "label"}``."""
     rows = []
-    for line_no, record in json_lines(path, DatasetFormatError):
+    for line_no, record in json_lines(path):
         try:
-            question, context = _string(record, "question"), _string(record, "context")
+            question, context = string_field(record, "question"), string_field(record, "context")
             if "label" not in record:
-                raise _FieldError("label", "missing")
+                raise FieldError("label", "missing")
             example = QAExample(_record_id(record, f"{_split_stem(path)}-{line_no}"), question.strip(),
                                 context.strip(), label_check(_label_value(record["label"])))
-        except _FieldError as err:
-            raise _reraise(path, line_no, err) from None
+        except FieldError as err:
+            raise err.at(path, line_no) from None
         rows.append(_Row(example, line_no, " ".join(question.casefold().split())))
     return rows
 
 
-def _json_document(path: Path) -> tuple[object, list[str]]:
-    """A whole-file JSON document and its lines (to point errors at an entry's line)."""
-    lines = [line for _, line in numbered_lines(path, DatasetFormatError)]
-    try:
-        return json.loads("\n".join(lines)), lines
-    except json.JSONDecodeError as err:
-        raise DatasetFormatError(path, err.lineno, f"not valid JSON: {err.msg} at column {err.colno}") from None
-
-
-def _key_lines(lines: Sequence[str], keys: Iterable[str]) -> dict[str, int]:
-    """The line on which each of ``keys`` of a pretty-printed JSON object first appears as a key
-    (best effort: a key not found this way gets no line, and errors name the entry instead)."""
-    wanted = set(keys)
-    found: dict[str, int] = {}
-    for number, line in enumerate(lines, 1):
-        for key in re.findall(r'"([^"\\]+)"\s*:', line):
-            if key in wanted and key not in found:
-                found[key] = number
-    return found
-
-
 def _read_pubmedqa(questions: Path, ground_truth: Path) -> tuple[list[_Row], set[str]]:
-    """``ori_pqal.json`` (PMID -> {QUESTION, CONTEXTS, final_decision, ...}) as examples, and the
-    PMIDs of ``test_ground_truth.json`` (PMID -> answer), whose answers must agree."""
-    data, lines = _json_document(questions)
-    if not isinstance(data, dict) or not data:
-        raise DatasetFormatError(questions, 1, "expected a JSON object mapping PMIDs to questions")
-    where = _key_lines(lines, data)
+    """``ori_pqal.json`` (a ``pqal_json`` file, :func:`tokenization.blurb_files.read_pqal_json`) as
+    examples, and the PMIDs of ``test_ground_truth.json`` (PMID -> answer), whose answers must agree."""
     labels = _closed_labels(("yes", "no", "maybe"), case_insensitive=True, field_name="final_decision")
     rows: list[_Row] = []
-    for pmid, entry in data.items():
-        line = where.get(pmid)
+    for entry in read_pqal_json(questions):
         try:
-            if not isinstance(entry, dict):
-                raise _FieldError(None, "expected an object")
-            question = _string(entry, "QUESTION").strip()
-            contexts = [c.strip() for c in _string_list(entry, "CONTEXTS")]
-            if not contexts or not all(contexts):
-                raise _FieldError("CONTEXTS", "expected a non-empty list of non-empty passages")
-            label = labels(_label_value(entry.get("final_decision"), "final_decision"))
-        except _FieldError as err:
-            raise DatasetFormatError(questions, line, f"entry {pmid!r}: {err.message}", err.field) from None
-        rows.append(_Row(QAExample(pmid, question, " ".join(contexts), label), line, pmid))
-    truth, truth_lines = _json_document(ground_truth)
+            if not entry.contexts or not all(entry.contexts):
+                raise FieldError("CONTEXTS", "expected a non-empty list of non-empty passages")
+            label = labels(_label_value(entry.record.get("final_decision"), "final_decision"))
+        except FieldError as err:
+            raise DatasetFormatError(questions, entry.line, f"entry {entry.pmid!r}: {err.message}", err.field) \
+                from None
+        rows.append(_Row(QAExample(entry.pmid, entry.question, " ".join(entry.contexts), label), entry.line,
+                         entry.pmid))
+    truth, truth_lines = json_document(ground_truth)
     if not isinstance(truth, dict) or not truth:
         raise DatasetFormatError(ground_truth, 1, "expected a JSON object mapping PMIDs to yes/no/maybe")
-    truth_where = _key_lines(truth_lines, truth)
+    truth_where = key_lines(truth_lines, truth)
     by_id = {row.example.id: row.example for row in rows}
     for pmid, answer in truth.items():
         line = truth_where.get(pmid)

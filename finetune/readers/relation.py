@@ -18,14 +18,14 @@ from typing import Callable, Mapping, Sequence
 
 from biomed_lm.errors import InputError
 from biomed_lm.finetune.blurb import SPLITS, BlurbEntry, PlaceholderPair
-from biomed_lm.finetune.readers.base import (DatasetFormatError, GenericFormat, LabelCheck, MissingDatasetFileError,
-                                             _closed_labels, _correction_notes, _examples, _expected, _FieldError,
-                                             _find_split_file, _finish, _label_value, _one_of, _open_labels,
-                                             _plain_tsv_rows, _record_id, _reraise, _Row, _split_stem, _string,
-                                             json_lines, listed_lines, make_dataset)
+from biomed_lm.finetune.readers.base import (GenericFormat, LabelCheck, MissingDatasetFileError, _closed_labels,
+                                             _correction_notes, _examples, _expected, _find_split_file, _finish,
+                                             _label_value, _one_of, _open_labels, _record_id, _Row, _split_stem,
+                                             listed_lines, make_dataset)
 from biomed_lm.finetune.readers.examples import BlurbDataset, Entity, FlaggedRows, RelationExample
 from biomed_lm.finetune.relation_inputs import (entities_from_placeholders, normalize_type,
                                                 pair_or_one_from_placeholders)
+from biomed_lm.tokenization.blurb_files import FieldError, read_relation_jsonl, read_sentence_label_tsv, string_field
 
 __all__ = ["load_relation", "RELATION_FORMAT", "MAX_OFFSET_SHIFT"]
 
@@ -47,48 +47,29 @@ def _placeholder_check(pair: PlaceholderPair | None, rewrite: Callable[[str], st
             else:
                 pair_or_one_from_placeholders(text, pair)
         except ValueError as err:
-            raise _FieldError("sentence", f"{err}{hint}") from None
+            raise FieldError("sentence", f"{err}{hint}") from None
         return text
 
     return check
 
 
 def _read_relation_tsv(path: Path, label_check: LabelCheck, sentence_check: SentenceCheck) -> list[_Row]:
-    """``sentence<TAB>label`` or ``id<TAB>sentence<TAB>label``, entities already dummified, with an
-    optional header row (GAD's ``sentence<TAB>label``, BLUE's ``index<TAB>sentence<TAB>label``)."""
+    """A ``sentence_label_tsv`` file (:func:`tokenization.blurb_files.read_sentence_label_tsv`): GAD's
+    ``sentence<TAB>label``, BLUE's ``index<TAB>sentence<TAB>label``, entities already dummified."""
     rows: list[_Row] = []
-    columns: dict[str, int] | None = None
-    width = 0
-    for line_no, fields in _plain_tsv_rows(path):
-        if columns is None:
-            names = [f.strip().lower() for f in fields]
-            if "sentence" in names and "label" in names:
-                id_column = next((names.index(n) for n in ("index", "id", "pmid") if n in names), None)
-                columns = {"sentence": names.index("sentence"), "label": names.index("label")}
-                if id_column is not None:
-                    columns["id"] = id_column
-                width = len(fields)
-                continue
-            if len(fields) not in (2, 3):
-                raise DatasetFormatError(path, line_no, f"expected 'sentence<TAB>label' or "
-                                         f"'id<TAB>sentence<TAB>label', got {len(fields)} fields")
-            width = len(fields)
-            columns = {"sentence": 0, "label": 1} if width == 2 else {"id": 0, "sentence": 1, "label": 2}
-        if len(fields) != width:
-            raise DatasetFormatError(path, line_no, f"expected {width} tab-separated fields like the first "
-                                     f"row, got {len(fields)}")
+    for row in read_sentence_label_tsv(path):
         try:
-            text = fields[columns["sentence"]].strip()
+            text = row.sentence.strip()
             if not text:
-                raise _FieldError("sentence", "is empty")
+                raise FieldError("sentence", "is empty")
             text = sentence_check(text)
-            label = label_check(_label_value(fields[columns["label"]]))
-            example_id = fields[columns["id"]].strip() if "id" in columns else f"{_split_stem(path)}-{line_no}"
+            label = label_check(_label_value(row.label))
+            example_id = row.id.strip() if row.id is not None else f"{_split_stem(path)}-{row.line}"
             if not example_id:
-                raise _FieldError("id", "is empty")
-        except _FieldError as err:
-            raise _reraise(path, line_no, err) from None
-        rows.append(_Row(RelationExample(example_id, text, text, (), label), line_no, example_id))
+                raise FieldError("id", "is empty")
+        except FieldError as err:
+            raise err.at(path, row.line) from None
+        rows.append(_Row(RelationExample(example_id, text, text, (), label), row.line, example_id))
     return rows
 
 
@@ -112,11 +93,11 @@ def _entity_from_offsets(entity: Mapping, text: str, key: str) -> tuple[Entity, 
     :data:`MAX_OFFSET_SHIFT` makes them spell the mention exactly, the shifted offsets are used and the
     correction is reported, so every offset kept points at its mention. Anything else is an error.
     """
-    mention = _string(entity, "text")
-    entity_type = _string(entity, "type")
+    mention = string_field(entity, "text")
+    entity_type = string_field(entity, "type")
     offset = entity.get("offset")
     if not isinstance(offset, str) or not _OFFSETS.fullmatch(offset.strip()):
-        raise _FieldError(f"{key}.offset", f"expected 'start-end' (or fragments joined by ';'), got {offset!r}")
+        raise FieldError(f"{key}.offset", f"expected 'start-end' (or fragments joined by ';'), got {offset!r}")
     pairs = [tuple(int(n) for n in part.split("-")) for part in offset.strip().split(";")]
     shifts = [0] + [sign * n for n in range(1, MAX_OFFSET_SHIFT + 1) for sign in (1, -1)]
     for shift in shifts:
@@ -131,8 +112,8 @@ def _entity_from_offsets(entity: Mapping, text: str, key: str) -> tuple[Entity, 
                 correction = None if shift == 0 else \
                     f"{key} offset {offset} shifted by {shift:+d} to point at {mention!r}"
                 return Entity(spans[0][0], spans[-1][1], entity_type, mention, spans), correction
-    raise _FieldError(f"{key}.offset", f"{offset!r} does not point at {mention!r} in the sentence "
-                      f"(it holds {text[pairs[0][0]:pairs[-1][1] + 1]!r} there)")
+    raise FieldError(f"{key}.offset", f"{offset!r} does not point at {mention!r} in the sentence "
+                     f"(it holds {text[pairs[0][0]:pairs[-1][1] + 1]!r} there)")
 
 
 def _entity_from_span(entity: Mapping, text: str, key: str) -> tuple[Entity, None]:
@@ -140,16 +121,16 @@ def _entity_from_span(entity: Mapping, text: str, key: str) -> tuple[Entity, Non
     start, end = entity.get("start"), entity.get("end")
     for name, value in (("start", start), ("end", end)):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise _FieldError(f"{key}.{name}", f"expected an integer character offset, got {value!r}")
+            raise FieldError(f"{key}.{name}", f"expected an integer character offset, got {value!r}")
     if not 0 <= start < end <= len(text):
-        raise _FieldError(f"{key}.end", f"span {start}-{end} is not inside the text ({len(text)} characters)")
+        raise FieldError(f"{key}.end", f"span {start}-{end} is not inside the text ({len(text)} characters)")
     if not text[start:end].strip():  # no token would cover it: the entity could not be located after tokenizing
-        raise _FieldError(f"{key}.end", f"span {start}-{end} holds only whitespace ({text[start:end]!r})")
-    entity_type = _string(entity, "type")
-    mention = _string(entity, "text", required=False)
+        raise FieldError(f"{key}.end", f"span {start}-{end} holds only whitespace ({text[start:end]!r})")
+    entity_type = string_field(entity, "type")
+    mention = string_field(entity, "text", required=False)
     if mention is not None and text[start:end] != mention:
-        raise _FieldError(f"{key}.text", f"{mention!r} is not what the offsets point at "
-                          f"({text[start:end]!r}; 'end' is exclusive)")
+        raise FieldError(f"{key}.text", f"{mention!r} is not what the offsets point at "
+                         f"({text[start:end]!r}; 'end' is exclusive)")
     return Entity(start, end, entity_type, text[start:end]), None
 
 
@@ -157,13 +138,13 @@ def _within(key: str, parse: Callable[[Mapping, str, str], tuple[Entity, str | N
             text: str) -> tuple[Entity, str | None]:
     """``parse(entity, text, key)`` with the fields of its errors named inside ``key`` (``e1.type``)."""
     if not isinstance(entity, dict):
-        raise _FieldError(key, "expected an object")
+        raise FieldError(key, "expected an object")
     try:
         return parse(entity, text, key)
-    except _FieldError as err:
+    except FieldError as err:
         name = err.field if err.field and err.field.startswith(f"{key}.") else \
             f"{key}.{err.field}" if err.field else key
-        raise _FieldError(name, err.message) from None
+        raise FieldError(name, err.message) from None
 
 
 def _relation_record(record: Mapping, fallback_id: str, label_check: LabelCheck,
@@ -178,23 +159,23 @@ def _relation_record(record: Mapping, fallback_id: str, label_check: LabelCheck,
     if "entities" in record:
         raw = record["entities"]
         if not isinstance(raw, list):
-            raise _FieldError("entities", "expected a list of objects {start, end, type}")
+            raise FieldError("entities", "expected a list of objects {start, end, type}")
         keys = [f"entities[{i}]" for i in range(len(raw))]
         parsed = [_within(key, _entity_from_span, e, text) for key, e in zip(keys, raw)]
         if len(raw) != 2:  # a relation instance is one pair; which two of more would be a guess
-            raise _FieldError("entities", f"expected the relation's two entities, got {len(raw)}")
+            raise FieldError("entities", f"expected the relation's two entities, got {len(raw)}")
     elif "e1" in record or "e2" in record:
         keys = ["e1", "e2"]
         parsed = [_within(key, _entity_from_offsets, record.get(key), text) for key in keys]
     else:
-        raise _FieldError("entities", "missing: give 'entities' (a list of {start, end, type}) or 'e1' and 'e2'")
+        raise FieldError("entities", "missing: give 'entities' (a list of {start, end, type}) or 'e1' and 'e2'")
     for key, (entity, _) in zip(keys, parsed):
         try:
             normalize_type(entity.type, type_map)
         except ValueError as err:
-            raise _FieldError(f"{key}.type", str(err)) from None
+            raise FieldError(f"{key}.type", str(err)) from None
     if "label" not in record:
-        raise _FieldError("label", "missing")
+        raise FieldError("label", "missing")
     label = label_check(_label_value(record["label"]))
     example = RelationExample(_record_id(record, fallback_id), text, masked, tuple(e for e, _ in parsed), label)
     corrections = [c for _, c in parsed if c is not None]
@@ -203,11 +184,11 @@ def _relation_record(record: Mapping, fallback_id: str, label_check: LabelCheck,
 
 def _read_relation_jsonl(path: Path, label_check: LabelCheck, type_map: Mapping[str, str] | None) -> list[_Row]:
     rows = []
-    for line_no, record in json_lines(path, DatasetFormatError):
+    for line_no, record in read_relation_jsonl(path):
         try:
             example, correction = _relation_record(record, f"{_split_stem(path)}-{line_no}", label_check, type_map)
-        except _FieldError as err:
-            raise _reraise(path, line_no, err) from None
+        except FieldError as err:
+            raise err.at(path, line_no) from None
         rows.append(_Row(example, line_no, example.id, correction))
     return rows
 

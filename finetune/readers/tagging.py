@@ -1,28 +1,28 @@
 """Readers of token-per-line files: NER (``token<TAB>tag``) and EBM PICO (``token POS O tag``).
 
 A blank line ends a sentence (PICO: a segment of an abstract); ``-DOCSTART-`` opens a document, with
-its PMID in parentheses in EBM-NLP. A derived split keeps a document together.
+its PMID in parentheses in EBM-NLP. A derived split keeps a document together. The files are read
+by their layouts' reader (:func:`tokenization.blurb_files.read_token_sentences`); this module checks
+the tags.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
 from biomed_lm.errors import InputError
 from biomed_lm.finetune.blurb import DEV, ENTITY_F1, PICO_TOKEN_MACRO_F1, TEST, TRAIN, BlurbEntry
-from biomed_lm.finetune.readers.base import (CARVED_DEV_FRACTION, DatasetFormatError, GenericFormat, LabelCheck,
-                                             MissingDatasetFileError, _carve, _closed_labels, _examples, _expected,
-                                             _FieldError, _find_split_file, _finish, _proportional_size, _require,
-                                             _reraise, _Row, _split_stem, make_dataset, numbered_lines,
+from biomed_lm.finetune.readers.base import (CARVED_DEV_FRACTION, GenericFormat, LabelCheck, MissingDatasetFileError,
+                                             _carve, _closed_labels, _examples, _expected, _find_split_file, _finish,
+                                             _proportional_size, _require, _Row, _split_stem, make_dataset,
                                              seeded_partition)
 from biomed_lm.finetune.readers.examples import BlurbDataset, Example, PicoExample, TokenTaggingExample
+from biomed_lm.tokenization.blurb_files import (FieldError, read_token_sentences, token_pos_chunk_tag_fields,
+                                                token_tag_fields)
 
 __all__ = ["load_token_tags", "load_ebm_nlp", "NER_FORMAT", "PICO_FORMAT"]
 
-_DOCSTART = "-DOCSTART-"
 _TAG_PREFIXES = ("B", "I", "E", "S", "L", "U")  # BIO plus the BIOES/BILOU extras a generic file may use
 
 
@@ -34,7 +34,7 @@ def _split_tag(tag: str) -> tuple[str, str | None]:
     if tag == "O":
         return "O", None
     if prefix not in _TAG_PREFIXES or (dash and not entity_type):
-        raise _FieldError("tag", f"{tag!r} is not a BIO tag (O, B-TYPE, I-TYPE, or bare B/I)")
+        raise FieldError("tag", f"{tag!r} is not a BIO tag (O, B-TYPE, I-TYPE, or bare B/I)")
     return prefix, (entity_type if dash else None)
 
 
@@ -51,10 +51,10 @@ def _blurb_tag_check(entity_type: str, source_types: frozenset[str]) -> LabelChe
         if prefix == "O":
             return "O"
         if prefix not in ("B", "I"):
-            raise _FieldError("tag", f"{raw!r}: BLURB's NER files use BIO tags only")
+            raise FieldError("tag", f"{raw!r}: BLURB's NER files use BIO tags only")
         if found is not None and found.casefold() not in source_types:
-            raise _FieldError("tag", f"{raw!r}: entity type {found!r} is not one of this dataset's "
-                              f"({', '.join(sorted(source_types))})")
+            raise FieldError("tag", f"{raw!r}: entity type {found!r} is not one of this dataset's "
+                             f"({', '.join(sorted(source_types))})")
         return f"{prefix}-{entity_type}"
 
     return check
@@ -70,8 +70,8 @@ def _generic_tag_check(labels: Sequence[str] | None, *, by_entity_type: bool = F
         def check_type(raw: str) -> str:
             tag = raw.strip()
             if _split_tag(tag)[1] not in known:
-                raise _FieldError("tag", f"{tag!r}: entity type {_split_tag(tag)[1]!r} does not occur in the "
-                                  f"training file (labels there: {', '.join(labels)})")
+                raise FieldError("tag", f"{tag!r}: entity type {_split_tag(tag)[1]!r} does not occur in the "
+                                 f"training file (labels there: {', '.join(labels)})")
             return tag
 
         return check_type
@@ -102,7 +102,7 @@ def _pico_check(elements: Sequence[str] | None, *, case_insensitive: bool) -> Ca
     def check(raw: str) -> frozenset[str]:
         tag = raw.strip()
         if not tag:
-            raise _FieldError("tag", "is empty")
+            raise FieldError("tag", "is empty")
         if tag == "O":
             return frozenset()
         found = set()
@@ -110,8 +110,8 @@ def _pico_check(elements: Sequence[str] | None, *, case_insensitive: bool) -> Ca
             part = part.strip()
             name = part[2:] if part[:2] in ("B-", "I-") else part
             if not name or name == "O":
-                raise _FieldError("tag", f"{raw!r}: {part!r} is not a PICO element (tags are O, or "
-                                  "elements such as I-PAR joined by '|')")
+                raise FieldError("tag", f"{raw!r}: {part!r} is not a PICO element (tags are O, or "
+                                 "elements such as I-PAR joined by '|')")
             found.add(closed(name) if closed is not None else name)
         return frozenset(found)
 
@@ -120,94 +120,21 @@ def _pico_check(elements: Sequence[str] | None, *, case_insensitive: bool) -> Ca
 
 # ----------------------------------------------------------------------------- token-per-line files
 
-@dataclass(frozen=True)
-class _TokenSentence:
-    line: int
-    index: int                 # sentence number in the file, from 0
-    document: str | None       # PMID from "-DOCSTART- (PMID)", "doc<N>" from a bare -DOCSTART-, else None
-    index_in_document: int
-    tokens: tuple[str, ...]
-    values: tuple
-
-
-def _read_token_sentences(path: Path, parse: Callable[[str], tuple[str, object]]) -> list[_TokenSentence]:
-    """Sentences of a one-token-per-line file: a blank line ends a sentence, ``-DOCSTART-`` opens a
-    document (with its PMID in parentheses in EBM-NLP). ``parse`` turns a line into (token, value)."""
-    sentences: list[_TokenSentence] = []
-    document: str | None = None
-    documents = 0
-    in_document = 0
-    start = 0
-    tokens: list[str] = []
-    values: list = []
-
-    def flush() -> None:
-        nonlocal tokens, values, in_document
-        if tokens:
-            sentences.append(_TokenSentence(start, len(sentences), document, in_document,
-                                            tuple(tokens), tuple(values)))
-            in_document += 1
-            tokens, values = [], []
-
-    for line_no, line in numbered_lines(path, DatasetFormatError):
-        if not line.strip():
-            flush()
-            continue
-        if line.startswith(_DOCSTART):
-            flush()
-            documents += 1
-            match = re.search(r"\(([^()\s]+)\)", line)
-            document = match.group(1) if match else f"doc{documents}"
-            in_document = 0
-            continue
-        try:
-            token, value = parse(line)
-        except _FieldError as err:
-            raise _reraise(path, line_no, err) from None
-        if not tokens:
-            start = line_no
-        tokens.append(token)
-        values.append(value)
-    flush()
-    return sentences
-
-
-def _token(raw: str) -> str:
-    token = raw.strip()
-    if not token:
-        raise _FieldError("token", "is empty")
-    return token
-
-
 def _ner_line_parser(tag_check: LabelCheck) -> Callable[[str], tuple[str, str]]:
+    """A ``token_tags`` line, its tag checked."""
     def parse(line: str) -> tuple[str, str]:
-        fields = line.split("\t")
-        if len(fields) != 2:
-            raise _FieldError(None, f"expected 'token<TAB>tag' (2 tab-separated fields), got {len(fields)}: "
-                              f"{line[:80]!r}")
-        tag = fields[1].strip()
-        if not tag:
-            raise _FieldError("tag", "is empty")
-        return _token(fields[0]), tag_check(tag)
+        token, tag = token_tag_fields(line)
+        return token, tag_check(tag)
 
     return parse
 
 
 def _pico_line_parser(element_check: Callable[[str], frozenset[str]]) -> Callable[[str], tuple[str, frozenset]]:
-    """EBM-NLP's ``token POS O tag`` (space-separated) or the generic ``token<TAB>tag``."""
+    """A ``token_pos_chunk_tag`` line (EBM-NLP's ``token POS O tag``, or ``token<TAB>tag``), its tag
+    read as a set of PIO elements."""
     def parse(line: str) -> tuple[str, frozenset]:
-        if "\t" in line:
-            fields = line.split("\t")
-            if len(fields) != 2:
-                raise _FieldError(None, f"expected 'token<TAB>tag' (2 tab-separated fields), got {len(fields)}: "
-                                  f"{line[:80]!r}")
-        else:
-            fields = line.split()
-            if len(fields) != 4:
-                raise _FieldError(None, f"expected 'token POS O tag' (4 space-separated fields) or "
-                                  f"'token<TAB>tag', got {len(fields)} fields: {line[:80]!r}")
-            fields = [fields[0], fields[3]]
-        return _token(fields[0]), element_check(fields[1])
+        token, tag = token_pos_chunk_tag_fields(line)
+        return token, element_check(tag)
 
     return parse
 
@@ -215,7 +142,7 @@ def _pico_line_parser(element_check: Callable[[str], frozenset[str]]) -> Callabl
 def _read_ner(path: Path, tag_check: LabelCheck) -> list[_Row]:
     """One example per sentence; a derived split keeps a ``-DOCSTART-`` document together."""
     rows = []
-    for s in _read_token_sentences(path, _ner_line_parser(tag_check)):
+    for s in read_token_sentences(path, _ner_line_parser(tag_check)):
         example = TokenTaggingExample(f"{_split_stem(path)}-{s.index}", s.tokens, s.values)
         rows.append(_Row(example, s.line, s.document or f"sentence{s.index}"))
     return rows
@@ -225,7 +152,7 @@ def _read_pico(path: Path, element_check: Callable[[str], frozenset[str]]) -> li
     """One example per blank-line-separated segment, id ``PMID-k``; a derived split keeps an abstract
     together."""
     rows = []
-    for s in _read_token_sentences(path, _pico_line_parser(element_check)):
+    for s in read_token_sentences(path, _pico_line_parser(element_check)):
         if s.document is not None:
             example_id, group = f"{s.document}-{s.index_in_document}", s.document
         else:
@@ -316,11 +243,11 @@ def _given_types_check(types: Sequence[str]) -> LabelCheck:
         tag = raw.strip()
         prefix, entity_type = _split_tag(tag)
         if prefix != "O" and entity_type is None:
-            raise _FieldError("tag", f"{tag!r} names no entity type (the labels given are entity types: "
-                              f"{', '.join(types)})")
+            raise FieldError("tag", f"{tag!r} names no entity type (the labels given are entity types: "
+                             f"{', '.join(types)})")
         if prefix != "O" and entity_type not in types:
-            raise _FieldError("tag", f"{tag!r}: entity type {entity_type!r} is not one of the labels given "
-                              f"({', '.join(types)})")
+            raise FieldError("tag", f"{tag!r}: entity type {entity_type!r} is not one of the labels given "
+                             f"({', '.join(types)})")
         return tag
 
     return check
@@ -330,7 +257,7 @@ def _split_tag_or_none(text: str) -> tuple[str, str | None] | None:
     """``_split_tag(text)`` for a prefixed tag (``B-Gene``), None for anything else (``Gene``, ``O``)."""
     try:
         prefix, entity_type = _split_tag(text)
-    except _FieldError:
+    except FieldError:
         return None
     return (prefix, entity_type) if entity_type is not None else None
 
