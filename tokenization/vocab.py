@@ -62,12 +62,13 @@ punctuation), so no vocabulary entry can cross a boundary BERT will put between 
 is the one the model will see. Both give every character of the alphabet a bare and a ``##``
 entry, as bert-base-uncased does, so WordPiece's greedy match can always fall back to
 characters and never emits ``[UNK]`` for a known character. The word table grows with the corpus
-(~K n^0.6 distinct words in n bytes of text, benchmarks/README.md); ``max_distinct_words`` bounds it
-by dropping the rarest words while counting (word2vec's ReduceVocab, :class:`_ChunkFolder`), and the
-card records the bound and what it dropped. Both are deterministic: the same corpus and options give the same vocabulary, byte
-for byte. (HF's ``WordPieceTrainer`` alone is not: it numbers ``##`` characters in hash-map order
-and breaks ties between equally frequent merges by those numbers, huggingface/tokenizers#1794.
-Here it is given the counted words and the whole ``##`` alphabet up front, which fixes every id.)
+(~5.9 n^0.55 distinct words in n bytes of PubMed text, benchmarks/README.md);
+``max_distinct_words`` bounds it by dropping the rarest words while counting (word2vec's
+ReduceVocab, :class:`_ChunkFolder`), and the card records the bound and what it dropped. Both
+are deterministic: the same corpus and options give the same vocabulary, byte for byte. (HF's
+``WordPieceTrainer`` alone is not: it numbers ``##`` characters in hash-map order and breaks ties
+between equally frequent merges by those numbers, huggingface/tokenizers#1794. Here it is
+given the counted words and the whole ``##`` alphabet up front, which fixes every id.)
 
 WordPiece special tokens take BERT's conventional ids, in one of two layouts (``special_token_layout``):
 
@@ -414,8 +415,8 @@ class _ChunkFolder(ABC):
     ``fold_every`` distinct chunks (each distinct chunk is split into words once, by ``_fold``), so
     memory follows the number of distinct words rather than of distinct chunks.
 
-    The distinct words grow with the corpus (Heaps' law: ~K n^0.6 on PubMed text), so with
-    ``max_distinct_words`` the word table is bounded as word2vec bounds its vocabulary
+    The distinct words grow with the corpus (Heaps' law: ~5.9 n^0.55 words in n bytes of PubMed
+    text), so with ``max_distinct_words`` the word table is bounded as word2vec bounds its vocabulary
     (ReduceVocab): whenever a fold leaves more distinct words than the bound, the words counted at
     most ``t`` times are dropped, for the smallest ``t`` above the previous one that brings the
     table within the bound (``t`` only grows, as word2vec's ``min_reduce``), logging what was
