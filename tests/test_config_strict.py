@@ -299,6 +299,7 @@ def _bad_cli_cases(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
                   "epochs: true is not an integer or null"),
         "build_vocab": (["--inputs", "x", "--output_dir", out, "--min_frequency", "-1"], "--min_frequency: -1"),
         "calibrate": (["--simulations", "0", "--output_dir", out], "--simulations: 0 is out of range"),
+        "cli": (["no-such-command"], "unknown command 'no-such-command'"),  # biomed-lm, the dispatcher
         "create_pretraining_data": (["--dupe_factor", "0"], "--dupe_factor: 0 is out of range"),
         "demo": (["--scale", "0"], "--scale: 0.0 is out of range: must be > 0"),
         "finetune": (["--config", str(tmp_path / "finetune.yaml")], "batch_size: 1.5 is not an integer"),
