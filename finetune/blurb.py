@@ -11,11 +11,13 @@ tokenization's (:mod:`tokenization.blurb_files`), shared with the coverage repor
 import fine-tuning; an entry names the layouts its files use (:attr:`BlurbEntry.file_layouts`).
 
 The module imports nothing heavier than the standard library, :mod:`biomed_lm.errors` and the layout
-names, so a scorer or a report can read it without loading torch or a dataset reader.
+names (whose module is standard library too), so a scorer or a report can read it without loading
+torch or a dataset reader.
 
 Adding a dataset of a known task family is one :class:`BlurbEntry` in :data:`BLURB` (plus, when its
-files follow a new layout, a loader under ``finetune/readers/`` named by ``loader``); adding a task
-family is one adapter in :mod:`finetune.adapters`.
+files follow a new layout, the layout and its reader in :mod:`tokenization.blurb_files` and a loader
+under ``finetune/readers/`` named by ``loader``); adding a task family is one adapter in
+:mod:`finetune.adapters`.
 """
 
 from __future__ import annotations
