@@ -45,11 +45,11 @@ from biomed_lm.tokenization.sources import Problem, iter_lines
 __all__ = [
     "TOKEN_TAGS", "TOKEN_POS_CHUNK_TAG", "SENTENCE_LABEL_TSV", "RELATION_JSONL", "SENTENCE_PAIR_TSV",
     "SENTENCES_JSONL", "PQAL_JSON", "YESNO_TSV", "DatasetFormatError", "FieldError", "numbered_lines",
-    "json_lines", "json_document", "key_lines", "string_field", "string_list", "TokenSentence", "token_tag_fields",
-    "token_pos_chunk_tag_fields", "read_token_sentences", "SentenceLabelRow", "read_sentence_label_tsv",
-    "read_relation_jsonl", "relation_input_text", "SentencePairRow", "read_sentence_pair_tsv",
-    "read_sentences_jsonl", "PqalEntry", "read_pqal_json", "YesNoRow", "read_yesno_tsv", "FileLayout",
-    "FILE_LAYOUTS", "detect_file_layout",
+    "json_lines", "json_document", "key_lines", "plain_tsv_rows", "quoted_tsv_rows", "string_field", "string_list",
+    "TokenSentence", "token_tag_fields", "token_pos_chunk_tag_fields", "read_token_sentences", "SentenceLabelRow",
+    "read_sentence_label_tsv", "read_relation_jsonl", "RELATION_INPUT_FIELDS", "relation_input_text",
+    "SentencePairRow", "read_sentence_pair_tsv", "read_sentences_jsonl", "PqalEntry", "read_pqal_json", "YesNoRow",
+    "read_yesno_tsv", "FileLayout", "FILE_LAYOUTS", "detect_file_layout",
 ]
 
 TOKEN_TAGS = "token_tags"
