@@ -162,3 +162,24 @@ def test_cli_bounded_build_is_the_same_with_one_or_two_threads(tmp_path):
 def test_a_meaningless_bound_is_refused(options, message):
     with pytest.raises(VocabBuildError, match=message):
         VocabConfig(**options)
+
+
+def test_bench_vocab_words_on_the_embedded_sample(tmp_path):
+    """benchmarks/bench_vocab_words.py runs on the sample alone, names a missing input as skipped,
+    and its figures hang together."""
+    out = tmp_path / "vocab_words.json"
+    result = subprocess.run([sys.executable, "benchmarks/bench_vocab_words.py", str(tmp_path / "absent.txt"),
+                             str(SAMPLE), "--vocab-size", str(SIZE), "--bounds", "0.5", "--fit-from", "100000",
+                             "--output", str(out)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"skipped: {tmp_path / 'absent.txt'} does not exist" in result.stdout
+    report = json.loads(out.read_text(encoding="utf-8"))
+    distinct = [p["distinct"] for p in report["growth"]["points"]]
+    assert distinct == sorted(distinct) and len(distinct) >= 3
+    assert 0.3 < report["heaps_fit"]["beta"] < 1
+    unbounded, (bounded,) = report["unbounded"], report["bounded"]
+    assert unbounded["distinct"] == distinct[-1] and unbounded["pruning"] is None
+    assert bounded["distinct"] <= bounded["bound"] == unbounded["distinct"] // 2
+    assert bounded["pruning"]["words_dropped"] > 0
+    assert 0 < bounded["vs_unbounded"]["vocab_entries_shared"] < 1
+    assert report["bytes_per_word"]["table"] > 50
