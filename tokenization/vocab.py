@@ -400,7 +400,7 @@ class WordPruning:
     """What a word-count bound dropped while counting (word2vec's ReduceVocab, see :class:`_ChunkFolder`)."""
 
     max_distinct_words: int
-    threshold: int = 0    # every word seen at most this often in some window was dropped (0: nothing was)
+    threshold: int = 0    # the last prune dropped every word then counted at most this often (0: none ran)
     prunes: int = 0       # times the table went over the bound and was pruned
     words: int = 0        # words dropped (a word dropped, seen again and dropped again counts twice)
     occurrences: int = 0  # the occurrences those words had counted when dropped
