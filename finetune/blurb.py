@@ -25,14 +25,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping, NamedTuple
+from typing import Literal, Mapping, NamedTuple, get_args
 
 from biomed_lm.errors import FinetuneError, InputError
 from biomed_lm.tokenization.blurb_files import (PQAL_JSON, RELATION_JSONL, SENTENCE_LABEL_TSV, SENTENCE_PAIR_TSV,
                                                 SENTENCES_JSONL, TOKEN_POS_CHUNK_TAG, TOKEN_TAGS, YESNO_TSV)
 
 __all__ = [
-    "NER", "PICO", "RELATION", "SIMILARITY", "CLASSIFICATION", "QA", "TASK_TYPES",
+    "NER", "PICO", "RELATION", "SIMILARITY", "CLASSIFICATION", "QA", "TASK_TYPES", "TaskType",
     "ENTITY_F1", "PICO_TOKEN_MACRO_F1", "MICRO_F1_POSITIVE", "F1_POSITIVE", "PEARSON", "MICRO_F1_MULTILABEL",
     "ACCURACY", "METRIC_IDS", "TRAIN", "DEV", "TEST", "SPLITS", "DEFAULT_MAX_LENGTH", "QA_MAX_LENGTH",
     "PICO_ELEMENTS", "HOC_HALLMARKS", "HOC_BLURB_SIZES", "PUBMEDQA_BLURB_SIZES",
@@ -50,7 +50,10 @@ RELATION = "relation"
 SIMILARITY = "similarity"
 CLASSIFICATION = "classification"
 QA = "qa"
-TASK_TYPES = (NER, PICO, RELATION, SIMILARITY, CLASSIFICATION, QA)  # the paper's section 2.3 order
+#: The task families as a choice set (``--task-type``), in the paper's section 2.3 order.
+TaskType = Literal["ner", "pico", "relation", "similarity", "classification", "qa"]
+TASK_TYPES: tuple[str, ...] = get_args(TaskType)
+assert TASK_TYPES == (NER, PICO, RELATION, SIMILARITY, CLASSIFICATION, QA)
 
 # ------------------------------------------------------------------------------------- metrics
 

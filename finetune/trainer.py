@@ -26,7 +26,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -39,7 +39,7 @@ from biomed_lm.config import check_fields
 from biomed_lm.errors import ConfigError, InputError
 from biomed_lm.finetune.adapters import TaskAdapter, adapter_for
 from biomed_lm.finetune.adapters.tagging import word_windows
-from biomed_lm.finetune.blurb import DEV, QA_MAX_LENGTH, TASK_TYPES, TEST, TRAIN, default_max_length
+from biomed_lm.finetune.blurb import DEV, QA_MAX_LENGTH, TEST, TRAIN, TaskType, default_max_length
 from biomed_lm.finetune.metrics import DEFAULT_NER_F1_MODE, NerF1Mode, compute_metric
 from biomed_lm.finetune.model_check import CheckedModel, check_model
 from biomed_lm.finetune.modeling import Representation, TaggingLayer, load_encoder
@@ -57,10 +57,6 @@ MAX_GRAD_NORM = 1.0
 _NOT_RESULT_SETTINGS = ("num_workers", "output_dir", "data_dir", "local_rank")
 # What a record written before a setting existed was run with, where that is not today's default.
 _BEFORE_RECORDED = {"ner_f1_mode": "strict"}
-
-
-# The task families as a choice set; finetune.blurb.TASK_TYPES (the registry's order) is its one spelling.
-TaskType = Literal[TASK_TYPES]
 
 
 @dataclass
