@@ -21,7 +21,7 @@ Masking = Literal["token", "whole-word"]
 #: ``on``: ALUM's adversarial term during pretraining.
 Adversarial = Literal["off", "on"]
 #: ``on``: LinkBERT's document relation prediction over the corpus's citation links replaces the data
-#: config's pair objective (paper 000's "Link function"; pretrain.data pair_task drp).
+#: config's pair objective (paper 000's "Link function"; pretrain.instance_recipe pair_task drp).
 Link = Literal["off", "on"]
 #: The factors of an ablation grid, in the order variant names are built.
 Factor = Literal["vocabulary", "masking", "initialization", "adversarial", "mask_schedule", "link", "corpus"]

@@ -6,7 +6,7 @@ trainer whose export loads with the family's transformers class and AutoModel.
 
 Data with another pair task than the pipeline's default NSP is made here by rewriting a made
 dataset's pair labels and its metadata's ``pair_task`` (:func:`pair_task_data`), so these tests do
-not depend on how pretrain/data.py draws SOP or DRP pairs."""
+not depend on how pretrain/instance_recipe.py draws SOP or DRP pairs."""
 
 from __future__ import annotations
 
