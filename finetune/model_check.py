@@ -3,7 +3,7 @@
 A fine-tuning run on the wrong inputs does not crash, it scores: a directory without tokenizer
 files used to get a 5-token tokenizer (every word ``[UNK]``) and a BLURB table; a vocabulary of
 another model trained on, its ids indexing the wrong rows. So :func:`check_model` refuses, with
-an :class:`~tokenization.instances.InputError` naming the file:
+an :class:`~biomed_lm.errors.InputError` naming the file:
 
 - a pretraining *run* directory is resolved to its final export ``model/``; without one the
   error names the newest checkpoint export (``checkpoints/step-N/hf``) to use instead;
@@ -11,7 +11,7 @@ an :class:`~tokenization.instances.InputError` naming the file:
   header promises), its embedding matrix must have ``config.vocab_size`` rows;
 - tokenizer files must exist and give a fast tokenizer whose size is the embedding matrix's (or
   that size rounded up for tensor cores), unless ``resize_embeddings`` says to resize;
-- the tokenizer is prepared for the checkpoint's model family (:mod:`finetune.model_families`:
+- the tokenizer is prepared for the checkpoint's family (:mod:`finetune.model_families`:
   the prefix space of byte-level BPE, GPT-2's pad token and EOS framing), and the special tokens the
   family's inputs use ([CLS], [SEP], [PAD], [UNK]; GPT-2: EOS, pad, unk) must be in the vocabulary;
 - a checkpoint class that is not its family's encoder (an ELECTRA generator) is refused.
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from biomed_lm.errors import InputError
-from biomed_lm.finetune.model_families import ModelFamily, model_family, prepare_tokenizer
+from biomed_lm.finetune.model_families import CheckpointFamily, checkpoint_family, prepare_tokenizer
 from biomed_lm.resources import read_json_object
 
 CONFIG_FILE = "config.json"
@@ -51,10 +51,10 @@ class CheckedModel:
     tokenizer_size: int
     resize_to: int | None = None  # resize the embeddings to this many rows before training
     notes: list[str] = field(default_factory=list)
-    family: ModelFamily = field(default_factory=lambda: model_family(None))
+    family: CheckpointFamily = field(default_factory=lambda: checkpoint_family(None))
 
     def record(self) -> dict[str, Any]:
-        """What ``run.json`` keeps of the check."""
+        """What ``run.json`` keeps of the check (the family under its record key ``model_family``)."""
         return {"directory": str(self.directory), "model_family": self.family.name,
                 "embedding_rows": self.embedding_rows, "tokenizer_size": self.tokenizer_size,
                 "resized_to": self.resize_to, "notes": list(self.notes)}
@@ -67,7 +67,7 @@ def check_model(path: str | Path, *, resize_embeddings: bool = False) -> Checked
     rows = int(config["vocab_size"]) if isinstance(config.get("vocab_size"), int) else None
     if rows is None:
         raise InputError(f"{directory / CONFIG_FILE}: no integer vocab_size; not a transformers encoder config")
-    family = model_family(config.get("model_type"))
+    family = checkpoint_family(config.get("model_type"))
     _check_encoder_class(config, family, directory)
     _check_weights(directory, rows)
     tokenizer = _load_tokenizer(directory, family)
@@ -110,7 +110,7 @@ def _read_config(directory: Path) -> dict[str, Any]:
     return read_json_object(path, InputError, "model configuration")
 
 
-def _check_encoder_class(config: dict[str, Any], family: ModelFamily, directory: Path) -> None:
+def _check_encoder_class(config: dict[str, Any], family: CheckpointFamily, directory: Path) -> None:
     for architecture in config.get("architectures") or ():
         if architecture in family.not_encoders:
             raise InputError(f"{directory / CONFIG_FILE}: {architecture} is {family.not_encoders[architecture]}")
@@ -181,7 +181,7 @@ def _sharded_shapes(index: Path) -> dict[str, list[int]]:
 
 # ------------------------------------------------------------------------------ the tokenizer
 
-def _load_tokenizer(directory: Path, family: ModelFamily):
+def _load_tokenizer(directory: Path, family: CheckpointFamily):
     if not any((directory / name).is_file() for name in TOKENIZER_FILES):
         raise InputError(f"{directory}: no tokenizer files (expected one of {', '.join(TOKENIZER_FILES)}); "
                          "save the vocabulary the model was pretrained with into it")
@@ -196,7 +196,7 @@ def _load_tokenizer(directory: Path, family: ModelFamily):
     return tokenizer
 
 
-def _check_special_tokens(tokenizer, directory: Path, family: ModelFamily) -> None:
+def _check_special_tokens(tokenizer, directory: Path, family: CheckpointFamily) -> None:
     vocabulary = tokenizer.get_vocab()
     for kind in family.special_tokens:
         token = getattr(tokenizer, f"{kind}_token", None)

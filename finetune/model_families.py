@@ -1,8 +1,10 @@
-"""Model families: everything fine-tuning does differently per encoder architecture, in one table.
+"""Checkpoint families: everything fine-tuning does differently per encoder architecture, in one table.
 
 The task adapters, heads and the loop are written once for every encoder. What differs between the
-architectures a checkpoint may come from is the handful of fields of :class:`ModelFamily`, looked up
-by the checkpoint's ``config.model_type`` (:func:`model_family`). Two places read the table:
+architectures a checkpoint may come from is how its tokenizer is prepared and its encoder fed: the
+handful of fields of :class:`CheckpointFamily`, looked up by the checkpoint's ``config.model_type``
+(:func:`checkpoint_family`). (Pretraining's family table, :mod:`pretrain.families`, is another: how
+a model of one ``--architecture`` is built, trained and exported.) Two places read this one:
 :mod:`finetune.model_check` prepares the tokenizer (prefix space, pad token, EOS framing) and checks
 the special tokens; :mod:`finetune.modeling` calls the encoder (token types or not) and reads the
 sequence representation. Nothing else branches on the architecture.
@@ -19,10 +21,9 @@ gpt2        byte-level BPE   never               EOS (none)     yes           la
 ==========  ===============  ==================  =============  ============  ===========================
 
 * **token_type_ids** are passed only to a family with segment embeddings *and* a checkpoint whose
-  ``type_vocab_size`` is at least 2 (RoBERTa has one type, DeBERTa-v3 none: a pair's second
-  segment would index a row that does not exist or is never used). GPT-2 never gets them: its
-  forward accepts ``token_type_ids`` but embeds them with the *word* embeddings, so 0/1 types would
-  add the vectors of tokens 0 and 1 to every position.
+  ``type_vocab_size`` is at least 2 (:func:`biomed_lm.token_types.takes_token_type_ids`, the rule
+  pretraining follows too): RoBERTa has one type, DeBERTa-v3 none, and GPT-2 no segment embeddings
+  (its forward would embed 0/1 types with the *word* embeddings).
 * **prefix space**: byte-level BPE marks a word start by the space before it ("Ġword"). NER and
   PICO tokenize pre-split words one by one, so the tokenizer is loaded with
   ``add_prefix_space=True`` and each word is tokenized as it is inside running text.
@@ -46,20 +47,22 @@ from types import MappingProxyType
 from typing import Any, Literal, Mapping
 
 from biomed_lm.errors import InputError
+from biomed_lm.token_types import takes_token_type_ids
 
-__all__ = ["ModelFamily", "MODEL_FAMILIES", "GENERIC", "model_family", "uses_token_types", "prepare_tokenizer"]
+__all__ = ["CheckpointFamily", "CHECKPOINT_FAMILIES", "GENERIC", "checkpoint_family", "prepare_tokenizer"]
 
 SequenceToken = Literal["first", "last"]
 
 
 @dataclass(frozen=True)
-class ModelFamily:
-    """How fine-tuning treats one encoder architecture (the module doc's table)."""
+class CheckpointFamily:
+    """How fine-tuning tokenizes for and feeds the encoder of a checkpoint of one architecture (the
+    module doc's table)."""
 
     name: str
     model_types: tuple[str, ...] = ()
-    #: the encoder has segment embeddings fed by token_type_ids (see :func:`uses_token_types`)
-    token_types: bool = True
+    #: the encoder has segment embeddings fed by token_type_ids (see :meth:`takes_token_type_ids`)
+    segment_embeddings: bool = True
     #: byte-level BPE: load the tokenizer with add_prefix_space=True (pre-split words of NER/PICO)
     prefix_space: bool = False
     #: the tokenizer ships no pad token: pad with EOS (the attention mask marks padding)
@@ -77,36 +80,34 @@ class ModelFamily:
         """Keyword arguments of ``AutoTokenizer.from_pretrained`` for this family."""
         return {"add_prefix_space": True} if self.prefix_space else {}
 
+    def takes_token_type_ids(self, config: Any) -> bool:
+        """Whether the encoder of a checkpoint with this ``config`` is given ``token_type_ids``."""
+        return takes_token_type_ids(self.segment_embeddings, getattr(config, "type_vocab_size", None))
 
-GENERIC = ModelFamily("generic")
 
-MODEL_FAMILIES: Mapping[str, ModelFamily] = MappingProxyType({family.name: family for family in (
-    ModelFamily("bert", ("bert",)),
-    ModelFamily("roberta", ("roberta",), prefix_space=True),
-    ModelFamily("albert", ("albert",)),
-    ModelFamily("electra", ("electra",), not_encoders=MappingProxyType({
+GENERIC = CheckpointFamily("generic")
+
+CHECKPOINT_FAMILIES: Mapping[str, CheckpointFamily] = MappingProxyType({family.name: family for family in (
+    CheckpointFamily("bert", ("bert",)),
+    CheckpointFamily("roberta", ("roberta",), prefix_space=True),
+    CheckpointFamily("albert", ("albert",)),
+    CheckpointFamily("electra", ("electra",), not_encoders=MappingProxyType({
         "ElectraForMaskedLM": "an ELECTRA generator; fine-tune the discriminator (ElectraForPreTraining) instead"})),
-    ModelFamily("deberta-v2", ("deberta-v2",)),
-    ModelFamily("gpt2", ("gpt2",), token_types=False, prefix_space=True, pad_from_eos=True,
+    CheckpointFamily("deberta-v2", ("deberta-v2",)),
+    CheckpointFamily("gpt2", ("gpt2",), segment_embeddings=False, prefix_space=True, pad_from_eos=True,
                 eos_after_segments=True, sequence_token="last", special_tokens=("eos", "pad", "unk")),
 )})
-_BY_MODEL_TYPE = {model_type: family for family in MODEL_FAMILIES.values() for model_type in family.model_types}
+_BY_MODEL_TYPE = {model_type: family for family in CHECKPOINT_FAMILIES.values() for model_type in family.model_types}
 
 
-def model_family(model_type: str | None) -> ModelFamily:
+def checkpoint_family(model_type: str | None) -> CheckpointFamily:
     """The family of a checkpoint's ``config.model_type``; :data:`GENERIC` for any other type."""
     return _BY_MODEL_TYPE.get(str(model_type), GENERIC)
 
 
-def uses_token_types(family: ModelFamily, config: Any) -> bool:
-    """Whether the encoder is given ``token_type_ids``: a family with segment embeddings and a
-    checkpoint with at least two of them (``config.type_vocab_size``)."""
-    return family.token_types and int(getattr(config, "type_vocab_size", 0) or 0) > 1
-
-
-def prepare_tokenizer(tokenizer, family: ModelFamily) -> list[str]:
+def prepare_tokenizer(tokenizer, family: CheckpointFamily) -> list[str]:
     """Set what ``family`` needs on a loaded tokenizer (pad token, EOS framing); returns notes for the
-    run record. The prefix space is a loading option (:meth:`ModelFamily.tokenizer_kwargs`)."""
+    run record. The prefix space is a loading option (:meth:`CheckpointFamily.tokenizer_kwargs`)."""
     notes = []
     if family.pad_from_eos and tokenizer.pad_token is None:
         if tokenizer.eos_token is None:

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from biomed_lm.finetune.model_families import SequenceToken, model_family, uses_token_types
+from biomed_lm.finetune.model_families import SequenceToken, checkpoint_family
 
 IGNORE_INDEX = -100
 
@@ -164,7 +164,7 @@ def sequence_states(hidden: torch.Tensor, attention_mask: torch.Tensor | None,
 class _EncoderModel(nn.Module):
     """Owns the encoder: runs it, and resizes its embeddings when marker tokens are added.
 
-    The encoder's model family (:func:`finetune.model_families.model_family` of its
+    The encoder's checkpoint family (:func:`finetune.model_families.checkpoint_family` of its
     ``config.model_type``) says whether it is given ``token_type_ids`` (:attr:`token_types`) and
     where the sequence representation is read (:attr:`sequence_token`).
     """
@@ -172,9 +172,9 @@ class _EncoderModel(nn.Module):
     def __init__(self, encoder: nn.Module):
         super().__init__()
         self.encoder = encoder
-        self.model_family = model_family(getattr(encoder.config, "model_type", None))
-        self.token_types = uses_token_types(self.model_family, encoder.config)
-        self.sequence_token: SequenceToken = self.model_family.sequence_token
+        self.checkpoint_family = checkpoint_family(getattr(encoder.config, "model_type", None))
+        self.token_types = self.checkpoint_family.takes_token_type_ids(encoder.config)
+        self.sequence_token: SequenceToken = self.checkpoint_family.sequence_token
 
     @property
     def hidden_size(self) -> int:
