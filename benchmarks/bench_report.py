@@ -64,7 +64,7 @@ def main() -> int:
         return 1
 
     result = {"input": args.input, "replicas": args.replicas, "megabytes": round(megabytes, 2),
-              "documents": sample.n_instances, "words": sample.n_words, "distinct_words": len(sample.words),
+              "documents": sample.n_inputs, "words": sample.n_words, "distinct_words": len(sample.words),
               "pieces": stats.pieces, "seconds": {k: round(v, 3) for k, v in timings.items()},
               "report_mb_per_s": round(megabytes / timings["report_total"], 2)}
     print(json.dumps(result, indent=2))

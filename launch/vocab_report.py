@@ -32,7 +32,7 @@ from biomed_lm.finetune.blurb import FORMER_LAYOUT_NAMES, file_layout_name
 from biomed_lm.resources import resolve_path
 from biomed_lm.tokenization.coverage import ReportSettings, build_report, load_vocabulary, read_terms, write_report
 from biomed_lm.tokenization.blurb_files import FILE_LAYOUTS
-from biomed_lm.tokenization.instances import corpus_source, dataset_source
+from biomed_lm.tokenization.model_inputs import corpus_source, dataset_source
 
 DEFAULT_TERMS = "configs/terms/pubmedbert_table1.txt"  # shipped: found from any directory
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*\Z")
@@ -50,9 +50,9 @@ class VocabReportArguments:
         "help": "term list (term<TAB>category per line, '#' comments); an empty string skips the term table"})
     corpus: list[str] = field(default_factory=list, metadata={
         "help": "[NAME=]PATH of a corpus: a prepared corpus directory, text (one document per line), "
-                "JSONL or PubMed XML files, a directory or a glob; an instance is a document"})
+                "JSONL or PubMed XML files, a directory or a glob; a model input is a document"})
     datasets: list[str] = field(default_factory=list, metadata={
-        "help": "[NAME=]PATH of a BLURB-format dataset file or directory; an instance is what the task "
+        "help": "[NAME=]PATH of a BLURB-format dataset file or directory; a model input is what the task "
                 "feeds the model (a sentence, an example, a pair, question + context)"})
     dataset_format: list[str] = field(default_factory=list, metadata={
         "help": f"[NAME=]FORMAT to name a dataset's format instead of detecting it; a bare FORMAT applies "
@@ -61,8 +61,9 @@ class VocabReportArguments:
     casing: list[str] = field(default_factory=list, metadata={
         "help": "NAME=cased|uncased to set a tokenizer's casing instead of the recorded or inferred one"})
     text_field: str = field(default="text", metadata={"help": "the text field of JSONL corpora and prepared corpora"})
-    max_instances: int | None = field(default=None, metadata={
-        "help": "read at most this many instances per source", "min": 1})
+    max_inputs: int | None = field(default=None, metadata={
+        "help": "read at most this many model inputs per source (documents of a corpus, task inputs of a "
+                "dataset)", "min": 1, "aliases": ["--max_instances", "--max-instances"]})
     top_words: int = field(default=20, metadata={"help": "rows in each most-shattered-words table", "min": 0})
     min_pieces: int = field(default=2, metadata={
         "help": "a word is shattered when split into at least this many pieces", "min": 2})
@@ -119,7 +120,7 @@ def run(args: VocabReportArguments) -> int:
                 for name, path in datasets]
 
     settings = ReportSettings(min_pieces=args.min_pieces, top_words=args.top_words,
-                              max_instances=args.max_instances)
+                              max_instances=args.max_inputs)
     terms = read_terms(resolve_path(args.terms)) if args.terms else []
     vocabularies = [load_vocabulary(name, path, CASINGS[casings[name]] if name in casings else None)
                     for name, path in tokenizers]
@@ -136,9 +137,9 @@ def run(args: VocabReportArguments) -> int:
         print(f"terms kept whole: {kept}")
     for s in report.sources:
         per_word = ", ".join(f"{st.vocabulary} {st.pieces_per_word:.3f}" for st in s.stats)
-        per_instance = ", ".join(f"{st.vocabulary} {st.pieces_per_instance:.1f}" for st in s.stats)
-        print(f"{s.name} ({s.instances:,} instances, {s.words:,} words): pieces/word {per_word}; "
-              f"pieces/instance {per_instance}")
+        per_input = ", ".join(f"{st.vocabulary} {st.pieces_per_instance:.1f}" for st in s.stats)
+        print(f"{s.name} ({s.instances:,} model inputs, {s.words:,} words): pieces/word {per_word}; "
+              f"pieces/input {per_input}")
     print(f"wrote {files.markdown}, {files.json} and {len(files.plots)} plot(s)")
     return 0
 

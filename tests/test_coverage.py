@@ -19,7 +19,7 @@ from biomed_lm.tokenization.coverage import (PIECE_BUCKETS, ReportSettings, Segm
                                              load_vocabulary, parse_terms, read_terms, render_markdown, segment_sample,
                                              shattered_words, source_statistics, term_table, vocabulary_overlap)
 from biomed_lm.tokenization.blurb_files import DatasetFormatError, detect_file_layout
-from biomed_lm.tokenization.instances import corpus_source, dataset_source
+from biomed_lm.tokenization.model_inputs import corpus_source, dataset_source
 from biomed_lm.tokenization.words import WordSplitter
 
 REPO = Path(__file__).resolve().parents[1]
@@ -175,7 +175,7 @@ def test_report_numbers_by_hand(toy_dir, toy_a, toy_b):
 def test_statistics_are_pure_functions_of_counts_and_pieces():
     sample = count_words([["x", "y", "x"], [], ["z"]])
     assert sample.words == ("x", "y", "z") and sample.counts.tolist() == [2, 1, 1]
-    assert sample.instance_ends.tolist() == [3, 3, 4]
+    assert sample.input_ends.tolist() == [3, 3, 4]
     seg = Segmentation("v", (("x",), ("y", "##y", "##y"), ("[UNK]",)), "[UNK]")
     stats = source_statistics(sample, seg)
     assert (stats.pieces, stats.whole_words, stats.unk_words) == (6, 2, 1)
@@ -189,10 +189,10 @@ def test_statistics_are_pure_functions_of_counts_and_pieces():
         shattered_words(sample, seg, other, min_pieces=1)
 
 
-def test_max_instances_caps_and_says_so():
-    sample = count_words(iter([["a"], ["b"], ["c"]]), max_instances=2)
-    assert (sample.n_instances, sample.capped, sample.words) == (2, True, ("a", "b"))
-    assert not count_words([["a"], ["b"]], max_instances=2).capped
+def test_max_inputs_caps_and_says_so():
+    sample = count_words(iter([["a"], ["b"], ["c"]]), max_inputs=2)
+    assert (sample.n_inputs, sample.capped, sample.words) == (2, True, ("a", "b"))
+    assert not count_words([["a"], ["b"]], max_inputs=2).capped
 
 
 def test_casing_inferred_from_vocabulary_or_set(toy_dir, toy_a, toy_cased):
@@ -237,7 +237,7 @@ def test_multiword_term_is_never_whole(toy_a):
 # --------------------------------------------------------------------------------- readers
 
 READER_CASES = {
-    # layout: (file name, content, expected instances as word lists)
+    # layout: (file name, content, expected model inputs as word lists)
     "token_tags": ("train.tsv", "-DOCSTART-\tO\n\nT\tB-Disease\n-\tI-Disease\ncell\tI-Disease\n.\tO\n\nOK\tO\n",
                    [["T", "-", "cell", "."], ["OK"]]),
     "token_pos_chunk_tag": ("dev.txt",
@@ -279,8 +279,8 @@ def test_reader_and_detection(tmp_path, fmt):
     path.write_text(content, encoding="utf-8")
     assert detect_file_layout(path) == fmt
     source = dataset_source("d", path)
-    assert source.files[0].format == fmt and source.instance
-    assert list(source.instances()) == expected
+    assert source.files[0].format == fmt and source.model_input
+    assert list(source.inputs()) == expected
 
 
 @pytest.mark.parametrize("fmt", sorted(MALFORMED))
@@ -289,7 +289,7 @@ def test_malformed_line_names_file_and_line(tmp_path, fmt):
     path = tmp_path / f"bad_{fmt}.txt"
     path.write_text(content, encoding="utf-8")
     with pytest.raises(DatasetFormatError, match=rf"bad_{fmt}\.txt, line {line}:") as err:
-        list(dataset_source("d", path, fmt).instances())
+        list(dataset_source("d", path, fmt).inputs())
     assert (err.value.path, err.value.line) == (str(path), line)
 
 
@@ -297,7 +297,7 @@ def test_pubmedqa_bad_entry_is_named(tmp_path):
     path = tmp_path / "ori_pqal.json"
     path.write_text(json.dumps({"1": {"QUESTION": "q", "CONTEXTS": ["c"]}, "2": {"QUESTION": "q"}}))
     with pytest.raises(DatasetFormatError, match=r"ori_pqal\.json, line 1: field 'CONTEXTS': entry '2'"):
-        list(dataset_source("d", path).instances())
+        list(dataset_source("d", path).inputs())
 
 
 def test_headerless_gad_and_bioasq_are_detected(tmp_path):
@@ -306,7 +306,7 @@ def test_headerless_gad_and_bioasq_are_detected(tmp_path):
     bioasq = tmp_path / "b.tsv"
     bioasq.write_text("1\tIs it?\tIt is.\n0\tIs it not?\tIt is not.\n")
     assert (detect_file_layout(gad), detect_file_layout(bioasq)) == ("sentence_label_tsv", "yesno_tsv")
-    assert list(dataset_source("b", bioasq).instances())[1] == ["Is", "it", "not", "?", "It", "is", "not", "."]
+    assert list(dataset_source("b", bioasq).inputs())[1] == ["Is", "it", "not", "?", "It", "is", "not", "."]
 
 
 def test_dataset_directory_uses_its_data_files(tmp_path):
@@ -318,7 +318,7 @@ def test_dataset_directory_uses_its_data_files(tmp_path):
     source = dataset_source("d", tmp_path)
     assert [Path(f.path).name for f in source.files] == ["test.tsv", "train.tsv"]
     assert source.skipped == (f"{tmp_path / 'truth.json'}: fits no dataset format",)
-    assert list(source.instances()) == [["a"], ["b"], ["c"]]
+    assert list(source.inputs()) == [["a"], ["b"], ["c"]]
 
 
 def test_dataset_source_errors(tmp_path):
@@ -338,20 +338,20 @@ def test_corpus_sources_text_jsonl_xml_and_prepared(tmp_path):
     jsonl = tmp_path / "docs.jsonl"
     jsonl.write_text(json.dumps({"body": "First doc."}) + "\n" + json.dumps({"body": "Second, longer doc."}) + "\n")
     source = corpus_source("j", jsonl, text_field="body")
-    assert "'body' field" in source.instance
-    assert list(source.instances()) == [["First", "doc", "."], ["Second", ",", "longer", "doc", "."]]
+    assert "'body' field" in source.model_input
+    assert list(source.inputs()) == [["First", "doc", "."], ["Second", ",", "longer", "doc", "."]]
 
     xml = REPO / "data" / "sample" / "medline16n0902_sample.xml.gz"
     source = corpus_source("x", xml)
-    assert source.instance == "one PubMed citation (title + abstract)"
-    assert count_words(source.instances(), max_instances=50).n_words > 1000
+    assert source.model_input == "one PubMed citation (title + abstract)"
+    assert count_words(source.inputs(), max_inputs=50).n_words > 1000
 
     from datasets import Dataset
 
     Dataset.from_dict({"text": ["One two.", "Three"]}).save_to_disk(str(tmp_path / "prepared"))
     source = corpus_source("p", tmp_path / "prepared")
-    assert source.instance.startswith("one document (a row of the prepared corpus")
-    assert list(source.instances()) == [["One", "two", "."], ["Three"]]
+    assert source.model_input.startswith("one document (a row of the prepared corpus")
+    assert list(source.inputs()) == [["One", "two", "."], ["Three"]]
 
 
 def test_word_splitter_is_bert_pre_tokenization():
@@ -380,7 +380,7 @@ def test_cli_writes_report_files(toy_dir, tmp_path):
     result = subprocess.run(
         [sys.executable, str(CLI), "--tokenizers", f"a={toy_dir / 'a_vocab.txt'}", f"b={toy_dir / 'b_vocab.txt'}",
          "--terms", str(terms), "--corpus", f"toy={toy_dir / 'corpus.txt'}", "--datasets", f"ner={ner}",
-         "--output-dir", str(out), "--max-instances", "2"],
+         "--output-dir", str(out), "--max-inputs", "2"],
         cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert {"report.md", "report.json", "terms_pieces.png", "pieces_per_word_toy.png",
@@ -505,16 +505,16 @@ def test_pubmed_vocabulary_beats_bert_on_ncbi_disease(bert_path, tmp_path):
 
 
 def test_word_counts_are_exact_and_lengths_come_from_a_bounded_sample():
-    """count_words keeps every count but the words of at most length_sample instances (memory flat
+    """count_words keeps every count but the words of at most length_sample inputs (memory flat
     in the corpus): the counts equal the unsampled ones, the sample is a seeded uniform subset."""
     rng = np.random.default_rng(0)
     docs = [[f"w{rng.integers(50)}" for _ in range(rng.integers(1, 30))] for _ in range(2_000)]
     full = count_words(docs)
     sampled = count_words(docs, length_sample=100)
     assert sampled.words == full.words and sampled.counts.tolist() == full.counts.tolist()
-    assert (sampled.n_instances, sampled.n_words) == (full.n_instances, full.n_words) == (2_000, full.n_words)
-    assert sampled.sampled_instances == 100 and full.sampled_instances == 2_000
-    lengths = set(np.diff(np.concatenate(([0], sampled.instance_ends))).tolist())
+    assert (sampled.n_inputs, sampled.n_words) == (full.n_inputs, full.n_words) == (2_000, full.n_words)
+    assert sampled.sampled_inputs == 100 and full.sampled_inputs == 2_000
+    lengths = set(np.diff(np.concatenate(([0], sampled.input_ends))).tolist())
     assert lengths <= {len(doc) for doc in docs}
     again = count_words(docs, length_sample=100)
     assert again.occurrences.tolist() == sampled.occurrences.tolist()  # seeded

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from biomed_lm.tokenization.coverage import count_words, load_vocabulary, segment_sample, source_statistics
-from biomed_lm.tokenization.instances import dataset_source
+from biomed_lm.tokenization.model_inputs import dataset_source
 from biomed_lm.tokenization.tokenizer_io import CasingMismatchError, bert_normalizer, load_tokenizer
 from biomed_lm.tokenization.vocab import (CONTINUATION_PREFIX, CORE_SPECIAL_TOKENS, UNIGRAM_MODEL_FILE, BertWordCounter,
                                           EmptyCorpusError, OutputExistsError, VocabBuildError, VocabConfig,
@@ -432,7 +432,7 @@ def test_pubmed_vocab_keeps_more_biomedical_terms_whole_than_bert_base(tmp_path)
 
     # ... and makes NCBI-disease inputs shorter (the paper's Table 8: 34.2 -> 27.4 pieces/sentence).
     ncbi = REPO / "data" / "blurb" / "NCBI-disease" / "test.tsv"
-    sample = count_words(dataset_source("NCBI-disease", ncbi).instances())
+    sample = count_words(dataset_source("NCBI-disease", ncbi).inputs())
     ours_stats, general_stats = (
         source_statistics(sample, segment_sample(load_vocabulary(name, path), sample))
         for name, path in (("ours", tmp_path / "pubmed"), ("bert", Path(gt.get_model_path()))))

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from biomed_lm.tokenization.coverage import (ReportSettings, build_report, count_words, load_vocabulary, parse_terms,
                                              segment_sample, source_statistics)
-from biomed_lm.tokenization.instances import corpus_source
+from biomed_lm.tokenization.model_inputs import corpus_source
 from biomed_lm.tokenization.tokenizer_io import CasingMismatchError, albert_preprocessor, load_tokenizer
 from biomed_lm.tokenization.vocab import (FORMATS, ChunkCounter, VocabBuildError, VocabConfig, VocabSizeError,
                                           build_vocab)

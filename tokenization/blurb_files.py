@@ -1,6 +1,6 @@
 """BLURB's dataset files: the eight layouts its datasets are distributed in, and one reader per layout.
 
-Why here. Two stages read these files: the coverage report (:mod:`tokenization.instances`) wants the
+Why here. Two stages read these files: the coverage report (:mod:`tokenization.model_inputs`) wants the
 texts a model would read, and fine-tuning (:mod:`finetune.readers`) wants typed examples with their
 labels, splits and entities. Both read a file of a given layout with the one reader here, so the two
 can never disagree on what a file holds. Tokenization is the lowest layer both stages import (and it
@@ -478,7 +478,7 @@ def read_yesno_tsv(path: Path) -> Iterator[YesNoRow]:
 
 
 # ------------------------------------------------------------------------------- texts, by layout
-# What the coverage report measures: the text of each instance, what the task feeds the model at once.
+# What the coverage report measures: the text of each model input, what the task feeds the model at once.
 
 def _token_sentence_texts(parse: Callable[[str], tuple[str, object]]) -> Callable[[Path], Iterator[str]]:
     return lambda path: (" ".join(s.tokens) for s in read_token_sentences(path, parse))
@@ -503,12 +503,12 @@ def _sentences_texts(path: Path) -> Iterator[str]:
 
 @dataclass(frozen=True)
 class FileLayout:
-    """A dataset file layout: its name, what a file looks like, what one instance is (what the task
-    feeds the model at once), and the texts of a file's instances."""
+    """A dataset file layout: its name, what a file looks like, what one model input is (what the
+    task feeds the model at once), and the texts of a file's model inputs."""
 
     name: str
     shape: str
-    instance: str
+    model_input: str
     texts: Callable[[Path], Iterator[str]] = field(repr=False, compare=False)
 
 

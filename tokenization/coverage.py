@@ -19,8 +19,10 @@ Definitions (they are printed in every report)
     word      a BERT pre-tokenization unit, one definition shared by all vocabularies
               (:class:`tokenization.words.WordSplitter`); each vocabulary applies its own
               normalizer (lowercasing when uncased) and WordPiece to it.
-    instance  what a model reads at once: a document of a corpus, a dataset example
-              (:mod:`tokenization.instances` says which for each format).
+    input     what a model reads at once: a document of a corpus, a dataset example
+              (:mod:`tokenization.model_inputs` says which for each format). ``report.json``'s
+              keys call it by the report's older word, *instance* (``instances``,
+              ``pieces_per_instance``), kept for the programs that read the file.
     pieces    the vocabulary's tokens for the word, without [CLS]/[SEP]. SentencePiece and byte-level
               BPE tell a word that follows a space from one that does not; a word is segmented as
               it follows a space (``▁``/``Ġ`` word start), a punctuation mark as attached to its
@@ -59,7 +61,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from biomed_lm.errors import InputError
-from biomed_lm.tokenization.instances import DatasetFile, Source
+from biomed_lm.tokenization.model_inputs import DatasetFile, Source
 from biomed_lm.tokenization.tokenizer_io import load_tokenizer, recorded_lowercase
 from biomed_lm.tokenization.words import is_punctuation
 
@@ -93,7 +95,8 @@ DEFINITIONS = {
                "with its word-start marker as 'x', without it as '##x', bytes decoded), special and reserved "
                "bracketed tokens ([PAD], [UNK], [unused7], ...) left out; '##x' and 'x' are different tokens, "
                "and so are 'The' and 'the'.",
-    "instance_pieces": "word pieces per instance: mean, median, 95th percentile and maximum over instances.",
+    "instance_pieces": "word pieces per model input (an instance, in report.json's keys): mean, median, "
+                       "95th percentile and maximum over the inputs.",
 }
 
 
@@ -426,17 +429,17 @@ def term_table(terms: Sequence[Term], vocabularies: Sequence[Vocabulary], source
 @dataclass(frozen=True, eq=False)
 class WordSample:
     """The words of a source, counted: ``words`` are the distinct words in first-seen order,
-    ``counts`` their frequencies over every instance read. The input-length statistics need each
-    instance's words, which for a whole corpus would grow with it (bench_scale.py projected 57 GiB
-    for PubMed's 20 GB when every word was kept), so those are kept for a uniform sample of at most :data:`LENGTH_SAMPLE`
-    instances (every instance of a smaller source): ``occurrences`` their words as indices into
-    ``words``, instance after instance, and ``instance_ends`` where each ends in ``occurrences``."""
+    ``counts`` their frequencies over every model input read. The input-length statistics need each
+    input's words, which for a whole corpus would grow with it (bench_scale.py projected 57 GiB
+    for PubMed's 20 GB when every word was kept), so those are kept for a uniform sample of at most
+    :data:`LENGTH_SAMPLE` inputs (every input of a smaller source): ``occurrences`` their words as
+    indices into ``words``, input after input, and ``input_ends`` where each ends in ``occurrences``."""
 
     words: tuple[str, ...]
     counts: np.ndarray
     occurrences: np.ndarray
-    instance_ends: np.ndarray
-    n_instances: int
+    input_ends: np.ndarray
+    n_inputs: int
     capped: bool = False
 
     @property
@@ -444,30 +447,30 @@ class WordSample:
         return int(self.counts.sum())
 
     @property
-    def sampled_instances(self) -> int:
-        return len(self.instance_ends)
+    def sampled_inputs(self) -> int:
+        return len(self.input_ends)
 
 
-#: Instances whose words count_words keeps for the length percentiles (a seeded reservoir sample):
+#: Model inputs whose words count_words keeps for the length percentiles (a seeded reservoir sample):
 #: at BERT-like abstracts of ~250 words, about 100 MB whatever the corpus.
 LENGTH_SAMPLE = 100_000
 #: Word ids buffered before they are added to the counts (4 MB of int32).
 _COUNT_CHUNK = 1 << 20
 
 
-def count_words(instances: Iterable[Sequence[str]], max_instances: int | None = None,
+def count_words(inputs: Iterable[Sequence[str]], max_inputs: int | None = None,
                 length_sample: int = LENGTH_SAMPLE, seed: int = 0) -> WordSample:
-    """Count the words of ``instances`` (each a list of words), reading at most ``max_instances``,
+    """Count the words of model ``inputs`` (each a list of words), reading at most ``max_inputs``,
     in memory that grows with the distinct words only: every word is counted, and the words of a
-    uniform sample of ``length_sample`` instances (reservoir sampling, seeded) are kept."""
+    uniform sample of ``length_sample`` inputs (reservoir sampling, seeded) are kept."""
     index: dict[str, int] = {}
     counts = np.zeros(0, dtype=np.int64)
     pending = array("i")  # int32 word ids: 4 bytes a word in the buffer and the sample
     kept: list[array] = []
     rng = np.random.default_rng(seed)
     read, capped = 0, False
-    for words in instances:
-        if max_instances is not None and read >= max_instances:
+    for words in inputs:
+        if max_inputs is not None and read >= max_inputs:
             capped = True
             break
         ids = array("i", [index.setdefault(word, len(index)) for word in words])
@@ -482,8 +485,8 @@ def count_words(instances: Iterable[Sequence[str]], max_instances: int | None = 
     counts = _add_counts(counts, pending, len(index))
     ends = np.cumsum([len(ids) for ids in kept], dtype=np.int64)
     occurrences = np.frombuffer(b"".join(ids.tobytes() for ids in kept), dtype=np.int32).astype(np.int64)
-    return WordSample(words=tuple(index), counts=counts, occurrences=occurrences, instance_ends=ends,
-                      n_instances=read, capped=capped)
+    return WordSample(words=tuple(index), counts=counts, occurrences=occurrences, input_ends=ends,
+                      n_inputs=read, capped=capped)
 
 
 def _add_counts(counts: np.ndarray, word_ids: array, distinct: int) -> np.ndarray:
@@ -521,7 +524,8 @@ def _ratio(numerator: float, denominator: float) -> float:
 
 @dataclass(frozen=True)
 class SourceStats:
-    """One vocabulary on one source. Fractions are of word occurrences unless named ``distinct``."""
+    """One vocabulary on one source. Fractions are of word occurrences unless named ``distinct``.
+    The field names are report.json's keys, where an *instance* is a model input."""
 
     vocabulary: str
     pieces: int
@@ -530,8 +534,8 @@ class SourceStats:
     instance_pieces_median: float
     instance_pieces_p95: float
     instance_pieces_max: int
-    length_instances: int                  # the instances median, p95 and max are of (count_words' sample)
-    length_sampled: bool                   # fewer than every instance read: a uniform sample of them
+    length_instances: int                  # the inputs median, p95 and max are of (count_words' sample)
+    length_sampled: bool                   # fewer than every input read: a uniform sample of them
     whole_words: int
     whole_fraction: float
     distinct_whole_fraction: float
@@ -549,24 +553,24 @@ def source_statistics(sample: WordSample, segmentation: Segmentation) -> SourceS
     words = sample.n_words
     pieces = int((counts * lengths).sum())
     per_occurrence = np.concatenate(([0], np.cumsum(lengths[sample.occurrences])))
-    starts = np.concatenate((np.zeros(1, dtype=np.int64), sample.instance_ends[:-1]))[:sample.sampled_instances]
-    per_instance = per_occurrence[sample.instance_ends] - per_occurrence[starts]
+    starts = np.concatenate((np.zeros(1, dtype=np.int64), sample.input_ends[:-1]))[:sample.sampled_inputs]
+    per_input = per_occurrence[sample.input_ends] - per_occurrence[starts]
     whole = (lengths == 1) & ~unknown
     histogram = {"[UNK]": int(counts[unknown].sum()), "1": int(counts[whole].sum())}
     for k in (2, 3, 4):
         histogram[str(k)] = int(counts[(lengths == k) & ~unknown].sum())
     histogram["5+"] = int(counts[(lengths >= 5) & ~unknown].sum())
-    has_instances = len(per_instance) > 0
+    has_inputs = len(per_input) > 0
     return SourceStats(
         vocabulary=segmentation.vocabulary,
         pieces=pieces,
         pieces_per_word=_ratio(pieces, words),
-        pieces_per_instance=_ratio(pieces, sample.n_instances),
-        instance_pieces_median=float(np.median(per_instance)) if has_instances else 0.0,
-        instance_pieces_p95=float(np.percentile(per_instance, 95)) if has_instances else 0.0,
-        instance_pieces_max=int(per_instance.max()) if has_instances else 0,
-        length_instances=sample.sampled_instances,
-        length_sampled=sample.sampled_instances < sample.n_instances,
+        pieces_per_instance=_ratio(pieces, sample.n_inputs),
+        instance_pieces_median=float(np.median(per_input)) if has_inputs else 0.0,
+        instance_pieces_p95=float(np.percentile(per_input, 95)) if has_inputs else 0.0,
+        instance_pieces_max=int(per_input.max()) if has_inputs else 0,
+        length_instances=sample.sampled_inputs,
+        length_sampled=sample.sampled_inputs < sample.n_inputs,
         whole_words=histogram["1"],
         whole_fraction=_ratio(histogram["1"], words),
         distinct_whole_fraction=_ratio(int(whole.sum()), len(sample.words)),
@@ -649,7 +653,7 @@ def vocabulary_overlap(a: str, tokens_a: frozenset[str] | set[str], b: str,
 class ReportSettings:
     min_pieces: int = 2             # a word is shattered at this many pieces or more
     top_words: int = 20             # rows of each shattered-words table
-    max_instances: int | None = None  # per source; None reads everything
+    max_instances: int | None = None  # model inputs read per source; None reads everything
 
     def __post_init__(self) -> None:
         if self.min_pieces < 2:
@@ -662,6 +666,9 @@ class ReportSettings:
 
 @dataclass(frozen=True)
 class SourceReport:
+    """One source in the report; ``instance`` says what one model input is and ``instances`` how many
+    were read (report.json's keys)."""
+
     name: str
     kind: str
     path: str
@@ -705,15 +712,15 @@ def analyse_sample(sample: WordSample, vocabularies: Sequence[Vocabulary],
 
 def source_report(source: Source, vocabularies: Sequence[Vocabulary], settings: ReportSettings) -> SourceReport:
     started = time.perf_counter()
-    sample = count_words(source.instances(), settings.max_instances)
-    if sample.n_instances == 0:
-        raise InputError(f"{source.kind} {source.name!r}: no instance read from {source.path}")
+    sample = count_words(source.inputs(), settings.max_instances)
+    if sample.n_inputs == 0:
+        raise InputError(f"{source.kind} {source.name!r}: no model input read from {source.path}")
     stats, shattered = analyse_sample(sample, vocabularies, settings)
-    LOG.info("%s: %s instances, %s words, %s distinct (%.1f s)", source.name, f"{sample.n_instances:,}",
+    LOG.info("%s: %s model inputs, %s words, %s distinct (%.1f s)", source.name, f"{sample.n_inputs:,}",
              f"{sample.n_words:,}", f"{len(sample.words):,}", time.perf_counter() - started)
-    return SourceReport(name=source.name, kind=source.kind, path=source.path, instance=source.instance,
+    return SourceReport(name=source.name, kind=source.kind, path=source.path, instance=source.model_input,
                         files=source.files, skipped=source.skipped, capped=sample.capped,
-                        instances=sample.n_instances, words=sample.n_words, distinct_words=len(sample.words),
+                        instances=sample.n_inputs, words=sample.n_words, distinct_words=len(sample.words),
                         stats=stats, shattered=shattered)
 
 
@@ -817,7 +824,7 @@ def _lengths_section(sources, names: list[str]) -> list[str]:
     """Input length per source and vocabulary (Table 8), then pieces per word, whole words, [UNK]."""
     baseline = names[0]
     out = ["## Average input length in word pieces (the paper's Table 8)", ""]
-    out += [f"Mean word pieces per instance, without [CLS]/[SEP]; in parentheses the change against "
+    out += [f"Mean word pieces per model input, without [CLS]/[SEP]; in parentheses the change against "
             f"{_code(baseline)}.", ""]
     rows = []
     for s in sources:
@@ -825,7 +832,7 @@ def _lengths_section(sources, names: list[str]) -> list[str]:
         rows.append([_cell(s.name), _cell(s.instance), *[
             f"{s.stats_for(n).pieces_per_instance:.1f}" + (_relative(s.stats_for(n).pieces_per_instance, base)
                                                            if n != baseline else "") for n in names]])
-    out += _table(["source", "instance", *map(_code, names)], rows, "ll" + "r" * len(names))
+    out += _table(["source", "model input", *map(_code, names)], rows, "ll" + "r" * len(names))
     for title, metric, fmt in (("Word pieces per word", "pieces_per_word", "{:.3f}"),
                                ("Words kept whole (share of word occurrences)", "whole_fraction", "{:.1%}"),
                                ("[UNK] rate (share of word occurrences)", "unk_rate", "{:.2%}")):
@@ -852,8 +859,8 @@ def _source_section(s, names: list[str], plot: str | None) -> list[str]:
     out = [f"## Source: {_cell(s.name)}", "", f"- {s.kind}: {_code(s.path)}"]
     out += [f"  - {_code(f.path)} (format {_code(f.format)})" for f in s.files]
     out += [f"  - skipped {_cell(skipped)}" for skipped in s.skipped]
-    out += [f"- instance: {_cell(s.instance)}",
-            f"- {s.instances:,} instances{' (capped by max_instances)' if s.capped else ''}, "
+    out += [f"- model input: {_cell(s.instance)}",
+            f"- {s.instances:,} model inputs{' (capped by the per-source limit)' if s.capped else ''}, "
             f"{s.words:,} words, {s.distinct_words:,} distinct words", ""]
     out += _table(["statistic", *map(_code, names)], _source_statistics({n: s.stats_for(n) for n in names}))
     if plot:
@@ -865,7 +872,7 @@ def _source_section(s, names: list[str], plot: str | None) -> list[str]:
 
 def _length_sample_note(stat: Mapping[str, Any]) -> str:
     first = next(iter(stat.values()), None)
-    return f", of a uniform sample of {first.length_instances:,} instances" if first and first.length_sampled else ""
+    return f", of a uniform sample of {first.length_instances:,} inputs" if first and first.length_sampled else ""
 
 
 def _source_statistics(stat: Mapping[str, Any]) -> list[list[str]]:
@@ -873,8 +880,8 @@ def _source_statistics(stat: Mapping[str, Any]) -> list[list[str]]:
     rows = [
         ["word pieces", *[f"{stat[n].pieces:,}" for n in names]],
         ["pieces per word", *[f"{stat[n].pieces_per_word:.3f}" for n in names]],
-        ["pieces per instance (mean)", *[f"{stat[n].pieces_per_instance:.1f}" for n in names]],
-        ["pieces per instance (median / p95 / max" + _length_sample_note(stat) + ")",
+        ["pieces per input (mean)", *[f"{stat[n].pieces_per_instance:.1f}" for n in names]],
+        ["pieces per input (median / p95 / max" + _length_sample_note(stat) + ")",
          *[f"{stat[n].instance_pieces_median:g} / {stat[n].instance_pieces_p95:.1f} / "
            f"{stat[n].instance_pieces_max:,}" for n in names]],
         ["words kept whole (1 piece)", *[f"{stat[n].whole_fraction:.1%}" for n in names]],
@@ -905,8 +912,8 @@ def _definitions_section(report: CoverageReport) -> list[str]:
     out += [f"- **{key.replace('_', ' ')}**: {text}" for key, text in report.definitions.items()]
     out += [f"- **settings**: shattered at ≥ {report.settings.min_pieces} pieces; top "
             f"{report.settings.top_words} words per table; "
-            + (f"at most {report.settings.max_instances:,} instances per source."
-               if report.settings.max_instances else "every instance of every source read."), ""]
+            + (f"at most {report.settings.max_instances:,} model inputs per source."
+               if report.settings.max_instances else "every model input of every source read."), ""]
     return out
 
 
@@ -941,7 +948,7 @@ def plot_piece_distribution(source: SourceReport, path: str | os.PathLike) -> Pa
     _grouped_bars(ax, list(PIECE_BUCKETS), series)
     ax.set_xlabel("word pieces per word")
     ax.set_ylabel("% of word occurrences")
-    ax.set_title(f"{source.name}: {source.words:,} words in {source.instances:,} instances")
+    ax.set_title(f"{source.name}: {source.words:,} words in {source.instances:,} model inputs")
     figure.savefig(path, dpi=120)
     return Path(path)
 

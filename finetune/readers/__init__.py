@@ -1,6 +1,6 @@
 """Dataset readers, by task family: the 13 BLURB datasets by name, and one generic format per family.
 
-Fine-tuning needs more than the words the coverage report reads (:mod:`tokenization.instances`):
+Fine-tuning needs more than the words the coverage report reads (:mod:`tokenization.model_inputs`):
 labels in a fixed order, the train/dev/test splits, and for relation extraction where the entities
 are. Both read a file with the reader of its layout (:mod:`tokenization.blurb_files`); the readers
 here check what its records mean for a dataset and turn each dataset, in the form it is distributed

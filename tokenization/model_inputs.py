@@ -1,13 +1,15 @@
-"""Turn text sources and BLURB-format datasets into *instances*: the units a model reads.
+"""Turn text sources and BLURB-format datasets into *model inputs*: the units a model reads at once.
 
 The vocabulary report (:mod:`tokenization.coverage`) measures how long inputs become under each
-vocabulary, so it needs to know what one input is. For a pretraining corpus an instance is a
+vocabulary, so it needs to know what one input is. For a pretraining corpus a model input is a
 document; for a fine-tuning dataset it is what the BLURB task feeds the model at once (a sentence
 for NER, an example for relation extraction, a sentence pair for BIOSSES, question + context for
-question answering). Each file layout says what its instance is, and the report prints it.
+question answering). Each file layout says what its model input is, and the report prints it.
+(Pretraining's *instances*, :mod:`pretrain.instance_builder`, are another thing: the training
+sequences it builds from a corpus's documents.)
 
 Words
-    An instance is a list of *words*: BERT pre-tokenization units, casing untouched, as
+    A model input is a list of *words*: BERT pre-tokenization units, casing untouched, as
     :class:`tokenization.words.WordSplitter` makes them. Pre-tokenized datasets (NER, PICO) are
     re-split the same way, as BERT would.
 
@@ -55,7 +57,7 @@ class DatasetFile:
 
 @dataclass(frozen=True)
 class Source:
-    """Where the report's instances come from: a corpus (documents) or a dataset (task inputs).
+    """Where the report's model inputs come from: a corpus (documents) or a dataset (task inputs).
 
     ``files`` lists a dataset's files with their formats; ``skipped`` the files of a dataset
     directory that fit no format (with why). A corpus is read by :func:`tokenization.sources.iter_texts`.
@@ -64,13 +66,13 @@ class Source:
     name: str
     kind: str
     path: str
-    instance: str
+    model_input: str  # what one model input is ("one sentence"), for the report
     files: tuple[DatasetFile, ...] = ()
     skipped: tuple[str, ...] = ()
     text_field: str = "text"
 
     def texts(self) -> Iterator[str]:
-        """The text of each instance, in order."""
+        """The text of each model input, in order."""
         if self.kind == CORPUS:
             try:
                 yield from iter_texts(self.path, text_field=self.text_field)
@@ -80,14 +82,14 @@ class Source:
         for item in self.files:
             yield from FILE_LAYOUTS[item.format].texts(Path(item.path))
 
-    def instances(self) -> Iterator[list[str]]:
-        """Each instance as its list of words (see the module docstring for what a word is)."""
+    def inputs(self) -> Iterator[list[str]]:
+        """Each model input as its list of words (see the module docstring for what a word is)."""
         split = WordSplitter()
         for text in self.texts():
             yield split(text)
 
 
-def _describe_corpus_instance(path: str, text_field: str) -> str:
+def _describe_corpus_input(path: str, text_field: str) -> str:
     if is_prepared_corpus(path):
         return f"one document (a row of the prepared corpus, column {text_field!r})"
     fmt = detect_format(path) if os.path.isfile(path) else None
@@ -103,14 +105,14 @@ def _describe_corpus_instance(path: str, text_field: str) -> str:
 
 def corpus_source(name: str, path: str | os.PathLike, text_field: str = "text") -> Source:
     """A pretraining corpus: a prepared corpus directory, text/JSONL/PubMed XML files, a directory of
-    them or a glob pattern. Instance: a document."""
+    them or a glob pattern. Model input: a document."""
     spath = str(path)
     if any(ch in spath for ch in "*?["):
         if not any(os.path.isfile(m) for m in glob.glob(spath, recursive=True)):
             raise InputError(f"corpus {name!r}: the pattern {spath} matches no file")
     elif not os.path.exists(spath):
         raise InputError(f"corpus {name!r}: no such file or directory: {spath}")
-    return Source(name=name, kind=CORPUS, path=spath, instance=_describe_corpus_instance(spath, text_field),
+    return Source(name=name, kind=CORPUS, path=spath, model_input=_describe_corpus_input(spath, text_field),
                   text_field=text_field)
 
 
@@ -152,8 +154,8 @@ def dataset_source(name: str, path: str | os.PathLike, fmt: str | None = None) -
                          + (f" (skipped: {'; '.join(skipped)})" if skipped else ""))
     formats = sorted({f.format for f in files})
     if len(formats) == 1:
-        instance = FILE_LAYOUTS[formats[0]].instance
+        model_input = FILE_LAYOUTS[formats[0]].model_input
     else:
-        instance = "; ".join(f"{f} files: {FILE_LAYOUTS[f].instance}" for f in formats)
-    return Source(name=name, kind=DATASET, path=str(p), instance=instance,
+        model_input = "; ".join(f"{f} files: {FILE_LAYOUTS[f].model_input}" for f in formats)
+    return Source(name=name, kind=DATASET, path=str(p), model_input=model_input,
                   files=tuple(files), skipped=tuple(skipped))
