@@ -25,7 +25,7 @@ the stage and the children it waited for) and the bytes it left on disk. Across 
 exponent b of time and of peak memory (least-squares fit of log y = a + b log size) and a
 projection to the full PubMed baseline.
 
-Bad input (item 5 of issue 24): at one size (``--bad-at``, default the smallest) prepare_corpus
+Bad input: at one size (``--bad-at``, default the smallest) prepare_corpus
 runs a second time on the same files plus a truncated .xml.gz (its own PMID range), a gzipped
 file that is not XML and a byte-identical copy of a baseline file. The check: the corpus holds the
 clean run's documents plus only the truncated file's surviving records, and the summary names all

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU measurement of issue 23 in one prepared run, for a machine that has CUDA, PyTorch and
+# Every GPU measurement of the benchmarks in one prepared run, for a machine that has CUDA, PyTorch and
 # transformers but not this toolkit (a lent GPU box, or a cluster node before `make env`).
 #
 #     bash benchmarks/gpu_prepare.sh                  # here, once: .whl/ and .gpu_inputs/ to carry

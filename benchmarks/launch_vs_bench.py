@@ -5,7 +5,7 @@
 
 The run's figure is its real tokens over its step seconds for the steps after ``--skip`` (compilation,
 the allocator and the loader's start-up come first); the bench's is the first "ours" row whose
-name starts with ``--system`` (default: the fastest ours row). The goal (issue 23): the run keeps
+name starts with ``--system`` (default: the fastest ours row). The goal: the run keeps
 at least 95% of the bench's pace. Prints one line and writes ``--out`` as JSON.
 """
 
