@@ -95,7 +95,7 @@ CHECKPOINT_FAMILIES: Mapping[str, CheckpointFamily] = MappingProxyType({family.n
         "ElectraForMaskedLM": "an ELECTRA generator; fine-tune the discriminator (ElectraForPreTraining) instead"})),
     CheckpointFamily("deberta-v2", ("deberta-v2",)),
     CheckpointFamily("gpt2", ("gpt2",), segment_embeddings=False, prefix_space=True, pad_from_eos=True,
-                eos_after_segments=True, sequence_token="last", special_tokens=("eos", "pad", "unk")),
+                     eos_after_segments=True, sequence_token="last", special_tokens=("eos", "pad", "unk")),
 )})
 _BY_MODEL_TYPE = {model_type: family for family in CHECKPOINT_FAMILIES.values() for model_type in family.model_types}
 
