@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.xdist_group("num_proc_invariance")  # one run of the data path (the module fixture), not one per worker
+pytestmark = pytest.mark.xdist_group("num_proc_invariance")  # the module fixture runs once, not once per worker
 SAMPLE = REPO / "data" / "sample"
 
 
