@@ -55,7 +55,7 @@ def build_engine(model_name: str):
 
     from biomed_lm.pretrain.config import TrainArguments, create_ds_config, load_model_preset
     from biomed_lm.pretrain.modeling import PretrainingModel
-    from biomed_lm.pretrain.optim import build_optimizer, parameter_groups
+    from biomed_lm.optim import build_optimizer, parameter_groups
 
     deepspeed.init_distributed(dist_backend="gloo", verbose=False)
     bert = BertForPreTraining(BertConfig(vocab_size=30522, **load_model_preset(model_name)))

@@ -63,7 +63,7 @@ the kernel the trainer's ``auto`` picks, compiled as our rows are) trains N opti
 the same initial weights on the same N micro-batches of ``--convergence-batch`` (default 64): once in
 bf16, once in fp8 (only where fp8 runs here; otherwise ``fp8_not_run`` gives the reason, and only the
 bf16 run is made, as on the CPU in the tests). AdamW at ``--convergence-lr`` (default 5e-4) with 10%
-warm-up and linear decay (``pretrain.optim``'s slanted triangular schedule), weight decay 0.01 off
+warm-up and linear decay (``biomed_lm.optim``'s slanted triangular schedule), weight decay 0.01 off
 biases and norms, gradient clipping at 1.0, bf16 autocast, one seed for the dropout. The batches are
 made as the throughput batches are (length mix, the collator's masking, a fixed seed) but from
 :class:`StructuredText` (Zipf-distributed ids with a learnable neighbour relation: uniform ids leave
@@ -262,7 +262,7 @@ def run_system(system: System, cpu_batches: list[dict], warmup: int, device: tor
     step function and the device batches (for a profile right after, while the model is warm)."""
     from biomed_lm.pretrain.compiling import compiled_graphs
     from biomed_lm.pretrain.flops import peak_flops
-    from biomed_lm.pretrain.optim import build_optimizer
+    from biomed_lm.optim import build_optimizer
 
     counts = window_counts(cpu_batches[warmup:], config, system.computed_positions)
     device_batches = [{key: value.to(device) for key, value in system.prepare(batch).items()}
@@ -770,7 +770,7 @@ def train_losses(args: argparse.Namespace, bert, family, kernel: str, cpu_batche
     """Train a fresh copy of ``bert`` (compiled as our rows are) one optimizer step per batch; every step's
     loss, kept on the device and read back once at the end (no per-step sync), and the run's seconds
     (compilation included)."""
-    from biomed_lm.pretrain.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
+    from biomed_lm.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
 
     torch._dynamo.reset()
     gc.collect()

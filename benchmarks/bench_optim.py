@@ -5,14 +5,14 @@
 
 The parameter set is a real ``transformers.BertForPreTraining`` (bert-base: 110M parameters in
 206 tensors, vocabulary 30,522; ``small``: BERT-small, 4 layers of 512), split by
-:func:`pretrain.optim.parameter_groups` into the weight-decay and no-decay groups the trainer uses,
+:func:`biomed_lm.optim.parameter_groups` into the weight-decay and no-decay groups the trainer uses,
 with fixed random gradients. Every optimizer steps the same parameters; one warm-up step each
 allocates the state, then the timed steps run round-robin, so drift in machine speed (this is a
 shared 2-core machine) hits every method alike. Methods:
 
 * ``adamw_foreach`` (baseline): ``torch.optim.AdamW(foreach=True)``;
 * ``adamw_fused``: ``torch.optim.AdamW(fused=True)``, what ``build_optimizer("adamw")`` picks on CPU;
-* ``lamb``: ours, :class:`pretrain.optim.Lamb` as ``build_optimizer("lamb")`` builds it on CPU
+* ``lamb``: ours, :class:`biomed_lm.optim.Lamb` as ``build_optimizer("lamb")`` builds it on CPU
   (fused-Adam kernel, global-norm pre-normalization at 1.0, apex defaults);
 * ``lamb_no_prenorm``: the same with ``max_grad_norm=None`` (the cost of the global norm);
 * ``lamb_foreach``: ours with ``fused=False`` (the fallback kernel for devices without fused Adam).
@@ -46,7 +46,7 @@ MODELS = {
 def bert_parameter_groups(model_name: str, seed: int) -> tuple[list[dict], int]:
     from transformers import BertConfig, BertForPreTraining
 
-    from biomed_lm.pretrain.optim import parameter_groups
+    from biomed_lm.optim import parameter_groups
 
     torch.manual_seed(seed)
     model = BertForPreTraining(BertConfig(vocab_size=30522, max_position_embeddings=512, **MODELS[model_name]))
@@ -59,7 +59,7 @@ def bert_parameter_groups(model_name: str, seed: int) -> tuple[list[dict], int]:
 
 
 def optimizers(groups: list[dict]) -> dict[str, Callable[[], torch.optim.Optimizer]]:
-    from biomed_lm.pretrain.optim import PAPER_BETAS, PAPER_EPS, Lamb, build_optimizer
+    from biomed_lm.optim import PAPER_BETAS, PAPER_EPS, Lamb, build_optimizer
 
     def fresh() -> list[dict]:
         return [{**g, "params": list(g["params"])} for g in groups]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Precision", "PRECISIONS", "ZeroStage", "BF16_MODES", "ds_config", "ensure_distributed_env",
+__all__ = ["Precision", "PRECISIONS", "ZeroStage", "OptimizerName", "ScheduleName", "BF16_MODES", "ds_config", "ensure_distributed_env",
            "DistributedContext", "start_distributed", "local_device", "release_shm_buffer_name"]
 
 #: The precisions a run trains in through this backend (pretraining's fp8 runs DeepSpeed in bf16).
@@ -26,6 +26,10 @@ Precision = Literal["fp32", "bf16", "fp16"]
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 #: DeepSpeed ZeRO stages (3 is not needed for BERT-sized models).
 ZeroStage = Literal[0, 1, 2]
+#: The optimizers and learning-rate schedules both trainers hand the engine (built by
+#: :mod:`biomed_lm.optim`; named here, where no torch import is needed to check a config).
+OptimizerName = Literal["adamw", "lamb"]
+ScheduleName = Literal["slanted_triangular", "polynomial", "constant_with_warmup"]
 #: How bf16 runs: DeepSpeed's bf16 mode (weights and gradients in bf16), or torch autocast with fp32
 #: weights, gradients (accumulated over micro-batches) and optimizer.
 BF16_MODES = ("deepspeed", "autocast")

@@ -46,7 +46,7 @@ from biomed_lm.finetune.modeling import Representation, TaggingLayer, load_encod
 from biomed_lm.finetune.readers import RARE_LABEL_COUNT, BlurbDataset, load_blurb_dataset, load_generic_dataset
 from biomed_lm.finetune.relation_inputs import Transformation
 from biomed_lm.finetune.tagging import SchemeName, normalize_scheme
-from biomed_lm.pretrain.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
+from biomed_lm.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
 
 __all__ = ["RunOptions", "FinetuneArgs", "RunResult", "run_finetune", "load_dataset_for", "word_windows",
            "is_complete_run", "train_epoch", "finetune_ds_config", "RUN_RECORD", "QA_MAX_LENGTH"]

@@ -16,12 +16,10 @@ from typing import Any, Literal, Optional
 
 import yaml
 
-from biomed_lm.backend import ZeroStage, ds_config
+from biomed_lm.backend import OptimizerName, ScheduleName, ZeroStage, ds_config
 from biomed_lm.errors import PretrainError
 from biomed_lm.resources import resolve_path, shipped_dir
 
-Optimizer = Literal["adamw", "lamb"]
-Schedule = Literal["slanted_triangular", "polynomial", "constant_with_warmup"]
 Precision = Literal["fp32", "fp16", "bf16", "fp8"]  # fp8: pretrain.fp8 (torchao), DeepSpeed in bf16
 WandbMode = Literal["offline", "online", "disabled"]
 MaskSchedule = Literal["constant", "stepwise", "linear"]  # pretrain.masking.MASK_SCHEDULES is built from it
@@ -120,14 +118,14 @@ class TrainArguments:
         "help": "micro-batches per optimizer step (derived when global_batch_size is set)", "min": 1})
     global_batch_size: int = field(default=0, metadata={
         "help": "sequences per optimizer step over all ranks; 0 means micro × accumulation × world size", "min": 0})
-    optimizer: Optimizer = field(default="adamw", metadata={"help": "adamw or lamb"})
+    optimizer: OptimizerName = field(default="adamw", metadata={"help": "adamw or lamb"})
     learning_rate: float = field(default=6e-4, metadata={"help": "peak learning rate (the paper: 6e-4)", "gt": 0})
     adam_beta1: float = field(default=0.9, metadata={"help": "Adam/LAMB β1", "min": 0, "lt": 1})
     adam_beta2: float = field(default=0.999, metadata={"help": "Adam/LAMB β2", "min": 0, "lt": 1})
     adam_epsilon: float = field(default=1e-6, metadata={"help": "Adam/LAMB ε", "gt": 0})
     weight_decay: float = field(default=0.01, metadata={"help": "not applied to biases and LayerNorm weights",
                                                         "min": 0})
-    schedule: Schedule = field(default="slanted_triangular", metadata={
+    schedule: ScheduleName = field(default="slanted_triangular", metadata={
         "help": "slanted_triangular (linear warm-up, linear decay to 0), polynomial or constant_with_warmup"})
     warmup_ratio: float = field(default=0.1, metadata={"help": "share of the schedule spent warming up",
                                                        "min": 0, "lt": 1})

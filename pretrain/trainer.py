@@ -559,7 +559,7 @@ def _decided_on_rank0(rank: int, decide, share: bool = True):
 def _build_engine(model, train_args: TrainArguments, world_size: int, device: torch.device):
     import deepspeed
 
-    from biomed_lm.pretrain.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
+    from biomed_lm.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
 
     # DeepSpeed clips gradients (gradient_clipping), so LAMB's own global-norm pre-normalization,
     # the same operation, is off.

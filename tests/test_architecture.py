@@ -36,13 +36,6 @@ def _modules() -> dict[str, Path]:
 #: the layers below it. pretrain and finetune are one layer, two stages: neither imports the other.
 LAYERS = (("biomed_lm",), ("biomed_lm.tokenization",), ("biomed_lm.pretrain", "biomed_lm.finetune"),
           ("biomed_lm.experiments",), ("biomed_lm.launch",))
-#: Imports that break the layering today, (importer, imported module), each with its reason; any other
-#: fails the test. Whoever removes such an import removes its line here.
-KNOWN_UPWARD_IMPORTS = {
-    # Fine-tuning builds its optimizer and schedule with pretraining's (LAMB/AdamW fallback chain,
-    # slanted triangular schedule); they are to move to a shared home, which removes this edge.
-    ("biomed_lm.finetune.trainer", "biomed_lm.pretrain.optim"),
-}
 _DYNAMIC_IMPORTERS = ("import_module", "__import__")
 
 
@@ -134,7 +127,7 @@ def test_imports_run_down_the_layers():
     """docs/architecture.md's layers hold in the code: the shared floor imports nothing above it,
     tokenization imports neither stage, pretrain and finetune not each other, experiments not launch.
     TYPE_CHECKING imports and ``importlib.import_module("biomed_lm....")`` count."""
-    upward = [edge for edge in _upward_imports() if edge not in KNOWN_UPWARD_IMPORTS]
+    upward = _upward_imports()
     assert not upward, "imports that run up (or across) the layers:\n" + "\n".join(
         f"{_modules()[m].relative_to(REPO)}: {m} imports {n}" for m, n in upward)
 

@@ -95,7 +95,7 @@ def test_the_forward_compiled_with_inductor_equals_the_padded_model(kernel, mlm_
 
 
 def test_fused_optimizer_step_matches_the_cpu_implementation():
-    from biomed_lm.pretrain.optim import build_optimizer
+    from biomed_lm.optim import build_optimizer
 
     torch.manual_seed(0)
     params = [torch.randn(256, 256), torch.randn(256)]

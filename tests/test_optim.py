@@ -1,4 +1,4 @@
-"""Tests for pretrain/optim.py: parameter groups, LAMB, implementation choice, learning-rate schedules.
+"""Tests for biomed_lm/optim.py: parameter groups, LAMB, implementation choice, learning-rate schedules.
 
 LAMB is checked against a step computed by hand in numpy (bias correction, decoupled weight
 decay, trust ratio, the zero-norm cases, global-norm pre-normalization), for both of its kernels;
@@ -22,8 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from biomed_lm.pretrain import optim
-from biomed_lm.pretrain.optim import (PAPER_BETAS, PAPER_EPS, PAPER_PEAK_LR, PAPER_WEIGHT_DECAY, Lamb, OptimizerConfig,
+from biomed_lm import optim
+from biomed_lm.optim import (PAPER_BETAS, PAPER_EPS, PAPER_PEAK_LR, PAPER_WEIGHT_DECAY, Lamb, OptimizerConfig,
                                       ScheduleConfig, build_lr_scheduler, build_optimizer, constant_with_warmup,
                                       is_norm_module, learning_rate_at, optimizer_from_config, parameter_groups,
                                       polynomial_decay, schedule_factor, slanted_triangular, summarize_parameter_groups,
@@ -350,7 +350,7 @@ DEEPSPEED_SCRIPT = textwrap.dedent("""
     import torch
     import deepspeed
     from torch import nn
-    from biomed_lm.pretrain.optim import Lamb, ScheduleConfig, build_lr_scheduler, parameter_groups
+    from biomed_lm.optim import Lamb, ScheduleConfig, build_lr_scheduler, parameter_groups
 
     logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
     torch.manual_seed(0)
@@ -400,10 +400,10 @@ def test_build_optimizer_on_cpu_uses_paper_defaults():
     assert plain.implementation == "torch.optim.AdamW(foreach=True)" and plain.optimizer.defaults["foreach"]
 
     lamb = build_optimizer("lamb", parameter_groups(model), lr=1e-3, device="cpu", max_grad_norm=None)
-    assert lamb.implementation == "pretrain.optim.Lamb(kernel=fused_adam)"
+    assert lamb.implementation == "biomed_lm.optim.Lamb(kernel=fused_adam)"
     assert isinstance(lamb.optimizer, Lamb) and lamb.optimizer.param_groups[0]["max_grad_norm"] is None
     assert build_optimizer("lamb", model.parameters(), prefer_fused=False).implementation == \
-        "pretrain.optim.Lamb(kernel=foreach)"
+        "biomed_lm.optim.Lamb(kernel=foreach)"
 
 
 def test_build_optimizer_errors():
@@ -436,8 +436,8 @@ def test_cuda_preference_order_never_substitutes_deepspeed_fused_lamb():
 
     assert labels("adamw") == ["deepspeed.ops.adam.FusedAdam", "apex.optimizers.FusedAdam",
                                "torch.optim.AdamW(fused=True)", "torch.optim.AdamW(foreach=True)"]
-    assert labels("lamb") == ["apex.optimizers.FusedLAMB", "pretrain.optim.Lamb(kernel=fused_adam)",
-                              "pretrain.optim.Lamb(kernel=foreach)"]
+    assert labels("lamb") == ["apex.optimizers.FusedLAMB", "biomed_lm.optim.Lamb(kernel=fused_adam)",
+                              "biomed_lm.optim.Lamb(kernel=foreach)"]
     assert labels("adamw", prefer_fused=False) == ["torch.optim.AdamW(foreach=True)"]
 
 
@@ -453,7 +453,7 @@ def test_fallbacks_are_logged_and_returned(caplog):
 
     candidates = [optim._Candidate("apex", missing), optim._Candidate("deepspeed", broken),
                   optim._Candidate("torch", works)]
-    with caplog.at_level(logging.INFO, logger="biomed_lm.pretrain.optim"):
+    with caplog.at_level(logging.INFO, logger="biomed_lm.optim"):
         built = optim._first_that_builds(candidates)
     assert built.implementation == "torch"
     assert built.fallbacks == ("apex: ImportError: No module named 'apex'",

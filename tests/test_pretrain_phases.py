@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from biomed_lm.pretrain.optim import ScheduleConfig, learning_rate_at
+from biomed_lm.optim import ScheduleConfig, learning_rate_at
 from tests.pretrain_runs import pretrain_args, run, with_option
 
 SCHEDULE = 10

@@ -36,7 +36,7 @@ from biomed_lm.pretrain.checkpoint import (DAMAGED_PREFIX, LATEST, MANIFEST, Che
 from biomed_lm.pretrain.config import DataArguments, ModelArguments, TrainArguments
 from biomed_lm.pretrain.divergence import DivergenceGuard, Verdict
 from biomed_lm.pretrain.metrics import MetricsLogger, read_metrics_file
-from biomed_lm.pretrain.optim import SCHEDULE_NAMES, ScheduleConfig, build_lr_scheduler
+from biomed_lm.optim import SCHEDULE_NAMES, ScheduleConfig, build_lr_scheduler
 from biomed_lm.pretrain.preemption import STOP_SIGNALS, StopRequests, ignore_stop_signals
 from biomed_lm.pretrain.resume import ConfigChangeRefused, apply_learning_rate, compare_signatures, run_signature
 

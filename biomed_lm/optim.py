@@ -1,4 +1,5 @@
-"""Optimizers and learning-rate schedules for BERT pretraining (PubMedBERT and BioALBERT recipes).
+"""Optimizers and learning-rate schedules both trainers use: pretraining (the PubMedBERT and BioALBERT
+recipes) and fine-tuning.
 
 What the papers prescribe, and what this module provides for it:
 
@@ -38,8 +39,8 @@ from typing import Any, Callable, Iterable, Literal, Sequence, get_args
 import torch
 from torch import nn
 
-from biomed_lm.pretrain.config import Optimizer as OptimizerName
-from biomed_lm.pretrain.config import Schedule as ScheduleName
+from biomed_lm.backend import OptimizerName, ScheduleName
+
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ PAPER_EPS = 1e-6
 PAPER_WEIGHT_DECAY = 0.01
 PAPER_WARMUP_RATIO = 0.1
 
-# The choices are pretrain.config's Literals (what --help and the YAML checks list), defined once.
+# The choice sets are biomed_lm.backend's Literals (what --help and the config checks list), defined once.
 OPTIMIZER_NAMES: tuple[str, ...] = get_args(OptimizerName)
 SCHEDULE_NAMES: tuple[str, ...] = get_args(ScheduleName)
 
@@ -131,7 +132,7 @@ class BuiltOptimizer:
     """What :func:`build_optimizer` chose, for the run log.
 
     ``implementation`` names the class that runs the step (e.g. ``"apex.optimizers.FusedLAMB"``,
-    ``"torch.optim.AdamW(fused=True)"``, ``"pretrain.optim.Lamb(kernel=fused_adam)"``);
+    ``"torch.optim.AdamW(fused=True)"``, ``"biomed_lm.optim.Lamb(kernel=fused_adam)"``);
     ``fallbacks`` says, in order, why each preferred implementation was not used.
     """
 
@@ -572,8 +573,8 @@ def _optimizer_candidates(name: str, groups: Callable[[], list[dict[str, Any]]],
     if prefer_fused and device_type == "cuda":
         candidates.append(_Candidate("apex.optimizers.FusedLAMB", apex_lamb))
     if prefer_fused and fused_kernel:
-        candidates.append(_Candidate("pretrain.optim.Lamb(kernel=fused_adam)", our_lamb(True)))
-    candidates.append(_Candidate("pretrain.optim.Lamb(kernel=foreach)", our_lamb(False)))
+        candidates.append(_Candidate("biomed_lm.optim.Lamb(kernel=fused_adam)", our_lamb(True)))
+    candidates.append(_Candidate("biomed_lm.optim.Lamb(kernel=foreach)", our_lamb(False)))
     return candidates
 
 
