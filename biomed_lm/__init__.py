@@ -10,6 +10,8 @@ stands on:
 * :mod:`.config`: typed configuration, from a YAML file and the command line, checked field by field;
 * :mod:`.errors`: the error tree every entry script turns into exit status 2;
 * :mod:`.backend`: the DeepSpeed config and the distributed start both trainers share;
+* :mod:`.optim`: the optimizers (AdamW, LAMB with a logged fallback chain) and learning-rate
+  schedules both trainers build;
 * :mod:`.token_types`: when an encoder is given ``token_type_ids``, for both stages;
 * :mod:`.resources`, :mod:`.reference_models`: the shipped configs and sample data, and the packaged
   general-domain BERT;
