@@ -349,10 +349,10 @@ def print_profile(row: dict, kernels: list[dict], top: int = 10) -> None:
         print(f"  {kernel['share']:>7.2%} {kernel['calls']:>6}  {kernel['name'][:100]}")
 
 
-def hf_inputs(family, batch: dict) -> dict:
+def hf_inputs(family, config, batch: dict) -> dict:
     """The batch as the family's transformers class takes it (token types, its pair label's name)."""
     inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "labels")}
-    if family.token_types:
+    if family.takes_token_type_ids(config):
         inputs["token_type_ids"] = batch["token_type_ids"]
     if family.pair_label_argument:
         inputs[family.pair_label_argument] = batch["next_sentence_label"]
@@ -370,7 +370,7 @@ def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int, kern
     family = family_of(bert.config)
 
     def hf_loss(model, batch):
-        return model(**hf_inputs(family, batch)).loss
+        return model(**hf_inputs(family, bert.config, batch)).loss
 
     def padded(batch) -> int:
         return batch["input_ids"].numel()
@@ -427,7 +427,7 @@ def our_system(bert, family, kernel: str, device: torch.device, compile_: bool, 
 
     suffix = ", fp8 encoder Linear layers" if fp8 else ""
     if kernel == "hf_sdpa":
-        model = _our_model(bert, device, fp8=fp8, nsp=family.pair_head is not None, attention="hf_sdpa")
+        model = _our_model(bert, device, fp8=fp8, train_pair=family.pair_head is not None, attention="hf_sdpa")
         return System(f"ours [hf_sdpa, padded, MLM head on masked positions{suffix}]", OURS, model, _our_loss,
                       lambda batch: batch["input_ids"].numel(), _layout_of(model), kernel, fp8)
     model = _our_model(bert, device, fp8=fp8, attention=kernel, pad_to_multiple_of=bucket if compile_ else None,

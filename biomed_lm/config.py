@@ -50,6 +50,9 @@ T = TypeVar("T")
 
 #: Range keys of a field's metadata: ``min``/``max`` inclusive, ``gt``/``lt`` exclusive.
 RANGE_KEYS = ("min", "max", "gt", "lt")
+#: A renamed field's metadata key holding its old name: the YAML key and the flags (``--nsp``, and
+#: ``--no-nsp`` for a bool that defaults to true) are still read as the field's.
+OLD_NAME = "old_name"
 
 
 def load_yaml_mapping(path: str | Path) -> dict[str, Any]:
@@ -283,14 +286,35 @@ def _parser_class() -> type:
         @staticmethod
         def _parse_dataclass_field(parser, field):
             field = copy.copy(field)  # HfArgumentParser edits field.type; leave the class's field alone
-            metadata = {k: v for k, v in field.metadata.items() if k not in RANGE_KEYS}
+            metadata = {k: v for k, v in field.metadata.items() if k not in RANGE_KEYS and k != OLD_NAME}
             bounds = describe_range(field.metadata)
             if bounds:
                 metadata["help"] = f"{metadata['help']}; {bounds}" if metadata.get("help") else bounds
+            old = field.metadata.get(OLD_NAME)
+            if old:
+                metadata["aliases"] = [*metadata.get("aliases", ()), *_flags(old)]
             field.metadata = types.MappingProxyType(metadata)
             HfArgumentParser._parse_dataclass_field(parser, field)
+            if old and field.default is True:  # HfArgumentParser's --no-<name> for the old name too
+                parser.add_argument(*_flags(f"no_{old}"), action="store_false", dest=field.name, help=argparse.SUPPRESS)
 
     return RangeAwareParser
+
+
+def _flags(name: str) -> list[str]:
+    return list(dict.fromkeys([f"--{name}", f"--{name.replace('_', '-')}"]))
+
+
+def _read_old_names(values: dict[str, Any], dataclass_types: Sequence[type], path: str) -> dict[str, str]:
+    """Move a YAML file's values given under a field's old name (:data:`OLD_NAME`) to its name;
+    returns the key each field's value was given under."""
+    keys = {name: name for name in values}
+    for f in (f for dc in dataclass_types for f in dataclasses.fields(dc) if f.metadata.get(OLD_NAME) in values):
+        old = f.metadata[OLD_NAME]
+        if f.name in values:
+            raise ConfigError(f"{path}: {old} is the old name of {f.name}: give one of them")
+        values[f.name], keys[f.name] = values.pop(old), old
+    return keys
 
 
 @dataclasses.dataclass(frozen=True)
@@ -321,8 +345,10 @@ def parse_config(dataclass_types: Sequence[type], argv: Sequence[str] | None = N
     parser = _parser_class()(dataclass_types, description=description, formatter_class=_HelpFormatter)
     parser.add_argument("--config", default=None, help="YAML file with option values; flags override it")
     values: dict[str, Any] = {}
+    keys: dict[str, str] = {}
     if known.config:
         values = load_yaml_mapping(known.config)
+        keys = _read_old_names(values, dataclass_types, known.config)
         field_names = {f.name for dc in dataclass_types for f in dataclasses.fields(dc)}
         unknown = sorted(set(values) - field_names)
         if unknown:
@@ -338,7 +364,7 @@ def parse_config(dataclass_types: Sequence[type], argv: Sequence[str] | None = N
             if not f.init:
                 continue
             if f.name in values:
-                defaults[f.name] = _Unparsed(values[f.name], f"{known.config}: {f.name}")
+                defaults[f.name] = _Unparsed(values[f.name], f"{known.config}: {keys[f.name]}")
             elif f.default is not dataclasses.MISSING:
                 defaults[f.name] = _Unparsed(f.default, f"{f.name} (the default of {dc.__name__})")
             elif f.default_factory is not dataclasses.MISSING:

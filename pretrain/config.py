@@ -101,10 +101,11 @@ class DataArguments:
     max_predictions: Optional[int] = field(default=None, metadata={
         "help": "at most this many masked tokens per sequence (BERT's and ALBERT's max_predictions_per_seq: 20 "
                 "at length 512); default: the rate alone decides", "min": 1})
-    nsp: bool = field(default=True, metadata={
+    train_pair: bool = field(default=True, metadata={
         "help": "train the data's sentence-pair objective (its pair_task: nsp, sop or drp; the data must have one, "
-                "and the architecture's head must take it); --no-nsp trains MLM only. metrics.jsonl's nsp_loss and "
-                "nsp_accuracy hold whichever pair task ran (run_config.json's pair_task says which)"})
+                "and the architecture's head must take it); --no-train-pair trains MLM only. metrics.jsonl's "
+                "pair_loss and pair_accuracy hold whichever pair task ran (run_config.json's pair_task says which). "
+                "Its old name, nsp (--nsp, --no-nsp, YAML nsp:), is still read", "old_name": "nsp"})
     num_workers: int = field(default=1, metadata={"help": "DataLoader worker processes per rank", "min": 0})
 
 

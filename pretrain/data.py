@@ -66,13 +66,13 @@ def pair_task_of(metadata: Mapping[str, Any]) -> str:
 # ----------------------------------------------------------------------------- the loader
 
 def load_pretraining_data(path: str | os.PathLike, tokenizer=None, max_position_embeddings: int | None = None,
-                          expect_nsp: bool | None = None) -> tuple[Any, dict]:
+                          expect_pair: bool | None = None) -> tuple[Any, dict]:
     """Open pretraining data for training, after checking that it can be trained on.
 
     Raises :class:`PretrainingDataError`, naming the problem, when ``path`` is not such data, its
     columns are missing or misnamed, it is empty, ``tokenizer`` (a loaded tokenizer or a path) has
     another vocabulary or casing than the one the data was built with, the data's
-    ``max_seq_length`` exceeds ``max_position_embeddings``, or ``expect_nsp`` is true and the data
+    ``max_seq_length`` exceeds ``max_position_embeddings``, or ``expect_pair`` is true and the data
     has no pair labels (pair_task none). The metadata always has ``pair_task`` and ``pair_classes``
     (derived for data made before they existed). Returns ``(dataset, metadata)``; the dataset keeps the ``document``
     provenance column (the collator reads only :data:`INSTANCE_COLUMNS`).
@@ -89,7 +89,7 @@ def load_pretraining_data(path: str | os.PathLike, tokenizer=None, max_position_
             f"{max_position_embeddings} or less, or use a model with more positions")
     metadata["pair_task"] = pair_task_of(metadata)
     metadata.setdefault("pair_classes", len(PAIR_LABELS[metadata["pair_task"]]))
-    if expect_nsp and metadata["pair_task"] == "none":
+    if expect_pair and metadata["pair_task"] == "none":
         raise PretrainingDataError(f"{p} was built without sentence pairs (pair_task none) but training expects a "
                                    "pair objective; rebuild it with --pair-task nsp (or sop, drp) or train MLM only")
     return dataset, metadata

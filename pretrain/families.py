@@ -19,6 +19,9 @@ roberta     RobertaForMaskedLM     lm_head (H→V)             none             
   one token type, and ``max_position_embeddings`` raised by ``pad_token_id + 1`` because RoBERTa's
   position ids start after the padding id (512 → 514 with RoBERTa's own pad id 1), so a preset's
   ``max_position_embeddings`` always means the longest sequence the model takes.
+* **Token types** go to the encoder when :meth:`ModelFamily.takes_token_type_ids` says so:
+  :mod:`biomed_lm.token_types`' one rule (fine-tuning's too) on the family's ``segment_embeddings``
+  and the config's ``type_vocab_size``. RoBERTa has one row (its ``fixed_fields``), so it gets none.
 * **Pair head.** The data says which pair task its labels are for (``pair_task``: nsp, sop, drp
   or none; :func:`pair_task_of`); a family trains the ones its head takes
   (:func:`resolve_pair_objective` refuses the rest before training). The head is a classifier on
@@ -58,6 +61,7 @@ from torch import nn
 
 from biomed_lm.pretrain.attention import PADDED
 from biomed_lm.pretrain.config import Architecture, PretrainConfigError
+from biomed_lm.token_types import takes_token_type_ids
 
 #: Classes of each pair task's head (the data contract: the label column holds 0..classes-1 or -100).
 PAIR_CLASSES: Mapping[str, int] = MappingProxyType({"nsp": 2, "sop": 2, "drp": 3, "none": 0})
@@ -72,7 +76,7 @@ SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention
 @dataclass(frozen=True)
 class PairObjective:
     """The sentence-pair objective of a run: the data's ``data_task``, the ``task`` trained (the
-    data's, or none under ``--no-nsp`` or for a family without a pair head) and the head's
+    data's, or none under ``--no-train-pair`` or for a family without a pair head) and the head's
     ``classes`` (the family's default when none is trained; 0 without a head)."""
 
     data_task: str
@@ -85,15 +89,15 @@ class PairObjective:
 
     def as_dict(self) -> dict[str, Any]:
         return {"data": self.data_task, "trained": self.task, "classes": self.classes,
-                "metrics": "nsp_loss, nsp_accuracy" if self.trained else None}
+                "metrics": "pair_loss, pair_accuracy" if self.trained else None}
 
     def describe(self) -> str:
-        """The run log's line: what the metrics' nsp_* keys measure."""
+        """The run log's line: what the metrics' pair_* keys measure."""
         if self.trained:
             return (f"pair objective: {self.task} ({self.classes} classes, labels from the data's pair_task "
-                    f"{self.data_task}); metrics.jsonl's nsp_loss and nsp_accuracy hold it")
-        return (f"pair objective: none (MLM only; the data's pair_task is {self.data_task}); nsp_loss is 0 and "
-                "nsp_accuracy null")
+                    f"{self.data_task}); metrics.jsonl's pair_loss and pair_accuracy hold it")
+        return (f"pair objective: none (MLM only; the data's pair_task is {self.data_task}); pair_loss is 0 and "
+                "pair_accuracy null")
 
 
 @dataclass(frozen=True)
@@ -116,7 +120,8 @@ class ModelFamily:
     unpadded_encoder: str | None  # its adapter in pretrain.unpadded.ENCODERS (None: padded forward only)
     default_preset: str
     preset_types: tuple[str, ...]  # model_types of the presets it takes
-    token_types: bool = True  # the encoder is given token_type_ids
+    segment_embeddings: bool = True  # the encoder has token-type embeddings (:meth:`takes_token_type_ids`)
+    factorized_embeddings: bool = False  # E-wide embeddings projected to h, an MLM head back through E (ALBERT)
     pair_label_argument: str | None = "next_sentence_label"  # model_class.forward's pair label (None: no head)
     positions_after_padding: bool = False  # RoBERTa: position ids start at pad_token_id + 1
     fixed_fields: Mapping[str, Any] = field(default_factory=dict)  # config fields set whatever the preset says
@@ -134,6 +139,11 @@ class ModelFamily:
         import transformers
 
         return getattr(transformers, name)
+
+    def takes_token_type_ids(self, config) -> bool:
+        """Whether a model of this family with this config is given ``token_type_ids``: the one rule
+        of :mod:`biomed_lm.token_types` (RoBERTa's one token type: no; BERT's and ALBERT's two: yes)."""
+        return takes_token_type_ids(self.segment_embeddings, getattr(config, "type_vocab_size", None))
 
     def encoder_of(self, model: nn.Module) -> nn.Module:
         return model.get_submodule(self.encoder)
@@ -260,7 +270,7 @@ class ModelFamily:
         for an encoder without a pooler)."""
         kwargs = {"input_ids": None if inputs_embeds is not None else input_ids, "inputs_embeds": inputs_embeds,
                   "attention_mask": attention_mask}
-        if self.token_types:
+        if self.takes_token_type_ids(model.config):
             kwargs["token_type_ids"] = token_type_ids
         out = self.encoder_of(model)(**kwargs)
         return out.last_hidden_state, getattr(out, "pooler_output", None)
@@ -324,7 +334,7 @@ ALBERT = ModelFamily(
     mlm_head="predictions", pair_head="sop_classifier", pair_classifier="sop_classifier.classifier",
     pair_tasks=MappingProxyType({"sop": 2, "nsp": 2}), native_pair_task="sop", default_pair_classes=2,
     unpadded_encoder="albert", default_preset="albert-base", preset_types=("albert",),
-    pair_label_argument="sentence_order_label",
+    pair_label_argument="sentence_order_label", factorized_embeddings=True,
     signature_fields=("model_type", "embedding_size", "num_hidden_groups", "inner_group_num"),
     initializable=("predictions.", "sop_classifier.", "albert.pooler."))
 ROBERTA = ModelFamily(
@@ -332,7 +342,7 @@ ROBERTA = ModelFamily(
     model_class="RobertaForMaskedLM", masked_lm_class="RobertaForMaskedLM", encoder="roberta", mlm_head="lm_head",
     pair_head=None, pair_classifier=None, pair_tasks=MappingProxyType({}), native_pair_task=NO_PAIR,
     default_pair_classes=0, unpadded_encoder="roberta", default_preset="bert-base", preset_types=("bert", "roberta"),
-    token_types=False, pair_label_argument=None, positions_after_padding=True,
+    pair_label_argument=None, positions_after_padding=True,
     fixed_fields=MappingProxyType({"type_vocab_size": 1}),
     signature_fields=("model_type",), initializable=("lm_head.",))
 
@@ -379,8 +389,8 @@ def pair_task_of(metadata: Mapping[str, Any]) -> str:
 def resolve_pair_objective(family: ModelFamily, metadata: Mapping[str, Any], train_pair: bool = True,
                            source: str = "the data") -> PairObjective:
     """The pair objective a run of ``family`` trains on data with this metadata (``train_pair``:
-    ``--nsp``, the default; ``--no-nsp`` trains MLM only). A pair task the family's head cannot
-    take is a :class:`PretrainConfigError` naming the architecture, the task and the fix."""
+    ``--train-pair``, the default; ``--no-train-pair`` trains MLM only). A pair task the family's
+    head cannot take is a :class:`PretrainConfigError` naming the architecture, the task and the fix."""
     data_task = pair_task_of(metadata)
     default = PairObjective(data_task, NO_PAIR, family.default_pair_classes)
     if not train_pair or (data_task == NO_PAIR and family.pair_head is None):
@@ -388,16 +398,16 @@ def resolve_pair_objective(family: ModelFamily, metadata: Mapping[str, Any], tra
     if data_task == NO_PAIR:
         raise PretrainConfigError(
             f"{source} was built without sentence pairs (pair_task none) but training expects the {family.name} "
-            f"pair objective ({', '.join(family.pair_tasks)}): rebuild it with a pair task, or pass --no-nsp to "
-            "train MLM only")
+            f"pair objective ({', '.join(family.pair_tasks)}): rebuild it with a pair task, or pass --no-train-pair "
+            "to train MLM only")
     if data_task not in family.pair_tasks:
         if family.pair_head is None:
-            fix = (f"{family.title} has no pair head: rebuild the data with pair_task none, pass --no-nsp to train "
-                   f"MLM only on these instances, or use --architecture bert")
+            fix = (f"{family.title} has no pair head: rebuild the data with pair_task none, pass --no-train-pair to "
+                   f"train MLM only on these instances, or use --architecture bert")
         else:
             takers = [name for name, other in FAMILIES.items() if data_task in other.pair_tasks]
-            fix = (f"its head takes {', '.join(family.pair_tasks)}: rebuild the data with one of them, pass --no-nsp "
-                   f"to train MLM only, or use --architecture {' or '.join(takers)}")
+            fix = (f"its head takes {', '.join(family.pair_tasks)}: rebuild the data with one of them, pass "
+                   f"--no-train-pair to train MLM only, or use --architecture {' or '.join(takers)}")
         raise PretrainConfigError(
             f"architecture {family.name} cannot train {source}'s pair task {data_task} "
             f"({PAIR_CLASSES[data_task]} classes); {fix}")

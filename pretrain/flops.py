@@ -46,6 +46,8 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol
 
+from biomed_lm.pretrain.families import FAMILIES
+
 if TYPE_CHECKING:
     import torch
 
@@ -103,14 +105,12 @@ def attention_multiply_adds_per_pair(config: EncoderConfig) -> int:
     return 2 * _dims(config).hidden
 
 
-# Model types whose embeddings are factorized: E-wide, projected to h before the first layer, with an
-# MLM head that projects h back to E before the E→vocab decoder (ALBERT).
-_FACTORIZED_EMBEDDINGS = frozenset({"albert"})
-
-
 def _embedding_size(config: EncoderConfig) -> int | None:
-    """E of a factorized-embedding model, None for the others (BERT, RoBERTa: E = h, no projection)."""
-    if getattr(config, "model_type", "bert") not in _FACTORIZED_EMBEDDINGS:
+    """E of a factorized-embedding model (its family's ``factorized_embeddings``: ALBERT's E-wide
+    embeddings, projected to h before the first layer, and an MLM head back through E before the
+    E→vocab decoder), None for the others (BERT, RoBERTa, a config of no family: E = h, no projection)."""
+    model_type = getattr(config, "model_type", "bert")
+    if not any(family.factorized_embeddings for family in FAMILIES.values() if family.model_type == model_type):
         return None
     value = getattr(config, "embedding_size")
     if isinstance(value, bool) or operator.index(value) <= 0:
@@ -134,7 +134,7 @@ def mlm_head_multiply_adds(config: EncoderConfig) -> int:
     return d.hidden * d.hidden + d.hidden * d.vocab
 
 
-def nsp_head_multiply_adds(config: EncoderConfig) -> int:
+def pair_head_multiply_adds(config: EncoderConfig) -> int:
     """The pair head for one sequence: pooler dense h² (on [CLS]) and the classifier, 2·h for the
     2-way NSP/SOP head (``config.pair_classes``·h for another, DRP's 3)."""
     d = _dims(config)
@@ -143,17 +143,17 @@ def nsp_head_multiply_adds(config: EncoderConfig) -> int:
 
 
 def step_flops_from_counts(config: EncoderConfig, tokens: float, attention_pairs: float, masked_tokens: float,
-                           nsp_sequences: float) -> float:
+                           pair_sequences: float) -> float:
     """Training FLOPs of one optimizer step from its summed counts: real ``tokens`` (Σ n),
     ``attention_pairs`` (Σ n², over each sequence's own length n), ``masked_tokens`` (positions
-    with an MLM label) and ``nsp_sequences`` (sequences with an NSP label).
+    with an MLM label) and ``pair_sequences`` (sequences with a pair label: NSP, SOP or DRP).
 
     These are exactly the sums the trainer's ``StepTotals`` already reduces over ranks
-    (``tokens``, ``attention_pairs``, ``mlm_count``, ``nsp_count``), so the whole step's model
+    (``tokens``, ``attention_pairs``, ``mlm_count``, ``pair_count``), so the whole step's model
     FLOPs come from them without keeping per-sequence lengths. Integers in, an exact count out
     (as a float); floats are accepted since reduced totals are float tensors."""
     for name, value in (("tokens", tokens), ("attention_pairs", attention_pairs),
-                        ("masked_tokens", masked_tokens), ("nsp_sequences", nsp_sequences)):
+                        ("masked_tokens", masked_tokens), ("pair_sequences", pair_sequences)):
         if isinstance(value, bool) or not value >= 0:  # `not >=` also refuses NaN
             raise ValueError(f"{name} must be a non-negative number, not {value!r}")
     d = _dims(config)
@@ -161,27 +161,27 @@ def step_flops_from_counts(config: EncoderConfig, tokens: float, attention_pairs
                            + attention_multiply_adds_per_pair(config) * attention_pairs)
                + tokens * embedding_multiply_adds_per_token(config)
                + masked_tokens * mlm_head_multiply_adds(config)
-               + nsp_sequences * nsp_head_multiply_adds(config))
+               + pair_sequences * pair_head_multiply_adds(config))
     return float(TRAINING_PASSES * FLOPS_PER_MULTIPLY_ADD * forward)
 
 
 def step_flops(config: EncoderConfig, sequence_lengths: "Iterable[int] | torch.Tensor", masked_tokens: int,
-               nsp_sequences: int) -> float:
+               pair_sequences: int) -> float:
     """Training (forward + backward) model FLOPs of one optimizer step's real tokens.
 
     ``sequence_lengths``: every sequence's real length (a list of ints or a 1-D integer tensor),
     over all micro-batches and ranks of the step. ``masked_tokens``: positions the MLM head ran
-    on. ``nsp_sequences``: sequences with an NSP label (0 when NSP is off). Attention is counted
+    on. ``pair_sequences``: sequences with a pair label (0 when no pair objective is trained). Attention is counted
     on each sequence's own length, so two sequences of 64 cost less than one of 128."""
     lengths = _lengths(sequence_lengths)
     masked = _count(masked_tokens, "masked_tokens")
-    nsp = _count(nsp_sequences, "nsp_sequences")
+    pairs = _count(pair_sequences, "pair_sequences")
     tokens = sum(lengths)
     if masked > tokens:
         raise ValueError(f"{masked} masked tokens but only {tokens} real tokens")
-    if nsp > len(lengths):
-        raise ValueError(f"{nsp} NSP sequences but only {len(lengths)} sequences")
-    return step_flops_from_counts(config, tokens, sum(n * n for n in lengths), masked, nsp)
+    if pairs > len(lengths):
+        raise ValueError(f"{pairs} pair-labelled sequences but only {len(lengths)} sequences")
+    return step_flops_from_counts(config, tokens, sum(n * n for n in lengths), masked, pairs)
 
 
 def padded_positions_fraction(sequence_lengths: "Iterable[int] | torch.Tensor", computed_positions: int) -> float:

@@ -16,6 +16,10 @@ from pathlib import Path
 from typing import Any
 
 LOG = logging.getLogger(__name__)
+#: Keys metrics.jsonl had before they were renamed: old -> current. The pair objective (NSP, SOP or
+#: DRP) was logged as nsp_*; :func:`read_metrics_file` reads an older file's lines under the new keys.
+RENAMED_KEYS = {"nsp_loss": "pair_loss", "nsp_accuracy": "pair_accuracy"}
+
 
 class MetricsLogger:
     def __init__(self, run_dir: str | os.PathLike, enabled: bool, wandb_mode: str, wandb_project: str,
@@ -93,7 +97,8 @@ def _stable_run_id(run_dir: Path) -> str:
 
 
 def read_metrics_file(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
-    """The records of a metrics file and the numbers of its unreadable lines."""
+    """The records of a metrics file (old keys read as the current ones: :data:`RENAMED_KEYS`) and
+    the numbers of its unreadable lines."""
     records, bad = [], []
     text = path.read_text(encoding="utf-8", errors="replace")
     for number, line in enumerate(text.splitlines(), start=1):
@@ -105,7 +110,7 @@ def read_metrics_file(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
             bad.append(number)
             continue
         if isinstance(record, dict):
-            records.append(record)
+            records.append({RENAMED_KEYS.get(key, key): value for key, value in record.items()})
         else:
             bad.append(number)
     return records, bad

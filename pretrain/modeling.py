@@ -76,11 +76,11 @@ class PretrainingOutput:
 
     loss: torch.Tensor
     mlm_loss: torch.Tensor
-    nsp_loss: torch.Tensor
+    pair_loss: torch.Tensor  # the pair objective's (NSP, SOP or DRP; 0 when none is trained)
     mlm_correct: torch.Tensor
     mlm_count: torch.Tensor
-    nsp_correct: torch.Tensor
-    nsp_count: torch.Tensor
+    pair_correct: torch.Tensor
+    pair_count: torch.Tensor
 
     # A variant of the objective (ALUM's adversarial term) reports what it adds through its output
     # class: the trainer's loop sums, accounts and logs these without knowing which variant runs.
@@ -112,7 +112,7 @@ class PretrainingModel(nn.Module):
     ``RobertaForMaskedLM``; the family is read off its config); ``self.bert`` is what gets exported,
     whatever the family (the name keeps the checkpoints' parameter names).
 
-    ``nsp``: train the pair objective (the data's pair task, whose labels arrive as
+    ``train_pair``: train the pair objective (the data's pair task, whose labels arrive as
     ``next_sentence_label``; see :func:`pretrain.families.resolve_pair_objective`).
     ``attention`` is a resolved kernel name (:func:`pretrain.attention.choose_kernel`) or one of
     transformers' padded ones;
@@ -123,7 +123,7 @@ class PretrainingModel(nn.Module):
     #: What :meth:`forward` returns; the trainer asks it for the variant's extra totals and metrics.
     output_type: ClassVar[type[PretrainingOutput]] = PretrainingOutput
 
-    def __init__(self, bert: nn.Module, nsp: bool = True, attention: str = "sdpa_loop",
+    def __init__(self, bert: nn.Module, train_pair: bool = True, attention: str = "sdpa_loop",
                  pad_to_multiple_of: int | None = None, mlm_loss: str = "dense"):
         super().__init__()
         self.bert = bert
@@ -131,7 +131,7 @@ class PretrainingModel(nn.Module):
         if attention not in PADDED and not self.family.unpadded:
             raise PretrainConfigError(f"attention {attention!r} runs unpadded, and the {self.family.name} family has "
                                       f"no unpadded path: use one of {', '.join(PADDED)}")
-        self.nsp = nsp
+        self.train_pair = train_pair
         self.attention = attention
         self.pad_to_multiple_of = pad_to_multiple_of
         self.mlm_loss = mlm_loss  # a resolved pretrain.mlm_loss implementation: dense, chunked or liger
@@ -260,10 +260,10 @@ class PretrainingModel(nn.Module):
         # An empty selection keeps the head in the graph, with zero gradients.
         mlm = masked_lm_loss(hidden, self.mlm_head, batch.masked_labels, implementation=self.mlm_loss)
         mlm_loss, mlm_count, mlm_correct = mlm.loss_sum / mlm.count.clamp(min=1), mlm.count, mlm.correct
-        nsp_loss, nsp_correct, nsp_count = self._pair_loss(pooled_output, next_sentence_label, hidden.device)
+        pair_loss, pair_correct, pair_count = self._pair_loss(pooled_output, next_sentence_label, hidden.device)
         return PretrainingOutput(
-            loss=mlm_loss + nsp_loss, mlm_loss=mlm_loss.detach(), nsp_loss=nsp_loss.detach(),
-            mlm_correct=mlm_correct, mlm_count=mlm_count, nsp_correct=nsp_correct, nsp_count=nsp_count)
+            loss=mlm_loss + pair_loss, mlm_loss=mlm_loss.detach(), pair_loss=pair_loss.detach(),
+            mlm_correct=mlm_correct, mlm_count=mlm_count, pair_correct=pair_correct, pair_count=pair_count)
 
     def _pair_loss(self, pooled_output: torch.Tensor | None, label: torch.Tensor | None, device: torch.device
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -274,7 +274,7 @@ class PretrainingModel(nn.Module):
         if head is None:
             return torch.zeros((), device=device), zero, zero
         logits = head(pooled_output)
-        if not (self.nsp and label is not None):
+        if not (self.train_pair and label is not None):
             return logits.sum() * 0.0, zero, zero  # the head stays in the graph
         valid = label != IGNORE_INDEX
         count = valid.sum()

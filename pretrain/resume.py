@@ -46,6 +46,9 @@ FIXED = frozenset({"model.init", "model.model", "model.architecture", "data.voca
 ADDED_FIELDS = {"train.schedule_total_steps": 0, "train.continue_from": "", "train.loss_ceiling_factor": 0.0,
                 "model.compile_mode": "default", "model.compile_scope": "whole",
                 "data.sample_order": "permutation"}
+# Fields renamed after checkpoints were already being written: old name -> name. An older checkpoint's
+# value is compared under the new name, so the rename alone is no change.
+RENAMED_FIELDS = {"data.nsp": "data.train_pair"}
 
 
 class ConfigChangeRefused(PretrainError, ValueError):
@@ -72,7 +75,7 @@ def compare_signatures(saved: dict[str, Any], current: dict[str, Any], *, allow_
     """The differences between a checkpoint's signature and the current one, as
     ``{field: {"checkpoint": old, "now": new}}``; raises :class:`ConfigChangeRefused` listing them
     when they break the run and are not allowed."""
-    saved = _with_added_fields(saved, current)
+    saved = _as_current_fields(saved, current)
     changes = {key: {"checkpoint": saved.get(key), "now": current.get(key)}
                for key in sorted(set(saved) | set(current)) if saved.get(key) != current.get(key)}
     fixed = [key for key in changes if key in FIXED or key.startswith("model.architecture")]
@@ -104,7 +107,7 @@ CONTINUATION_FIXED = frozenset({
 def compare_continuation(saved: dict[str, Any], current: dict[str, Any], *, source: str) -> dict[str, Any]:
     """The differences between the continued run's signature (``source`` names its checkpoint) and
     this run's; raises :class:`ConfigChangeRefused` when the model, optimizer or schedule differ."""
-    saved = _with_added_fields(saved, current)
+    saved = _as_current_fields(saved, current)
     changes = {key: {"checkpoint": saved.get(key), "now": current.get(key)}
                for key in sorted(set(saved) | set(current)) if saved.get(key) != current.get(key)}
     fixed = [key for key in changes if key in CONTINUATION_FIXED or key.startswith("model.architecture")]
@@ -116,9 +119,11 @@ def compare_continuation(saved: dict[str, Any], current: dict[str, Any], *, sour
     return changes
 
 
-def _with_added_fields(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
-    """``saved`` with the value each field added since had in effect, for the fields this run has."""
-    return {**{key: value for key, value in ADDED_FIELDS.items() if key in current}, **saved}
+def _as_current_fields(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """``saved`` under the current field names (:data:`RENAMED_FIELDS`), with the value each field
+    added since had in effect, for the fields this run has."""
+    renamed = {RENAMED_FIELDS.get(key, key): value for key, value in saved.items()}
+    return {**{key: value for key, value in ADDED_FIELDS.items() if key in current}, **renamed}
 
 
 def _describe(changes: dict[str, Any], keys: list[str]) -> str:

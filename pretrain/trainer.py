@@ -315,8 +315,8 @@ def _load_data(data_args: DataArguments, max_positions: int, family: ModelFamily
     tokenizer = load_tokenizer(data_args.tokenizer)
     dataset, data_meta = load_pretraining_data(data_args.data_dir, tokenizer=tokenizer,
                                                max_position_embeddings=max_positions,
-                                               expect_nsp=data_args.nsp and family.pair_head is not None)
-    pair = resolve_pair_objective(family, data_meta, data_args.nsp, source=data_args.data_dir)
+                                               expect_pair=data_args.train_pair and family.pair_head is not None)
+    pair = resolve_pair_objective(family, data_meta, data_args.train_pair, source=data_args.data_dir)
     data_meta = {k: v for k, v in data_meta.items() if k != "summary"}
     data_meta.setdefault("instances", len(dataset))
     data_meta.setdefault("fingerprint", getattr(dataset, "_fingerprint", None))
@@ -485,9 +485,9 @@ def _pretraining_model(bert, model_args: ModelArguments, train_pair: bool, train
         execution.passed_over.append(f"a faster MLM loss: {why_not_faster}")
     layout = {"attention": attention, "pad_to_multiple_of": execution.bucket_tokens, "mlm_loss": execution.mlm_loss}
     if adversarial is not None and adversarial.adversarial:
-        model = AdversarialPretrainingModel(bert, nsp=train_pair, adversarial=adversarial, **layout)
+        model = AdversarialPretrainingModel(bert, train_pair=train_pair, adversarial=adversarial, **layout)
     else:
-        model = PretrainingModel(bert, nsp=train_pair, **layout)
+        model = PretrainingModel(bert, train_pair=train_pair, **layout)
     model.to(device)
     if compiled:
         execution.compiled_region = _compile(model, attention, forward_compiled, model_args.compile_mode,
@@ -651,8 +651,8 @@ def _forward_backward(run: Run, step: int, totals: StepTotals) -> None:
     engine.backward(out.loss)
     finite = torch.isfinite(out.loss.detach())
     kept = {name: torch.where(finite, value, torch.zeros_like(value)) for name, value in
-            {"mlm_loss": out.mlm_loss, "nsp_loss": out.nsp_loss, "mlm_correct": out.mlm_correct,
-             "mlm_count": out.mlm_count, "nsp_correct": out.nsp_correct, "nsp_count": out.nsp_count,
+            {"mlm_loss": out.mlm_loss, "pair_loss": out.pair_loss, "mlm_correct": out.mlm_correct,
+             "mlm_count": out.mlm_count, "pair_correct": out.pair_correct, "pair_count": out.pair_count,
              **out.extra_totals()}.items()}
     totals.add_on_device(nonfinite_micro=~finite, **kept)
 
@@ -759,11 +759,11 @@ def _metrics_record(run: Run, done: StepResult) -> dict[str, Any]:
     tokens = int(totals["tokens"])
     record = {
         "step": done.number,
-        "loss": None if nonfinite else (totals["mlm_loss"] + totals["nsp_loss"]) / n,
+        "loss": None if nonfinite else (totals["mlm_loss"] + totals["pair_loss"]) / n,
         "mlm_loss": None if nonfinite else totals["mlm_loss"] / n,
-        "nsp_loss": None if nonfinite else totals["nsp_loss"] / n,
+        "pair_loss": None if nonfinite else totals["pair_loss"] / n,
         "mlm_accuracy": totals["mlm_correct"] / totals["mlm_count"] if totals["mlm_count"] else None,
-        "nsp_accuracy": totals["nsp_correct"] / totals["nsp_count"] if totals["nsp_count"] else None,
+        "pair_accuracy": totals["pair_correct"] / totals["pair_count"] if totals["pair_count"] else None,
         "lr": done.lr,
         "grad_norm": _finite_or_none(grad_norm),
         "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,  # real tokens, padding not counted
@@ -781,7 +781,7 @@ def _metrics_record(run: Run, done: StepResult) -> dict[str, Any]:
         record["compiled_graphs"] = run.graphs.total
     if run.peak and elapsed > 0:  # model FLOPs of the real tokens and the masked positions only
         flops = step_flops_from_counts(run.bert.config, totals["tokens"], totals["attention_pairs"],
-                                       totals["mlm_count"], totals["nsp_count"])
+                                       totals["mlm_count"], totals["pair_count"])
         record["mfu"] = mfu(flops, elapsed, run.peak, run.world_size)
     return record
 
@@ -820,7 +820,7 @@ class StepTotals:
     ``extra`` names a variant's own device sums (``PretrainingOutput.EXTRA_TOTALS``), the same on every rank."""
 
     HOST = ("tokens", "positions", "sequences", "attention_pairs", "stop", "mask_rate")
-    DEVICE = ("mlm_loss", "nsp_loss", "mlm_correct", "mlm_count", "nsp_correct", "nsp_count", "nonfinite_micro")
+    DEVICE = ("mlm_loss", "pair_loss", "mlm_correct", "mlm_count", "pair_correct", "pair_count", "nonfinite_micro")
 
     def __init__(self, device: torch.device, extra: tuple[str, ...] = ()) -> None:
         self.names = self.HOST + self.DEVICE + tuple(extra)
@@ -855,7 +855,7 @@ class StepTotals:
         """The step's loss over every rank's micro-batches; NaN when any of them was not finite."""
         if self["nonfinite_micro"] > 0:
             return math.nan
-        return (self["mlm_loss"] + self["nsp_loss"]) / micro_batches
+        return (self["mlm_loss"] + self["pair_loss"]) / micro_batches
 
 
 def _gradient_norm(engine) -> torch.Tensor | None:

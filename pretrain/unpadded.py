@@ -20,6 +20,7 @@ from torch import nn
 
 from biomed_lm.pretrain.attention import Sequences, attend
 from biomed_lm.pretrain.layout import VarlenBatch
+from biomed_lm.token_types import takes_token_type_ids
 
 
 # ----------------------------------------------------------------------------- the encoder
@@ -41,7 +42,7 @@ class BertEncoder:
         return batch.position_ids
 
     def token_types(self, encoder: nn.Module, batch: VarlenBatch) -> torch.Tensor:
-        return batch.token_type_ids
+        return token_type_rows(encoder, batch)
 
     def embed(self, encoder: nn.Module, batch: VarlenBatch, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
         embeddings = encoder.embeddings
@@ -74,16 +75,13 @@ class BertEncoder:
 
 
 class RobertaEncoder(BertEncoder):
-    """``RobertaModel``: BERT's modules, but one token type (all 0: the data's segment ids are not
-    given to it, as transformers' forward gets none) and position ids after the padding id,
+    """``RobertaModel``: BERT's modules, but one token type (all 0: :func:`token_type_rows`, as
+    transformers' forward gets no segment ids) and position ids after the padding id,
     ``pad_token_id + 1 + position`` (``create_position_ids_from_input_ids`` on real tokens). No
     pooler under ``RobertaForMaskedLM``: :meth:`pool` gives None."""
 
     def positions(self, encoder: nn.Module, batch: VarlenBatch) -> torch.Tensor:
         return batch.position_ids + ((encoder.config.pad_token_id or 0) + 1)
-
-    def token_types(self, encoder: nn.Module, batch: VarlenBatch) -> torch.Tensor:
-        return torch.zeros_like(batch.input_ids)
 
 
 class AlbertEncoder:
@@ -95,7 +93,7 @@ class AlbertEncoder:
     def embed(self, encoder: nn.Module, batch: VarlenBatch, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
         embeddings = encoder.embeddings
         words = embeddings.word_embeddings(batch.input_ids) if inputs_embeds is None else inputs_embeds
-        hidden = words + embeddings.token_type_embeddings(batch.token_type_ids) \
+        hidden = words + embeddings.token_type_embeddings(token_type_rows(encoder, batch)) \
             + embeddings.position_embeddings(batch.position_ids)
         hidden = embeddings.dropout(embeddings.LayerNorm(hidden))
         return encoder.encoder.embedding_hidden_mapping_in(hidden)
@@ -134,6 +132,15 @@ class AlbertEncoder:
 
 #: The unpadded forward of each family, by :attr:`pretrain.families.ModelFamily.unpadded_encoder`.
 ENCODERS = {"bert": BertEncoder(), "roberta": RobertaEncoder(), "albert": AlbertEncoder()}
+
+
+def token_type_rows(encoder: nn.Module, batch: VarlenBatch) -> torch.Tensor:
+    """The token-type embedding row of each token: its segment (0, then 1 after the first [SEP]) for
+    a model that takes token types (:mod:`biomed_lm.token_types`' rule: every adapter's encoder has
+    segment embeddings, so its ``type_vocab_size`` decides), row 0 for one with a single row (RoBERTa)."""
+    if takes_token_type_ids(True, encoder.config.type_vocab_size):
+        return batch.token_type_ids
+    return torch.zeros_like(batch.input_ids)
 
 
 def encoder_for(config) -> "BertEncoder | AlbertEncoder":

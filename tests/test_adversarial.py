@@ -317,7 +317,7 @@ def test_absurd_perturbation_is_caught_on_the_model_and_the_step_keeps_the_stand
     torch.manual_seed(1)
     out = wrapper(**batch)
     assert out.adv_nonfinite.item() == 1 and out.adv_loss.item() == 0.0
-    assert torch.isfinite(out.loss) and torch.equal(out.loss.detach(), out.mlm_loss + out.nsp_loss)
+    assert torch.isfinite(out.loss) and torch.equal(out.loss.detach(), out.mlm_loss + out.pair_loss)
     out.loss.backward()  # the standard loss still trains every parameter
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in wrapper.parameters())
 
@@ -328,12 +328,12 @@ def test_wrapper_adds_the_term_only_when_training_and_enabled():
     assert list(wrapper.state_dict()) == list(PretrainingModel(tiny_bert()).state_dict())
     out = wrapper(**batch)
     assert out.adv_nonfinite.item() == 0 and out.adv_kl > 0 and out.adv_delta_retained > 0.99
-    assert torch.allclose(out.loss.detach(), out.mlm_loss + out.nsp_loss + out.adv_loss)
+    assert torch.allclose(out.loss.detach(), out.mlm_loss + out.pair_loss + out.adv_loss)
     assert out.adv_loss > 0
 
     wrapper.eval()
     evaluated = wrapper(**batch)
-    assert evaluated.adv_kl.item() == 0.0 and torch.equal(evaluated.loss, evaluated.mlm_loss + evaluated.nsp_loss)
+    assert evaluated.adv_kl.item() == 0.0 and torch.equal(evaluated.loss, evaluated.mlm_loss + evaluated.pair_loss)
     wrapper.train()
     disabled = AdversarialPretrainingModel(wrapper.bert, adversarial=AdversarialConfig(adversarial=False))
     assert disabled(**batch).adv_kl.item() == 0.0

@@ -30,7 +30,7 @@ def losses_and_grads(model: PretrainingModel, batch: dict, **inputs) -> tuple[di
     model.zero_grad()
     out = model(**inputs, next_sentence_label=batch["next_sentence_label"])
     out.loss.backward()
-    losses = {"loss": out.loss.item(), "mlm": out.mlm_loss.item(), "nsp": out.nsp_loss.item()}
+    losses = {"loss": out.loss.item(), "mlm": out.mlm_loss.item(), "pair": out.pair_loss.item()}
     return losses, {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
 

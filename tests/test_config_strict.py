@@ -87,10 +87,25 @@ def test_yaml_int_field_takes_only_whole_numbers(tmp_path, text, shown):
         _pretrain(tmp_path, f"micro_batch_size: {text}\n")
 
 
+@pytest.mark.parametrize("key", ["train_pair", "nsp"])  # nsp: its old name, still read
 @pytest.mark.parametrize("text", ["1", "'yes'", "null"])
-def test_yaml_bool_field_takes_only_true_or_false(tmp_path, text):
-    with pytest.raises(ConfigError, match=r"x\.yaml: nsp: .* is not true or false"):
-        _pretrain(tmp_path, f"nsp: {text}\n")
+def test_yaml_bool_field_takes_only_true_or_false(tmp_path, key, text):
+    with pytest.raises(ConfigError, match=rf"x\.yaml: {key}: .* is not true or false"):
+        _pretrain(tmp_path, f"{key}: {text}\n")
+
+
+@pytest.mark.parametrize("yaml_text, flags, expected", [
+    ("nsp: false\n", [], False), ("train_pair: false\n", [], False), ("", ["--no-nsp"], False),
+    ("", ["--no_nsp"], False), ("", ["--no-train-pair"], False), ("nsp: false\n", ["--nsp"], True),
+    ("nsp: false\n", ["--train-pair", "true"], True), ("", [], True)])
+def test_the_pair_objective_option_reads_its_old_name_nsp(tmp_path, yaml_text, flags, expected):
+    _, data, _, _ = _pretrain(tmp_path, yaml_text, *flags)
+    assert data.train_pair is expected and not hasattr(data, "nsp")
+
+
+def test_an_option_under_its_old_and_new_name_at_once_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"x\.yaml: nsp is the old name of train_pair: give one of them"):
+        _pretrain(tmp_path, "nsp: true\ntrain_pair: false\n")
 
 
 @pytest.mark.parametrize("key", ["checkpoint_every", "log_every"])

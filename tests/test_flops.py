@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from biomed_lm.pretrain.flops import (DevicePeak, attention_multiply_adds_per_pair, device_peak,
                                       layer_multiply_adds_per_token, mfu, mlm_head_multiply_adds,
-                                      nsp_head_multiply_adds, padded_positions_fraction, peak_flops, step_flops,
+                                      pair_head_multiply_adds, padded_positions_fraction, peak_flops, step_flops,
                                       step_flops_from_counts)
 
 GIB = 1024 ** 3
@@ -47,7 +47,7 @@ def test_hand_count_tiny_config():
     # Layer dense: 2 layers × 8 tokens × (4·16 + 2·32) = 2048; attention: 2 × (2·9·4 + 2·25·4) = 544;
     # MLM: 2 × (16 + 40) = 112; NSP: 2 × (16 + 8) = 48; total 2752 multiply-adds.
     assert forward_macs == 2048 + 544 + 112 + 48 == 2752
-    assert step_flops(config(), [3, 5], masked_tokens=2, nsp_sequences=2) == 3 * 2 * 2752 == 16512
+    assert step_flops(config(), [3, 5], masked_tokens=2, pair_sequences=2) == 3 * 2 * 2752 == 16512
 
 
 def test_building_blocks_tiny_config():
@@ -55,7 +55,7 @@ def test_building_blocks_tiny_config():
     assert layer_multiply_adds_per_token(c) == 4 * 4 * 4 + 2 * 4 * 8 == 128
     assert attention_multiply_adds_per_pair(c) * 3 * 3 == 2 * 3 * 3 * 4 == 72
     assert mlm_head_multiply_adds(c) == 4 * 4 + 4 * 10 == 56
-    assert nsp_head_multiply_adds(c) == 4 * 4 + 2 * 4 == 24
+    assert pair_head_multiply_adds(c) == 4 * 4 + 2 * 4 == 24
 
 
 def test_tensor_and_list_lengths_agree():
@@ -144,7 +144,7 @@ def test_matches_flop_counter_sequence_by_sequence():
         ids = torch.randint(5, model.config.vocab_size, (1, n))
         batches.append((ids, torch.ones(1, n, dtype=torch.long), [(0, p) for p in range(1, 1 + m)]))
     counted = _counted_flops(model, batches)
-    formula = step_flops(model.config, lengths, masked_tokens=sum(masked_per_sequence), nsp_sequences=len(lengths))
+    formula = step_flops(model.config, lengths, masked_tokens=sum(masked_per_sequence), pair_sequences=len(lengths))
     assert formula == pytest.approx(counted, rel=1e-12)
     assert formula == counted  # integers both: exact
 
@@ -158,7 +158,7 @@ def test_padded_batch_costs_what_step_flops_says_for_the_padded_length():
     mask = torch.tensor([[1] * n + [0] * (padded - n) for n in lengths])
     masked = [(0, 1), (1, 1), (1, 4)]
     counted = _counted_flops(model, [(ids, mask, masked)])
-    assert counted == step_flops(model.config, [padded, padded], masked_tokens=3, nsp_sequences=2)
+    assert counted == step_flops(model.config, [padded, padded], masked_tokens=3, pair_sequences=2)
     assert step_flops(model.config, lengths, 3, 2) < counted
     assert padded_positions_fraction(lengths, 2 * padded) == pytest.approx(6 / 18)
 
@@ -182,7 +182,7 @@ def test_mlm_head_is_proportional_to_masked_tokens():
         assert step_flops(BERT_BASE, lengths, masked, 0) - base == masked * per_masked
 
 
-def test_nsp_head_counts_only_with_nsp_sequences():
+def test_pair_head_counts_only_with_pair_sequences():
     base = step_flops(BERT_BASE, [128, 64], 10, 0)
     assert step_flops(BERT_BASE, [128, 64], 10, 2) - base == 2 * 3 * 2 * (768 * 768 + 2 * 768)
 
@@ -193,7 +193,7 @@ def test_lower_than_the_old_whole_sequence_estimate():
     tokens = sum(lengths)
     h, layers, i, v = 768, 12, 3072, 30522
     old = tokens * (6.0 * (layers * (4 * h * h + 2 * h * i) + h * v) + 12.0 * layers * h * max_len)
-    assert step_flops(BERT_BASE, lengths, masked_tokens=int(0.15 * tokens), nsp_sequences=4) < old
+    assert step_flops(BERT_BASE, lengths, masked_tokens=int(0.15 * tokens), pair_sequences=4) < old
 
 
 @settings(max_examples=60, deadline=None)
@@ -206,7 +206,7 @@ def test_additive_over_sequences_and_linear_in_heads(a, b, masked_share, nsp_sha
     body = step_flops(c, a + b, 0, 0)
     assert body == step_flops(c, a, 0, 0) + step_flops(c, b, 0, 0)
     masked, nsp = int(masked_share * sum(a + b)), int(nsp_share * len(a + b))
-    heads = masked * 6 * mlm_head_multiply_adds(c) + nsp * 6 * nsp_head_multiply_adds(c)
+    heads = masked * 6 * mlm_head_multiply_adds(c) + nsp * 6 * pair_head_multiply_adds(c)
     assert step_flops(c, a + b, masked, nsp) == body + heads
     if a:
         longer = [a[0] + 1] + a[1:]

@@ -379,7 +379,7 @@ def _train_losses(bert: nn.Module, device: torch.device, steps: int, convert=Non
     if convert is not None:
         convert(bert)
     attention, _ = choose_kernel("auto", device, torch.bfloat16, 0.0)
-    model = PretrainingModel(bert, nsp=True, attention=attention).to(device)
+    model = PretrainingModel(bert, train_pair=True, attention=attention).to(device)
     generator = torch.Generator().manual_seed(0)
     lengths, width = [100, 37, 64, 5], 104
     ids = torch.randint(10, bert.config.vocab_size, (len(lengths), width), generator=generator)

@@ -60,7 +60,7 @@ def test_unpadded_equals_padded_loss_under_bf16_autocast():
     for attention in ("hf_sdpa", "sdpa_padded", "sdpa_nested", "sdpa_loop"):
         model = PretrainingModel(copy.deepcopy(bert), attention=attention)
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            results.append(losses_and_grads(model, batch, nsp=True)[0])
+            results.append(losses_and_grads(model, batch, train_pair=True)[0])
     for other in results[1:]:
         for key in results[0]:
             assert abs(results[0][key] - other[key]) < 5e-2, (results[0], other)

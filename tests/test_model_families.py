@@ -23,9 +23,10 @@ from biomed_lm.pretrain.adversarial import AdversarialConfig, AdversarialPretrai
 from biomed_lm.pretrain.config import PretrainConfigError, load_model_preset
 from biomed_lm.pretrain.families import (ALBERT, BERT, FAMILIES, PAIR_CLASSES, PAIR_HEAD_FILE, ROBERTA, family_of,
                                          get_family, pair_task_of, resolve_pair_objective)
-from biomed_lm.pretrain.flops import step_flops
+from biomed_lm.pretrain.flops import embedding_multiply_adds_per_token, step_flops
 from biomed_lm.pretrain.masking import MaskingConfig, PretrainingCollator
 from biomed_lm.pretrain.modeling import PretrainingModel, count_parameters
+from biomed_lm.token_types import takes_token_type_ids
 from tests.pretrain_runs import losses, pretrain_args, run, with_option
 
 pytestmark = pytest.mark.usefixtures("offline_hub")
@@ -122,17 +123,27 @@ def test_presets_are_validated_against_the_family_config_class(tmp_path):
 
 # --- forward and backward, the pair head ----------------------------------------------------------
 
+@pytest.mark.parametrize("architecture, token_types, factorized", [
+    ("bert", True, False), ("albert", True, True), ("roberta", False, False)])
+def test_token_types_follow_the_shared_rule_and_only_albert_factorizes(architecture, token_types, factorized):
+    family, config = get_family(architecture), build(architecture).config
+    assert family.takes_token_type_ids(config) is token_types  # RoBERTa: one token type (its fixed_fields)
+    assert token_types == takes_token_type_ids(family.segment_embeddings, config.type_vocab_size)
+    assert family.factorized_embeddings is factorized  # what pretrain.flops counts the E→H projection of
+    assert (embedding_multiply_adds_per_token(config) > 0) is factorized
+
+
 @pytest.mark.parametrize("architecture, pair_task", TAKEN)
 def test_forward_backward_on_a_collated_batch(architecture, pair_task):
     family = get_family(architecture)
-    model = PretrainingModel(build(architecture, pair_task), nsp=pair_task != "none", attention="hf_sdpa")
+    model = PretrainingModel(build(architecture, pair_task), train_pair=pair_task != "none", attention="hf_sdpa")
     batch = collated_batch(pair_task)
     out = model(**batch)
     out.loss.backward()
     assert torch.isfinite(out.loss) and out.mlm_count > 0
     labelled = int((batch["next_sentence_label"] != -100).sum())
-    assert int(out.nsp_count) == (labelled if family.pair_head is not None else 0)
-    assert (out.nsp_loss > 0) == (pair_task != "none" and family.pair_head is not None)
+    assert int(out.pair_count) == (labelled if family.pair_head is not None else 0)
+    assert (out.pair_loss > 0) == (pair_task != "none" and family.pair_head is not None)
     encoder = family.encoder_of(model.bert)
     assert encoder.embeddings.word_embeddings.weight.grad.abs().sum() > 0
     if pair_task != "none":
@@ -169,7 +180,7 @@ def test_drp_runs_unpadded_as_it_runs_padded():
         out.loss.backward()
         results.append((out, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}))
     (padded, grads_p), (unpadded, grads_u) = results
-    assert torch.allclose(padded.nsp_loss, unpadded.nsp_loss, atol=1e-5) and int(unpadded.nsp_count) == 4
+    assert torch.allclose(padded.pair_loss, unpadded.pair_loss, atol=1e-5) and int(unpadded.pair_count) == 4
     assert torch.allclose(padded.loss, unpadded.loss, atol=1e-5)
     for name, grad in grads_p.items():
         assert torch.allclose(grad, grads_u[name], atol=1e-5), name
@@ -178,7 +189,7 @@ def test_drp_runs_unpadded_as_it_runs_padded():
 @pytest.mark.parametrize("architecture", ["albert", "roberta"])
 def test_alum_runs_on_the_padded_forward_of_each_family(architecture):
     pair_task = "sop" if architecture == "albert" else "none"
-    model = AdversarialPretrainingModel(build(architecture, pair_task), nsp=pair_task != "none",
+    model = AdversarialPretrainingModel(build(architecture, pair_task), train_pair=pair_task != "none",
                                         adversarial=AdversarialConfig(adversarial=True), attention="hf_sdpa")
     out = model(**collated_batch(pair_task))
     out.loss.backward()
@@ -189,11 +200,11 @@ def test_alum_runs_on_the_padded_forward_of_each_family(architecture):
 
 @pytest.mark.parametrize("architecture, pair_task, fragments", [
     ("albert", "drp", ["architecture albert", "pair task drp (3 classes)", "sop, nsp", "--architecture bert"]),
-    ("roberta", "nsp", ["architecture roberta", "pair task nsp", "no pair head", "--no-nsp"]),
+    ("roberta", "nsp", ["architecture roberta", "pair task nsp", "no pair head", "--no-train-pair"]),
     ("roberta", "sop", ["architecture roberta", "pair task sop", "pair_task none"]),
     ("roberta", "drp", ["architecture roberta", "pair task drp", "--architecture bert"]),
-    ("bert", "none", ["without sentence pairs", "--no-nsp"]),
-    ("albert", "none", ["without sentence pairs", "--no-nsp"]),
+    ("bert", "none", ["without sentence pairs", "--no-train-pair"]),
+    ("albert", "none", ["without sentence pairs", "--no-train-pair"]),
 ])
 def test_impossible_pair_tasks_are_refused(architecture, pair_task, fragments):
     with pytest.raises(PretrainConfigError) as err:
@@ -201,7 +212,7 @@ def test_impossible_pair_tasks_are_refused(architecture, pair_task, fragments):
     for fragment in fragments:
         assert fragment in str(err.value), (fragment, str(err.value))
     objective = resolve_pair_objective(get_family(architecture), {"pair_task": pair_task}, train_pair=False)
-    assert objective.task == "none" and objective.data_task == pair_task  # --no-nsp: MLM only, always possible
+    assert objective.task == "none" and objective.data_task == pair_task  # --no-train-pair: MLM only, always possible
 
 
 def test_the_pair_task_of_data_written_before_pair_task():
@@ -211,7 +222,7 @@ def test_the_pair_task_of_data_written_before_pair_task():
         pair_task_of({"pair_task": "xyz"})
     with pytest.raises(PretrainConfigError, match="pair_task drp with 2 classes"):
         pair_task_of({"pair_task": "drp", "pair_classes": 2})
-    assert resolve_pair_objective(ROBERTA, {"nsp": False}).task == "none"  # RoBERTa on MLM-only data, --nsp default
+    assert resolve_pair_objective(ROBERTA, {"nsp": False}).task == "none"  # RoBERTa on MLM-only data, --train-pair default
 
 
 @pytest.mark.parametrize("architecture", ["bert", "albert", "roberta"])
@@ -437,7 +448,7 @@ def test_a_short_run_per_family_exports_a_loadable_model(architecture, preset, t
     assert "execution: unpadded (real tokens only), attention sdpa_loop" in log
     assert "padded forward only" not in log
     last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
-    assert (last["nsp_accuracy"] is None) == (task == "none")
+    assert (last["pair_accuracy"] is None) == (task == "none")
     model_dir = out / "model"
     assert json.loads((model_dir / "config.json").read_text())["architectures"] == classes[:1]
     loaded = getattr(transformers, classes[0]).from_pretrained(model_dir)
@@ -459,7 +470,7 @@ def test_drp_run_resumes_with_its_head_and_exports_it_beside(pretraining_inputs,
     assert "pair objective: drp (3 classes" in log
     run_config = json.loads((straight / "run_config.json").read_text())
     assert run_config["pair_task"] == {"data": "drp", "trained": "drp", "classes": 3,
-                                       "metrics": "nsp_loss, nsp_accuracy"}
+                                       "metrics": "pair_loss, pair_accuracy"}
     model_dir = straight / "model"
     head = load_file(str(model_dir / PAIR_HEAD_FILE))
     assert head["cls.seq_relationship.weight"].shape == (3, 128)

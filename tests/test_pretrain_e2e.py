@@ -43,7 +43,7 @@ def test_straight_run_exports_a_loadable_model(straight_run):
     assert sorted(record) == list(range(1, STEPS + 1))
     assert record[STEPS] < record[1]
     metrics = json.loads((straight_run / "metrics.jsonl").read_text().splitlines()[-1])
-    for key in ("mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", "lr", "grad_norm", "tokens_per_s",
+    for key in ("mlm_loss", "pair_loss", "mlm_accuracy", "pair_accuracy", "lr", "grad_norm", "tokens_per_s",
                 "mask_rate"):
         assert key in metrics
     assert metrics["lr"] > 0 and metrics["mask_rate"] == 0.15

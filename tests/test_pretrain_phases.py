@@ -107,3 +107,14 @@ def test_a_checkpoint_written_before_the_schedule_fields_resumes_without_a_chang
     old = {"train.max_steps": 10}
     assert compare_signatures(old, current, allow_change=False) == {}
     assert compare_continuation(old, current, source="x") == {}
+
+
+def test_a_checkpoint_written_before_nsp_became_train_pair_resumes_without_a_change():
+    from biomed_lm.pretrain.resume import ConfigChangeRefused, compare_continuation, compare_signatures
+
+    current = {"data.train_pair": True, "train.max_steps": 10}
+    old = {"data.nsp": True, "train.max_steps": 10}
+    assert compare_signatures(old, current, allow_change=False) == {}
+    assert compare_continuation(old, current, source="x") == {}
+    with pytest.raises(ConfigChangeRefused, match="data.train_pair: True in the checkpoint, False now"):
+        compare_signatures(old, {**current, "data.train_pair": False}, allow_change=False)

@@ -99,7 +99,7 @@ def test_sparse_mlm_head_matches_the_full_head():
     ours = model(ids, mask, types, labels, nsp)
     reference = bert(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=labels, next_sentence_label=nsp)
     assert torch.allclose(ours.loss, reference.loss, atol=1e-5)
-    assert int(ours.mlm_count) == int(pick.sum()) and int(ours.nsp_count) == 4
+    assert int(ours.mlm_count) == int(pick.sum()) and int(ours.pair_count) == 4
     assert bert.config._attn_implementation == "sdpa"
     assert bert.cls.predictions.decoder.weight is bert.bert.embeddings.word_embeddings.weight  # tied
 
@@ -128,17 +128,17 @@ def test_sdpa_and_eager_attention_give_the_same_losses_and_gradients(attention):
         out.loss.backward()
         outs.append((out, {name: p.grad for name, p in bert.named_parameters()}))
     (ref, ref_grads), (got, got_grads) = outs
-    for name in ("loss", "mlm_loss", "nsp_loss"):
+    for name in ("loss", "mlm_loss", "pair_loss"):
         assert torch.allclose(getattr(got, name), getattr(ref, name), atol=1e-5), name
-    assert [int(getattr(got, n)) for n in ("mlm_correct", "mlm_count", "nsp_correct", "nsp_count")] == [
-        int(getattr(ref, n)) for n in ("mlm_correct", "mlm_count", "nsp_correct", "nsp_count")]
+    assert [int(getattr(got, n)) for n in ("mlm_correct", "mlm_count", "pair_correct", "pair_count")] == [
+        int(getattr(ref, n)) for n in ("mlm_correct", "mlm_count", "pair_correct", "pair_count")]
     for name, grad in ref_grads.items():
         assert torch.allclose(got_grads[name], grad, atol=1e-5), name
 
 
 def test_no_masked_token_and_no_nsp_still_give_a_graph():
     bert = build_bert(load_model_preset("bert-tiny"), vocab_size=100, pad_token_id=0)
-    model = PretrainingModel(bert, nsp=False)
+    model = PretrainingModel(bert, train_pair=False)
     ids = torch.randint(5, 100, (2, 8))
     out = model(ids, torch.ones_like(ids), torch.zeros_like(ids), torch.full_like(ids, -100),
                 torch.tensor([-100, -100]))

@@ -97,7 +97,7 @@ def build_ablation(root: Path) -> Path:
     unfinished.mkdir(parents=True)
     (unfinished / "run.json").write_text(json.dumps({"status": "running", "dataset": "gad"}), encoding="utf-8")
     # Pretraining metrics for the general variant only: 200 steps, a resumed stretch logged twice, and
-    # a last line cut off by a kill.
+    # a last line cut off by a kill; the pair loss under its old key (nsp_loss), as runs before the rename logged it.
     lines = []
     for step in list(range(1, 201)) + list(range(150, 201)):
         loss = 10.5 * math.exp(-step / 60) + 2.0 + 0.1 * math.sin(step)
@@ -305,6 +305,30 @@ def test_plots_are_pngs_and_the_loss_plot_notes_the_variant_without_metrics(repo
 def test_metrics_reader_keeps_the_last_entry_of_a_repeated_step(ablation_dir):
     frame, bad = read_pretraining_metrics(ablation_dir / "variants" / GENERAL / "pretrain" / "metrics.jsonl")
     assert bad == 1 and len(frame) == 200 and frame["step"].is_monotonic_increasing
+
+
+def test_metrics_files_with_the_old_pair_keys_read_as_the_new_ones(ablation_dir, tmp_path):
+    # The fixture's file is written as runs before the rename wrote it (nsp_loss); a newer run logs pair_*.
+    old, _ = read_pretraining_metrics(ablation_dir / "variants" / GENERAL / "pretrain" / "metrics.jsonl")
+    new_file = tmp_path / "metrics.jsonl"
+    new_file.write_text(json.dumps({"step": 1, "loss": 3.0, "pair_loss": 0.5, "pair_accuracy": 0.75}) + "\n",
+                        encoding="utf-8")
+    new, _ = read_pretraining_metrics(new_file)
+    assert "nsp_loss" not in old and (old["pair_loss"] == 0.69).all()
+    assert new.loc[0, "pair_loss"] == 0.5 and new.loc[0, "pair_accuracy"] == 0.75
+
+
+def test_a_resumed_run_rewrites_an_old_metrics_file_under_the_new_keys(tmp_path):
+    from biomed_lm.pretrain.metrics import MetricsLogger
+
+    lines = [{"step": step, "loss": 1.0, "nsp_loss": 0.25, "nsp_accuracy": 0.5} for step in (1, 2, 3)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    logger = MetricsLogger(tmp_path, True, "disabled", "", "", {}, total_steps=4, initial_step=2)
+    logger.log({"step": 3, "loss": 0.9, "pair_loss": 0.2, "pair_accuracy": 0.6})
+    logger.close()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3] and all("nsp_loss" not in r for r in records)
+    assert [r["pair_loss"] for r in records] == [0.25, 0.25, 0.2]
 
 
 def test_loss_plot_is_skipped_with_a_note_when_no_variant_has_metrics(ablation_dir, tmp_path):

@@ -61,13 +61,13 @@ def masked_batch(lengths: list[int], whole_word: bool, seed: int = 0) -> dict[st
     return dict(collator(instances(lengths, seed), generator=torch.Generator().manual_seed(seed + 1)))
 
 
-def losses_and_grads(model: PretrainingModel, batch: dict, nsp: bool) -> tuple[dict[str, float], dict]:
+def losses_and_grads(model: PretrainingModel, batch: dict, train_pair: bool) -> tuple[dict[str, float], dict]:
     model.zero_grad()
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids", "labels")}
-    out = model(**inputs, next_sentence_label=batch["next_sentence_label"] if nsp else None)
+    out = model(**inputs, next_sentence_label=batch["next_sentence_label"] if train_pair else None)
     out.loss.backward()
     grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
-    return {"loss": out.loss.item(), "mlm": out.mlm_loss.item(), "nsp": out.nsp_loss.item()}, grads
+    return {"loss": out.loss.item(), "mlm": out.mlm_loss.item(), "pair": out.pair_loss.item()}, grads
 
 
 def assert_same(padded: tuple, unpadded: tuple) -> None:
@@ -92,13 +92,13 @@ def length_mix(max_length: int, count: int, seed: int) -> list[int]:
 
 @pytest.mark.parametrize("max_length,count", [(128, 6), (512, 3)])
 @pytest.mark.parametrize("whole_word", [True, False], ids=["whole-word", "token"])
-@pytest.mark.parametrize("nsp", [True, False], ids=["nsp", "no-nsp"])
-def test_unpadded_losses_and_gradients_equal_the_padded_models(max_length, count, whole_word, nsp):
+@pytest.mark.parametrize("train_pair", [True, False], ids=["pair", "no-pair"])
+def test_unpadded_losses_and_gradients_equal_the_padded_models(max_length, count, whole_word, train_pair):
     bert = tiny_bert()
     batch = masked_batch(length_mix(max_length, count, seed=max_length), whole_word)
-    padded = PretrainingModel(copy.deepcopy(bert), nsp=nsp, attention="hf_eager")
-    unpadded = PretrainingModel(copy.deepcopy(bert), nsp=nsp, attention="sdpa_loop")
-    assert_same(losses_and_grads(padded, batch, nsp), losses_and_grads(unpadded, batch, nsp))
+    padded = PretrainingModel(copy.deepcopy(bert), train_pair=train_pair, attention="hf_eager")
+    unpadded = PretrainingModel(copy.deepcopy(bert), train_pair=train_pair, attention="sdpa_loop")
+    assert_same(losses_and_grads(padded, batch, train_pair), losses_and_grads(unpadded, batch, train_pair))
 
 
 def test_bucketed_unpadded_layout_equals_the_padded_model():
@@ -121,7 +121,7 @@ def test_unpadded_alum_equals_the_padded_alum():
     for attention in ("hf_eager", "sdpa_loop"):
         model = AdversarialPretrainingModel(copy.deepcopy(bert), adversarial=adversarial, attention=attention)
         torch.manual_seed(7)  # δ's noise comes from the global RNG, as in training
-        loss, grads = losses_and_grads(model, batch, nsp=True)
+        loss, grads = losses_and_grads(model, batch, train_pair=True)
         results.append((loss, grads))
     assert_same(*results)
 

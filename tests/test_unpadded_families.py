@@ -61,17 +61,17 @@ def losses_and_grads(model: PretrainingModel, batch: dict) -> tuple[dict[str, fl
     model.zero_grad()
     out = model(**batch)
     out.loss.backward()
-    losses = {"loss": out.loss.item(), "mlm": out.mlm_loss.item(), "nsp": out.nsp_loss.item(),
-              "nsp_count": int(out.nsp_count)}
+    losses = {"loss": out.loss.item(), "mlm": out.mlm_loss.item(), "pair": out.pair_loss.item(),
+              "pair_count": int(out.pair_count)}
     return losses, {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
 def max_differences(reference: tuple, other: tuple) -> tuple[float, float]:
     """The largest loss and gradient differences; the same losses counted and gradients present."""
     (loss_r, grads_r), (loss_o, grads_o) = reference, other
-    assert loss_r["nsp_count"] == loss_o["nsp_count"]
+    assert loss_r["pair_count"] == loss_o["pair_count"]
     assert grads_r.keys() == grads_o.keys()
-    loss = max(abs(loss_r[key] - loss_o[key]) for key in ("loss", "mlm", "nsp"))
+    loss = max(abs(loss_r[key] - loss_o[key]) for key in ("loss", "mlm", "pair"))
     grad = max((grads_r[name] - grads_o[name]).abs().max().item() for name in grads_r)
     return loss, grad
 
@@ -89,13 +89,13 @@ LENGTHS = [40, 17, 33, 9, 26]
 def test_unpadded_losses_and_gradients_equal_transformers_padded_forward(architecture, pair_task, kernel):
     model = build(architecture, pair_task)
     batch = masked_batch(LENGTHS, pair_task)
-    nsp = pair_task != "none"
-    reference = losses_and_grads(PretrainingModel(copy.deepcopy(model), nsp=nsp, attention="hf_sdpa"), batch)
-    unpadded = PretrainingModel(copy.deepcopy(model), nsp=nsp, attention=kernel)
+    trained = pair_task != "none"
+    reference = losses_and_grads(PretrainingModel(copy.deepcopy(model), train_pair=trained, attention="hf_sdpa"), batch)
+    unpadded = PretrainingModel(copy.deepcopy(model), train_pair=trained, attention=kernel)
     assert unpadded.unpadded
     result = losses_and_grads(unpadded, batch)
     assert_same(reference, result)
-    assert result[0]["nsp_count"] == (len(LENGTHS) if nsp else 0)
+    assert result[0]["pair_count"] == (len(LENGTHS) if trained else 0)
     assert len(result[1]) == len([p for p in unpadded.parameters() if p.requires_grad])  # every parameter trained
 
 
