@@ -299,21 +299,30 @@ def _sentence_label_columns(path: Path, line_no: int, fields: list[str]) -> tupl
     return ({"sentence": 0, "label": 1} if len(fields) == 2 else {"id": 0, "sentence": 1, "label": 2}), False
 
 
-def read_sentence_label_tsv(path: Path) -> Iterator[SentenceLabelRow]:
-    """``sentence<TAB>label`` or ``id<TAB>sentence<TAB>label`` with an optional header row naming
-    ``sentence`` and ``label`` (GAD's ``sentence<TAB>label``, BLUE's ``index<TAB>sentence<TAB>label``);
-    every row as wide as the first."""
+def _rows_by_column(path: Path, rows: Iterable[tuple[int, list[str]]],
+                    columns_of: Callable[[Path, int, list[str]], tuple[dict[str, int], bool]]
+                    ) -> Iterator[tuple[int, list[str], dict[str, int]]]:
+    """Each data row of a TSV with the column positions its first row gives (``columns_of``: the
+    positions, and whether that row is a header, which is skipped); every row as wide as the first."""
     columns: dict[str, int] | None = None
     width = 0
-    for line_no, fields in plain_tsv_rows(path):
+    for line_no, fields in rows:
         if columns is None:
-            columns, header = _sentence_label_columns(path, line_no, fields)
+            columns, header = columns_of(path, line_no, fields)
             width = len(fields)
             if header:
                 continue
         if len(fields) != width:
             raise DatasetFormatError(path, line_no, f"expected {width} tab-separated fields like the first "
                                      f"row, got {len(fields)}")
+        yield line_no, fields, columns
+
+
+def read_sentence_label_tsv(path: Path) -> Iterator[SentenceLabelRow]:
+    """``sentence<TAB>label`` or ``id<TAB>sentence<TAB>label`` with an optional header row naming
+    ``sentence`` and ``label`` (GAD's ``sentence<TAB>label``, BLUE's ``index<TAB>sentence<TAB>label``);
+    every row as wide as the first."""
+    for line_no, fields, columns in _rows_by_column(path, plain_tsv_rows(path), _sentence_label_columns):
         yield SentenceLabelRow(line_no, fields[columns["id"]] if "id" in columns else None,
                                fields[columns["sentence"]], fields[columns["label"]])
 
@@ -378,17 +387,7 @@ def read_sentence_pair_tsv(path: Path) -> Iterator[SentencePairRow]:
     """``text_a<TAB>text_b<TAB>score``, or a TSV whose header names ``sentence1``/``sentence2``/``score``
     (BLUE's BIOSSES, whose ``old_index`` column, unique over the 100 pairs, is the id); every row as
     wide as the first."""
-    columns: dict[str, int] | None = None
-    width = 0
-    for line_no, fields in quoted_tsv_rows(path):
-        if columns is None:
-            columns, header = _sentence_pair_columns(path, line_no, fields)
-            width = len(fields)
-            if header:
-                continue
-        if len(fields) != width:
-            raise DatasetFormatError(path, line_no, f"expected {width} tab-separated fields like the first "
-                                     f"row, got {len(fields)}")
+    for line_no, fields, columns in _rows_by_column(path, quoted_tsv_rows(path), _sentence_pair_columns):
         yield SentencePairRow(line_no, fields[columns["id"]] if "id" in columns else None,
                               fields[columns["text_a"]], fields[columns["text_b"]], fields[columns["score"]])
 
