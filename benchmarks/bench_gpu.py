@@ -473,7 +473,7 @@ def _our_model(bert, device: torch.device, compile_backend: str | None = None, f
     if forward_compiled:
         ours.compile_losses(backend=compile_backend, scope=scope)
     elif compile_backend is not None:
-        compile_dense_blocks(ours.bert, backend=compile_backend)
+        compile_dense_blocks(ours.hf_model, backend=compile_backend)
     return ours
 
 

@@ -347,10 +347,10 @@ class AdversarialPretrainingModel(PretrainingModel):
 
     output_type = AdversarialPretrainingOutput
 
-    def __init__(self, bert: nn.Module, train_pair: bool = True, *, adversarial: AdversarialConfig, **layout):
+    def __init__(self, hf_model: nn.Module, train_pair: bool = True, *, adversarial: AdversarialConfig, **layout):
         # The clean logits are the MLM head module's output, which the fused losses never produce.
         layout["mlm_loss"] = "dense"
-        super().__init__(bert, train_pair=train_pair, **layout)  # layout: attention, pad_to_multiple_of
+        super().__init__(hf_model, train_pair=train_pair, **layout)  # layout: attention, pad_to_multiple_of
         self.adversarial = adversarial
 
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,

@@ -109,8 +109,9 @@ class PretrainingOutput:
 
 class PretrainingModel(nn.Module):
     """Wraps a model of one family (``BertForPreTraining``, ``AlbertForPreTraining``,
-    ``RobertaForMaskedLM``; the family is read off its config); ``self.bert`` is what gets exported,
-    whatever the family (the name keeps the checkpoints' parameter names).
+    ``RobertaForMaskedLM``; the family is read off its config) as :attr:`hf_model`, what gets exported.
+    Checkpoints written when it was ``self.bert`` name its parameters ``bert.…``; they load as they
+    are (:func:`_read_parameters_under_their_old_names`).
 
     ``train_pair``: train the pair objective (the data's pair task, whose labels arrive as
     ``next_sentence_label``; see :func:`pretrain.families.resolve_pair_objective`).
@@ -123,11 +124,12 @@ class PretrainingModel(nn.Module):
     #: What :meth:`forward` returns; the trainer asks it for the variant's extra totals and metrics.
     output_type: ClassVar[type[PretrainingOutput]] = PretrainingOutput
 
-    def __init__(self, bert: nn.Module, train_pair: bool = True, attention: str = "sdpa_loop",
+    def __init__(self, hf_model: nn.Module, train_pair: bool = True, attention: str = "sdpa_loop",
                  pad_to_multiple_of: int | None = None, mlm_loss: str = "dense"):
         super().__init__()
-        self.bert = bert
-        self.family = family_of(bert.config)
+        self.hf_model = hf_model  # the family's transformers model (BertForPreTraining, ...)
+        self.family = family_of(hf_model.config)
+        self.register_load_state_dict_pre_hook(_read_parameters_under_their_old_names)
         if attention not in PADDED and not self.family.unpadded:
             raise PretrainConfigError(f"attention {attention!r} runs unpadded, and the {self.family.name} family has "
                                       f"no unpadded path: use one of {', '.join(PADDED)}")
@@ -144,22 +146,22 @@ class PretrainingModel(nn.Module):
     @property
     def encoder(self) -> nn.Module:
         """The family's encoder (``BertModel``, ``AlbertModel``, ``RobertaModel``)."""
-        return self.family.encoder_of(self.bert)
+        return self.family.encoder_of(self.hf_model)
 
     @property
     def mlm_head(self) -> nn.Module:
         """The MLM head: hidden states in, vocabulary logits out."""
-        return self.family.mlm_head_of(self.bert)
+        return self.family.mlm_head_of(self.hf_model)
 
     @property
     def pair_head(self) -> nn.Module | None:
         """The pair classifier on the pooled [CLS] (None for a family without one)."""
-        return self.family.pair_head_of(self.bert)
+        return self.family.pair_head_of(self.hf_model)
 
     @property
     def layout(self) -> Layout:
         """How this model wants its micro-batches (the trainer's loader workers build them)."""
-        return Layout(self.unpadded, self.pad_to_multiple_of, self.bert.config.pad_token_id or 0,
+        return Layout(self.unpadded, self.pad_to_multiple_of, self.hf_model.config.pad_token_id or 0,
                       masked_multiple_of=self.masked_multiple_of)
 
     def prepare(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
@@ -169,14 +171,14 @@ class PretrainingModel(nn.Module):
         return self.layout(input_ids, attention_mask, token_type_ids, labels)
 
     def word_embeddings(self, batch: PaddedBatch | VarlenBatch) -> torch.Tensor:
-        return self.bert.get_input_embeddings()(batch.input_ids)
+        return self.hf_model.get_input_embeddings()(batch.input_ids)
 
     def encode(self, batch: PaddedBatch | VarlenBatch, inputs_embeds: torch.Tensor | None = None,
                regions: CompiledRegions | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Last hidden states (one row per token of ``batch``'s layout) and the pooled [CLS] states
         (None for a family without a pooler); through the compiled ``regions`` when given."""
         if isinstance(batch, PaddedBatch):
-            return self.family.encode_padded(self.bert, batch.input_ids, batch.attention_mask, batch.token_type_ids,
+            return self.family.encode_padded(self.hf_model, batch.input_ids, batch.attention_mask, batch.token_type_ids,
                                              inputs_embeds)
         encoder = self.encoder
         hidden = unpadded.encode(encoder, batch, self.attention, inputs_embeds, regions)
@@ -240,7 +242,7 @@ class PretrainingModel(nn.Module):
         if scope == "whole":
             self.__dict__["_compiled_losses"] = compile(self.losses)
             return
-        adapter = unpadded.encoder_for(self.bert.config)
+        adapter = unpadded.encoder_for(self.hf_model.config)
         self.__dict__["_compiled_regions"] = CompiledRegions(
             embed=compile(adapter.embed), layer=compile(adapter.layer), heads=compile(self.head_losses))
 
@@ -281,6 +283,19 @@ class PretrainingModel(nn.Module):
         # A sum over the labelled rows (none: 0, with the head's zero gradients) over their count.
         loss = F.cross_entropy(logits.float(), label, ignore_index=IGNORE_INDEX, reduction="sum") / count.clamp(min=1)
         return loss, ((logits.argmax(-1) == label) & valid).sum(), count
+
+
+#: The attribute :class:`PretrainingModel` held its transformers model under before ``hf_model``.
+OLD_MODEL_ATTRIBUTE = "bert"
+
+
+def _read_parameters_under_their_old_names(module: PretrainingModel, state_dict: dict, prefix: str, *_) -> None:
+    """A state dict saved when the transformers model was ``PretrainingModel.bert`` (a DeepSpeed
+    checkpoint's module, keys ``bert.bert.embeddings.…``, ``bert.cls.…``) read under ``hf_model.…``:
+    older checkpoints resume. A load-state-dict pre-hook: it renames the keys in place."""
+    old = f"{prefix}{OLD_MODEL_ATTRIBUTE}."
+    for key in [key for key in state_dict if key.startswith(old)]:
+        state_dict[f"{prefix}hf_model.{key[len(old):]}"] = state_dict.pop(key)
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -133,8 +133,8 @@ class Run:
     device: torch.device
     run_dir: Path
     lock: RunLock | None  # rank 0's hold on run_dir (None on the other ranks)
-    bert: PreTrainedModel  # the family's transformers model: what is exported
-    model: PretrainingModel  # bert with the losses (ALUM's subclass when on): what the engine runs
+    hf_model: PreTrainedModel  # the family's transformers model: what is exported
+    model: PretrainingModel  # hf_model with the losses (ALUM's subclass when on): what the engine runs
     tokenizer: PreTrainedTokenizerBase
     engine: DeepSpeedEngine
     gate: StepGate  # vetoes the optimizer step the guard rejects, around engine.step()
@@ -177,7 +177,7 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
         final_dir = None
         if step == train_args.max_steps and run.rank == 0:
             final_dir = run.run_dir / "model"
-            _export_hf(run.bert, run.tokenizer, final_dir)
+            _export_hf(run.hf_model, run.tokenizer, final_dir)
         dist.barrier()
     finally:  # the directory is the run's until the export is written, then free on any way out
         if run.lock is not None:
@@ -224,16 +224,16 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
     selection = _select_resume_checkpoint(run_dir, train_args, rank)
 
     torch.manual_seed(train_args.seed)  # identical initial weights on every rank
-    bert, init_report = initialize_model(model_args.init, tokenizer=tokenizer, model_fields=model_fields,
+    hf_model, init_report = initialize_model(model_args.init, tokenizer=tokenizer, model_fields=model_fields,
                                          init_checkpoint=model_args.init_checkpoint or None,
                                          attn_implementation=hf_attention(model_args.attn_implementation),
                                          architecture=family.name, pair_task=pair.task)
     signature = run_signature(model_args=model_args, data_args=data_args, train_args=train_args,
                               adversarial=adversarial, world_size=world_size, data_meta=data_meta,
-                              architecture=family.signature(bert.config))
+                              architecture=family.signature(hf_model.config))
     config_changes = compare_signatures(selection.manifest["signature"], signature,
                                         allow_change=train_args.allow_config_change) if selection.tag else {}
-    model, execution = _pretraining_model(bert, model_args, pair.trained, train_args, adversarial, device)
+    model, execution = _pretraining_model(hf_model, model_args, pair.trained, train_args, adversarial, device)
     engine, gate, optimizer_impl = _build_engine(model, train_args, world_size, device)
     torch.manual_seed(train_args.seed + rank)  # dropout differs across ranks, reproducibly
     variant = model.output_type.state_type  # the objective variant's own counters (ALUM's)
@@ -247,7 +247,7 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
                   "adversarial": dataclasses.asdict(adversarial) if adversarial is not None else None,
                   "optimizer_impl": optimizer_impl, "execution": dataclasses.asdict(execution),
                   "model_class": family.model_class, "pair_task": pair.as_dict(),
-                  "parameters": count_parameters(bert), "initialization": init_report.as_dict(),
+                  "parameters": count_parameters(hf_model), "initialization": init_report.as_dict(),
                   "data_meta": data_meta, "resumes": _resume_history(run_dir, rank, selection, config_changes, state)}
     logger = MetricsLogger(run_dir, enabled=rank == 0, wandb_mode=train_args.wandb_mode,
                            wandb_project=train_args.wandb_project, run_name=train_args.run_name,
@@ -257,14 +257,14 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
     logger.message(f"model family {family.name} ({family.model_class}); {pair.describe()}")
     _log_start(logger, selection, state, config_changes, init_report, train_args, run_dir)
     logger.message(execution.describe())
-    logger.message(f"{count_parameters(bert) / 1e6:.1f}M parameters, {len(dataset):,} instances, global batch "
+    logger.message(f"{count_parameters(hf_model) / 1e6:.1f}M parameters, {len(dataset):,} instances, global batch "
                    f"{train_args.global_batch_size} ({world_size} rank(s) × {train_args.micro_batch_size} × "
                    f"{train_args.gradient_accumulation_steps}), optimizer {optimizer_impl}, device {device}")
     plan = BatchPlan(len(dataset), train_args.micro_batch_size, train_args.gradient_accumulation_steps,
                      world_size, rank, train_args.seed)
     return Run(model_args=model_args, data_args=data_args, train_args=train_args, rank=rank, world_size=world_size,
-               device=device, run_dir=run_dir, lock=lock, bert=bert, model=model, tokenizer=tokenizer, engine=engine,
-               gate=gate, guard=_divergence_guard(train_args, state, len(tokenizer), pair),
+               device=device, run_dir=run_dir, lock=lock, hf_model=hf_model, model=model, tokenizer=tokenizer,
+               engine=engine, gate=gate, guard=_divergence_guard(train_args, state, len(tokenizer), pair),
                stops=StopRequests(train_args.stop_after_hours).install(),
                batches=_batches(dataset, plan, data_args, train_args, tokenizer, state.step, model.layout, device),
                logger=logger, state=state, signature=signature,
@@ -455,9 +455,9 @@ class Execution:
         return text
 
 
-def _pretraining_model(bert, model_args: ModelArguments, train_pair: bool, train_args: TrainArguments,
+def _pretraining_model(hf_model, model_args: ModelArguments, train_pair: bool, train_args: TrainArguments,
                        adversarial: AdversarialConfig | None, device: torch.device):
-    """The trained module around ``bert``: the attention kernel chosen for this device, precision
+    """The trained module around ``hf_model``: the attention kernel chosen for this device, precision
     and model family, compiled when asked, ALUM's wrapper when on, the pair objective trained when
     ``train_pair``; moved to ``device``."""
     from biomed_lm.pretrain.adversarial import AdversarialPretrainingModel
@@ -465,15 +465,16 @@ def _pretraining_model(bert, model_args: ModelArguments, train_pair: bool, train
     from biomed_lm.pretrain.compiling import should_compile
     from biomed_lm.pretrain.mlm_loss import resolve_implementation
 
-    family = family_of(bert.config)
+    family = family_of(hf_model.config)
     requested, family_notes = family.resolve_attention(model_args.attn_implementation, model_args.compile)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(train_args.precision, torch.float32)
     fp8_layers = None  # encoder Linear layers running torchao's float8 matmuls (--precision fp8)
     if train_args.precision == "fp8":  # bf16 autocast around them (the DeepSpeed config's bf16 section)
         from biomed_lm.pretrain.fp8 import convert_encoder_to_fp8
 
-        dtype, fp8_layers = torch.bfloat16, convert_encoder_to_fp8(bert, family)
-    attention, passed_over = choose_kernel(requested, device, dtype, float(bert.config.attention_probs_dropout_prob))
+        dtype, fp8_layers = torch.bfloat16, convert_encoder_to_fp8(hf_model, family)
+    dropout = float(hf_model.config.attention_probs_dropout_prob)
+    attention, passed_over = choose_kernel(requested, device, dtype, dropout)
     compiled = should_compile(model_args.compile, device.type) and family.unpadded
     execution = Execution(attention, family_notes + passed_over, unpadded=attention not in PADDED, compiled=compiled,
                           bucket_tokens=model_args.bucket_tokens if compiled and attention not in PADDED else None,
@@ -485,9 +486,9 @@ def _pretraining_model(bert, model_args: ModelArguments, train_pair: bool, train
         execution.passed_over.append(f"a faster MLM loss: {why_not_faster}")
     layout = {"attention": attention, "pad_to_multiple_of": execution.bucket_tokens, "mlm_loss": execution.mlm_loss}
     if adversarial is not None and adversarial.adversarial:
-        model = AdversarialPretrainingModel(bert, train_pair=train_pair, adversarial=adversarial, **layout)
+        model = AdversarialPretrainingModel(hf_model, train_pair=train_pair, adversarial=adversarial, **layout)
     else:
-        model = PretrainingModel(bert, train_pair=train_pair, **layout)
+        model = PretrainingModel(hf_model, train_pair=train_pair, **layout)
     model.to(device)
     if compiled:
         execution.compiled_region = _compile(model, attention, forward_compiled, model_args.compile_mode,
@@ -507,7 +508,7 @@ def _compile(model: PretrainingModel, attention: str, forward_compiled: bool, mo
         regions = "the whole forward and backward" if scope == "whole" else \
             "the embeddings, one encoder layer (a graph every layer shares) and the heads"
         return f"{regions} (mode {mode})"
-    compile_dense_blocks(model.bert)
+    compile_dense_blocks(model.hf_model)
     why = "ALUM runs several passes" if type(model) is not PretrainingModel else f"{attention} does not trace"
     return f"the dense blocks ({why})"
 
@@ -738,7 +739,7 @@ def _abort_diverged(run: Run, first_skipped: int, last: int, reason: str | None)
 def _checkpoint(run: Run, step: int) -> None:
     import torch.distributed as dist
 
-    export = (lambda path: _export_hf(run.bert, run.tokenizer, path)) if run.train_args.export_hf else None
+    export = (lambda path: _export_hf(run.hf_model, run.tokenizer, path)) if run.train_args.export_hf else None
     save_checkpoint(run.engine, run.run_dir, step, {"trainer_state": run.state.to_dict()}, rank=run.rank,
                     world_size=run.world_size, barrier=dist.barrier, keep_last=run.train_args.keep_last,
                     signature=run.signature, export=export)
@@ -780,7 +781,7 @@ def _metrics_record(run: Run, done: StepResult) -> dict[str, Any]:
     if run.graphs is not None:
         record["compiled_graphs"] = run.graphs.total
     if run.peak and elapsed > 0:  # model FLOPs of the real tokens and the masked positions only
-        flops = step_flops_from_counts(run.bert.config, totals["tokens"], totals["attention_pairs"],
+        flops = step_flops_from_counts(run.hf_model.config, totals["tokens"], totals["attention_pairs"],
                                        totals["mlm_count"], totals["pair_count"])
         record["mfu"] = mfu(flops, elapsed, run.peak, run.world_size)
     return record
@@ -890,8 +891,8 @@ def fp16_overflow_verdict(verdict: Verdict, loss: float, fp16: bool) -> Verdict:
     return verdict
 
 
-def _export_hf(bert, tokenizer, path: Path) -> None:
+def _export_hf(hf_model, tokenizer, path: Path) -> None:
     """A transformers-format copy: loads with the family's class (BertForPreTraining,
     AlbertForPreTraining, RobertaForMaskedLM) and AutoModel; a BERT with DRP's 3-way head exports
     as BertForMaskedLM with the head beside it (:meth:`pretrain.families.ModelFamily.export`)."""
-    family_of(bert.config).export(bert, tokenizer, path)
+    family_of(hf_model.config).export(hf_model, tokenizer, path)

@@ -233,10 +233,10 @@ def test_ascent_increases_the_term_beyond_its_start_and_a_random_perturbation(no
     # a random direction of the same size in the same ball does much less than the ascent
     random = torch.randn(batch["input_ids"].shape + (64,), generator=torch.Generator().manual_seed(5))
     random = epsilon * (random.sign() if norm == "linf" else F.normalize(random, dim=-1))
-    embeds = model.bert.get_input_embeddings()(batch["input_ids"])
+    embeds = model.hf_model.get_input_embeddings()(batch["input_ids"])
     masked = batch["labels"] != IGNORE_INDEX
     with torch.no_grad():
-        random_logits = model.bert.cls.predictions(model.bert.bert(
+        random_logits = model.hf_model.cls.predictions(model.hf_model.bert(
             inputs_embeds=embeds + random, attention_mask=batch["attention_mask"],
             token_type_ids=batch["token_type_ids"])[0][masked])
     assert one > 1.5 * symmetric_kl(clean, random_logits).item()
@@ -253,12 +253,12 @@ def test_term_is_nonnegative_bounded_and_reaches_the_parameters(norm):
     assert 0 < result.delta_norm.item() <= 1e-5 * (1 + 1e-6)
     result.loss_term.backward()  # the adversarial term alone
     grads = {name: p.grad for name, p in model.named_parameters()}
-    for name in ("bert.bert.embeddings.word_embeddings.weight", "bert.bert.embeddings.LayerNorm.weight",
-                 "bert.bert.encoder.layer.0.attention.self.query.weight",
-                 "bert.bert.encoder.layer.1.output.dense.weight", "bert.cls.predictions.transform.dense.weight",
-                 "bert.cls.predictions.bias"):
+    for name in ("hf_model.bert.embeddings.word_embeddings.weight", "hf_model.bert.embeddings.LayerNorm.weight",
+                 "hf_model.bert.encoder.layer.0.attention.self.query.weight",
+                 "hf_model.bert.encoder.layer.1.output.dense.weight", "hf_model.cls.predictions.transform.dense.weight",
+                 "hf_model.cls.predictions.bias"):
         assert grads[name] is not None and grads[name].abs().sum() > 0, name
-    assert grads["bert.cls.seq_relationship.weight"] is None  # NSP is not part of the term
+    assert grads["hf_model.cls.seq_relationship.weight"] is None  # NSP is not part of the term
 
 
 def test_final_term_differentiates_through_both_sides():
@@ -335,7 +335,7 @@ def test_wrapper_adds_the_term_only_when_training_and_enabled():
     evaluated = wrapper(**batch)
     assert evaluated.adv_kl.item() == 0.0 and torch.equal(evaluated.loss, evaluated.mlm_loss + evaluated.pair_loss)
     wrapper.train()
-    disabled = AdversarialPretrainingModel(wrapper.bert, adversarial=AdversarialConfig(adversarial=False))
+    disabled = AdversarialPretrainingModel(wrapper.hf_model, adversarial=AdversarialConfig(adversarial=False))
     assert disabled(**batch).adv_kl.item() == 0.0
     unmasked = dict(batch, labels=torch.full_like(batch["labels"], IGNORE_INDEX))
     nothing = wrapper(**unmasked)

@@ -57,7 +57,7 @@ def test_the_compiled_forward_equals_the_padded_model_with_a_fixed_number_of_gra
                     losses_and_grads(compiled, batch, prepared=compiled.prepare(**padded)))
     assert compiled_graphs() - before == GRAPHS[scope]
     assert "_compiled_regions" not in dict(compiled.named_modules())  # the state dict is transformers' own
-    assert set(compiled.state_dict()) == {f"bert.{name}" for name in bert.state_dict()}
+    assert set(compiled.state_dict()) == {f"hf_model.{name}" for name in bert.state_dict()}
 
 
 def test_compiling_refuses_what_it_cannot_hold_in_one_graph():

@@ -321,7 +321,7 @@ def test_the_trainer_converts_the_encoder_under_fp8(fake_torchao):
     bert = _model("bert")
     model, execution = _pretraining_model(bert, ModelArguments(compile="off"), True, TrainArguments(precision="fp8"),
                                           None, torch.device("cpu"))
-    assert model.bert is bert
+    assert model.hf_model is bert
     assert sum(isinstance(m, FakeFloat8Linear) for m in model.modules()) == 12
     plain, _ = _pretraining_model(_model("bert"), ModelArguments(compile="off"), True, TrainArguments(precision="bf16"),
                                   None, torch.device("cpu"))

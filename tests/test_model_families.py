@@ -144,10 +144,10 @@ def test_forward_backward_on_a_collated_batch(architecture, pair_task):
     labelled = int((batch["next_sentence_label"] != -100).sum())
     assert int(out.pair_count) == (labelled if family.pair_head is not None else 0)
     assert (out.pair_loss > 0) == (pair_task != "none" and family.pair_head is not None)
-    encoder = family.encoder_of(model.bert)
+    encoder = family.encoder_of(model.hf_model)
     assert encoder.embeddings.word_embeddings.weight.grad.abs().sum() > 0
     if pair_task != "none":
-        assert model.bert.get_submodule(family.pair_classifier).weight.grad.abs().sum() > 0
+        assert model.hf_model.get_submodule(family.pair_classifier).weight.grad.abs().sum() > 0
 
 
 @pytest.mark.parametrize("architecture, pair_task, classes, recorded", [

@@ -136,7 +136,7 @@ def test_sdpa_and_eager_attention_give_the_same_losses_and_gradients(attention):
         assert torch.allclose(got_grads[name], grad, atol=1e-5), name
 
 
-def test_no_masked_token_and_no_nsp_still_give_a_graph():
+def test_no_masked_token_and_no_pair_label_still_give_a_graph():
     bert = build_bert(load_model_preset("bert-tiny"), vocab_size=100, pad_token_id=0)
     model = PretrainingModel(bert, train_pair=False)
     ids = torch.randint(5, 100, (2, 8))
@@ -145,6 +145,23 @@ def test_no_masked_token_and_no_nsp_still_give_a_graph():
     out.loss.backward()
     assert out.loss.item() == 0.0 and int(out.mlm_count) == 0
     assert all(p.grad is not None for p in model.parameters())
+
+
+def test_a_state_dict_saved_under_the_old_attribute_name_loads():
+    """Checkpoints written when PretrainingModel held its transformers model as ``bert`` name every
+    parameter ``bert.…`` (bert.bert.embeddings.…, bert.cls.…): they load, strictly, into ``hf_model``."""
+    torch.manual_seed(0)
+    saved = PretrainingModel(build_bert(load_model_preset("bert-tiny"), vocab_size=100, pad_token_id=0))
+    new_state = saved.state_dict()
+    old_state = {"bert." + key.removeprefix("hf_model."): value for key, value in new_state.items()}
+    assert {"bert.bert.embeddings.word_embeddings.weight", "bert.cls.predictions.bias"} <= set(old_state)
+    for state in (old_state, new_state):
+        torch.manual_seed(1)
+        fresh = PretrainingModel(build_bert(load_model_preset("bert-tiny"), vocab_size=100, pad_token_id=0))
+        fresh.load_state_dict(state)  # strict: no key missing or left over
+        assert fresh.state_dict().keys() == new_state.keys()
+        assert all(torch.equal(fresh.state_dict()[key], value) for key, value in new_state.items())
+    assert "bert.cls.predictions.bias" in old_state  # the caller's dict is left as it was
 
 
 def test_latest_tag_ignores_a_partial_save(tmp_path):

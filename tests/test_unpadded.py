@@ -237,7 +237,7 @@ def test_compiled_dense_blocks_give_the_same_gradients_with_a_bounded_number_of_
     bert = tiny_bert()
     reference = PretrainingModel(copy.deepcopy(bert), attention="sdpa_loop", pad_to_multiple_of=64)
     compiled = PretrainingModel(copy.deepcopy(bert), attention="sdpa_loop", pad_to_multiple_of=64)
-    assert compile_dense_blocks(compiled.bert, backend="aot_eager") == 2 * 3 + 1
+    assert compile_dense_blocks(compiled.hf_model, backend="aot_eager") == 2 * 3 + 1
     before = compiled_graphs()
     for seed, lengths in enumerate(([20, 33, 9], [50, 60], [12, 13, 14, 15], [100, 7])):
         batch = masked_batch(lengths, whole_word=True, seed=seed)

@@ -185,7 +185,7 @@ def test_compiled_dense_blocks_of_every_family_give_the_same_gradients(architect
     model = build(architecture, pair_task, **shared)
     reference = PretrainingModel(copy.deepcopy(model), attention="sdpa_loop", pad_to_multiple_of=32)
     compiled = PretrainingModel(copy.deepcopy(model), attention="sdpa_loop", pad_to_multiple_of=32)
-    assert compile_dense_blocks(compiled.bert, backend="aot_eager") == blocks
+    assert compile_dense_blocks(compiled.hf_model, backend="aot_eager") == blocks
     before = compiled_graphs()
     for seed, lengths in enumerate(([20, 33, 9], [50, 60])):  # 64 and 128 tokens bucketed
         batch = masked_batch(lengths, pair_task, seed=seed)
