@@ -356,6 +356,10 @@ def tokenize_corpus(corpus, info: TokenizerInfo, cache_dir: str | os.PathLike, n
 
 # ------------------------------------------------------------------------ the link index (drp)
 
+#: Documents whose links are resolved at a time (memory: their links, ~40 bytes each).
+LINK_BATCH_DOCUMENTS = 1_000_000
+
+
 class LinkIndex:
     """DRP's links as corpus rows: for each document, the rows of the corpus documents it links to
     (itself never), in CSR form (``offsets``, ``rows``) saved as ``.npy`` files and memory-mapped by
@@ -376,9 +380,13 @@ class LinkIndex:
         return {"folder": self.folder, "_arrays": None}
 
 
-def build_link_index(corpus, folder: Path) -> tuple[LinkIndex, dict]:
+def build_link_index(corpus, folder: Path, batch_documents: int = LINK_BATCH_DOCUMENTS) -> tuple[LinkIndex, dict]:
     """The corpus's ``links`` (PMIDs, see :mod:`tokenization.corpus`) resolved to rows of the corpus
-    (links to documents it does not hold are dropped), vectorized; and counts for the summary."""
+    (links to documents it does not hold are dropped), vectorized; and counts for the summary.
+
+    Memory follows the documents, not the links: the sorted PMIDs (three int64 arrays of the
+    corpus's length) stay in memory, the links are resolved ``batch_documents`` documents at a time
+    and their rows appended to a file (a PubMed citation's reference list runs to dozens of PMIDs)."""
     if "links" not in corpus.column_names:
         raise PretrainingDataError("pair_task drp needs citation links: the corpus has no 'links' column (prepare "
                                    "it from PubMed XML with launch/prepare_corpus.py, or give --links-file there)")
@@ -386,20 +394,38 @@ def build_link_index(corpus, folder: Path) -> tuple[LinkIndex, dict]:
         corpus = corpus.select_columns(["id", "links"]).flatten_indices(keep_in_memory=True)
     table = corpus.with_format("arrow").data.table
     pmids = _as_pmids(table.column("id").combine_chunks())
-    links = table.column("links").combine_chunks()
-    targets = _as_pmids(links.flatten())
-    owner = np.repeat(np.arange(len(pmids)), links.value_lengths().fill_null(0).to_numpy(zero_copy_only=False))
     order = np.argsort(pmids, kind="stable")
-    at = np.clip(np.searchsorted(pmids[order], targets), 0, max(len(pmids) - 1, 0))
-    rows = order[at] if len(pmids) else at
-    keep = (targets >= 0) & (pmids[rows] == targets) & (rows != owner) if len(pmids) else targets < 0
-    counts = np.bincount(owner[keep], minlength=len(pmids))
+    by_pmid = pmids[order]
+    counts = np.zeros(len(pmids), dtype=np.int64)
     folder.mkdir(parents=True, exist_ok=True)
+    raw, links = folder / "drp_link_rows.raw", 0
+    with raw.open("wb") as out:
+        for start in range(0, len(pmids), batch_documents):
+            column = table.column("links").slice(start, batch_documents).combine_chunks()
+            targets = _as_pmids(column.flatten())
+            owner = start + np.repeat(np.arange(len(column)), column.value_lengths().fill_null(0).to_numpy(
+                zero_copy_only=False))
+            at = np.clip(np.searchsorted(by_pmid, targets), 0, len(pmids) - 1)
+            rows = order[at]
+            keep = (targets >= 0) & (pmids[rows] == targets) & (rows != owner)
+            counts[start:start + len(column)] += np.bincount(owner[keep] - start, minlength=len(column))
+            rows[keep].astype(np.int64).tofile(out)
+            links += len(targets)
     np.save(folder / "drp_link_offsets.npy", np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
-    np.save(folder / "drp_link_rows.npy", rows[keep].astype(np.int64))
-    stats = {"links": int(len(targets)), "links_in_corpus": int(keep.sum()),
+    _raw_to_npy(raw, folder / "drp_link_rows.npy")
+    stats = {"links": links, "links_in_corpus": int(counts.sum()),
              "documents_with_links_in_corpus": int((counts > 0).sum())}
     return LinkIndex(folder), stats
+
+
+def _raw_to_npy(raw: Path, npy: Path) -> None:
+    """An int64 ``.npy`` file of a raw int64 file's values, copied through memory maps; ``raw`` removed."""
+    values = np.fromfile(raw, dtype=np.int64) if raw.stat().st_size == 0 else np.memmap(raw, dtype=np.int64, mode="r")
+    written = np.lib.format.open_memmap(npy, mode="w+", dtype=np.int64, shape=(len(values),))
+    written[:] = values
+    written.flush()
+    del written, values
+    raw.unlink()
 
 
 def _as_pmids(strings: pa.Array) -> np.ndarray:

@@ -251,3 +251,27 @@ def test_drp_needs_a_corpus_with_links(work, corpus, tokenizer_dir):
         create_pretraining_data(PretrainingDataConfig(corpus=str(corpus), tokenizer=str(tokenizer_dir),
                                                       output_dir=str(work / "no_links"), pair_task="drp",
                                                       num_proc=1), progress=False)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(["1", "2", "3", "5", "8", "13", "x", "", "99"]), max_size=6),
+                min_size=1, max_size=12),
+       st.integers(1, 13))
+def test_link_index_does_not_depend_on_its_batch_size(tmp_path_factory, links, batch_documents):
+    """Resolving the links a few documents at a time (memory that follows the documents, not the
+    links) gives the index that resolving them all at once does: rows in corpus and link order,
+    links to absent documents, to the document itself and to non-PMIDs dropped."""
+    from datasets import Dataset, Features, Sequence, Value
+
+    from biomed_lm.pretrain.instance_builder import build_link_index
+
+    ids = ["1", "2", "3", "5", "8", "13", "21", "34", "55", "89", "144", "233"][:len(links)]
+    corpus = Dataset.from_dict({"id": ids, "links": links},
+                               features=Features({"id": Value("string"), "links": Sequence(Value("string"))}))
+    folder = tmp_path_factory.mktemp("links")
+    index, stats = build_link_index(corpus, folder / "batched", batch_documents=batch_documents)
+    expected = {i: [ids.index(t) for t in own if t in ids and t != ids[i]] for i, own in enumerate(links)}
+    assert {i: list(index.rows(i)) for i in range(len(ids))} == expected
+    assert stats == {"links": sum(map(len, links)), "links_in_corpus": sum(map(len, expected.values())),
+                     "documents_with_links_in_corpus": sum(1 for rows in expected.values() if rows)}
+    assert not list((folder / "batched").glob("*.raw"))
