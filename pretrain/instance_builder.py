@@ -356,8 +356,8 @@ def tokenize_corpus(corpus, info: TokenizerInfo, cache_dir: str | os.PathLike, n
 
 # ------------------------------------------------------------------------ the link index (drp)
 
-#: Documents whose links are resolved at a time (memory: their links, ~40 bytes each).
-LINK_BATCH_DOCUMENTS = 1_000_000
+#: Documents whose links are resolved at a time (memory: their links, ~60 bytes each while resolved).
+LINK_BATCH_DOCUMENTS = 100_000
 
 
 class LinkIndex:
@@ -413,6 +413,7 @@ def build_link_index(corpus, folder: Path, batch_documents: int = LINK_BATCH_DOC
             links += len(targets)
     np.save(folder / "drp_link_offsets.npy", np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
     _raw_to_npy(raw, folder / "drp_link_rows.npy")
+    pa.default_memory_pool().release_unused()  # the workers forked next would inherit what the pool kept
     stats = {"links": links, "links_in_corpus": int(counts.sum()),
              "documents_with_links_in_corpus": int((counts > 0).sum())}
     return LinkIndex(folder), stats
