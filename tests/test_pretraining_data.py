@@ -371,7 +371,7 @@ def test_vocabulary_fingerprint_is_the_vocab_file_hash(tokenizer, tokenizer_dir)
 def test_loader_accepts_matching_data(build, tokenizer, tokenizer_dir):
     dataset, metadata = build()
     loaded, meta = load_pretraining_data(metadata["output_dir"], tokenizer=tokenizer, max_position_embeddings=512,
-                                         expect_nsp=True)
+                                         expect_pair=True)
     assert len(loaded) == len(dataset) and meta == metadata
     assert set(INSTANCE_COLUMNS) <= set(loaded.column_names)
     load_pretraining_data(metadata["output_dir"], tokenizer=str(tokenizer_dir))  # a path works too
@@ -405,11 +405,11 @@ def test_loader_rejects_sequences_longer_than_the_model(build):
         load_pretraining_data(metadata["output_dir"], max_position_embeddings=64)
 
 
-def test_loader_rejects_missing_nsp(build):
+def test_loader_rejects_missing_pairs(build):
     _, metadata = build(pair_task="none", max_seq_length=32)
     with pytest.raises(PretrainingDataError, match="without sentence pairs .pair_task none."):
-        load_pretraining_data(metadata["output_dir"], expect_nsp=True)
-    load_pretraining_data(metadata["output_dir"], expect_nsp=False)
+        load_pretraining_data(metadata["output_dir"], expect_pair=True)
+    load_pretraining_data(metadata["output_dir"], expect_pair=False)
 
 
 def copy_with(dataset, metadata: dict, out: Path) -> Path:
