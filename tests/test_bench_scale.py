@@ -16,7 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
-pytestmark = pytest.mark.xdist_group("bench_scale")  # one benchmark run (the module fixture), not one per worker
+pytestmark = pytest.mark.xdist_group("bench_scale")  # one worker, one benchmark run (session fixture)
 
 import bench_scale  # noqa: E402
 
@@ -28,7 +28,7 @@ ROW_FIELDS = {"stage", "size", "exit_status", "seconds", "cpu_seconds", "mb_per_
               "peak_anon_main_mib", "peak_anon_children_mib", "peak_anon_tree_mib"}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def result(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("scale") / "scale.json"
     run = subprocess.run([sys.executable, "benchmarks/bench_scale.py", "--sizes", "1MB", "2MB", "--output", str(out)],

@@ -20,7 +20,9 @@ import pyarrow as pa
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.xdist_group("num_proc_invariance")  # the module fixture runs once, not once per worker
+# One worker runs these, and the session-scoped fixture runs once there (a module-scoped one is
+# torn down and rebuilt when the worker interleaves another module's tests).
+pytestmark = pytest.mark.xdist_group("num_proc_invariance")
 SAMPLE = REPO / "data" / "sample"
 
 
@@ -57,7 +59,7 @@ def read_table(folder: Path) -> pa.Table:
     return pa.concat_tables(tables)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def runs(tmp_path_factory) -> dict[int, Path]:
     """The whole data path once with one worker and once with two."""
     root = tmp_path_factory.mktemp("num_proc")
