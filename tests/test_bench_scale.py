@@ -16,7 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
-pytestmark = pytest.mark.xdist_group("bench_scale")  # one worker, one benchmark run (session fixture)
+pytestmark = pytest.mark.xdist_group("bench_scale")  # meant: one worker; the run is once per worker
 
 import bench_scale  # noqa: E402
 

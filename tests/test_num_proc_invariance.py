@@ -20,8 +20,8 @@ import pyarrow as pa
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-# One worker runs these, and the session-scoped fixture runs once there (a module-scoped one is
-# torn down and rebuilt when the worker interleaves another module's tests).
+# The fixture is session-scoped: built once per worker that runs these tests (the group is meant
+# to make that one worker; with pytest-xdist 3.8 here it does not always).
 pytestmark = pytest.mark.xdist_group("num_proc_invariance")
 SAMPLE = REPO / "data" / "sample"
 
