@@ -84,6 +84,30 @@ class Sequences:
                                                                                               device=device))
 
 
+class _GatherDistinctRows(torch.autograd.Function):
+    """``source.index_select(0, index)`` for an ``index`` with no repeated row, whose backward writes
+    the gradient's rows back with ``index_copy`` into zeros. ``index_select``'s own backward is an
+    ``index_add`` (it must sum rows read twice), which runs as an atomic-add kernel in bf16: 4.1% of
+    an H200 BERT-base step, one per layer (benchmarks/README.md). MosaicBERT's ``IndexFirstAxis``."""
+
+    @staticmethod
+    def forward(ctx, source: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(index)
+        ctx.source_rows = source.shape[0]
+        return source.index_select(0, index)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (index,) = ctx.saved_tensors
+        return grad.new_zeros(ctx.source_rows, *grad.shape[1:]).index_copy(0, index, grad), None
+
+
+def gather_rows(source: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``source``'s rows at ``index`` (whose entries are distinct: a token's cell, a masked position,
+    a permutation), with a backward that copies instead of accumulating."""
+    return _GatherDistinctRows.apply(source, index)
+
+
 Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Sequences, float, float], torch.Tensor]
 
 
@@ -100,7 +124,7 @@ def sdpa_loop(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqs: Sequences
         out = F.scaled_dot_product_attention(q_g, k_g, v_g, dropout_p=dropout_p, scale=scale)
         outputs.append(out.transpose(1, 2).reshape(count * length, *q.shape[1:]))
     out = torch.cat(outputs)
-    return out if inverse is None else out.index_select(0, inverse)
+    return out if inverse is None else gather_rows(out, inverse)
 
 
 def sdpa_padded(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqs: Sequences, dropout_p: float,
@@ -118,7 +142,7 @@ def sdpa_padded(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqs: Sequenc
 
     out = F.scaled_dot_product_attention(pad(q), pad(k), pad(v), attn_mask=filled[:, None, None, :],
                                          dropout_p=dropout_p, scale=scale)
-    return out.transpose(1, 2).reshape(rows * width, *q.shape[1:]).index_select(0, cells)
+    return gather_rows(out.transpose(1, 2).reshape(rows * width, *q.shape[1:]), cells)
 
 
 def sdpa_nested(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqs: Sequences, dropout_p: float,
@@ -127,8 +151,8 @@ def sdpa_nested(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqs: Sequenc
     memory-efficient kernels, attention dropout included; on CPU it is a slow reference."""
     offsets = seqs.cu_seqlens.long()
 
-    def nested(t: torch.Tensor) -> torch.Tensor:
-        return torch.nested.nested_tensor_from_jagged(t, offsets=offsets, max_seqlen=seqs.max_length).transpose(1, 2)
+    def nested(t: torch.Tensor) -> torch.Tensor:  # jagged values must be contiguous (q, k, v are views of one)
+        return torch.nested.nested_tensor_from_jagged(t.contiguous(), offsets=offsets, max_seqlen=seqs.max_length).transpose(1, 2)
 
     out = F.scaled_dot_product_attention(nested(q), nested(k), nested(v), dropout_p=dropout_p, scale=scale)
     return out.transpose(1, 2).values()
@@ -141,6 +165,7 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqs: Sequences, d
 
     if dropout_p:
         raise ValueError("varlen attention applies no attention dropout")
+    q, k, v = (t.contiguous() for t in (q, k, v))  # views of one projection (unpadded.project_qkv)
     return varlen_attn(q, k, v, seqs.cu_seqlens, seqs.cu_seqlens, seqs.max_length, seqs.max_length, scale=scale)
 
 

@@ -16,6 +16,7 @@ embeddings, layers shared in groups) each have an adapter below.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from biomed_lm.pretrain.attention import Sequences, attend
@@ -108,7 +109,7 @@ class AlbertEncoder:
     def layer(self, layer: nn.Module, hidden: torch.Tensor, sequences: Sequences, kernel: str) -> torch.Tensor:
         attention = layer.attention
         shape = (hidden.shape[0], attention.num_attention_heads, attention.attention_head_size)
-        q, k, v = (projection(hidden).view(shape) for projection in (attention.query, attention.key, attention.value))
+        q, k, v = project_qkv((attention.query, attention.key, attention.value), hidden, shape)
         dropout = attention.attention_dropout.p if attention.training else 0.0
         context = attend(kernel, q, k, v, sequences, dropout, attention.scaling).reshape(hidden.shape[0], -1)
         hidden = attention.LayerNorm(hidden + attention.output_dropout(attention.dense(context)))
@@ -163,10 +164,26 @@ def self_attention(attention: nn.Module, hidden: torch.Tensor, sequences: Sequen
     """One ``BertAttention`` / ``RobertaAttention`` (its projections and self-output) with a varlen kernel."""
     heads = attention.self
     shape = (hidden.shape[0], heads.num_attention_heads, heads.attention_head_size)
-    q, k, v = (projection(hidden).view(shape) for projection in (heads.query, heads.key, heads.value))
+    q, k, v = project_qkv((heads.query, heads.key, heads.value), hidden, shape)
     dropout = heads.dropout.p if attention.training else 0.0
     context = attend(kernel, q, k, v, sequences, dropout, heads.scaling).reshape(hidden.shape[0], -1)
     return attention.output(context, hidden)
+
+
+def project_qkv(projections: tuple[nn.Module, nn.Module, nn.Module], hidden: torch.Tensor,
+                shape: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Queries, keys and values, each viewed as ``shape`` (tokens, heads, head size). Three plain
+    ``nn.Linear`` run as one matrix multiply on their weights concatenated (MosaicBERT's and
+    ModernBERT's ``Wqkv``): a third of the launches, and one wider product, forward and backward;
+    the parameters stay the family's three, so checkpoints and exports do not change. Anything else
+    (torchao's ``Float8Linear`` under ``--precision fp8``) runs as its own module."""
+    biases = [projection.bias for projection in projections]
+    if any(type(projection) is not nn.Linear for projection in projections) or \
+            len({bias is None for bias in biases}) > 1:
+        return tuple(projection(hidden).view(shape) for projection in projections)
+    bias = None if biases[0] is None else torch.cat(biases)
+    fused = F.linear(hidden, torch.cat([projection.weight for projection in projections]), bias)
+    return fused.view(hidden.shape[0], 3, *shape[1:]).unbind(1)
 
 
 def encode(encoder: nn.Module, batch: VarlenBatch, kernel: str, inputs_embeds: torch.Tensor | None = None,

@@ -244,3 +244,47 @@ def test_compiled_dense_blocks_give_the_same_gradients_with_a_bounded_number_of_
         assert_same(losses_and_grads(reference, batch, True), losses_and_grads(compiled, batch, True))
     assert compiled_graphs() - before <= 4  # one per block type, not one per shape
     assert list(compiled.state_dict()) == list(reference.state_dict())
+
+
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(1, 40), data=st.data())
+def test_gathering_distinct_rows_has_index_selects_gradient(rows, data):
+    """The re-pad's gather (and the length groups' permutation) copies its gradient back instead of
+    accumulating it: the same values and the same gradient as ``index_select`` for any distinct index."""
+    from biomed_lm.pretrain.attention import gather_rows
+
+    chosen = data.draw(st.lists(st.integers(0, rows - 1), unique=True, max_size=rows))
+    index = torch.tensor(chosen, dtype=torch.long)
+    source = torch.randn(rows, 3, 2, dtype=torch.float64, requires_grad=True)
+    weights = torch.randn(len(chosen), 3, 2, dtype=torch.float64)
+    got = gather_rows(source, index)
+    want = source.index_select(0, index)
+    assert torch.equal(got, want)
+    (got_grad,) = torch.autograd.grad((got * weights).sum(), source)
+    (want_grad,) = torch.autograd.grad((want * weights).sum(), source)
+    assert torch.equal(got_grad, want_grad)
+
+
+def test_the_fused_query_key_value_projection_equals_the_three_modules():
+    from biomed_lm.pretrain.unpadded import project_qkv
+
+    torch.manual_seed(0)
+    projections = tuple(torch.nn.Linear(16, 16) for _ in range(3))
+    hidden = torch.randn(10, 16, requires_grad=True)
+    fused = project_qkv(projections, hidden, (10, 4, 4))
+    separate = [projection(hidden).view(10, 4, 4) for projection in projections]
+    for got, want in zip(fused, separate):
+        assert torch.allclose(got, want, atol=1e-6)
+    grads = torch.autograd.grad(sum((t * (i + 1)).sum() for i, t in enumerate(fused)),
+                                [hidden, *(p.weight for p in projections)])
+    expected = torch.autograd.grad(sum((t * (i + 1)).sum() for i, t in enumerate(separate)),
+                                   [hidden, *(p.weight for p in projections)])
+    for got, want in zip(grads, expected):
+        assert torch.allclose(got, want, atol=1e-5)
+
+    class Quantized(torch.nn.Linear):  # not a plain Linear (fp8's Float8Linear): each runs as its own module
+        def forward(self, x):
+            return super().forward(x) * 2
+
+    mixed = (Quantized(16, 16), *projections[1:])
+    assert torch.allclose(project_qkv(mixed, hidden, (10, 4, 4))[0], mixed[0](hidden).view(10, 4, 4))
