@@ -78,7 +78,9 @@ def split_head(head: nn.Module) -> tuple[Callable[[torch.Tensor], torch.Tensor],
     gradients computed from these land where ``head(x)``'s would."""
     from transformers.models.albert.modeling_albert import AlbertMLMHead
     from transformers.models.bert.modeling_bert import BertLMPredictionHead
-    from transformers.models.roberta import modeling_roberta
+    # Each class imported from its own module: dynamo traces this function inside the compiled heads,
+    # and cannot import through a package that is a transformers _LazyModule (``models.roberta``).
+    from transformers.models.roberta.modeling_roberta import RobertaLMHead, gelu
 
     if isinstance(getattr(head, "predictions", None), BertLMPredictionHead):
         head = head.predictions
@@ -87,9 +89,9 @@ def split_head(head: nn.Module) -> tuple[Callable[[torch.Tensor], torch.Tensor],
     elif isinstance(head, AlbertMLMHead):
         def transform(x: torch.Tensor) -> torch.Tensor:
             return head.LayerNorm(head.activation(head.dense(x)))
-    elif isinstance(head, modeling_roberta.RobertaLMHead):
+    elif isinstance(head, RobertaLMHead):
         def transform(x: torch.Tensor) -> torch.Tensor:  # RobertaLMHead.forward's own gelu, not config.hidden_act
-            return head.layer_norm(modeling_roberta.gelu(head.dense(x)))
+            return head.layer_norm(gelu(head.dense(x)))
     else:
         raise TypeError(f"split_head does not know {type(head).__name__}: it takes BertLMPredictionHead "
                         "(or a module whose .predictions is one), AlbertMLMHead and RobertaLMHead")
