@@ -128,10 +128,13 @@ def merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, An
     return merged
 
 
-# Model-FLOPs utilisation measured on one NVIDIA H200 (benchmarks/README.md, 2026-11-26), bf16: the BERT
-# family unpadded (sdpa_padded, BERT's attention dropout, length 128: 17.7%), transformers' padded
-# forward, which the RoBERTa layout runs (14.8%), and ALBERT-base padded (64 x 128: 8%).
-MEASURED_MFU = {"bert": 0.177, "roberta": 0.148, "albert": 0.08}
+# Model-FLOPs utilisation measured on one NVIDIA H200, bf16, by sequence length (benchmarks/README.md):
+# the BERT family unpadded (sdpa_padded, BERT's attention dropout, layers compiled; 2026-11-27, commit
+# 78b1a2b: 29.1% at 128 x 256 on real instances, 25.7% at 512 x 64 on BERT's length mix), and from the
+# 2026-11-26 runs transformers' padded forward, which the RoBERTa layout runs (14.8%, at 128), and
+# ALBERT-base padded (8%, at 64 x 128). A phase's length takes the nearest measured length's figure.
+MEASURED_MFU: dict[str, dict[int, float]] = {"bert": {128: 0.291, 512: 0.257}, "roberta": {128: 0.148},
+                                             "albert": {128: 0.08}}
 PROJECTION_DEVICE = "NVIDIA H100 80GB HBM3"  # SXM: 989.4 dense bf16 TFLOP/s, the H200's too
 DEFAULT_VOCAB = 30522
 # An ALUM step (K = 1) against a standard one, measured: benchmarks/README.md, "ALUM step cost" (x2.74-x2.97).
@@ -143,7 +146,13 @@ class Cost:
     positions: int     # sequence positions the pretraining phases process (steps x batch x length)
     flops: float       # their model FLOPs (pretrain.flops: forward + backward, full-length sequences)
     hours: float       # on one H100/H200 at the family's measured MFU (x ALUM's measured step cost)
-    mfu: float
+    mfu: float         # the phases' FLOPs over their hours at the peak: each phase at its length's MFU
+
+
+def measured_mfu(family: str, length: int) -> float:
+    """The family's MFU measured at the sequence length nearest ``length``."""
+    by_length = MEASURED_MFU[family]
+    return by_length[min(by_length, key=lambda measured: abs(measured - length))]
 
 
 def projected_cost(recipe: Recipe) -> Cost:
@@ -160,15 +169,17 @@ def projected_cost(recipe: Recipe) -> Cost:
     adversarial = settings.get("adversarial") or "on" in recipe.ablation.factors.get("adversarial", [])
     vocab = load_yaml_mapping(recipe.ablation.vocab_config).get("vocab_size", DEFAULT_VOCAB)
     config = SimpleNamespace(**{"vocab_size": vocab, **load_model_preset(recipe.system["shape"])})
-    positions = flops = 0
+    peak = device_peak(PROJECTION_DEVICE).bf16
+    positions = flops = seconds_at_peak = 0.0
     for phase in budget.phases():
         length = int(load_yaml_mapping(phase.data_config)["max_seq_length"])
         batch = phase.global_batch(budget.num_gpus)  # recipes fix global_batch_size; no hostfile needed
         positions += phase.max_steps * batch * length
-        flops += phase.max_steps * step_flops(config, [length] * batch, round(0.15 * length) * batch, batch)
-    peak = device_peak(PROJECTION_DEVICE).bf16
-    hours = flops * (ALUM_STEP_COST if adversarial else 1.0) / (MEASURED_MFU[family] * peak) / 3600
-    return Cost(positions, flops, hours, MEASURED_MFU[family])
+        phase_flops = phase.max_steps * step_flops(config, [length] * batch, round(0.15 * length) * batch, batch)
+        flops += phase_flops
+        seconds_at_peak += phase_flops / measured_mfu(family, length) / peak
+    hours = seconds_at_peak * (ALUM_STEP_COST if adversarial else 1.0) / 3600
+    return Cost(int(positions), flops, hours, flops / (seconds_at_peak * peak))
 
 
 def recipe_table() -> str:
