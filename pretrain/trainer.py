@@ -50,7 +50,8 @@ from biomed_lm.pretrain.attention import KERNELS, PADDED
 from biomed_lm.pretrain.checkpoint import (Selection, checkpoint_tags, checkpoints_root, latest_tag, load_checkpoint,
                                            save_checkpoint, select_checkpoint, set_aside_diverged)
 from biomed_lm.pretrain.config import (DataArguments, ModelArguments, PretrainConfigError, TrainArguments,
-                                       create_ds_config, load_model_preset, resolve_batch, schedule_steps)
+                                       create_ds_config, load_model_preset, resolve_batch, schedule_steps,
+                                       trainer_clips_gradients)
 from biomed_lm.pretrain.divergence import (UNHEALTHY_WEIGHTS, DivergenceGuard, StepGate, Verdict,
                                            uniform_prediction_loss)
 from biomed_lm.pretrain.families import ModelFamily, family_of, get_family, resolve_pair_objective
@@ -666,7 +667,9 @@ def _judge_step(run: Run, totals: StepTotals) -> tuple[Verdict, float, float | N
 
     engine = run.engine
     totals.add(stop=float(run.stops.reason() is not None))
-    grad_norm = totals.reduce_and_read(dist, _gradient_norm(engine))
+    norm = _gradient_norm(engine)
+    _clip_gradients(engine, run.train_args, norm)  # before the read: queued with the step's work
+    grad_norm = totals.reduce_and_read(dist, norm)
     lr = engine.get_lr()[0]  # the rate this step's update uses
     loss = totals.mean_loss(run.train_args.gradient_accumulation_steps * run.world_size)
     verdict = fp16_overflow_verdict(run.guard.judge(loss, grad_norm), loss, engine.fp16_enabled())
@@ -869,6 +872,13 @@ def _gradient_norm(engine) -> torch.Tensor | None:
         return None
     norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)), dtype=torch.float32)
     return norm / loss_scale(engine)
+
+
+def _clip_gradients(engine, train_args: TrainArguments, norm: torch.Tensor | None) -> None:
+    """Scale the gradients to at most ``max_grad_norm`` given their global ``norm``, on the device,
+    where the trainer clips rather than DeepSpeed (:func:`pretrain.config.trainer_clips_gradients`)."""
+    if norm is not None and trainer_clips_gradients(train_args):
+        torch.nn.utils.clip_grads_with_norm_(engine.module.parameters(), train_args.max_grad_norm, norm, foreach=True)
 
 
 def loss_scale(engine) -> float:

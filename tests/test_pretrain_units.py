@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from biomed_lm.pretrain.checkpoint import LATEST, checkpoints_root, latest_tag, tag_for
-from biomed_lm.pretrain.config import PretrainConfigError, TrainArguments, create_ds_config, load_model_preset
+from biomed_lm.pretrain.config import (PretrainConfigError, TrainArguments, create_ds_config, load_model_preset,
+                                       trainer_clips_gradients)
 from biomed_lm.pretrain.modeling import PretrainingModel, build_bert
 from biomed_lm.pretrain.sampler import BatchPlan
 
@@ -70,6 +71,11 @@ def test_ds_config_is_derived_from_typed_arguments():
     assert config["train_batch_size"] == 8192 and config["gradient_accumulation_steps"] == 2
     assert config["train_micro_batch_size_per_gpu"] == 64 and config["torch_autocast"] == {"enabled": True, "dtype": "bfloat16"} and "bf16" not in config
     assert config["zero_optimization"] == {"stage": 1} and config["gradient_clipping"] == 1.0
+    # ZeRO stage 0 outside fp16: the trainer clips (one foreach multiply by the norm it computes anyway)
+    stage0 = TrainArguments(micro_batch_size=64, global_batch_size=8192, precision="bf16", max_grad_norm=1.0)
+    assert trainer_clips_gradients(stage0) and create_ds_config(stage0, world_size=64)["gradient_clipping"] == 0.0
+    fp16 = TrainArguments(micro_batch_size=64, global_batch_size=8192, precision="fp16", max_grad_norm=1.0)
+    assert not trainer_clips_gradients(fp16) and create_ds_config(fp16, world_size=64)["gradient_clipping"] == 1.0
     assert create_ds_config(TrainArguments(micro_batch_size=8, gradient_accumulation_steps=3), 2)[
         "train_batch_size"] == 48
     with pytest.raises(PretrainConfigError, match="not a multiple"):
@@ -199,3 +205,23 @@ def test_mask_schedule_from_arguments():
     assert schedule.rate(0, 10) == pytest.approx(0.05) and schedule.rate(9, 10) == pytest.approx(0.25)
     with pytest.raises(PretrainConfigError):
         mask_rate_schedule(DataArguments(mask_schedule="bogus"))
+
+
+def test_the_trainer_clips_the_gradients_to_the_global_norm_it_was_given():
+    from types import SimpleNamespace
+
+    from biomed_lm.pretrain.trainer import _clip_gradients, _gradient_norm
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    model(torch.randn(32, 8)).square().sum().backward()
+    engine = SimpleNamespace(module=model, zero_optimization_stage=lambda: 0, fp16_enabled=lambda: False)
+    grads = [p.grad.clone() for p in model.parameters()]
+    norm = _gradient_norm(engine)
+    assert float(norm) > 1.0
+    _clip_gradients(engine, TrainArguments(max_grad_norm=1.0), norm)
+    assert float(_gradient_norm(engine)) == pytest.approx(1.0, rel=1e-5)
+    for before, p in zip(grads, model.parameters()):  # one factor for every tensor: the direction is kept
+        assert torch.allclose(p.grad, before * (1.0 / (float(norm) + 1e-6)), rtol=1e-5)
+    _clip_gradients(engine, TrainArguments(max_grad_norm=1.0, precision="fp16"), _gradient_norm(engine) * 10)
+    assert float(_gradient_norm(engine)) == pytest.approx(1.0, rel=1e-5)  # fp16: DeepSpeed's to clip, not touched
