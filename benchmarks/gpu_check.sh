@@ -71,7 +71,7 @@ if stage launch && [ -d "$INPUTS/instances128" ]; then
   timeout "${LAUNCH_TIMEOUT:-150}" "$PY" launch/pretrain.py --model bert-base --data-dir "$INPUTS/instances128" \
     --tokenizer "$INPUTS/tokenizer" --output-dir /tmp/launch_run --max-steps 60 --micro-batch-size 256 \
     --gradient-accumulation-steps 1 --optimizer adamw --learning-rate 1e-4 --precision bf16 \
-    --attn-implementation sdpa_padded --num-workers 4 --log-every 1 --checkpoint-every 1000 --no-export-hf \
+    --attn-implementation sdpa_padded --num-workers 4 --log-every 10 --checkpoint-every 1000 --no-export-hf \
     --wandb-mode disabled 2>&1 | tee "$RESULTS/launch.log" | grep -v "^pretrain:"
   cp /tmp/launch_run/metrics.jsonl "$RESULTS/launch_metrics.jsonl" 2> /dev/null
   "$PY" benchmarks/launch_vs_bench.py /tmp/launch_run/metrics.jsonl "$RESULTS/bert128.json" --skip 20 \

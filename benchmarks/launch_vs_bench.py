@@ -23,7 +23,7 @@ def run_pace(metrics: Path, skip: int) -> dict:
     records = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
     steps = [r for r in records if r.get("step", 0) > skip and r.get("step_seconds")]
     if not steps:
-        raise SystemExit(f"{metrics}: no logged step after step {skip} (log every step: --log-every 1)")
+        raise SystemExit(f"{metrics}: no logged step after step {skip} (log more often: --log-every)")
     seconds = sum(r["step_seconds"] for r in steps)
     tokens = sum(r["tokens_per_s"] * r["step_seconds"] for r in steps)
     mfus = [r["mfu"] for r in steps if r.get("mfu") is not None]

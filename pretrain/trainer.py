@@ -6,11 +6,14 @@ exported, and which pair tasks its head takes (refused before training otherwise
 
 One code path serves a laptop CPU, ``deepspeed --num_gpus 2`` on one machine (gloo on CPU, NCCL on
 GPUs) and multi-node runs with a hostfile: DeepSpeed owns data parallelism, gradient
-accumulation, clipping, mixed precision and ZeRO (its config is generated from the typed
+accumulation, mixed precision, ZeRO and clipping under ZeRO or fp16 (its config is generated from the typed
 arguments, see :mod:`pretrain.config`); this module owns the data stream, masking, metrics,
 checkpoints and faults. :func:`train` is set-up (:func:`_prepare_run`), a short step loop, and the
 final export; a step is :func:`_accumulate_step` (forward/backward per micro-batch, the verdict, the
-optimizer step) then :func:`_account_step` (counting, logging, the divergence abort). Variants of the
+optimizer step), queued on the device without reading anything back, and at the read points (logged
+steps, checkpoints, every :data:`READ_EVERY_AT_MOST` steps) :func:`_read_steps` brings the steps since
+the last read to the host in one read for :func:`_account_step` (counting, logging, the divergence
+abort). Variants of the
 objective plug in through the model's output type (``PretrainingModel.output_type``): ALUM's term
 brings its own totals, state and metrics (:class:`pretrain.adversarial.AdversarialPretrainingOutput`),
 and the loop never asks which variant runs.
@@ -24,7 +27,7 @@ is checkpointed with it (:class:`pretrain.trainer_state.TrainerState`).
 Faults. Checkpoints are verified before a resume and a damaged one falls back to the previous
 (:mod:`pretrain.checkpoint`); a resumed run with other settings is refused or recorded
 (:mod:`pretrain.resume`); a non-finite or spiking step is skipped before the optimizer touches the
-weights (:mod:`pretrain.divergence`: its update is vetoed around ``engine.step()``), and after
+weights (:mod:`pretrain.divergence`: its update is vetoed on the device, or around ``engine.step()``), and after
 ``max_consecutive_skips`` in a row the run aborts, keeping its last (healthy) checkpoint; SIGTERM,
 SIGUSR1, SIGINT, a time budget or a vanished launcher finish the current step on every rank, write a
 checkpoint and exit cleanly (:mod:`pretrain.preemption`).
@@ -138,8 +141,8 @@ class Run:
     model: PretrainingModel  # hf_model with the losses (ALUM's subclass when on): what the engine runs
     tokenizer: PreTrainedTokenizerBase
     engine: DeepSpeedEngine
-    gate: StepGate  # vetoes the optimizer step the guard rejects, around engine.step()
-    guard: DivergenceGuard
+    gate: StepGate  # vetoes the optimizer step the guard rejects, around engine.step() or on the device
+    guard: DivergenceGuard  # on the run's device: judges each step there
     stops: StopRequests
     batches: Iterator[MicroBatch]
     logger: MetricsLogger
@@ -147,6 +150,26 @@ class Run:
     signature: dict[str, Any]  # the run's settings as a checkpoint's manifest keeps them (pretrain.resume)
     peak: float | None  # the device's dense FLOP/s at the run's precision; None where unknown (MFU not reported)
     graphs: CompiledGraphs | None  # torch.compile's graphs so far (None: not compiled)
+
+
+#: The host reads the device's numbers (sums, verdicts) at least this often, logged or not: a stop
+#: request (SIGTERM, the time budget) takes effect at the next read, within this many steps.
+READ_EVERY_AT_MOST = 16
+
+
+@dataclasses.dataclass
+class PendingStep:
+    """An optimizer step whose sums and verdict are still on the device; :func:`_read_steps` brings a
+    run of them to the host in one read."""
+
+    number: int  # 1-based: the steps done once this one is
+    totals: StepTotals
+    sums: torch.Tensor  # the totals reduced over ranks, float64, on the device (StepTotals' order)
+    record: torch.Tensor  # the guard's verdict record (pretrain.divergence.RECORD_FIELDS), on the device
+    grad_norm_known: bool  # False where the gradients are not in param.grad (ZeRO stages 1-2)
+    lr: float  # the rate this step's update used
+    started: float  # perf_counter when its first micro-batch was queued
+    result: StepResult | None = None  # once read
 
 
 @dataclasses.dataclass
@@ -190,14 +213,21 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
 def _run_steps(run: Run) -> int:
     """The step loop, from the resumed step to ``max_steps`` or a stop request; the step reached."""
     args, step = run.train_args, run.state.step
+    pending: list[PendingStep] = []
     try:
         while step < args.max_steps:
-            done = _accumulate_step(run, step)
-            step = done.number
-            _account_step(run, done)
-            if step % args.checkpoint_every == 0 or step == args.max_steps or done.stopping:
+            pending.append(_accumulate_step(run, step))
+            step += 1
+            if not _is_read_point(args, step):
+                continue  # the device runs ahead; nothing of this step is read yet
+            done = _read_steps(run, pending)
+            pending.clear()
+            for result in done:
+                _account_step(run, result)
+            stopping = any(result.stopping for result in done)
+            if step % args.checkpoint_every == 0 or step == args.max_steps or stopping:
                 _checkpoint(run, step)
-            if done.stopping:
+            if stopping:
                 reason = run.stops.reason() or "another rank was asked to stop"
                 run.logger.message(f"{reason}: stopped after step {step} with a checkpoint; resume with the same "
                                    "command")
@@ -209,6 +239,14 @@ def _run_steps(run: Run) -> int:
         run.stops.restore()
         run.logger.close()
     return step
+
+
+def _is_read_point(args: TrainArguments, step: int) -> bool:
+    """Whether the host reads the steps since the last read after step ``step``: to log it, to
+    checkpoint it, at the end, and at least every :data:`READ_EVERY_AT_MOST` steps. Every rank reads
+    at the same steps, so all see a stop request at the same one."""
+    return any(step % every == 0 for every in (args.log_every, args.checkpoint_every, READ_EVERY_AT_MOST)) \
+        or step == args.max_steps
 
 
 def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments,
@@ -265,7 +303,7 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
                      world_size, rank, train_args.seed)
     return Run(model_args=model_args, data_args=data_args, train_args=train_args, rank=rank, world_size=world_size,
                device=device, run_dir=run_dir, lock=lock, hf_model=hf_model, model=model, tokenizer=tokenizer,
-               engine=engine, gate=gate, guard=_divergence_guard(train_args, state, len(tokenizer), pair),
+               engine=engine, gate=gate, guard=_divergence_guard(train_args, state, len(tokenizer), pair, device),
                stops=StopRequests(train_args.stop_after_hours).install(),
                batches=_batches(dataset, plan, data_args, train_args, tokenizer, state.step, model.layout, device),
                logger=logger, state=state, signature=signature,
@@ -387,12 +425,13 @@ def _continuation_checkpoint(path: Path) -> tuple[Path, str, dict[str, Any]]:
     return path, found.tag, found.manifest
 
 
-def _divergence_guard(train_args: TrainArguments, state: TrainerState, vocab_size: int, pair) -> DivergenceGuard:
+def _divergence_guard(train_args: TrainArguments, state: TrainerState, vocab_size: int, pair,
+                      device: torch.device) -> DivergenceGuard:
     uniform = uniform_prediction_loss(vocab_size, pair.classes if pair.trained else 0)
     guard = DivergenceGuard(loss_spike_factor=train_args.loss_spike_factor,
                             grad_norm_spike_factor=train_args.grad_norm_spike_factor,  # norms are unscaled
                             window=train_args.spike_window, warmup_steps=train_args.spike_warmup_steps,
-                            loss_ceiling=train_args.loss_ceiling_factor * uniform)
+                            loss_ceiling=train_args.loss_ceiling_factor * uniform, device=device)
     guard.load_state_dict(state.guard)
     return guard
 
@@ -563,8 +602,9 @@ def _build_engine(model, train_args: TrainArguments, world_size: int, device: to
 
     from biomed_lm.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
 
-    # DeepSpeed clips gradients (gradient_clipping), so LAMB's own global-norm pre-normalization,
-    # the same operation, is off.
+    # The gradients are clipped before the optimizer runs (by the trainer, or DeepSpeed's gradient_clipping:
+    # pretrain.config.trainer_clips_gradients), so LAMB's own global-norm pre-normalization, the same
+    # operation, is off.
     built = build_optimizer(
         train_args.optimizer, parameter_groups(model, train_args.weight_decay), lr=train_args.learning_rate,
         betas=(train_args.adam_beta1, train_args.adam_beta2), eps=train_args.adam_epsilon,
@@ -617,25 +657,35 @@ def _resume_history(run_dir: Path, rank: int, selection: Selection, changes: dic
     return history
 
 
-def _accumulate_step(run: Run, step: int) -> StepResult:
+def _accumulate_step(run: Run, step: int) -> PendingStep:
     """Forward and backward over this rank's micro-batches of step ``step`` + 1, the verdict on the
     step (taken on numbers reduced over all ranks, before the optimizer runs), and the optimizer step.
 
-    The host waits for the device once per step, in :func:`_judge_step` (the verdict gates the
-    update); the micro-batches before it queue their work without reading anything back."""
+    Where the optimizer can skip an update on the device (fused AdamW: :meth:`StepGate.vetoes_on_device`),
+    the verdict stays there and vetoes the update there: the step queues its work and returns without
+    waiting for the device, which the host reads at the next read point (:func:`_read_steps`).
+    Otherwise the host reads the step now, before the optimizer, to veto around ``engine.step()``."""
     engine, accumulation = run.engine, run.train_args.gradient_accumulation_steps
-    started = time.perf_counter()
-    totals = StepTotals(run.device, extra=run.model.output_type.EXTRA_TOTALS)
+    pending_step = PendingStep(step + 1, StepTotals(run.device, extra=run.model.output_type.EXTRA_TOTALS),
+                               sums=None, record=None, grad_norm_known=False, lr=engine.get_lr()[0],
+                               started=time.perf_counter())
+    totals = pending_step.totals
     for _ in range(accumulation - 1):
         _forward_backward(run, step, totals)
         engine.step()  # within the accumulation: DeepSpeed counts the micro-step, nothing is updated
     _forward_backward(run, step, totals)
-    verdict, lr, grad_norm = _judge_step(run, totals)
-    # The boundary: DeepSpeed clips, steps the optimizer (a rejected step's update is vetoed here, all
-    # else runs), zeroes the gradients and steps the learning-rate schedule.
-    with run.gate.vetoing(verdict.vetoes_update):
+    pending_step.sums, pending_step.record, pending_step.grad_norm_known = _judge_on_device(run, totals)
+    # The boundary: DeepSpeed steps the optimizer (a rejected step's update is vetoed here, all else
+    # runs), zeroes the gradients and steps the learning-rate schedule.
+    if run.gate.vetoes_on_device():
+        with run.gate.vetoing_on_device(pending_step.record):
+            engine.step()
+        return pending_step
+    (result,) = _read_steps(run, [pending_step])
+    with run.gate.vetoing(result.verdict.vetoes_update):
         engine.step()
-    return StepResult(step + 1, totals, verdict, lr, grad_norm, time.perf_counter() - started)
+    result.seconds = time.perf_counter() - pending_step.started
+    return pending_step
 
 
 def _forward_backward(run: Run, step: int, totals: StepTotals) -> None:
@@ -659,21 +709,47 @@ def _forward_backward(run: Run, step: int, totals: StepTotals) -> None:
     totals.add_on_device(nonfinite_micro=~finite, **kept)
 
 
-def _judge_step(run: Run, totals: StepTotals) -> tuple[Verdict, float, float | None]:
-    """After the last backward: reduce the totals over ranks and read them with the gradient norm
-    (the step's one wait for the device), read the learning rate, and judge the step (the verdict,
-    lr and norm)."""
+def _judge_on_device(run: Run, totals: StepTotals) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """After the last backward, on the device: the gradient norm (and the clipping by it), the totals
+    reduced over ranks, and the guard's verdict record on the step's mean loss and that norm (and
+    whether the norm was known)."""
     import torch.distributed as dist
 
     engine = run.engine
     totals.add(stop=float(run.stops.reason() is not None))
     norm = _gradient_norm(engine)
-    _clip_gradients(engine, run.train_args, norm)  # before the read: queued with the step's work
-    grad_norm = totals.reduce_and_read(dist, norm)
-    lr = engine.get_lr()[0]  # the rate this step's update uses
-    loss = totals.mean_loss(run.train_args.gradient_accumulation_steps * run.world_size)
-    verdict = fp16_overflow_verdict(run.guard.judge(loss, grad_norm), loss, engine.fp16_enabled())
-    return verdict, lr, grad_norm
+    _clip_gradients(engine, run.train_args, norm)
+    sums = totals.reduce(dist)
+    micro_batches = run.train_args.gradient_accumulation_steps * run.world_size
+    loss = torch.where(sums[totals.index("nonfinite_micro")] > 0, math.nan,
+                       (sums[totals.index("mlm_loss")] + sums[totals.index("pair_loss")]) / micro_batches)
+    return sums, run.guard.judge_on_device(loss, norm), norm is not None
+
+
+def _read_steps(run: Run, steps: list[PendingStep]) -> list[StepResult]:
+    """Bring the pending steps' sums and verdicts to the host in one read (the wait for the device),
+    as results for accounting. The device ran them back to back, so the time since the first was
+    queued is shared out by their real tokens: every step of the window logs the window's tokens/s.
+    Steps already read keep their result."""
+    unread = [pending for pending in steps if pending.result is None]
+    if unread:
+        rows = torch.stack([torch.cat([pending.sums, pending.record]) for pending in unread]).cpu().tolist()
+        window = time.perf_counter() - unread[0].started
+        tokens = [pending.totals.host[pending.totals.index("tokens")] for pending in unread]
+        for pending, row, share in zip(unread, rows, _shares(tokens)):
+            pending.totals.read(row[:len(pending.totals.names)])
+            record = row[len(pending.totals.names):]
+            loss, grad_norm = record[1], (record[2] if pending.grad_norm_known else None)
+            verdict = fp16_overflow_verdict(run.guard.verdict(record), loss, run.engine.fp16_enabled())
+            pending.result = StepResult(pending.number, pending.totals, verdict, pending.lr, grad_norm,
+                                        window * share)
+    return [pending.result for pending in steps]
+
+
+def _shares(amounts: list[float]) -> list[float]:
+    """Each amount's share of their sum (equal shares when the sum is 0)."""
+    total = sum(amounts)
+    return [amount / total for amount in amounts] if total > 0 else [1.0 / len(amounts)] * len(amounts)
 
 
 def _shape_counts(prepared: PaddedBatch | VarlenBatch) -> dict[str, float]:
@@ -686,7 +762,7 @@ def _shape_counts(prepared: PaddedBatch | VarlenBatch) -> dict[str, float]:
 def _account_step(run: Run, done: StepResult) -> None:
     """Count the step, log it, and abort after too many skipped steps in a row."""
     state, args, step, verdict = run.state, run.train_args, done.number, done.verdict
-    state.step, state.guard = step, run.guard.state_dict()
+    state.step = step
     state.train_seconds += done.seconds
     state.tokens += int(done.totals["tokens"])
     run.model.output_type.account_step(done.totals, state.variant)
@@ -741,6 +817,8 @@ def _abort_diverged(run: Run, first_skipped: int, last: int, reason: str | None)
 
 def _checkpoint(run: Run, step: int) -> None:
     import torch.distributed as dist
+
+    run.state.guard = run.guard.state_dict()  # the guard's history lives on the device: read at saves only
 
     export = (lambda path: _export_hf(run.hf_model, run.tokenizer, path)) if run.train_args.export_hf else None
     save_checkpoint(run.engine, run.run_dir, step, {"trainer_state": run.state.to_dict()}, rank=run.rank,
@@ -829,7 +907,7 @@ class StepTotals:
     def __init__(self, device: torch.device, extra: tuple[str, ...] = ()) -> None:
         self.names = self.HOST + self.DEVICE + tuple(extra)
         self._index = {name: i for i, name in enumerate(self.names)}
-        self.host = torch.zeros(len(self.HOST), dtype=torch.float64)
+        self.host = [0.0] * len(self.HOST)  # plain floats: adding to them touches no tensor
         self.device = torch.zeros(len(self.names) - len(self.HOST), dtype=torch.float64, device=device)
         self.values: torch.Tensor | None = None  # every sum, reduced over ranks, on the host
 
@@ -844,16 +922,23 @@ class StepTotals:
     def __getitem__(self, name: str) -> float:
         return float(self.values[self._index[name]])
 
-    def reduce_and_read(self, dist, grad_norm: torch.Tensor | None) -> float | None:
-        """Sum over ranks (on the device: NCCL reduces device tensors only), then read the sums and
-        ``grad_norm`` (already global) back together: the step's one host synchronization."""
-        values = torch.cat([self.host.to(self.device.device), self.device])
+    def index(self, name: str) -> int:
+        return self._index[name]
+
+    def reduce(self, dist) -> torch.Tensor:
+        """Every sum, reduced over ranks, as one float64 device tensor in :attr:`names`' order (NCCL
+        reduces device tensors only); nothing is read back. The host's sums travel through pinned
+        memory on CUDA: a copy from pageable memory would wait for the device's queue."""
+        host = torch.tensor(self.host, dtype=torch.float64)
+        if self.device.device.type == "cuda":
+            host = host.pin_memory()
+        values = torch.cat([host.to(self.device.device, non_blocking=True), self.device])
         dist.all_reduce(values, op=dist.ReduceOp.SUM)
-        if grad_norm is not None:
-            values = torch.cat([values, grad_norm.to(torch.float64).reshape(1)])
-        values = values.cpu()
-        self.values = values[:len(self.names)]
-        return float(values[-1]) if grad_norm is not None else None
+        return values
+
+    def read(self, values: list[float]) -> None:
+        """The reduced sums, read back (:func:`_read_steps`)."""
+        self.values = torch.tensor(values, dtype=torch.float64)
 
     def mean_loss(self, micro_batches: int) -> float:
         """The step's loss over every rank's micro-batches; NaN when any of them was not finite."""

@@ -17,9 +17,10 @@ script the deepspeed launcher starts on every rank. Hooks (all optional, JSON ke
   just before the save) or ``checkpoints_replaced_by_a_file`` (the folder moved to
   ``checkpoints.moved``, a plain file in its place);
 - ``host_syncs``: a JSON file: record every operation that makes the host wait for the device's
-  data inside each micro-batch's forward and backward (reading a value: ``.item()``, ``bool()``,
-  ``.tolist()``, ``.cpu()``; a shape decided by data: ``nonzero``, boolean indexing), with where
-  it was called; the loader's ``next()`` (host-side work) is left out;
+  data inside each optimizer step — its micro-batches' forward and backward, the verdict, the
+  update (reading a value: ``.item()``, ``bool()``, ``.tolist()``, ``.cpu()``; a shape decided by
+  data: ``nonzero``, boolean indexing), with where it was called, and which steps each read of
+  the device's numbers covered; the loader's ``next()`` (host-side work) is left out;
 - ``only_rank``: apply the kill hooks on this rank only.
 """
 
@@ -142,7 +143,7 @@ def _install_host_sync_spy(trainer, path: Path) -> None:
     sys.path.insert(0, str(REPO / "tests"))
     from host_syncs import host_syncs, paused
 
-    report = {"micro_batches": 0, "syncs": []}
+    report = {"steps": 0, "syncs": [], "reads": []}
 
     class HostSideBatches:  # the loader's next() is host work (collation, the layout): not spied on
         def __init__(self, batches):
@@ -152,20 +153,26 @@ def _install_host_sync_spy(trainer, path: Path) -> None:
             with paused():
                 return next(self.batches)
 
-    forward_backward = trainer._forward_backward
+    accumulate_step, read_steps = trainer._accumulate_step, trainer._read_steps
 
-    def spied(run, step, totals):
+    def spied(run, step):
         batches, run.batches = run.batches, HostSideBatches(run.batches)
         try:
             with host_syncs() as found:
-                forward_backward(run, step, totals)
+                return accumulate_step(run, step)
         finally:
             run.batches = batches
-            report["syncs"] += [{**sync, "micro_batch": report["micro_batches"]} for sync in found]
-            report["micro_batches"] += 1
+            report["syncs"] += [{**sync, "step": step + 1} for sync in found]
+            report["steps"] += 1
             path.write_text(json.dumps(report))
 
-    trainer._forward_backward = spied
+    def reading(run, steps):
+        report["reads"].append([pending.number for pending in steps])
+        path.write_text(json.dumps(report))
+        return read_steps(run, steps)
+
+    trainer._accumulate_step = spied
+    trainer._read_steps = reading
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -124,12 +125,33 @@ def test_the_spy_sees_every_kind_of_host_sync():
     assert all(entry["at"].startswith("test_compiled_step.py:") for entry in found)
 
 
-def test_the_trainers_micro_batches_make_no_host_sync(pretraining_inputs, tmp_path):
-    """Through launch/pretrain.py: every micro-batch's forward, backward and sums (the step's one
-    read, for the verdict that gates the update, is after them)."""
+def test_the_trainers_steps_make_no_host_sync_and_are_read_at_the_logged_steps(pretraining_inputs, tmp_path):
+    """Through launch/pretrain.py with fused AdamW: every step — each micro-batch's forward and
+    backward, the sums, the gradient norm and clipping, the guard's verdict, the update it vetoes
+    or lets through — is queued without reading anything back; the host reads the device's numbers
+    once per logged step, covering the steps since the last read."""
     report = tmp_path / "syncs.json"
-    args = with_option(pretrain_args(pretraining_inputs, tmp_path / "run"), "--max-steps", "3")
+    args = with_option(with_option(pretrain_args(pretraining_inputs, tmp_path / "run"), "--max-steps", "8"),
+                       "--log-every", "4")
     done = run(args, hooks={"host_syncs": str(report)})
     assert done.returncode == 0, done.stderr[-3000:]
     spied = json.loads(report.read_text())
-    assert spied["micro_batches"] == 6 and spied["syncs"] == []
+    assert spied["steps"] == 8 and spied["syncs"] == []
+    assert spied["reads"] == [[1, 2, 3, 4], [5, 6, 7, 8]]
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [record["step"] for record in records] == [4, 8] and all(record["loss"] > 0 for record in records)
+
+
+def test_a_skipped_step_is_vetoed_on_the_device_and_reported_at_the_next_read(pretraining_inputs, tmp_path):
+    """A NaN loss at step 3, found by the guard on the device between reads: its update is skipped
+    there (applied, its NaN gradients would leave every later loss NaN), and the host learns of it
+    at the read after step 4."""
+    args = with_option(with_option(pretrain_args(pretraining_inputs, tmp_path / "run"), "--max-steps", "4"),
+                       "--log-every", "4")
+    hooks = {"loss_factor_at_steps": {"factor": float("nan"), "steps": [3], "micro_per_step": 2}}
+    done = run(args, hooks=hooks)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "step 3: optimizer step skipped, nonfinite loss" in done.stderr
+    skipped, last = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert skipped["step"] == 3 and skipped["skipped"] == "nonfinite_loss" and skipped["loss"] is None
+    assert last["step"] == 4 and last["skipped_steps"] == 1 and math.isfinite(last["loss"])

@@ -498,6 +498,64 @@ def warmed(g: DivergenceGuard, n: int | None = None, loss: float = 2.0, grad_nor
     return g
 
 
+class ReferenceGuard:
+    """The rules as the module's doc states them, on Python floats (the guard before it moved onto the
+    device): what :class:`DivergenceGuard` must agree with, verdict for verdict."""
+
+    def __init__(self, loss_factor, grad_factor, window, warmup, ceiling):
+        import collections
+
+        self.loss_factor, self.grad_factor, self.warmup, self.ceiling = loss_factor, grad_factor, warmup, ceiling
+        self.losses, self.grad_norms = collections.deque(maxlen=window), collections.deque(maxlen=window)
+        self.accepted = 0
+
+    def judge(self, loss, grad_norm):
+        import statistics
+
+        if not math.isfinite(loss):
+            return "nonfinite_loss"
+        if grad_norm is not None and not math.isfinite(grad_norm):
+            return "nonfinite_grad_norm"
+        if self.ceiling > 0 and loss > self.ceiling:
+            return "loss_ceiling"
+        if self.accepted >= self.warmup:
+            if self.loss_factor > 0 and self.losses and loss > self.loss_factor * statistics.median(self.losses):
+                return "loss_spike"
+            if self.grad_factor > 0 and grad_norm is not None and self.grad_norms and \
+                    grad_norm > self.grad_factor * statistics.median(self.grad_norms):
+                return "grad_norm_spike"
+        self.losses.append(loss)
+        if grad_norm is not None:
+            self.grad_norms.append(grad_norm)
+        self.accepted += 1
+        return None
+
+
+_values = st.one_of(st.floats(0.01, 100.0), st.sampled_from([math.nan, math.inf, 1e308]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.tuples(_values, st.one_of(st.none(), _values)), max_size=40),
+       window=st.integers(1, 6), warmup=st.integers(0, 4), loss_factor=st.sampled_from([0.0, 1.5, 2.0]),
+       grad_factor=st.sampled_from([0.0, 3.0]), ceiling=st.sampled_from([0.0, 50.0]), reload_at=st.integers(0, 40))
+def test_the_device_guard_judges_as_the_rules_on_python_floats(steps, window, warmup, loss_factor, grad_factor,
+                                                               ceiling, reload_at):
+    """Verdict for verdict, history included (medians of even counts, the window's eviction, huge
+    values), and through a state_dict round trip at any step (a resume)."""
+    reference = ReferenceGuard(loss_factor, grad_factor, window, warmup, ceiling)
+    guard = DivergenceGuard(loss_spike_factor=loss_factor, grad_norm_spike_factor=grad_factor, window=window,
+                            warmup_steps=warmup, loss_ceiling=ceiling)
+    for index, (loss, grad_norm) in enumerate(steps):
+        if index == reload_at:
+            resumed = DivergenceGuard(loss_spike_factor=loss_factor, grad_norm_spike_factor=grad_factor,
+                                      window=window, warmup_steps=warmup, loss_ceiling=ceiling)
+            resumed.load_state_dict(json.loads(json.dumps(guard.state_dict())))
+            guard = resumed
+        assert guard.judge(loss, grad_norm).reason == reference.judge(loss, grad_norm)
+        assert guard.losses == list(reference.losses) and guard.accepted == reference.accepted
+        assert guard.grad_norms == list(reference.grad_norms)
+
+
 @pytest.mark.parametrize("loss", [math.nan, math.inf, -math.inf])
 @pytest.mark.parametrize("warmup", [0, 3, 100])
 def test_a_nonfinite_loss_is_skipped(loss, warmup):
