@@ -360,7 +360,8 @@ def hf_inputs(family, config, batch: dict) -> dict:
 
 
 def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int, kernels: list[str] | None = None,
-            backend: str = "inductor", fp8: bool = False, baselines: str = "all", scope: str = "layers"):
+            backend: str = "inductor", fp8: bool = False, baselines: str = "all", scope: str = "layers",
+            layers_per_graph: int = 1):
     """The :class:`System` rows, built one at a time from ``bert`` (kept on the CPU; each row gets its own
     copy on ``device``, so only one is there while it runs): transformers' family class eager, compiled
     (the baseline) and compiled on full-length rows, then each of our kernels (``fp8``: each in bf16,
@@ -377,7 +378,8 @@ def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int, kern
 
     recipe, hf = "SDPA, padded, full MLM head", f"transformers {family.model_class}"
     if baselines == "none":  # ours only (e.g. fp8 against our bf16, where the stage before measured transformers)
-        yield from _our_systems(bert, family, device, dtype, compile_, bucket, kernels, backend, fp8, scope)
+        yield from _our_systems(bert, family, device, dtype, compile_, bucket, kernels, backend, fp8, scope,
+                                layers_per_graph)
         return
     if baselines == "all":
         yield System(f"{hf} (eager, {recipe})", HF_EAGER, _copy_to(bert, device), hf_loss, padded)
@@ -386,7 +388,7 @@ def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int, kern
     if baselines == "all":
         yield System(f"{hf} (torch.compile, full-length rows: the stock dense ceiling)", HF_FULL_LENGTH,
                      torch.compile(_copy_to(bert, device), backend=backend), hf_loss, padded)
-    yield from _our_systems(bert, family, device, dtype, compile_, bucket, kernels, backend, fp8, scope)
+    yield from _our_systems(bert, family, device, dtype, compile_, bucket, kernels, backend, fp8, scope, layers_per_graph)
 
 
 def _copy_to(bert, device: torch.device):
@@ -420,9 +422,10 @@ def our_kernels(family, device: torch.device, dtype, dropout: float, kernels: li
 
 
 def our_system(bert, family, kernel: str, device: torch.device, compile_: bool, bucket: int, backend: str,
-               fp8: bool = False, scope: str = "layers") -> System:
+               fp8: bool = False, scope: str = "layers", layers_per_graph: int = 1) -> System:
     """Our model with ``kernel`` on ``device`` (``fp8``: the encoder's Linear layers converted first;
-    ``scope``: what one compiled region holds, as the trainer's --compile-scope)."""
+    ``scope``, ``layers_per_graph``: what one compiled region holds, as the trainer's --compile-scope
+    and --layers-per-graph)."""
     from biomed_lm.pretrain.attention import KERNELS
 
     suffix = ", fp8 encoder Linear layers" if fp8 else ""
@@ -431,8 +434,9 @@ def our_system(bert, family, kernel: str, device: torch.device, compile_: bool, 
         return System(f"ours [hf_sdpa, padded, MLM head on masked positions{suffix}]", OURS, model, _our_loss,
                       lambda batch: batch["input_ids"].numel(), _layout_of(model), kernel, fp8)
     model = _our_model(bert, device, fp8=fp8, attention=kernel, pad_to_multiple_of=bucket if compile_ else None,
-                       compile_backend=backend if compile_ else None, scope=scope)
-    compiled = ", whole forward compiled" if scope == "whole" else ", compiled by layer"
+                       compile_backend=backend if compile_ else None, scope=scope, layers_per_graph=layers_per_graph)
+    compiled = ", whole forward compiled" if scope == "whole" else \
+        ", compiled by layer" if layers_per_graph == 1 else f", compiled in blocks of {layers_per_graph} layers"
     region = {None: "", True: compiled, False: ", dense blocks compiled"}[
         None if not compile_ else KERNELS[kernel].traceable]
     return System(f"ours [{kernel}{region}{suffix}]", OURS, model, _our_loss,
@@ -440,18 +444,20 @@ def our_system(bert, family, kernel: str, device: torch.device, compile_: bool, 
 
 
 def _our_systems(bert, family, device: torch.device, dtype, compile_: bool, bucket: int,
-                 kernels: list[str] | None, backend: str, fp8: bool = False, scope: str = "layers"):
+                 kernels: list[str] | None, backend: str, fp8: bool = False, scope: str = "layers",
+                 layers_per_graph: int = 1):
     """Each of our kernels that runs here (a family without the unpadded path: its padded forward with
     the MLM head on the masked positions), with ``fp8`` each in bf16 and then in FP8. Models are built
     inside the yield, never bound to a local, so the previous row's model is freed before the next is built."""
     dropout = float(bert.config.attention_probs_dropout_prob)
     for kernel in our_kernels(family, device, dtype, dropout, kernels):
         for in_fp8 in (False, True) if fp8 else (False,):
-            yield our_system(bert, family, kernel, device, compile_, bucket, backend, fp8=in_fp8, scope=scope)
+            yield our_system(bert, family, kernel, device, compile_, bucket, backend, fp8=in_fp8, scope=scope,
+                             layers_per_graph=layers_per_graph)
 
 
 def _our_model(bert, device: torch.device, compile_backend: str | None = None, fp8: bool = False,
-               scope: str = "layers", **options):
+               scope: str = "layers", layers_per_graph: int = 1, **options):
     """Our model as the trainer builds it: the encoder's Linear layers converted to torchao's float8 when
     ``fp8`` (before compiling, as pretrain.trainer does), then the whole forward compiled as one region
     where the kernel traces (pretrain.trainer._compile), the dense blocks otherwise."""
@@ -471,7 +477,7 @@ def _our_model(bert, device: torch.device, compile_backend: str | None = None, f
     if "mlm_loss" not in options:  # the trainer's pick for the device and the compiled region
         ours.mlm_loss = resolve_implementation("auto", device, compiled=forward_compiled)[0]
     if forward_compiled:
-        ours.compile_losses(backend=compile_backend, scope=scope)
+        ours.compile_losses(backend=compile_backend, scope=scope, layers_per_graph=layers_per_graph)
     elif compile_backend is not None:
         compile_dense_blocks(ours.hf_model, backend=compile_backend)
     return ours
@@ -514,6 +520,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="torch.compile backend for ours and the baselines (aot_eager: fast, for CPU tests)")
     parser.add_argument("--compile-scope", choices=("layers", "whole"), default="layers",
                         help="what one compiled region of ours holds (the trainer's --compile-scope)")
+    parser.add_argument("--layers-per-graph", type=int, default=1,
+                        help="with --compile-scope layers: consecutive layers per compiled region (the trainer's)")
     parser.add_argument("--bucket-tokens", type=int, default=128)
     parser.add_argument("--attention-dropout", type=float, default=None,
                         help="override the preset's attention_probs_dropout_prob (0 lets the kernels without "
@@ -631,7 +639,7 @@ def measure_length(args: argparse.Namespace, bert, device: torch.device, dtype, 
     padded_batches, full_length_batches = length_batches(args, max_length, batch_size)
     sync, rows, profiles = device_sync(device), [], {}
     for system in systems(bert, device, dtype, compile_, args.bucket_tokens, args.kernels, args.compile_backend, fp8,
-                          baselines=args.baselines, scope=args.compile_scope):
+                          baselines=args.baselines, scope=args.compile_scope, layers_per_graph=args.layers_per_graph):
         torch._dynamo.reset()  # each system compiles in its own warm-up, no cache limit shared between them
         gc.collect()
         batches = full_length_batches if system.role == HF_FULL_LENGTH else padded_batches
@@ -711,7 +719,7 @@ def convergence(args: argparse.Namespace, family, device: torch.device, compile_
     kernel = convergence_kernel(args, family, device, bert, rows, max_length)
     batches = convergence_batches(args, max_length, batch_size, steps)
     system = our_system(bert, family, kernel, device, compile_, args.bucket_tokens, args.compile_backend,
-                        scope=args.compile_scope).name
+                        scope=args.compile_scope, layers_per_graph=args.layers_per_graph).name
     text = "real instances" if args.instances else "StructuredText"
     recipe = (f"AdamW lr {args.convergence_lr:g} (10% warm-up, linear decay), weight decay 0.01 (not on biases and "
               f"norms), gradient clipping 1.0, bf16 autocast; {text}")
@@ -779,7 +787,7 @@ def train_losses(args: argparse.Namespace, bert, family, kernel: str, cpu_batche
     torch._dynamo.reset()
     gc.collect()
     system = our_system(bert, family, kernel, device, compile_, args.bucket_tokens, args.compile_backend, fp8=fp8,
-                        scope=args.compile_scope)
+                        scope=args.compile_scope, layers_per_graph=args.layers_per_graph)
     model = system.model
     device_batches = [{key: value.to(device) for key, value in system.prepare(batch).items()} for batch in cpu_batches]
     optimizer = build_optimizer("adamw", parameter_groups(model), lr=args.convergence_lr, device=device).optimizer

@@ -12,6 +12,7 @@
 # with the whole log beside it.
 #   bert      bench_gpu.py, BERT-base: transformers eager / compiled / full-length rows against ours,
 #             seq 128 on the real instances' lengths, with --profile
+#   blocks    ours alone with 4 encoder layers per compiled region (the host's time per region call)
 #   batch512  ours alone at micro-batch 512 on the same instances: the step's launch-bound share
 #   launch    launch/pretrain.py for 60 steps on the same instances: its logged tokens/s against the
 #             bench's row for the same model and shapes (launch_vs_bench.json)
@@ -30,7 +31,7 @@ set -uo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 RESULTS="${RESULTS:-/tmp/gpu_check}"; mkdir -p "$RESULTS"
 PY="${PYTHON:-python3}"
-STAGES="${STAGES:-bert batch512 launch tests bert512 fp8 families finetune}"
+STAGES="${STAGES:-bert blocks batch512 launch tests bert512 fp8 families finetune}"
 INPUTS="$REPO/.gpu_inputs"
 cd "$REPO"
 
@@ -62,6 +63,10 @@ git -C "$REPO" log -1 --format='commit %h %s' 2> /dev/null | cut -c1-100
 
 if stage bert; then
   bench bert128 "${BERT_TIMEOUT:-200}" --seq-lengths 128 --batch 256 --kernels sdpa_padded --profile "${REAL[@]}"
+fi
+if stage blocks; then  # ours only, 4 layers per compiled region: 3 region calls a forward instead of 12
+  bench blocks "${BLOCKS_TIMEOUT:-120}" --seq-lengths 128 --batch 256 --kernels sdpa_padded --layers-per-graph 4 \
+    --no-baselines "${REAL[@]}"
 fi
 if stage batch512; then  # ours only, twice the micro-batch: how much of the step is launch overhead
   bench batch512 "${BATCH_TIMEOUT:-90}" --seq-lengths 128 --batch 512 --kernels sdpa_padded --no-baselines "${REAL[@]}"

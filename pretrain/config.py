@@ -74,6 +74,10 @@ class ModelArguments:
                 "layer runs through, and the heads with their losses: three graphs, compiled in a fraction of "
                 "the time) or whole (the entire forward as one region; needed for --compile-mode "
                 "reduce-overhead)"})
+    layers_per_graph: int = field(default=1, metadata={
+        "help": "with --compile-scope layers: consecutive encoder layers per compiled region (12 layers, 4: three "
+                "region calls a forward instead of twelve, less host time a step, a graph four times as large "
+                "to compile)", "min": 1})
     bucket_tokens: int = field(default=128, metadata={
         "help": "when compiling, round each micro-batch's token count up to a multiple of this, so the number "
                 "of compiled shapes stays bounded (the rounding is padding the log reports)", "min": 1})

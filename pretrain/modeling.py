@@ -62,12 +62,14 @@ def hf_attention(attention: str) -> str:
 @dataclass(frozen=True)
 class CompiledRegions:
     """The forward's compiled regions (compile scope ``layers``): the family's unpadded embeddings,
-    one encoder layer (called with each layer's module: one graph, the weights its inputs), and
+    a block of ``layers_per_graph`` consecutive encoder layers (called with each block's modules: one
+    graph every block runs through, the weights its inputs; a shorter last block, a second), and
     :meth:`PretrainingModel.head_losses`."""
 
     embed: Callable
-    layer: Callable
+    layers: Callable  # (layer modules, hidden, sequences, kernel) -> hidden
     heads: Callable
+    layers_per_graph: int = 1
 
 
 @dataclass
@@ -207,13 +209,16 @@ class PretrainingModel(nn.Module):
         compiled = self.__dict__.get("_compiled_losses")
         return (compiled or self.losses)(batch, next_sentence_label)
 
-    def compile_losses(self, backend: str = "inductor", mode: str | None = None, scope: str = "layers") -> None:
+    def compile_losses(self, backend: str = "inductor", mode: str | None = None, scope: str = "layers",
+                       layers_per_graph: int = 1) -> None:
         """Compile the forward (autograd compiles each region's backward as one graph too) with dynamic
         shapes: the token and masked counts vary per micro-batch, so a handful of graphs serve a run.
 
         ``scope="layers"`` (regional compilation): three regions, the embeddings, one encoder layer
         (a single graph every layer runs through, its weights as inputs) and the heads with their
-        losses. ``scope="whole"``: encoder, both heads and both losses as one region. Both fuse the
+        losses; ``layers_per_graph`` k > 1 makes the middle region k consecutive layers (12 layers,
+        k = 4: 3 calls a forward instead of 12, each region call costing the host a guard check and
+        autograd's wrappers, for a graph k times as large to compile). ``scope="whole"``: encoder, both heads and both losses as one region. Both fuse the
         same element-wise work (a layer's region holds everything between its matrix multiplies); the
         whole region compiles each of the 12 layers anew. BERT-base's 3 warm-up steps with a cold
         compile cache on a 2-core CPU (inductor, micro-batch 8 × 128): 103 s whole, 40 s by layers,
@@ -242,9 +247,12 @@ class PretrainingModel(nn.Module):
         if scope == "whole":
             self.__dict__["_compiled_losses"] = compile(self.losses)
             return
+        if layers_per_graph < 1:
+            raise PretrainConfigError(f"layers_per_graph must be at least 1, got {layers_per_graph}")
         adapter = unpadded.encoder_for(self.hf_model.config)
         self.__dict__["_compiled_regions"] = CompiledRegions(
-            embed=compile(adapter.embed), layer=compile(adapter.layer), heads=compile(self.head_losses))
+            embed=compile(adapter.embed), layers=compile(functools.partial(unpadded.run_layers, adapter)),
+            heads=compile(self.head_losses), layers_per_graph=layers_per_graph)
 
     def losses(self, batch: PaddedBatch | VarlenBatch, next_sentence_label: torch.Tensor | None
                ) -> PretrainingOutput:

@@ -44,7 +44,7 @@ FIXED = frozenset({"model.init", "model.model", "model.architecture", "data.voca
 # Fields added after checkpoints were already being written, with the value an older checkpoint's
 # run had in effect: such a checkpoint resumes as before instead of reporting a change.
 ADDED_FIELDS = {"train.schedule_total_steps": 0, "train.continue_from": "", "train.loss_ceiling_factor": 0.0,
-                "model.compile_mode": "default", "model.compile_scope": "whole",
+                "model.compile_mode": "default", "model.compile_scope": "whole", "model.layers_per_graph": 1,
                 "data.sample_order": "permutation"}
 # Fields renamed after checkpoints were already being written: old name -> name. An older checkpoint's
 # value is compared under the new name, so the rename alone is no change.

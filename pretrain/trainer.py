@@ -532,11 +532,12 @@ def _pretraining_model(hf_model, model_args: ModelArguments, train_pair: bool, t
     model.to(device)
     if compiled:
         execution.compiled_region = _compile(model, attention, forward_compiled, model_args.compile_mode,
-                                             model_args.compile_scope)
+                                             model_args.compile_scope, model_args.layers_per_graph)
     return model, execution
 
 
-def _compile(model: PretrainingModel, attention: str, forward_compiled: bool, mode: str, scope: str) -> str:
+def _compile(model: PretrainingModel, attention: str, forward_compiled: bool, mode: str, scope: str,
+             layers_per_graph: int = 1) -> str:
     """Compile ``model``'s forward (autograd compiles each region's backward as one graph too) by
     ``scope`` when ``forward_compiled`` (the attention kernel traces and ALUM is off:
     :meth:`PretrainingModel.compile_losses`), otherwise the dense blocks (ALUM's several passes per
@@ -544,9 +545,10 @@ def _compile(model: PretrainingModel, attention: str, forward_compiled: bool, mo
     from biomed_lm.pretrain.compiling import compile_dense_blocks
 
     if forward_compiled:
-        model.compile_losses(mode=None if mode == "default" else mode, scope=scope)
+        model.compile_losses(mode=None if mode == "default" else mode, scope=scope, layers_per_graph=layers_per_graph)
+        block = "one encoder layer" if layers_per_graph == 1 else f"blocks of {layers_per_graph} encoder layers"
         regions = "the whole forward and backward" if scope == "whole" else \
-            "the embeddings, one encoder layer (a graph every layer shares) and the heads"
+            f"the embeddings, {block} (a graph every block shares) and the heads"
         return f"{regions} (mode {mode})"
     compile_dense_blocks(model.hf_model)
     why = "ALUM runs several passes" if type(model) is not PretrainingModel else f"{attention} does not trace"

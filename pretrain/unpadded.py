@@ -189,12 +189,24 @@ def project_qkv(projections: tuple[nn.Module, nn.Module, nn.Module], hidden: tor
 def encode(encoder: nn.Module, batch: VarlenBatch, kernel: str, inputs_embeds: torch.Tensor | None = None,
            regions=None) -> torch.Tensor:
     """The encoder's last hidden states, ``(total_tokens, hidden)``, of the family's encoder; with
-    ``regions`` (:class:`pretrain.modeling.CompiledRegions`) through their compiled embeddings and layer."""
+    ``regions`` (:class:`pretrain.modeling.CompiledRegions`) through their compiled embeddings and
+    layer blocks."""
     adapter = encoder_for(encoder.config)
-    embed, run_layer = (adapter.embed, adapter.layer) if regions is None else (regions.embed, regions.layer)
-    hidden = embed(encoder, batch, inputs_embeds)
-    for layer in adapter.layers(encoder):
-        hidden = run_layer(layer, hidden, batch.sequences, kernel)
+    layers = adapter.layers(encoder)
+    if regions is None:
+        return run_layers(adapter, layers, adapter.embed(encoder, batch, inputs_embeds), batch.sequences, kernel)
+    hidden = regions.embed(encoder, batch, inputs_embeds)
+    block = regions.layers_per_graph
+    for start in range(0, len(layers), block):
+        hidden = regions.layers(layers[start:start + block], hidden, batch.sequences, kernel)
+    return hidden
+
+
+def run_layers(adapter: "BertEncoder | AlbertEncoder", layers: list[nn.Module], hidden: torch.Tensor,
+               sequences: Sequences, kernel: str) -> torch.Tensor:
+    """``layers`` one after another (a compiled region's body: a block of consecutive layers)."""
+    for layer in layers:
+        hidden = adapter.layer(layer, hidden, sequences, kernel)
     return hidden
 
 

@@ -61,6 +61,29 @@ def test_the_compiled_forward_equals_the_padded_model_with_a_fixed_number_of_gra
     assert set(compiled.state_dict()) == {f"hf_model.{name}" for name in bert.state_dict()}
 
 
+def test_blocks_of_layers_compile_as_one_graph_per_block_size():
+    """Three layers in blocks of two: a block of two and a block of one, each its own graph (with the
+    embeddings and the heads, four), the padded model's losses and gradients."""
+    from transformers import BertConfig, BertForPreTraining
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=tiny_bert().config.vocab_size, hidden_size=32, num_hidden_layers=3,
+                        num_attention_heads=4, intermediate_size=64, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0, pad_token_id=tiny_bert().config.pad_token_id)
+    bert = BertForPreTraining._from_config(config, attn_implementation="eager")
+    reference = PretrainingModel(copy.deepcopy(bert), attention="hf_sdpa")
+    compiled = PretrainingModel(copy.deepcopy(bert), attention="sdpa_padded", pad_to_multiple_of=32)
+    compiled.compile_losses(backend="aot_eager", scope="layers", layers_per_graph=2)
+    before = compiled_graphs()
+    for seed, lengths in enumerate(SHAPES):
+        batch = masked_batch(lengths, whole_word=True, seed=seed)
+        padded = {key: batch[key] for key in PADDED_KEYS}
+        assert_same(losses_and_grads(reference, batch, **padded),
+                    losses_and_grads(compiled, batch, prepared=compiled.prepare(**padded)))
+    assert compiled_graphs() - before == 4
+
+
 def test_compiling_refuses_what_it_cannot_hold_in_one_graph():
     from biomed_lm.pretrain.config import PretrainConfigError
 
@@ -69,6 +92,8 @@ def test_compiling_refuses_what_it_cannot_hold_in_one_graph():
         model.compile_losses(backend="aot_eager", mode="reduce-overhead", scope="layers")
     with pytest.raises(PretrainConfigError, match="compile scope 'regions'"):
         model.compile_losses(backend="aot_eager", scope="regions")
+    with pytest.raises(PretrainConfigError, match="layers_per_graph must be at least 1"):
+        model.compile_losses(backend="aot_eager", layers_per_graph=0)
     model.mlm_loss = "liger"
     with pytest.raises(PretrainConfigError, match="breaks the compiled graph"):
         model.compile_losses(backend="aot_eager")

@@ -21,7 +21,7 @@ def test_the_gpu_script_parses_and_runs_every_stage_by_default():
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     text = script.read_text()
     default = text.split('STAGES="${STAGES:-', 1)[1].split("}", 1)[0].split()
-    assert default == ["bert", "batch512", "launch", "tests", "bert512", "fp8", "families", "finetune"]
+    assert default == ["bert", "blocks", "batch512", "launch", "tests", "bert512", "fp8", "families", "finetune"]
     for stage in default:
         assert f"if stage {stage}" in text
 
