@@ -37,51 +37,28 @@ def losses_and_grads(model: PretrainingModel, batch: dict, **inputs) -> tuple[di
 
 # scope -> graphs over all of SHAPES: the whole forward is one; by layer, the embeddings, one graph
 # that both of tiny_bert's layers run through, and the heads.
-GRAPHS = {"whole": 1, "layers": 3}
-
-
-@pytest.mark.parametrize("scope", ["whole", "layers"])
-def test_the_compiled_forward_equals_the_padded_model_with_a_fixed_number_of_graphs(scope):
+# (scope, layers, layers per graph, graphs): the whole forward; by layer (embeddings, a layer, heads);
+# three layers in blocks of two (a block of two and a block of one, each its own graph)
+@pytest.mark.parametrize("scope, layers, layers_per_graph, graphs",
+                         [("whole", 2, 1, 1), ("layers", 2, 1, 3), ("layers", 3, 2, 4)])
+def test_the_compiled_forward_equals_the_padded_model_with_a_fixed_number_of_graphs(scope, layers, layers_per_graph,
+                                                                                     graphs):
     """aot_eager traces exactly what inductor would compile (the same graphs, the same guards)
     without generating kernels, which on CPU takes minutes."""
     torch._dynamo.reset()
-    bert = tiny_bert()
-    assert bert.config.num_hidden_layers > 1  # else one graph per layer would pass unnoticed
+    bert = tiny_bert(layers=layers)  # more than one layer: else one graph per layer would pass unnoticed
     reference = PretrainingModel(copy.deepcopy(bert), attention="hf_sdpa")
     compiled = PretrainingModel(copy.deepcopy(bert), attention="sdpa_padded", pad_to_multiple_of=32)
-    compiled.compile_losses(backend="aot_eager", scope=scope)
+    compiled.compile_losses(backend="aot_eager", scope=scope, layers_per_graph=layers_per_graph)
     before = compiled_graphs()
     for seed, lengths in enumerate(SHAPES):
         batch = masked_batch(lengths, whole_word=True, seed=seed)
         padded = {key: batch[key] for key in PADDED_KEYS}
         assert_same(losses_and_grads(reference, batch, **padded),
                     losses_and_grads(compiled, batch, prepared=compiled.prepare(**padded)))
-    assert compiled_graphs() - before == GRAPHS[scope]
+    assert compiled_graphs() - before == graphs
     assert "_compiled_regions" not in dict(compiled.named_modules())  # the state dict is transformers' own
     assert set(compiled.state_dict()) == {f"hf_model.{name}" for name in bert.state_dict()}
-
-
-def test_blocks_of_layers_compile_as_one_graph_per_block_size():
-    """Three layers in blocks of two: a block of two and a block of one, each its own graph (with the
-    embeddings and the heads, four), the padded model's losses and gradients."""
-    from transformers import BertConfig, BertForPreTraining
-
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=tiny_bert().config.vocab_size, hidden_size=32, num_hidden_layers=3,
-                        num_attention_heads=4, intermediate_size=64, hidden_dropout_prob=0.0,
-                        attention_probs_dropout_prob=0.0, pad_token_id=tiny_bert().config.pad_token_id)
-    bert = BertForPreTraining._from_config(config, attn_implementation="eager")
-    reference = PretrainingModel(copy.deepcopy(bert), attention="hf_sdpa")
-    compiled = PretrainingModel(copy.deepcopy(bert), attention="sdpa_padded", pad_to_multiple_of=32)
-    compiled.compile_losses(backend="aot_eager", scope="layers", layers_per_graph=2)
-    before = compiled_graphs()
-    for seed, lengths in enumerate(SHAPES):
-        batch = masked_batch(lengths, whole_word=True, seed=seed)
-        padded = {key: batch[key] for key in PADDED_KEYS}
-        assert_same(losses_and_grads(reference, batch, **padded),
-                    losses_and_grads(compiled, batch, prepared=compiled.prepare(**padded)))
-    assert compiled_graphs() - before == 4
 
 
 def test_compiling_refuses_what_it_cannot_hold_in_one_graph():

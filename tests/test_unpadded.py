@@ -30,11 +30,11 @@ def pad_back(values: torch.Tensor, batch: VarlenBatch, fill: float = 0.0) -> tor
     return out.view(*batch.padded_shape, *values.shape[1:])
 
 
-def tiny_bert(max_positions: int = 512, dropout: float = 0.0, seed: int = 0):
+def tiny_bert(max_positions: int = 512, dropout: float = 0.0, seed: int = 0, layers: int = 2):
     from transformers import BertConfig, BertForPreTraining
 
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+    config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4,
                         intermediate_size=64, max_position_embeddings=max_positions, hidden_dropout_prob=dropout,
                         attention_probs_dropout_prob=dropout, pad_token_id=PAD)
     return BertForPreTraining._from_config(config, attn_implementation="eager")
