@@ -11,7 +11,7 @@ arguments, see :mod:`pretrain.config`); this module owns the data stream, maskin
 checkpoints and faults. :func:`train` is set-up (:func:`_prepare_run`), a short step loop, and the
 final export; a step is :func:`_accumulate_step` (forward/backward per micro-batch, the verdict, the
 optimizer step), queued on the device without reading anything back, and at the read points (logged
-steps, checkpoints, every :data:`READ_EVERY_AT_MOST` steps) :func:`_read_steps` brings the steps since
+steps, checkpoints, every :data:`MICRO_BATCHES_BETWEEN_READS` micro-batches) :func:`_read_steps` brings the steps since
 the last read to the host in one read for :func:`_account_step` (counting, logging, the divergence
 abort). Variants of the
 objective plug in through the model's output type (``PretrainingModel.output_type``): ALUM's term
@@ -29,8 +29,9 @@ Faults. Checkpoints are verified before a resume and a damaged one falls back to
 (:mod:`pretrain.resume`); a non-finite or spiking step is skipped before the optimizer touches the
 weights (:mod:`pretrain.divergence`: its update is vetoed on the device, or around ``engine.step()``), and after
 ``max_consecutive_skips`` in a row the run aborts, keeping its last (healthy) checkpoint; SIGTERM,
-SIGUSR1, SIGINT, a time budget or a vanished launcher finish the current step on every rank, write a
-checkpoint and exit cleanly (:mod:`pretrain.preemption`).
+SIGUSR1, SIGINT, a time budget or a vanished launcher finish the steps up to the next read point (at
+most :data:`MICRO_BATCHES_BETWEEN_READS` micro-batches, or the step) on every rank, write a checkpoint
+and exit cleanly (:mod:`pretrain.preemption`).
 """
 
 from __future__ import annotations
@@ -152,9 +153,12 @@ class Run:
     graphs: CompiledGraphs | None  # torch.compile's graphs so far (None: not compiled)
 
 
-#: The host reads the device's numbers (sums, verdicts) at least this often, logged or not: a stop
-#: request (SIGTERM, the time budget) takes effect at the next read, within this many steps.
-READ_EVERY_AT_MOST = 16
+#: The host reads the device's numbers (sums, verdicts) at least once per this many micro-batches
+#: (rounded to whole steps: every step when a step has more), logged or not: a stop request (SIGTERM,
+#: the time budget) takes effect at the next read, so a pre-empted rank has this much left to run
+#: before its checkpoint (DeepSpeed's launcher allows 30 s). One read per step costs little when a
+#: step is many micro-batches long.
+MICRO_BATCHES_BETWEEN_READS = 16
 
 
 @dataclasses.dataclass
@@ -174,7 +178,7 @@ class PendingStep:
 
 @dataclasses.dataclass
 class StepResult:
-    """One optimizer step as :func:`_accumulate_step` saw it, for accounting, logging and the loop."""
+    """One optimizer step as :func:`_read_steps` read it back, for accounting, logging and the loop."""
 
     number: int  # 1-based: the steps done once this one is
     totals: StepTotals  # reduced over all ranks
@@ -243,9 +247,10 @@ def _run_steps(run: Run) -> int:
 
 def _is_read_point(args: TrainArguments, step: int) -> bool:
     """Whether the host reads the steps since the last read after step ``step``: to log it, to
-    checkpoint it, at the end, and at least every :data:`READ_EVERY_AT_MOST` steps. Every rank reads
-    at the same steps, so all see a stop request at the same one."""
-    return any(step % every == 0 for every in (args.log_every, args.checkpoint_every, READ_EVERY_AT_MOST)) \
+    checkpoint it, at the end, and at least every :data:`MICRO_BATCHES_BETWEEN_READS` micro-batches.
+    Every rank reads at the same steps, so all see a stop request at the same one."""
+    unread_at_most = max(1, MICRO_BATCHES_BETWEEN_READS // args.gradient_accumulation_steps)
+    return any(step % every == 0 for every in (args.log_every, args.checkpoint_every, unread_at_most)) \
         or step == args.max_steps
 
 
@@ -668,15 +673,13 @@ def _accumulate_step(run: Run, step: int) -> PendingStep:
     waiting for the device, which the host reads at the next read point (:func:`_read_steps`).
     Otherwise the host reads the step now, before the optimizer, to veto around ``engine.step()``."""
     engine, accumulation = run.engine, run.train_args.gradient_accumulation_steps
-    pending_step = PendingStep(step + 1, StepTotals(run.device, extra=run.model.output_type.EXTRA_TOTALS),
-                               sums=None, record=None, grad_norm_known=False, lr=engine.get_lr()[0],
-                               started=time.perf_counter())
-    totals = pending_step.totals
+    started, lr = time.perf_counter(), engine.get_lr()[0]  # the rate this step's update uses
+    totals = StepTotals(run.device, extra=run.model.output_type.EXTRA_TOTALS)
     for _ in range(accumulation - 1):
         _forward_backward(run, step, totals)
         engine.step()  # within the accumulation: DeepSpeed counts the micro-step, nothing is updated
     _forward_backward(run, step, totals)
-    pending_step.sums, pending_step.record, pending_step.grad_norm_known = _judge_on_device(run, totals)
+    pending_step = PendingStep(step + 1, totals, *_judge_on_device(run, totals), lr=lr, started=started)
     # The boundary: DeepSpeed steps the optimizer (a rejected step's update is vetoed here, all else
     # runs), zeroes the gradients and steps the learning-rate schedule.
     if run.gate.vetoes_on_device():
@@ -941,12 +944,6 @@ class StepTotals:
     def read(self, values: list[float]) -> None:
         """The reduced sums, read back (:func:`_read_steps`)."""
         self.values = torch.tensor(values, dtype=torch.float64)
-
-    def mean_loss(self, micro_batches: int) -> float:
-        """The step's loss over every rank's micro-batches; NaN when any of them was not finite."""
-        if self["nonfinite_micro"] > 0:
-            return math.nan
-        return (self["mlm_loss"] + self["pair_loss"]) / micro_batches
 
 
 def _gradient_norm(engine) -> torch.Tensor | None:

@@ -225,3 +225,17 @@ def test_the_trainer_clips_the_gradients_to_the_global_norm_it_was_given():
         assert torch.allclose(p.grad, before * (1.0 / (float(norm) + 1e-6)), rtol=1e-5)
     _clip_gradients(engine, TrainArguments(max_grad_norm=1.0, precision="fp16"), _gradient_norm(engine) * 10)
     assert float(_gradient_norm(engine)) == pytest.approx(1.0, rel=1e-5)  # fp16: DeepSpeed's to clip, not touched
+
+
+def test_the_host_reads_at_logged_steps_checkpoints_the_end_and_every_16_micro_batches():
+    from biomed_lm.pretrain.trainer import _is_read_point
+
+    def reads(**options) -> list[int]:
+        args = TrainArguments(max_steps=50, **options)
+        return [step for step in range(1, 51) if _is_read_point(args, step)]
+
+    assert reads(log_every=1) == list(range(1, 51))
+    assert reads(log_every=100, checkpoint_every=1000) == [16, 32, 48, 50]
+    assert reads(log_every=10, checkpoint_every=25) == [10, 16, 20, 25, 30, 32, 40, 48, 50]
+    assert reads(log_every=100, checkpoint_every=1000, gradient_accumulation_steps=4) == list(range(4, 49, 4)) + [50]
+    assert reads(log_every=100, checkpoint_every=1000, gradient_accumulation_steps=32) == list(range(1, 51))
