@@ -81,7 +81,12 @@ def test_pretraining_and_fine_tuning_configs_come_from_the_backend():
     assert finetune_ds_config(args, 2) == ds_config(global_batch_size=32, micro_batch_size=16,
                                                     gradient_accumulation_steps=1, max_grad_norm=1.0,
                                                     precision="fp16", zero_stage=2)
-    train = TrainArguments(micro_batch_size=8, gradient_accumulation_steps=3, precision="bf16")
+    train = TrainArguments(micro_batch_size=8, gradient_accumulation_steps=3, precision="bf16", zero_stage=1)
     assert create_ds_config(train, 2) == ds_config(global_batch_size=48, micro_batch_size=8,
                                                    gradient_accumulation_steps=3, max_grad_norm=train.max_grad_norm,
-                                                   precision="bf16", zero_stage=0, bf16_mode="autocast")
+                                                   precision="bf16", zero_stage=1, bf16_mode="autocast")
+    # at ZeRO stage 0 the pretraining trainer clips the gradients itself: DeepSpeed's clipping is off
+    stage0 = TrainArguments(micro_batch_size=8, gradient_accumulation_steps=3, precision="bf16")
+    assert create_ds_config(stage0, 2) == ds_config(global_batch_size=48, micro_batch_size=8,
+                                                    gradient_accumulation_steps=3, max_grad_norm=0.0,
+                                                    precision="bf16", zero_stage=0, bf16_mode="autocast")
