@@ -152,7 +152,8 @@ def sdpa_nested(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqs: Sequenc
     offsets = seqs.cu_seqlens.long()
 
     def nested(t: torch.Tensor) -> torch.Tensor:  # jagged values must be contiguous (q, k, v are views of one)
-        return torch.nested.nested_tensor_from_jagged(t.contiguous(), offsets=offsets, max_seqlen=seqs.max_length).transpose(1, 2)
+        jagged = torch.nested.nested_tensor_from_jagged(t.contiguous(), offsets=offsets, max_seqlen=seqs.max_length)
+        return jagged.transpose(1, 2)
 
     out = F.scaled_dot_product_attention(nested(q), nested(k), nested(v), dropout_p=dropout_p, scale=scale)
     return out.transpose(1, 2).values()

@@ -157,9 +157,9 @@ class TrainArguments:
         "help": "write a transformers-format export (config, safetensors, tokenizer) with each checkpoint"})
     resume: bool = field(default=True, metadata={"help": "continue from the latest checkpoint in output_dir"})
     log_every: int = field(default=1, metadata={
-        "help": "steps between metric lines (skipped steps are always logged). The host reads the device's numbers "
-                "at logged steps, checkpoints and at least every 16 micro-batches, and the device runs ahead in between: on a GPU "
-                "10 or more keeps it from waiting on the host", "min": 1})
+        "help": "steps between metric lines (skipped steps are always logged). The host reads the device's "
+                "numbers at logged steps, checkpoints and at least every 16 micro-batches, and the device runs "
+                "ahead in between: on a GPU 10 or more keeps it from waiting on the host", "min": 1})
     max_consecutive_skips: int = field(default=5, metadata={
         "help": "abort (keeping the last checkpoint) after this many skipped steps in a row (non-finite or "
                 "spiking)", "min": 1})
