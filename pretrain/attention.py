@@ -193,15 +193,12 @@ def flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqs: Sequences, dro
     def same_document(batch, head, q_index, kv_index):
         return documents[q_index] == documents[kv_index]
 
-    if torch.compiler.is_compiling() or q.device.type != "cuda":
-        # Inside a compiled region both are traced into its graph (there, create_block_mask's own
-        # ``_compile`` flag warns, which breaks the graph); on CPU unfused (the full score matrix):
-        # fine for CPU tests only.
-        mask = create_block_mask(same_document, None, None, total, total, device=q.device)
-        attention = flex_attention
-    else:
-        mask = create_block_mask(same_document, None, None, total, total, device=q.device, _compile=True)
-        attention = _compiled_flex_attention()
+    # Compiled here on CUDA outside a compiled region; inside one both are traced into its graph (there
+    # create_block_mask's ``_compile`` flag warns, which breaks the graph); on CPU unfused (the full
+    # score matrix): fine for CPU tests only.
+    compiled = q.device.type == "cuda" and not torch.compiler.is_compiling()
+    mask = create_block_mask(same_document, None, None, total, total, device=q.device, _compile=compiled)
+    attention = _compiled_flex_attention() if compiled else flex_attention
     out = attention(*(t.transpose(0, 1).unsqueeze(0) for t in (q, k, v)), block_mask=mask, scale=scale)
     return out.squeeze(0).transpose(0, 1)
 

@@ -81,7 +81,6 @@ class DivergenceGuard:
         self.loss_factor, self.grad_factor = loss_spike_factor, grad_norm_spike_factor
         self.loss_ceiling = loss_ceiling  # 0: off
         self.warmup_steps = warmup_steps
-        self.window = window
         self._history = {name: _Ring(window, device) for name in ("losses", "grad_norms")}
         self._accepted = torch.zeros((), dtype=torch.int64, device=device)
 

@@ -914,7 +914,7 @@ class StepTotals:
         self._index = {name: i for i, name in enumerate(self.names)}
         self.host = [0.0] * len(self.HOST)  # plain floats: adding to them touches no tensor
         self.device = torch.zeros(len(self.names) - len(self.HOST), dtype=torch.float64, device=device)
-        self.values: torch.Tensor | None = None  # every sum, reduced over ranks, on the host
+        self.values: list[float] | None = None  # every sum, reduced over ranks, read back to the host
 
     def add(self, **amounts: float) -> None:
         for name, amount in amounts.items():
@@ -925,7 +925,7 @@ class StepTotals:
         self.device += torch.stack([amounts[name].to(torch.float64) for name in order])
 
     def __getitem__(self, name: str) -> float:
-        return float(self.values[self._index[name]])
+        return self.values[self._index[name]]
 
     def index(self, name: str) -> int:
         return self._index[name]
@@ -943,7 +943,7 @@ class StepTotals:
 
     def read(self, values: list[float]) -> None:
         """The reduced sums, read back (:func:`_read_steps`)."""
-        self.values = torch.tensor(values, dtype=torch.float64)
+        self.values = values
 
 
 def _gradient_norm(engine) -> torch.Tensor | None:
