@@ -29,14 +29,17 @@ baseline's ``torch.compile``; on CPU inductor takes minutes, so tests use ``aot_
 compile. Each system starts from ``torch._dynamo.reset()``, so it compiles during its own warm-up.
 
 Timing, as a training run has it: ``--warmup`` steps (compilation, recompilation for a new padded
-shape, allocator, kernel selection), then ONE window of ``--steps`` optimizer steps with one
-``torch.cuda.synchronize`` at each end and none in between. Every batch is moved to the device
+shape, allocator, kernel selection; under ``--compile-mode reduce-overhead`` also the window's
+batches twice, so every shape is recorded), then ``--windows`` windows (default 3) of the same
+``--steps`` optimizer steps, each with one ``torch.cuda.synchronize`` at each end and none in
+between; the row's pace is the median window's, ``window_spread`` = (slowest - fastest) / median
+(12-step single windows on an H200 varied ±10-20% run to run). Every batch is moved to the device
 before the warm-up (all of them staged there: a few MB; no pinned memory, no copy in the window),
 and tokens, padding and model FLOPs are counted from the CPU copies of the window's batches
-beforehand, so the benchmark itself reads nothing back (no ``.item()``/``.tolist()``) inside the
-window; what a model reads back itself (our unpadded path's lengths) a training run reads too. ``step_seconds`` is the window's seconds ÷ steps
-(a mean: a per-step median would need a synchronize per step); ``graphs_compiled_in_window`` says
-whether torch.compile still compiled inside the window (warm-up too short for the shapes seen).
+beforehand, so the benchmark itself reads nothing back (no ``.item()``/``.tolist()``) inside a
+window. ``step_seconds`` is the median window's seconds ÷ steps (a mean: a per-step median would need
+a synchronize per step); ``graphs_compiled_in_window`` says whether torch.compile still compiled
+inside the windows (warm-up too short for the shapes seen).
 
 Batches: BERT's length mix — each sequence is full length with probability 0.5 (instances fill up
 to the target), otherwise uniform between 8 and the maximum (short_seq_prob, document ends) — or
@@ -90,6 +93,7 @@ import copy
 import gc
 import re
 import resource
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -119,6 +123,24 @@ class System:
     prepare: Callable[[dict], dict] = staticmethod(lambda batch: batch)
     kernel: str | None = None  # ours: the attention kernel
     fp8: bool = False  # ours with the encoder's Linear layers in torchao's float8 (bf16 autocast elsewhere)
+
+
+@dataclass(frozen=True)
+class Regions:
+    """What one compiled region of ours holds and how it runs: the trainer's ``--compile-scope``,
+    ``--layers-per-graph`` and ``--compile-mode`` (``reduce-overhead``: replayed as CUDA graphs)."""
+    scope: str = "layers"
+    layers_per_graph: int = 1
+    mode: str | None = None
+
+    @property
+    def cuda_graphs(self) -> bool:
+        return self.mode == "reduce-overhead"
+
+    def describe(self) -> str:
+        text = ", whole forward compiled" if self.scope == "whole" else ", compiled by layer" \
+            if self.layers_per_graph == 1 else f", compiled in blocks of {self.layers_per_graph} layers"
+        return text + (", CUDA graphs" if self.cuda_graphs else "")
 
 
 @dataclass
@@ -229,7 +251,10 @@ def window_counts(cpu_batches: list[dict], config, computed_positions: Callable)
 
 def make_step(model, loss_fn: Callable, optimizer, device: torch.device, dtype) -> Callable[[dict], None]:
     """One optimizer step on a device batch; returns nothing, so nothing waits for the device."""
+    begin_step = getattr(model, "begin_step", lambda: None)  # ours: a new step for the CUDA graph trees
+
     def step(batch: dict) -> None:
+        begin_step()
         with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
             loss = loss_fn(model, batch)
         loss.backward()
@@ -257,9 +282,10 @@ def device_sync(device: torch.device) -> Callable[[], None]:
 
 
 def run_system(system: System, cpu_batches: list[dict], warmup: int, device: torch.device, dtype, config,
-               sync: Callable[[], None]) -> tuple[dict, Callable, list[dict]]:
-    """Warm-up steps, then one timed window over the rest of ``cpu_batches``. Returns the row, the
-    step function and the device batches (for a profile right after, while the model is warm)."""
+               sync: Callable[[], None], windows: int = 3) -> tuple[dict, Callable, list[dict]]:
+    """Warm-up steps, then ``windows`` timed windows, each over the rest of ``cpu_batches``; the row's
+    pace is the median window's (each window's is kept, with their spread). Returns the row, the step
+    function and the device batches (for a profile right after, while the model is warm)."""
     from biomed_lm.pretrain.compiling import compiled_graphs
     from biomed_lm.pretrain.flops import peak_flops
     from biomed_lm.optim import build_optimizer
@@ -272,11 +298,13 @@ def run_system(system: System, cpu_batches: list[dict], warmup: int, device: tor
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     warmup_start = time.perf_counter()
-    for batch in device_batches[:warmup]:
+    for batch in warmup_batches(device_batches, warmup, getattr(system.model, "cuda_graphs", False)):
         step(batch)
     graphs_before = compiled_graphs()
-    seconds = time_window(step, device_batches[warmup:], sync)
-    warmup_seconds = time.perf_counter() - warmup_start - seconds  # the window's opening sync ends the warm-up
+    window_seconds = [time_window(step, device_batches[warmup:], sync) for _ in range(windows)]
+    # the first window's opening sync ends the warm-up
+    warmup_seconds = time.perf_counter() - warmup_start - sum(window_seconds)
+    seconds = statistics.median(window_seconds)
     steps = len(cpu_batches) - warmup
     precision = "fp8" if system.fp8 else "bf16" if dtype == torch.bfloat16 else "fp32"
     peak = peak_flops(precision, device)  # an fp8 row: against the FP8 peak (mfu_peak says which)
@@ -284,13 +312,23 @@ def run_system(system: System, cpu_batches: list[dict], warmup: int, device: tor
            "optimizer": optimizer.implementation,
            "tokens_per_s": counts.tokens / seconds, "step_seconds": seconds / steps, "window_seconds": seconds,
            "steps": steps, "warmup_steps": warmup, "mfu": counts.flops / seconds / peak if peak else None,
+           "windows": windows, "window_tokens_per_s": [counts.tokens / each for each in window_seconds],
+           "window_spread": (max(window_seconds) - min(window_seconds)) / seconds,
            "mfu_peak": precision,
            "padding_fraction": 1 - counts.tokens / counts.positions, "peak_memory_gib": _peak_memory(device),
            "graphs_compiled_in_window": compiled_graphs() - graphs_before, "warmup_seconds": warmup_seconds}
     mfu = f"{row['mfu']:.1%}" if row["mfu"] is not None else "n/a"
-    print(f"  measured {system.name}: {row['tokens_per_s']:,.0f} tok/s, MFU {mfu}, warm-up (compile) "
-          f"{warmup_seconds:.0f} s", flush=True)  # each row as it lands: a stage cut off by its timeout keeps them
+    print(f"  measured {system.name}: {row['tokens_per_s']:,.0f} tok/s (median of {windows} windows, spread "
+          f"{row['window_spread']:.1%}), MFU {mfu}, warm-up (compile) {warmup_seconds:.0f} s", flush=True)  # each row as it lands: a stage cut off by its timeout keeps them
     return row, step, device_batches[warmup:]
+
+
+def warmup_batches(batches: list, warmup: int, cuda_graphs: bool) -> list:
+    """The first ``warmup`` batches; under CUDA graphs then the window's batches twice over: a shape runs
+    uncaptured the first time it is seen and is recorded the second, so the window only replays (as a long
+    run does, once its bucketed shapes have all been seen)."""
+    window = batches[warmup:]
+    return batches[:warmup] + (window + window if cuda_graphs else [])
 
 
 def _peak_memory(device: torch.device) -> float:
@@ -360,8 +398,7 @@ def hf_inputs(family, config, batch: dict) -> dict:
 
 
 def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int, kernels: list[str] | None = None,
-            backend: str = "inductor", fp8: bool = False, baselines: str = "all", scope: str = "layers",
-            layers_per_graph: int = 1):
+            backend: str = "inductor", fp8: bool = False, baselines: str = "all", regions: Regions = Regions()):
     """The :class:`System` rows, built one at a time from ``bert`` (kept on the CPU; each row gets its own
     copy on ``device``, so only one is there while it runs): transformers' family class eager, compiled
     (the baseline) and compiled on full-length rows, then each of our kernels (``fp8``: each in bf16,
@@ -378,8 +415,7 @@ def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int, kern
 
     recipe, hf = "SDPA, padded, full MLM head", f"transformers {family.model_class}"
     if baselines == "none":  # ours only (e.g. fp8 against our bf16, where the stage before measured transformers)
-        yield from _our_systems(bert, family, device, dtype, compile_, bucket, kernels, backend, fp8, scope,
-                                layers_per_graph)
+        yield from _our_systems(bert, family, device, dtype, compile_, bucket, kernels, backend, fp8, regions)
         return
     if baselines == "all":
         yield System(f"{hf} (eager, {recipe})", HF_EAGER, _copy_to(bert, device), hf_loss, padded)
@@ -388,7 +424,7 @@ def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int, kern
     if baselines == "all":
         yield System(f"{hf} (torch.compile, full-length rows: the stock dense ceiling)", HF_FULL_LENGTH,
                      torch.compile(_copy_to(bert, device), backend=backend), hf_loss, padded)
-    yield from _our_systems(bert, family, device, dtype, compile_, bucket, kernels, backend, fp8, scope, layers_per_graph)
+    yield from _our_systems(bert, family, device, dtype, compile_, bucket, kernels, backend, fp8, regions)
 
 
 def _copy_to(bert, device: torch.device):
@@ -422,10 +458,9 @@ def our_kernels(family, device: torch.device, dtype, dropout: float, kernels: li
 
 
 def our_system(bert, family, kernel: str, device: torch.device, compile_: bool, bucket: int, backend: str,
-               fp8: bool = False, scope: str = "layers", layers_per_graph: int = 1) -> System:
+               fp8: bool = False, regions: Regions = Regions()) -> System:
     """Our model with ``kernel`` on ``device`` (``fp8``: the encoder's Linear layers converted first;
-    ``scope``, ``layers_per_graph``: what one compiled region holds, as the trainer's --compile-scope
-    and --layers-per-graph)."""
+    ``regions``: what one compiled region holds and how it runs, as the trainer's options say)."""
     from biomed_lm.pretrain.attention import KERNELS
 
     suffix = ", fp8 encoder Linear layers" if fp8 else ""
@@ -434,30 +469,26 @@ def our_system(bert, family, kernel: str, device: torch.device, compile_: bool, 
         return System(f"ours [hf_sdpa, padded, MLM head on masked positions{suffix}]", OURS, model, _our_loss,
                       lambda batch: batch["input_ids"].numel(), _layout_of(model), kernel, fp8)
     model = _our_model(bert, device, fp8=fp8, attention=kernel, pad_to_multiple_of=bucket if compile_ else None,
-                       compile_backend=backend if compile_ else None, scope=scope, layers_per_graph=layers_per_graph)
-    compiled = ", whole forward compiled" if scope == "whole" else \
-        ", compiled by layer" if layers_per_graph == 1 else f", compiled in blocks of {layers_per_graph} layers"
-    region = {None: "", True: compiled, False: ", dense blocks compiled"}[
+                       compile_backend=backend if compile_ else None, regions=regions)
+    region = {None: "", True: regions.describe(), False: ", dense blocks compiled"}[
         None if not compile_ else KERNELS[kernel].traceable]
     return System(f"ours [{kernel}{region}{suffix}]", OURS, model, _our_loss,
                   _unpadded_positions(bucket if compile_ else 1), _layout_of(model), kernel, fp8)
 
 
 def _our_systems(bert, family, device: torch.device, dtype, compile_: bool, bucket: int,
-                 kernels: list[str] | None, backend: str, fp8: bool = False, scope: str = "layers",
-                 layers_per_graph: int = 1):
+                 kernels: list[str] | None, backend: str, fp8: bool = False, regions: Regions = Regions()):
     """Each of our kernels that runs here (a family without the unpadded path: its padded forward with
     the MLM head on the masked positions), with ``fp8`` each in bf16 and then in FP8. Models are built
     inside the yield, never bound to a local, so the previous row's model is freed before the next is built."""
     dropout = float(bert.config.attention_probs_dropout_prob)
     for kernel in our_kernels(family, device, dtype, dropout, kernels):
         for in_fp8 in (False, True) if fp8 else (False,):
-            yield our_system(bert, family, kernel, device, compile_, bucket, backend, fp8=in_fp8, scope=scope,
-                             layers_per_graph=layers_per_graph)
+            yield our_system(bert, family, kernel, device, compile_, bucket, backend, fp8=in_fp8, regions=regions)
 
 
 def _our_model(bert, device: torch.device, compile_backend: str | None = None, fp8: bool = False,
-               scope: str = "layers", layers_per_graph: int = 1, **options):
+               regions: Regions = Regions(), **options):
     """Our model as the trainer builds it: the encoder's Linear layers converted to torchao's float8 when
     ``fp8`` (before compiling, as pretrain.trainer does), then the whole forward compiled as one region
     where the kernel traces (pretrain.trainer._compile), the dense blocks otherwise."""
@@ -477,7 +508,8 @@ def _our_model(bert, device: torch.device, compile_backend: str | None = None, f
     if "mlm_loss" not in options:  # the trainer's pick for the device and the compiled region
         ours.mlm_loss = resolve_implementation("auto", device, compiled=forward_compiled)[0]
     if forward_compiled:
-        ours.compile_losses(backend=compile_backend, scope=scope, layers_per_graph=layers_per_graph)
+        ours.compile_losses(backend=compile_backend, mode=regions.mode, scope=regions.scope,
+                            layers_per_graph=regions.layers_per_graph)
     elif compile_backend is not None:
         compile_dense_blocks(ours.hf_model, backend=compile_backend)
     return ours
@@ -509,6 +541,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, nargs="+", default=[256, 64], help="micro-batch per length")
     parser.add_argument("--steps", type=int, default=30,
                         help="steps in the timed window (after the warm-up); 12 on an H200 gave ±10-20%% run to run")
+    parser.add_argument("--windows", type=int, default=3,
+                        help="timed windows per system (each over the same --steps batches, synchronized at its two "
+                             "ends); the row's pace is the median window's, window_spread the (max - min) / median")
     parser.add_argument("--warmup", type=int, default=3,
                         help="untimed steps first: compilation, and recompilation for a second padded shape")
     parser.add_argument("--precision", choices=("bf16", "fp32", "fp8"), default=None,
@@ -520,6 +555,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="torch.compile backend for ours and the baselines (aot_eager: fast, for CPU tests)")
     parser.add_argument("--compile-scope", choices=("layers", "whole"), default="layers",
                         help="what one compiled region of ours holds (the trainer's --compile-scope)")
+    parser.add_argument("--compile-mode", choices=("default", "reduce-overhead"), default="default",
+                        help="torch.compile's mode for ours (the trainer's --compile-mode): reduce-overhead replays "
+                             "the regions as CUDA graphs, after a warm-up over the window's batches twice")
     parser.add_argument("--layers-per-graph", type=int, default=1,
                         help="with --compile-scope layers: consecutive layers per compiled region (the trainer's)")
     parser.add_argument("--bucket-tokens", type=int, default=128)
@@ -550,7 +588,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.profile = args.profile or args.trace
     if args.quick:
-        args.steps, args.batch, args.convergence_batch = 2, [4] * len(args.seq_lengths), 4
+        args.steps, args.windows, args.batch, args.convergence_batch = 2, 1, [4] * len(args.seq_lengths), 4
     if args.convergence_only and args.convergence_steps <= 0:
         parser.error("--convergence-only needs --convergence-steps N (N > 0)")
     args.profile_steps = min(args.profile_steps, args.steps)
@@ -600,13 +638,18 @@ def main(argv: list[str] | None = None) -> None:
               "compile": compile_ and family.unpadded,
               "compile_backend": args.compile_backend, "attention_dropout": dropout,
               "warmup_steps": args.warmup, "timed_steps": args.steps,
-              "timing": "one window per system, synchronized at its two ends only; step_seconds = window / steps",
+              "timing": f"{args.windows} windows per system, each synchronized at its two ends only; tokens_per_s "
+                        "and step_seconds (window / steps) from the median window",
               "baseline": "role hf_compiled (ratio); ratio_vs_eager: role hf_eager"
                           + ("; ratio_vs_our_bf16 (fp8 rows): our bf16 row of the same kernel" if fp8 else ""),
               "results": results, "paper_budget_device_hours": hours}
     if args.convergence_steps > 0:
         report["convergence"] = convergence(args, family, device, compile_, results)
     write_results(args.out, report)
+
+
+def regions_of(args: argparse.Namespace) -> Regions:
+    return Regions(args.compile_scope, args.layers_per_graph, None if args.compile_mode == "default" else args.compile_mode)
 
 
 def build_model(args: argparse.Namespace, family):
@@ -639,11 +682,11 @@ def measure_length(args: argparse.Namespace, bert, device: torch.device, dtype, 
     padded_batches, full_length_batches = length_batches(args, max_length, batch_size)
     sync, rows, profiles = device_sync(device), [], {}
     for system in systems(bert, device, dtype, compile_, args.bucket_tokens, args.kernels, args.compile_backend, fp8,
-                          baselines=args.baselines, scope=args.compile_scope, layers_per_graph=args.layers_per_graph):
+                          baselines=args.baselines, regions=regions_of(args)):
         torch._dynamo.reset()  # each system compiles in its own warm-up, no cache limit shared between them
         gc.collect()
         batches = full_length_batches if system.role == HF_FULL_LENGTH else padded_batches
-        row, step, window = run_system(system, batches, args.warmup, device, dtype, bert.config, sync)
+        row, step, window = run_system(system, batches, args.warmup, device, dtype, bert.config, sync, args.windows)
         row.update(seq=max_length, batch=batch_size)
         if args.profile and system.role in (HF_COMPILED, OURS):
             profiles[row["system"]] = profile_row(args, row, step, window, device, sync)
@@ -719,7 +762,7 @@ def convergence(args: argparse.Namespace, family, device: torch.device, compile_
     kernel = convergence_kernel(args, family, device, bert, rows, max_length)
     batches = convergence_batches(args, max_length, batch_size, steps)
     system = our_system(bert, family, kernel, device, compile_, args.bucket_tokens, args.compile_backend,
-                        scope=args.compile_scope, layers_per_graph=args.layers_per_graph).name
+                        regions=regions_of(args)).name
     text = "real instances" if args.instances else "StructuredText"
     recipe = (f"AdamW lr {args.convergence_lr:g} (10% warm-up, linear decay), weight decay 0.01 (not on biases and "
               f"norms), gradient clipping 1.0, bf16 autocast; {text}")
@@ -787,7 +830,7 @@ def train_losses(args: argparse.Namespace, bert, family, kernel: str, cpu_batche
     torch._dynamo.reset()
     gc.collect()
     system = our_system(bert, family, kernel, device, compile_, args.bucket_tokens, args.compile_backend, fp8=fp8,
-                        scope=args.compile_scope, layers_per_graph=args.layers_per_graph)
+                        regions=regions_of(args))
     model = system.model
     device_batches = [{key: value.to(device) for key, value in system.prepare(batch).items()} for batch in cpu_batches]
     optimizer = build_optimizer("adamw", parameter_groups(model), lr=args.convergence_lr, device=device).optimizer
@@ -798,6 +841,7 @@ def train_losses(args: argparse.Namespace, bert, family, kernel: str, cpu_batche
     sync()
     start = time.perf_counter()
     for index, batch in enumerate(device_batches):
+        model.begin_step()
         with torch.autocast(device.type, dtype=torch.bfloat16):
             loss = system.loss_fn(model, batch)
         loss.backward()

@@ -6,22 +6,25 @@
 #     bash benchmarks/gpu_check.sh                    # there: every stage, in this order
 #     STAGES="bert launch tests" bash benchmarks/gpu_check.sh   # some stages only
 #
-# Stages (each bounded by its own timeout), in order of value: a 15-minute lease fits the first three
-# (their default timeouts add up to 500 s). Results go to $RESULTS (default /tmp/gpu_check) and, when
+# Stages (each bounded by its own timeout), in order of value: one call of 570 s fits the first five
+# (about 510 s on an H200 with the compile cache cold), a second the next ones. Results go to $RESULTS (default /tmp/gpu_check) and, when
 # $OUT is set (the lent machine's return folder, which takes at most 8 files), into $OUT/gpu_check.tgz
 # with the whole log beside it.
 #   bert      bench_gpu.py, BERT-base: transformers eager / compiled / full-length rows against ours,
 #             seq 128 on the real instances' lengths, with --profile
-#   blocks    ours alone with 4 encoder layers per compiled region (the host's time per region call)
-#   batch512  ours alone at micro-batch 512 on the same instances: the step's launch-bound share
+#   graphs    ours replayed as CUDA graphs (--compile-mode reduce-overhead, by layer, tokens bucketed to
+#             512), then launch/pretrain.py the same way for 100 steps (launch_graphs_vs_bench.json)
 #   launch    launch/pretrain.py for 60 steps on the same instances: its logged tokens/s against the
 #             bench's row for the same model and shapes (launch_vs_bench.json)
+#   fp8       ours in fp8 against ours in bf16, and 300 steps of each on the same batches (loss within 1%)
 #   tests     the `gpu` tests (-v: a stage cut off by its timeout still names what ran): every CUDA
 #             kernel, the forward compiled by inductor (by layer and whole) against the padded model,
-#             fused AdamW, bf16 accumulation, fp8 against bf16, the liger MLM loss
-#   bert512   the same as bert at seq 512 on BERT's length mix
-#   fp8       ours in fp8 against ours in bf16, and 300 steps of each on the same batches (loss within 1%)
+#             CUDA graphs against the compiled forward, fused AdamW, bf16 accumulation, fp8 against
+#             bf16, the liger MLM loss
+#   blocks    ours alone with 4 encoder layers per compiled region (the host's time per region call)
 #   families  bench_gpu.py --architecture roberta and albert at seq 128
+#   bert512   the same as bert at seq 512 on BERT's length mix
+#   batch512  ours alone at micro-batch 512 on the same instances: the step's launch-bound share
 #   finetune  bench_finetune.py --device cuda: NER and a relation task against HF Trainer
 #
 # Packages the machine lacks sit as wheels in .whl/ and are installed into /tmp/site, not the
@@ -31,7 +34,7 @@ set -uo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 RESULTS="${RESULTS:-/tmp/gpu_check}"; mkdir -p "$RESULTS"
 PY="${PYTHON:-python3}"
-STAGES="${STAGES:-bert blocks batch512 launch tests bert512 fp8 families finetune}"
+STAGES="${STAGES:-bert graphs launch fp8 tests blocks families bert512 batch512 finetune}"
 INPUTS="$REPO/.gpu_inputs"
 cd "$REPO"
 
@@ -55,6 +58,18 @@ bench() {  # bench NAME TIMEOUT ARGS...: bench_gpu.py with its log and JSON in $
 }
 REAL=()  # the real instances' lengths at 128, where gpu_prepare.sh made them
 [ -d "$INPUTS/instances128" ] && REAL=(--instances "$INPUTS/instances128")
+pretrain() {  # pretrain NAME BENCH_JSON STEPS SKIP ARGS...: launch/pretrain.py on the real instances, its pace
+  local name="$1" bench_json="$2" steps="$3" skip="$4"; shift 4  # against the bench's row (NAME_vs_bench.json)
+  rm -rf "/tmp/$name"
+  timeout "${LAUNCH_TIMEOUT:-150}" "$PY" launch/pretrain.py --model bert-base --data-dir "$INPUTS/instances128" \
+    --tokenizer "$INPUTS/tokenizer" --output-dir "/tmp/$name" --max-steps "$steps" --micro-batch-size 256 \
+    --gradient-accumulation-steps 1 --optimizer adamw --learning-rate 1e-4 --precision bf16 \
+    --attn-implementation sdpa_padded --num-workers 4 --log-every 10 --checkpoint-every 1000 --no-export-hf \
+    --wandb-mode disabled "$@" 2>&1 | tee "$RESULTS/$name.log" | grep -v "^pretrain:"
+  cp "/tmp/$name/metrics.jsonl" "$RESULTS/${name}_metrics.jsonl" 2> /dev/null
+  "$PY" benchmarks/launch_vs_bench.py "/tmp/$name/metrics.jsonl" "$bench_json" --skip "$skip" \
+    --out "$RESULTS/${name}_vs_bench.json"
+}
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 "$PY" -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
@@ -64,23 +79,20 @@ git -C "$REPO" log -1 --format='commit %h %s' 2> /dev/null | cut -c1-100
 if stage bert; then
   bench bert128 "${BERT_TIMEOUT:-200}" --seq-lengths 128 --batch 256 --kernels sdpa_padded --profile "${REAL[@]}"
 fi
-if stage blocks; then  # ours only, 4 layers per compiled region: 3 region calls a forward instead of 12
-  bench blocks "${BLOCKS_TIMEOUT:-120}" --seq-lengths 128 --batch 256 --kernels sdpa_padded --layers-per-graph 4 \
-    --no-baselines "${REAL[@]}"
-fi
-if stage batch512; then  # ours only, twice the micro-batch: how much of the step is launch overhead
-  bench batch512 "${BATCH_TIMEOUT:-90}" --seq-lengths 128 --batch 512 --kernels sdpa_padded --no-baselines "${REAL[@]}"
+if stage graphs; then  # the host's launches out of the step: each region call a CUDA graph replay
+  bench graphs "${GRAPHS_TIMEOUT:-150}" --seq-lengths 128 --batch 256 --kernels sdpa_padded \
+    --compile-mode reduce-overhead --bucket-tokens 512 --no-baselines "${REAL[@]}"
+  # 100 steps, the first 50 left out: each bucketed shape runs uncaptured once, then records
+  [ -d "$INPUTS/instances128" ] && pretrain launch_graphs "$RESULTS/graphs.json" 100 50 \
+    --compile-mode reduce-overhead --bucket-tokens 512
 fi
 if stage launch && [ -d "$INPUTS/instances128" ]; then
-  rm -rf /tmp/launch_run
-  timeout "${LAUNCH_TIMEOUT:-150}" "$PY" launch/pretrain.py --model bert-base --data-dir "$INPUTS/instances128" \
-    --tokenizer "$INPUTS/tokenizer" --output-dir /tmp/launch_run --max-steps 60 --micro-batch-size 256 \
-    --gradient-accumulation-steps 1 --optimizer adamw --learning-rate 1e-4 --precision bf16 \
-    --attn-implementation sdpa_padded --num-workers 4 --log-every 10 --checkpoint-every 1000 --no-export-hf \
-    --wandb-mode disabled 2>&1 | tee "$RESULTS/launch.log" | grep -v "^pretrain:"
-  cp /tmp/launch_run/metrics.jsonl "$RESULTS/launch_metrics.jsonl" 2> /dev/null
-  "$PY" benchmarks/launch_vs_bench.py /tmp/launch_run/metrics.jsonl "$RESULTS/bert128.json" --skip 20 \
-    --out "$RESULTS/launch_vs_bench.json"
+  pretrain launch "$RESULTS/bert128.json" 60 20
+fi
+if stage fp8; then
+  # ours only (the bert stage measured transformers on the same batches): bf16 then fp8, then 300 steps of each
+  bench fp8 "${FP8_TIMEOUT:-300}" --seq-lengths 128 --batch 256 --kernels sdpa_padded --precision fp8 --no-baselines \
+    --convergence-steps 300 "${REAL[@]}"
 fi
 
 if stage tests; then
@@ -91,14 +103,9 @@ if stage tests; then
     | tee "$RESULTS/gpu_tests.log"
 fi
 
-if stage bert512; then
-  bench bert512 "${BERT_TIMEOUT:-200}" --seq-lengths 512 --batch 64 --kernels sdpa_padded --profile
-fi
-
-if stage fp8; then
-  # ours only (the bert stage measured transformers on the same batches): bf16 then fp8, then 300 steps of each
-  bench fp8 "${FP8_TIMEOUT:-300}" --seq-lengths 128 --batch 256 --kernels sdpa_padded --precision fp8 --no-baselines \
-    --convergence-steps 300 "${REAL[@]}"
+if stage blocks; then  # ours only, 4 layers per compiled region: 3 region calls a forward instead of 12
+  bench blocks "${BLOCKS_TIMEOUT:-120}" --seq-lengths 128 --batch 256 --kernels sdpa_padded --layers-per-graph 4 \
+    --no-baselines "${REAL[@]}"
 fi
 
 if stage families; then
@@ -106,6 +113,14 @@ if stage families; then
     bench "$family" "${FAMILY_TIMEOUT:-200}" --architecture "$family" --seq-lengths 128 --batch 256 \
       --kernels sdpa_padded "${REAL[@]}"
   done
+fi
+
+if stage bert512; then
+  bench bert512 "${BERT_TIMEOUT:-200}" --seq-lengths 512 --batch 64 --kernels sdpa_padded --profile
+fi
+
+if stage batch512; then  # ours only, twice the micro-batch: how much of the step is launch overhead
+  bench batch512 "${BATCH_TIMEOUT:-90}" --seq-lengths 128 --batch 512 --kernels sdpa_padded --no-baselines "${REAL[@]}"
 fi
 
 if stage finetune; then

@@ -65,15 +65,13 @@ class ModelArguments:
         "help": "torch.compile the model: the forward and backward by layer (or whole: --compile-scope) where "
                 "the attention kernel allows (else the dense blocks); auto: on for CUDA, off on CPU"})
     compile_mode: Literal["default", "reduce-overhead", "max-autotune"] = field(default="default", metadata={
-        "help": "torch.compile's mode for the compiled regions: reduce-overhead (--compile-scope whole) adds "
-                "CUDA graphs, one per "
-                "token-count bucket (raise --bucket-tokens to bound how many: e.g. 2048 at 256 x 128 gives at "
-                "most 16; the masked count is bucketed to 64)"})
+        "help": "torch.compile's mode for the compiled regions: reduce-overhead adds CUDA graphs (either "
+                "scope), one per shape: a token-count bucket (--bucket-tokens) and a masked-count bucket (256); "
+                "each shape runs uncaptured once, then records, then replays"})
     compile_scope: Literal["layers", "whole"] = field(default="layers", metadata={
         "help": "what one compiled region holds: layers (the embeddings, one encoder layer whose graph every "
                 "layer runs through, and the heads with their losses: three graphs, compiled in a fraction of "
-                "the time) or whole (the entire forward as one region; needed for --compile-mode "
-                "reduce-overhead)"})
+                "the time) or whole (the entire forward as one region)"})
     layers_per_graph: int = field(default=1, metadata={
         "help": "with --compile-scope layers: consecutive encoder layers per compiled region (12 layers, 4: three "
                 "region calls a forward instead of twelve, less host time a step, a graph four times as large "

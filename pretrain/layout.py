@@ -82,9 +82,10 @@ class PaddedBatch(_Movable):
 class VarlenBatch(_Movable):
     """A micro-batch in the varlen layout. ``indices`` are the real tokens' positions in the
     flattened padded batch (row-major), so ``padded.flatten(0, 1)[indices]`` is the varlen tensor
-    and the order of masked positions is the padded batch's. ``padding`` trailing tokens (a
-    sequence of their own, ignored by every loss) round the token count up when shapes are bucketed
-    for ``torch.compile``. ``masked_positions`` index the masked tokens in the varlen rows."""
+    and the order of masked positions is the padded batch's. ``padding`` trailing tokens (sequences
+    of their own, none longer than the padded batch's rows, ignored by every loss) round the token
+    count up when shapes are bucketed for ``torch.compile``. ``masked_positions`` index the masked
+    tokens in the varlen rows."""
 
     input_ids: torch.Tensor
     token_type_ids: torch.Tensor
@@ -145,7 +146,11 @@ def unpad(input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids:
           labels: torch.Tensor | None = None, *, pad_to_multiple_of: int | None = None,
           pad_token_id: int = 0, masked_multiple_of: int | None = None) -> VarlenBatch:
     """The varlen layout of a padded micro-batch whose masks are prefixes (real tokens first).
-    Meant for CPU tensors (the loader's workers); on a device it synchronizes to read the lengths."""
+    Meant for CPU tensors (the loader's workers); on a device it synchronizes to read the lengths.
+
+    The bucket's padding is cut into sequences of at most ``length`` (the padded batch's width): a
+    bucket larger than the width would otherwise make one sequence longer than any real one, whose
+    positions run past the position embeddings and whose row widens ``sdpa_padded``'s whole grid."""
     batch, length = input_ids.shape
     lengths = attention_mask.sum(dim=1)
     indices = torch.nonzero(attention_mask.flatten(), as_tuple=True)[0]
@@ -156,23 +161,26 @@ def unpad(input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids:
     padding = 0
     if pad_to_multiple_of and offsets[-1] % pad_to_multiple_of:
         padding = pad_to_multiple_of - offsets[-1] % pad_to_multiple_of
-        flat = _append_padding(flat, padding, pad_token_id)
-        offsets.append(offsets[-1] + padding)
+        pieces = [min(length, padding - start) for start in range(0, padding, length)]
+        flat = _append_padding(flat, pieces, pad_token_id)
+        for piece in pieces:
+            offsets.append(offsets[-1] + piece)
     positions, targets = masked_selection(flat["labels"], masked_multiple_of)
     return VarlenBatch(**flat, indices=indices, sequences=Sequences.from_offsets(offsets, input_ids.device),
                        masked_positions=positions.to(input_ids.device), masked_labels=targets.to(input_ids.device),
                        num_sequences=batch, padded_shape=(batch, length), padding=padding)
 
 
-def _append_padding(flat: dict, padding: int, pad_token_id: int) -> dict:
-    device = flat["input_ids"].device
+def _append_padding(flat: dict, pieces: list[int], pad_token_id: int) -> dict:
+    """``flat`` with padding sequences of the ``pieces``' lengths after the real tokens (positions restart in each)."""
+    device, padding = flat["input_ids"].device, sum(pieces)
     fill = {"input_ids": pad_token_id, "token_type_ids": 0, "labels": IGNORE_INDEX}
     out = {}
     for key, value in flat.items():
         if value is None:
             out[key] = None
         elif key == "position_ids":
-            out[key] = torch.cat([value, torch.arange(padding, device=device)])
+            out[key] = torch.cat([value, *(torch.arange(piece, device=device) for piece in pieces)])
         else:
             out[key] = torch.cat([value, torch.full((padding,), fill[key], dtype=value.dtype, device=device)])
     return out

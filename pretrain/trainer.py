@@ -675,6 +675,7 @@ def _accumulate_step(run: Run, step: int) -> PendingStep:
     engine, accumulation = run.engine, run.train_args.gradient_accumulation_steps
     started, lr = time.perf_counter(), engine.get_lr()[0]  # the rate this step's update uses
     totals = StepTotals(run.device, extra=run.model.output_type.EXTRA_TOTALS)
+    run.model.begin_step()
     for _ in range(accumulation - 1):
         _forward_backward(run, step, totals)
         engine.step()  # within the accumulation: DeepSpeed counts the micro-step, nothing is updated

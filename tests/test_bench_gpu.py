@@ -44,7 +44,8 @@ def test_the_window_synchronizes_at_its_two_ends_only(bench_gpu):
 
 
 def test_a_system_is_counted_on_the_host_before_its_window(bench_gpu, monkeypatch):
-    """run_system: warm-up steps, then one window with two syncs and no .tolist()/.item() inside it."""
+    """run_system: warm-up steps, then three windows (the median's pace), each with two syncs and no
+    .tolist()/.item() inside it."""
     in_window, read_backs, syncs = [False], [], []
 
     def sync() -> None:
@@ -67,7 +68,9 @@ def test_a_system_is_counted_on_the_host_before_its_window(bench_gpu, monkeypatc
     config = SimpleNamespace(hidden_size=4, num_hidden_layers=1, intermediate_size=8, vocab_size=50,
                              num_attention_heads=2, embedding_size=4)
     row, _, window = bench_gpu.run_system(system, batches, 2, torch.device("cpu"), torch.float32, config, sync)
-    assert len(syncs) == 2 and read_backs == [] and len(window) == row["steps"] == 3 and row["warmup_steps"] == 2
+    assert len(syncs) == 2 * 3 and read_backs == [] and len(window) == row["steps"] == 3 and row["warmup_steps"] == 2
+    assert row["windows"] == 3 and sorted(row["window_tokens_per_s"])[1] == pytest.approx(row["tokens_per_s"])
+    assert row["window_spread"] >= 0
     assert row["tokens_per_s"] == pytest.approx(3 * 13 / row["window_seconds"])
     assert row["step_seconds"] == pytest.approx(row["window_seconds"] / 3)
     assert row["padding_fraction"] == pytest.approx(3 / 16) and row["mfu"] is None
@@ -137,6 +140,19 @@ def test_bench_gpu_takes_the_other_model_families(tmp_path):
     traces = sorted(path.name for path in tmp_path.glob("trace_*.json"))  # albert's run only: --trace
     assert len(traces) == 2 and traces[0].startswith("trace_ours-")
     assert traces[1].startswith("trace_transformers-albertforpretraining-torch-compile-")
+
+
+def test_under_cuda_graphs_the_warm_up_sees_each_window_batch_twice(bench_gpu, tmp_path):
+    """--compile-mode reduce-overhead: a shape runs uncaptured first and is recorded second, so the warm-up
+    covers the window's batches twice and the window only replays; the row says CUDA graphs. (On CPU the
+    mode records nothing: this is the wiring; tests/test_gpu.py replays graphs.)"""
+    assert bench_gpu.warmup_batches([0, 1, 2, 3], 1, cuda_graphs=False) == [0]
+    assert bench_gpu.warmup_batches([0, 1, 2, 3], 1, cuda_graphs=True) == [0, 1, 2, 3, 1, 2, 3]
+    out = tmp_path / "gpu.json"
+    bench_gpu.main([*QUICK, "--compile", "on", "--compile-backend", "aot_eager", "--kernels", "sdpa_padded",
+                    "--compile-mode", "reduce-overhead", "--no-baselines", "--out", str(out)])
+    (row,) = json.loads(out.read_text())["results"]
+    assert row["system"] == "ours [sdpa_padded, compiled by layer, CUDA graphs]" and row["tokens_per_s"] > 0
 
 
 def test_fp8_is_refused_where_it_cannot_run(tmp_path):

@@ -65,8 +65,8 @@ def test_compiling_refuses_what_it_cannot_hold_in_one_graph():
     from biomed_lm.pretrain.config import PretrainConfigError
 
     model = PretrainingModel(tiny_bert(), attention="sdpa_padded")
-    with pytest.raises(PretrainConfigError, match="scope 'whole'"):
-        model.compile_losses(backend="aot_eager", mode="reduce-overhead", scope="layers")
+    with pytest.raises(PretrainConfigError, match="masked_bucket must be at least 1"):
+        model.compile_losses(backend="aot_eager", mode="reduce-overhead", masked_bucket=0)
     with pytest.raises(PretrainConfigError, match="compile scope 'regions'"):
         model.compile_losses(backend="aot_eager", scope="regions")
     with pytest.raises(PretrainConfigError, match="layers_per_graph must be at least 1"):
@@ -90,6 +90,32 @@ def test_under_cuda_graphs_the_masked_count_is_bucketed_and_changes_nothing():
     assert prepared.masked_positions.numel() == 64 and int((prepared.masked_labels != -100).sum()) < 64
     assert_same(losses_and_grads(plain, batch, prepared=plain.prepare(**padded)),
                 losses_and_grads(plain, batch, prepared=prepared))
+
+
+@pytest.mark.parametrize("scope", ["layers", "whole"])
+def test_cuda_graphs_bucket_the_masked_count_and_mark_each_step(scope, monkeypatch):
+    """mode reduce-overhead in either scope: the layout rounds the masked count up to MASKED_BUCKET, the
+    losses and gradients stay the padded model's, and begin_step tells the graph trees a step begins
+    (nothing without graphs). On CPU inductor records no graph; tests/test_gpu.py replays them."""
+    from biomed_lm.pretrain.modeling import MASKED_BUCKET
+
+    marks = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    torch._dynamo.reset()
+    bert = tiny_bert()
+    reference = PretrainingModel(copy.deepcopy(bert), attention="hf_sdpa")
+    plain = PretrainingModel(copy.deepcopy(bert), attention="sdpa_padded", pad_to_multiple_of=32)
+    plain.begin_step()
+    assert marks == []
+    graphed = PretrainingModel(copy.deepcopy(bert), attention="sdpa_padded", pad_to_multiple_of=32)
+    graphed.compile_losses(backend="aot_eager", mode="reduce-overhead", scope=scope)
+    batch = masked_batch([37, 64, 11], whole_word=True)
+    padded = {key: batch[key] for key in PADDED_KEYS}
+    prepared = graphed.prepare(**padded)
+    assert prepared.masked_positions.numel() == MASKED_BUCKET
+    graphed.begin_step()
+    assert marks == [1]
+    assert_same(losses_and_grads(reference, batch, **padded), losses_and_grads(graphed, batch, prepared=prepared))
 
 
 def test_compiling_the_whole_forward_needs_the_unpadded_layout():

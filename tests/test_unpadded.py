@@ -112,6 +112,22 @@ def test_bucketed_unpadded_layout_equals_the_padded_model():
     assert (prepared.real_tokens, prepared.computed_positions) == (112, 128)
 
 
+def test_a_bucket_wider_than_the_batch_pads_with_sequences_no_longer_than_its_rows():
+    """A token bucket larger than the padded batch's width (256 tokens for rows of 64) cuts its padding
+    into sequences of at most 64: positions stay within the rows' range (and the position embeddings),
+    sdpa_padded's grid stays 64 wide, and nothing changes the padded model's losses and gradients."""
+    bert = tiny_bert(max_positions=64)
+    batch = masked_batch([37, 64, 11], whole_word=True)
+    keys = ("input_ids", "attention_mask", "token_type_ids", "labels")
+    bucketed = PretrainingModel(copy.deepcopy(bert), attention="sdpa_padded", pad_to_multiple_of=256)
+    prepared = bucketed.prepare(*(batch[k] for k in keys))
+    assert prepared.sequences.lengths == (37, 64, 11, 64, 64, 16) and prepared.padding == 144
+    assert prepared.sequences.max_length == 64 and int(prepared.position_ids.max()) == 63
+    assert prepared.num_sequences == 3 and prepared.lengths == (37, 64, 11)
+    padded = PretrainingModel(copy.deepcopy(bert), attention="hf_sdpa")
+    assert_same(losses_and_grads(padded, batch, True), losses_and_grads(bucketed, batch, True))
+
+
 def test_unpadded_alum_equals_the_padded_alum():
     """ALUM's noise is drawn in the padded shape either way, so both layouts take the same δ."""
     bert = tiny_bert()
@@ -146,6 +162,7 @@ def test_unpad_then_pad_back_is_the_identity_on_real_tokens(lengths, multiple):
     assert total - varlen.padding == sum(lengths)
     assert multiple is None or total % multiple == 0
     assert varlen.padding < (multiple or 1)
+    assert varlen.sequences.max_length <= batch["input_ids"].shape[1]  # padding sequences included
     assert torch.equal(pad_back(varlen.input_ids, varlen), batch["input_ids"])
     assert (varlen.labels[sum(lengths):] == -100).all()
 
