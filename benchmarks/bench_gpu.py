@@ -338,10 +338,10 @@ def _peak_memory(device: torch.device) -> float:
 
 
 def profile_steps(step: Callable[[dict], None], batches: list[dict], device: torch.device,
-                  sync: Callable[[], None], trace_path: Path | None) -> list[dict]:
+                  sync: Callable[[], None], trace_path: Path | None) -> tuple[list[dict], dict]:
     """torch.profiler over ``batches`` (the model already warm): the top kernels by self device time,
     each with its share of the profiled steps' wall time (profiler overhead included, so shares are
-    lower bounds) and its calls."""
+    lower bounds) and its calls; and :func:`kernel_totals` over every kernel."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -349,22 +349,34 @@ def profile_steps(step: Callable[[dict], None], batches: list[dict], device: tor
         seconds = time_window(step, batches, sync)
     if trace_path is not None:
         profiler.export_chrome_trace(str(trace_path))
-    return top_kernels(profiler.key_averages(), seconds, on_device=device.type == "cuda")
+    averages, on_device = profiler.key_averages(), device.type == "cuda"
+    return top_kernels(averages, seconds, on_device), kernel_totals(averages, seconds, len(batches), on_device)
+
+
+def _self_microseconds(event, on_device: bool) -> float:
+    """A kernel's (or copy's) self CUDA time on a GPU: the ops that launched it and the record_function
+    ranges mirrored on the GPU count 0, they would count the same time twice; on a CPU each op's self
+    CPU time (self times of nested ops do not overlap)."""
+    from torch.autograd import DeviceType
+
+    if on_device:
+        kernel = event.device_type == DeviceType.CUDA and not getattr(event, "is_user_annotation", False)
+        return event.self_device_time_total if kernel else 0.0
+    return event.self_cpu_time_total if event.device_type == DeviceType.CPU else 0.0
+
+
+def kernel_totals(averages, seconds: float, steps: int, on_device: bool) -> dict:
+    """Every kernel together: ``busy_share``, their self time over the profiled wall time (the device's busy
+    share: well under 1 where the host's launches set the pace), and ``kernels_per_step``, the launches a step
+    makes (what CUDA graphs replay as one)."""
+    timed = [(_self_microseconds(event, on_device), event.count) for event in averages]
+    return {"busy_share": sum(us for us, _ in timed) / (seconds * 1e6),
+            "kernels_per_step": sum(count for us, count in timed if us > 0) / max(steps, 1)}
 
 
 def top_kernels(averages, seconds: float, on_device: bool, keep: int = PROFILE_KEEP) -> list[dict]:
-    """On a GPU the CUDA kernels (and copies) by self CUDA time: the ops that launched them and the
-    record_function ranges mirrored on the GPU are left out, they would count the same time twice.
-    On a CPU every op by self CPU time (self times of nested ops do not overlap)."""
-    from torch.autograd import DeviceType
-
-    def self_microseconds(event) -> float:
-        if on_device:
-            kernel = event.device_type == DeviceType.CUDA and not getattr(event, "is_user_annotation", False)
-            return event.self_device_time_total if kernel else 0.0
-        return event.self_cpu_time_total if event.device_type == DeviceType.CPU else 0.0
-
-    timed = sorted(((self_microseconds(event), event) for event in averages), key=lambda pair: -pair[0])
+    """The ``keep`` kernels (on a CPU, ops) with the most self time (:func:`_self_microseconds`)."""
+    timed = sorted(((_self_microseconds(event, on_device), event) for event in averages), key=lambda pair: -pair[0])
     return [{"name": event.key, "share": microseconds / (seconds * 1e6), "calls": event.count}
             for microseconds, event in timed[:keep] if microseconds > 0]
 
@@ -373,16 +385,22 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def write_profile(path: Path, row: dict, kernels: list[dict], steps: int) -> None:
+def write_profile(path: Path, row: dict, kernels: list[dict], totals: dict, steps: int) -> None:
     lines = [f"{row['system']}, seq {row['seq']}, micro-batch {row['batch']}: top {len(kernels)} kernels by self "
              f"device time over {steps} profiled steps ({sum(k['share'] for k in kernels):.1%} of their wall time)",
-             f"{'share':>7} {'calls':>7}  name"]
+             _totals_line(totals), f"{'share':>7} {'calls':>7}  name"]
     lines += [f"{k['share']:>7.2%} {k['calls']:>7}  {k['name']}" for k in kernels]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def _totals_line(totals: dict) -> str:
+    return (f"all kernels: {totals['busy_share']:.1%} of the wall time busy, {totals['kernels_per_step']:,.0f} "
+            "launches a step")
+
+
 def print_profile(row: dict, kernels: list[dict], top: int = 10) -> None:
-    print(f"\nprofile of {row['system']} (seq {row['seq']}): top {top} kernels, share of the profiled step time")
+    print(f"\nprofile of {row['system']} (seq {row['seq']}): top {top} kernels, share of the profiled step time; "
+          f"{_totals_line(row['profile_totals'])}")
     for kernel in kernels[:top]:
         print(f"  {kernel['share']:>7.2%} {kernel['calls']:>6}  {kernel['name'][:100]}")
 
@@ -705,9 +723,9 @@ def profile_row(args: argparse.Namespace, row: dict, step: Callable, window: lis
     out_dir, name = Path(args.out).parent, slug(f"{row['system']} seq{row['seq']}")
     out_dir.mkdir(parents=True, exist_ok=True)
     trace = out_dir / f"trace_{name}.json" if args.trace else None
-    kernels = profile_steps(step, window[:args.profile_steps], device, sync, trace)
-    write_profile(out_dir / f"profile_{name}.txt", row, kernels, args.profile_steps)
-    row["profile"] = kernels
+    kernels, totals = profile_steps(step, window[:args.profile_steps], device, sync, trace)
+    write_profile(out_dir / f"profile_{name}.txt", row, kernels, totals, args.profile_steps)
+    row["profile"], row["profile_totals"] = kernels, totals
     return kernels
 
 

@@ -13,7 +13,8 @@
 #   bert      bench_gpu.py, BERT-base: transformers eager / compiled / full-length rows against ours,
 #             seq 128 on the real instances' lengths, with --profile
 #   graphs    ours replayed as CUDA graphs (--compile-mode reduce-overhead, by layer, tokens bucketed to
-#             512), then launch/pretrain.py the same way for 100 steps (launch_graphs_vs_bench.json)
+#             512, with --profile: the device's busy share), then launch/pretrain.py the same way for
+#             100 steps (launch_graphs_vs_bench.json)
 #   launch    launch/pretrain.py for 60 steps on the same instances: its logged tokens/s against the
 #             bench's row for the same model and shapes (launch_vs_bench.json)
 #   fp8       ours in fp8 against ours in bf16, and 300 steps of each on the same batches (loss within 1%)
@@ -81,7 +82,7 @@ if stage bert; then
 fi
 if stage graphs; then  # the host's launches out of the step: each region call a CUDA graph replay
   bench graphs "${GRAPHS_TIMEOUT:-150}" --seq-lengths 128 --batch 256 --kernels sdpa_padded \
-    --compile-mode reduce-overhead --bucket-tokens 512 --no-baselines "${REAL[@]}"
+    --compile-mode reduce-overhead --bucket-tokens 512 --no-baselines --profile "${REAL[@]}"
   # 100 steps, the first 50 left out: each bucketed shape runs uncaptured once, then records
   [ -d "$INPUTS/instances128" ] && pretrain launch_graphs "$RESULTS/graphs.json" 100 50 \
     --compile-mode reduce-overhead --bucket-tokens 512

@@ -95,11 +95,15 @@ def test_bench_gpu_runs_end_to_end_on_cpu(tmp_path):
         kernels = rows[role]["profile"]
         assert kernels and all(0 < kernel["share"] <= 1 and kernel["calls"] > 0 for kernel in kernels)
         assert sum(kernel["share"] for kernel in kernels) <= 1
+        totals = rows[role]["profile_totals"]  # every op: at least the top ones' share, launches a step
+        assert sum(kernel["share"] for kernel in kernels) <= totals["busy_share"] + 1e-9
+        assert totals["kernels_per_step"] >= max(kernel["calls"] for kernel in kernels) / 2  # 2 profiled steps
     assert "profile" not in rows["hf_eager"] and "profile" not in rows["hf_full_length"]
     profiles = sorted(path.name for path in tmp_path.glob("profile_*.txt"))
     assert profiles == ["profile_ours-sdpa-loop-seq128.txt",
                         "profile_transformers-bertforpretraining-torch-compile-sdpa-padded-full-mlm-head-seq128.txt"]
-    assert all("aten::" in (tmp_path / name).read_text() for name in profiles)
+    assert all("aten::" in (tmp_path / name).read_text() and "launches a step" in (tmp_path / name).read_text()
+               for name in profiles)
     assert not list(tmp_path.glob("trace_*"))  # a chrome trace only with --trace
 
 
