@@ -6,8 +6,8 @@
 #     bash benchmarks/gpu_check.sh                    # there: every stage, in this order
 #     STAGES="bert launch tests" bash benchmarks/gpu_check.sh   # some stages only
 #
-# Stages (each bounded by its own timeout), in order of value: one call of 570 s fits the first five
-# (about 510 s on an H200 with the compile cache cold), a second the next ones. Results go to $RESULTS (default /tmp/gpu_check) and, when
+# Stages (each bounded by its own timeout), in order of value: one call of 570 s fits the first four
+# (about 450 s on an H200), a second the next two. Results go to $RESULTS (default /tmp/gpu_check) and, when
 # $OUT is set (the lent machine's return folder, which takes at most 8 files), into $OUT/gpu_check.tgz
 # with the whole log beside it.
 #   bert      bench_gpu.py, BERT-base: transformers eager / compiled / full-length rows against ours,
@@ -17,13 +17,13 @@
 #             100 steps (launch_graphs_vs_bench.json)
 #   launch    launch/pretrain.py for 60 steps on the same instances: its logged tokens/s against the
 #             bench's row for the same model and shapes (launch_vs_bench.json)
-#   fp8       ours in fp8 against ours in bf16, and 300 steps of each on the same batches (loss within 1%)
 #   tests     the `gpu` tests (-v: a stage cut off by its timeout still names what ran): every CUDA
 #             kernel, the forward compiled by inductor (by layer and whole) against the padded model,
 #             CUDA graphs against the compiled forward, fused AdamW, bf16 accumulation, fp8 against
 #             bf16, the liger MLM loss
-#   blocks    ours alone with 4 encoder layers per compiled region (the host's time per region call)
+#   fp8       ours in fp8 against ours in bf16, and 300 steps of each on the same batches (loss within 1%)
 #   families  bench_gpu.py --architecture roberta and albert at seq 128
+#   blocks    ours alone with 4 encoder layers per compiled region (the host's time per region call)
 #   bert512   the same as bert at seq 512 on BERT's length mix
 #   batch512  ours alone at micro-batch 512 on the same instances: the step's launch-bound share
 #   finetune  bench_finetune.py --device cuda: NER and a relation task against HF Trainer
@@ -35,7 +35,7 @@ set -uo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 RESULTS="${RESULTS:-/tmp/gpu_check}"; mkdir -p "$RESULTS"
 PY="${PYTHON:-python3}"
-STAGES="${STAGES:-bert graphs launch fp8 tests blocks families bert512 batch512 finetune}"
+STAGES="${STAGES:-bert graphs launch tests fp8 families blocks bert512 batch512 finetune}"
 INPUTS="$REPO/.gpu_inputs"
 cd "$REPO"
 
@@ -90,12 +90,6 @@ fi
 if stage launch && [ -d "$INPUTS/instances128" ]; then
   pretrain launch "$RESULTS/bert128.json" 60 20
 fi
-if stage fp8; then
-  # ours only (the bert stage measured transformers on the same batches): bf16 then fp8, then 300 steps of each
-  bench fp8 "${FP8_TIMEOUT:-300}" --seq-lengths 128 --batch 256 --kernels sdpa_padded --precision fp8 --no-baselines \
-    --convergence-steps 300 "${REAL[@]}"
-fi
-
 if stage tests; then
   # --tb=short -rfEs: each failure's reason in the summary; the bench on the GPU is the bert stage's run
   timeout "${TEST_TIMEOUT:-150}" "$PY" -m pytest -v -p no:cacheprovider -m gpu --tb=short -rfEs \
@@ -104,9 +98,10 @@ if stage tests; then
     | tee "$RESULTS/gpu_tests.log"
 fi
 
-if stage blocks; then  # ours only, 4 layers per compiled region: 3 region calls a forward instead of 12
-  bench blocks "${BLOCKS_TIMEOUT:-120}" --seq-lengths 128 --batch 256 --kernels sdpa_padded --layers-per-graph 4 \
-    --no-baselines "${REAL[@]}"
+if stage fp8; then
+  # ours only (the bert stage measured transformers on the same batches): bf16 then fp8, then 300 steps of each
+  bench fp8 "${FP8_TIMEOUT:-300}" --seq-lengths 128 --batch 256 --kernels sdpa_padded --precision fp8 --no-baselines \
+    --convergence-steps 300 "${REAL[@]}"
 fi
 
 if stage families; then
@@ -114,6 +109,11 @@ if stage families; then
     bench "$family" "${FAMILY_TIMEOUT:-200}" --architecture "$family" --seq-lengths 128 --batch 256 \
       --kernels sdpa_padded "${REAL[@]}"
   done
+fi
+
+if stage blocks; then  # ours only, 4 layers per compiled region: 3 region calls a forward instead of 12
+  bench blocks "${BLOCKS_TIMEOUT:-120}" --seq-lengths 128 --batch 256 --kernels sdpa_padded --layers-per-graph 4 \
+    --no-baselines "${REAL[@]}"
 fi
 
 if stage bert512; then
