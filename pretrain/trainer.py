@@ -557,7 +557,8 @@ def _compile(model: PretrainingModel, attention: str, forward_compiled: bool, mo
         return f"{regions} (mode {mode})"
     compile_dense_blocks(model.hf_model)
     why = "ALUM runs several passes" if type(model) is not PretrainingModel else f"{attention} does not trace"
-    return f"the dense blocks ({why})"
+    unused = "" if mode == "default" else f"; mode {mode} applies to compiled forwards only, not used"
+    return f"the dense blocks ({why}{unused})"
 
 
 def _select_resume_checkpoint(run_dir: Path, train_args: TrainArguments, rank: int) -> Selection:

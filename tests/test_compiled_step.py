@@ -183,3 +183,14 @@ def test_a_skipped_step_is_vetoed_on_the_device_and_reported_at_the_next_read(pr
     skipped, last = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert skipped["step"] == 3 and skipped["skipped"] == "nonfinite_loss" and skipped["loss"] is None
     assert last["step"] == 4 and last["skipped_steps"] == 1 and math.isfinite(last["loss"])
+
+
+def test_the_run_log_says_when_cuda_graphs_cannot_apply():
+    """sdpa_loop (and ALUM) compile the dense blocks only: --compile-mode reduce-overhead has no forward to
+    record, and the execution line says so rather than leaving it to be assumed."""
+    from biomed_lm.pretrain.trainer import _compile
+
+    model = PretrainingModel(tiny_bert(), attention="sdpa_loop")
+    assert _compile(model, "sdpa_loop", False, "reduce-overhead", "layers") == (
+        "the dense blocks (sdpa_loop does not trace; mode reduce-overhead applies to compiled forwards only, not used)")
+    assert not model.cuda_graphs
