@@ -286,7 +286,7 @@ def run_system(system: System, cpu_batches: list[dict], warmup: int, device: tor
     """Warm-up steps, then ``windows`` timed windows, each over the rest of ``cpu_batches``; the row's
     pace is the median window's (each window's is kept, with their spread). Returns the row, the step
     function and the device batches (for a profile right after, while the model is warm)."""
-    from biomed_lm.pretrain.compiling import compiled_graphs
+    from biomed_lm.pretrain.compiling import compiled_graphs, cudagraph_skips
     from biomed_lm.pretrain.flops import peak_flops
     from biomed_lm.optim import build_optimizer
 
@@ -297,8 +297,9 @@ def run_system(system: System, cpu_batches: list[dict], warmup: int, device: tor
     step = make_step(system.model, system.loss_fn, optimizer.optimizer, device, dtype)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+    cuda_graphs, skips_before = getattr(system.model, "cuda_graphs", False), cudagraph_skips()
     warmup_start = time.perf_counter()
-    for batch in warmup_batches(device_batches, warmup, getattr(system.model, "cuda_graphs", False)):
+    for batch in warmup_batches(device_batches, warmup, cuda_graphs):
         step(batch)
     graphs_before = compiled_graphs()
     window_seconds = [time_window(step, device_batches[warmup:], sync) for _ in range(windows)]
@@ -317,6 +318,8 @@ def run_system(system: System, cpu_batches: list[dict], warmup: int, device: tor
            "mfu_peak": precision,
            "padding_fraction": 1 - counts.tokens / counts.positions, "peak_memory_gib": _peak_memory(device),
            "graphs_compiled_in_window": compiled_graphs() - graphs_before, "warmup_seconds": warmup_seconds}
+    if cuda_graphs:  # compiled graphs inductor ran without CUDA graphs (TORCH_LOGS=cudagraphs: why)
+        row["cudagraph_skips"] = cudagraph_skips() - skips_before
     mfu = f"{row['mfu']:.1%}" if row["mfu"] is not None else "n/a"
     print(f"  measured {system.name}: {row['tokens_per_s']:,.0f} tok/s (median of {windows} windows, spread "
           f"{row['window_spread']:.1%}), MFU {mfu}, warm-up (compile) {warmup_seconds:.0f} s", flush=True)  # each row as it lands: a stage cut off by its timeout keeps them

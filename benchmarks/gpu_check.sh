@@ -81,7 +81,8 @@ if stage bert; then
   bench bert128 "${BERT_TIMEOUT:-200}" --seq-lengths 128 --batch 256 --kernels sdpa_padded --profile "${REAL[@]}"
 fi
 if stage graphs; then  # the host's launches out of the step: each region call a CUDA graph replay
-  bench graphs "${GRAPHS_TIMEOUT:-150}" --seq-lengths 128 --batch 256 --kernels sdpa_padded \
+  # TORCH_LOGS=cudagraphs: inductor's reason for any graph it runs uncaptured (the row's cudagraph_skips)
+  TORCH_LOGS=cudagraphs bench graphs "${GRAPHS_TIMEOUT:-150}" --seq-lengths 128 --batch 256 --kernels sdpa_padded \
     --compile-mode reduce-overhead --bucket-tokens 512 --no-baselines --profile "${REAL[@]}"
   # 100 steps, the first 50 left out: each bucketed shape runs uncaptured once, then records
   [ -d "$INPUTS/instances128" ] && pretrain launch_graphs "$RESULTS/graphs.json" 100 50 \

@@ -55,3 +55,12 @@ def compiled_graphs() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
+
+
+def cudagraph_skips() -> int:
+    """Compiled graphs inductor has run without CUDA graphs in this process though a mode asked for them
+    (a CPU tensor among the inputs, an input mutated, a shape past the recording limit...); the reasons
+    are inductor's ``cudagraphs`` log (``TORCH_LOGS=cudagraphs``)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["cudagraph_skips"])

@@ -794,6 +794,9 @@ def _account_step(run: Run, done: StepResult) -> None:
     if run.graphs is not None and (new_graphs := run.graphs.new_since_last_look()) and step > COMPILE_WARMUP_STEPS:
         run.logger.message(f"step {step}: torch.compile made {new_graphs} new graph(s) after warm-up (a shape or "
                            "guard changed; --bucket-tokens bounds the token counts)")
+    if run.model.cuda_graphs and (skipped := run.graphs.new_cudagraph_skips()):
+        run.logger.message(f"step {step}: inductor ran {skipped} compiled graph(s) without CUDA graphs, their kernels "
+                           "launched one by one (TORCH_LOGS=cudagraphs gives its reasons)")
     if run.rank == 0 and (step % args.log_every == 0 or step == args.max_steps or verdict.skip):
         record = _metrics_record(run, done)
         run.logger.log(record)
@@ -868,6 +871,8 @@ def _metrics_record(run: Run, done: StepResult) -> dict[str, Any]:
     record.update(run.model.output_type.step_metrics(totals, n, nonfinite, run.state.variant))
     if run.graphs is not None:
         record["compiled_graphs"] = run.graphs.total
+    if run.model.cuda_graphs:
+        record["cudagraph_skips"] = run.graphs.cudagraph_skips
     if run.peak and elapsed > 0:  # model FLOPs of the real tokens and the masked positions only
         flops = step_flops_from_counts(run.hf_model.config, totals["tokens"], totals["attention_pairs"],
                                        totals["mlm_count"], totals["pair_count"])
@@ -885,10 +890,11 @@ COMPILE_WARMUP_STEPS = 3
 
 class CompiledGraphs:
     """torch.compile's graph count, looked at once per step: growth after warm-up is a recompilation
-    (steady state should have none), which the run log reports."""
+    (steady state should have none), which the run log reports; and, under CUDA graphs, the compiled
+    graphs inductor ran without them (:func:`pretrain.compiling.cudagraph_skips`), which it reports too."""
 
     def __init__(self) -> None:
-        self.seen = self.total
+        self.seen, self.skips_seen = self.total, self.cudagraph_skips
 
     @property
     def total(self) -> int:
@@ -896,9 +902,20 @@ class CompiledGraphs:
 
         return compiled_graphs()
 
+    @property
+    def cudagraph_skips(self) -> int:
+        from biomed_lm.pretrain.compiling import cudagraph_skips
+
+        return cudagraph_skips()
+
     def new_since_last_look(self) -> int:
         total = self.total
         new, self.seen = total - self.seen, total
+        return new
+
+    def new_cudagraph_skips(self) -> int:
+        skips = self.cudagraph_skips
+        new, self.skips_seen = skips - self.skips_seen, skips
         return new
 
 

@@ -194,3 +194,16 @@ def test_the_run_log_says_when_cuda_graphs_cannot_apply():
     assert _compile(model, "sdpa_loop", False, "reduce-overhead", "layers") == (
         "the dense blocks (sdpa_loop does not trace; mode reduce-overhead applies to compiled forwards only, not used)")
     assert not model.cuda_graphs
+
+
+def test_graphs_run_without_cuda_graphs_are_counted_for_the_log():
+    """Inductor bumps its cudagraph_skips counter for each compiled graph it runs uncaptured (on a CPU: every
+    one); the trainer's CompiledGraphs reports those new since it last looked."""
+    from torch._dynamo.utils import counters
+
+    from biomed_lm.pretrain.trainer import CompiledGraphs
+
+    graphs = CompiledGraphs()
+    assert graphs.new_cudagraph_skips() == 0
+    counters["inductor"]["cudagraph_skips"] += 3
+    assert graphs.new_cudagraph_skips() == 3 and graphs.new_cudagraph_skips() == 0
