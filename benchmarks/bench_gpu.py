@@ -123,6 +123,7 @@ class System:
     prepare: Callable[[dict], dict] = staticmethod(lambda batch: batch)
     kernel: str | None = None  # ours: the attention kernel
     fp8: bool = False  # ours with the encoder's Linear layers in torchao's float8 (bf16 autocast elsewhere)
+    compile_mode: str | None = None  # ours compiled: torch.compile's mode (reduce-overhead: CUDA graphs)
 
 
 @dataclass(frozen=True)
@@ -310,6 +311,7 @@ def run_system(system: System, cpu_batches: list[dict], warmup: int, device: tor
     precision = "fp8" if system.fp8 else "bf16" if dtype == torch.bfloat16 else "fp32"
     peak = peak_flops(precision, device)  # an fp8 row: against the FP8 peak (mfu_peak says which)
     row = {"system": system.name, "role": system.role, "kernel": system.kernel, "precision": precision,
+           "compile_mode": system.compile_mode,
            "optimizer": optimizer.implementation,
            "tokens_per_s": counts.tokens / seconds, "step_seconds": seconds / steps, "window_seconds": seconds,
            "steps": steps, "warmup_steps": warmup, "mfu": counts.flops / seconds / peak if peak else None,
@@ -419,7 +421,8 @@ def hf_inputs(family, config, batch: dict) -> dict:
 
 
 def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int, kernels: list[str] | None = None,
-            backend: str = "inductor", fp8: bool = False, baselines: str = "all", regions: Regions = Regions()):
+            backend: str = "inductor", fp8: bool = False, baselines: str = "all",
+            regions: tuple[Regions, ...] = (Regions(),)):
     """The :class:`System` rows, built one at a time from ``bert`` (kept on the CPU; each row gets its own
     copy on ``device``, so only one is there while it runs): transformers' family class eager, compiled
     (the baseline) and compiled on full-length rows, then each of our kernels (``fp8``: each in bf16,
@@ -494,18 +497,25 @@ def our_system(bert, family, kernel: str, device: torch.device, compile_: bool, 
     region = {None: "", True: regions.describe(), False: ", dense blocks compiled"}[
         None if not compile_ else KERNELS[kernel].traceable]
     return System(f"ours [{kernel}{region}{suffix}]", OURS, model, _our_loss,
-                  _unpadded_positions(bucket if compile_ else 1), _layout_of(model), kernel, fp8)
+                  _unpadded_positions(bucket if compile_ else 1), _layout_of(model), kernel, fp8,
+                  regions.mode if compile_ else None)
 
 
 def _our_systems(bert, family, device: torch.device, dtype, compile_: bool, bucket: int,
-                 kernels: list[str] | None, backend: str, fp8: bool = False, regions: Regions = Regions()):
+                 kernels: list[str] | None, backend: str, fp8: bool = False,
+                 regions: tuple[Regions, ...] = (Regions(),)):
     """Each of our kernels that runs here (a family without the unpadded path: its padded forward with
-    the MLM head on the masked positions), with ``fp8`` each in bf16 and then in FP8. Models are built
+    the MLM head on the masked positions), with ``fp8`` each in bf16 and then in FP8, and where its
+    forward compiles, in each of ``regions`` (e.g. without and with CUDA graphs). Models are built
     inside the yield, never bound to a local, so the previous row's model is freed before the next is built."""
+    from biomed_lm.pretrain.attention import KERNELS
+
     dropout = float(bert.config.attention_probs_dropout_prob)
     for kernel in our_kernels(family, device, dtype, dropout, kernels):
+        forward_compiled = compile_ and kernel in KERNELS and KERNELS[kernel].traceable
         for in_fp8 in (False, True) if fp8 else (False,):
-            yield our_system(bert, family, kernel, device, compile_, bucket, backend, fp8=in_fp8, regions=regions)
+            for way in regions if forward_compiled else regions[:1]:  # a mode needs a compiled forward
+                yield our_system(bert, family, kernel, device, compile_, bucket, backend, fp8=in_fp8, regions=way)
 
 
 def _our_model(bert, device: torch.device, compile_backend: str | None = None, fp8: bool = False,
@@ -576,9 +586,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="torch.compile backend for ours and the baselines (aot_eager: fast, for CPU tests)")
     parser.add_argument("--compile-scope", choices=("layers", "whole"), default="layers",
                         help="what one compiled region of ours holds (the trainer's --compile-scope)")
-    parser.add_argument("--compile-mode", choices=("default", "reduce-overhead"), default="default",
-                        help="torch.compile's mode for ours (the trainer's --compile-mode): reduce-overhead replays "
-                             "the regions as CUDA graphs, after a warm-up over the window's batches twice")
+    parser.add_argument("--compile-mode", choices=("default", "reduce-overhead"), nargs="+", default=["default"],
+                        help="torch.compile's mode for ours (the trainer's --compile-mode), a row each: reduce-overhead "
+                             "replays the regions as CUDA graphs, after a warm-up over the window's batches twice")
     parser.add_argument("--layers-per-graph", type=int, default=1,
                         help="with --compile-scope layers: consecutive layers per compiled region (the trainer's)")
     parser.add_argument("--bucket-tokens", type=int, default=128)
@@ -669,8 +679,10 @@ def main(argv: list[str] | None = None) -> None:
     write_results(args.out, report)
 
 
-def regions_of(args: argparse.Namespace) -> Regions:
-    return Regions(args.compile_scope, args.layers_per_graph, None if args.compile_mode == "default" else args.compile_mode)
+def regions_of(args: argparse.Namespace) -> tuple[Regions, ...]:
+    """Our compiled regions as the options say, one per ``--compile-mode``."""
+    return tuple(Regions(args.compile_scope, args.layers_per_graph, None if mode == "default" else mode)
+                 for mode in args.compile_mode)
 
 
 def build_model(args: argparse.Namespace, family):
@@ -734,15 +746,17 @@ def profile_row(args: argparse.Namespace, row: dict, step: Callable, window: lis
 
 def add_ratios(rows: list[dict]) -> None:
     """``ratio`` against the compiled transformers row (the baseline), ``ratio_vs_eager`` against the eager one;
-    an fp8 row's ``ratio_vs_our_bf16`` against our bf16 row of the same kernel (same run, same batches)."""
+    an fp8 row's ``ratio_vs_our_bf16`` against our bf16 row of the same kernel and compile mode (same run, same
+    batches)."""
     compiled = next((r["tokens_per_s"] for r in rows if r["role"] == HF_COMPILED), None)
     eager = next((r["tokens_per_s"] for r in rows if r["role"] == HF_EAGER), None)
-    ours_bf16 = {r["kernel"]: r for r in rows if r["role"] == OURS and r["precision"] != "fp8"}
+    ours_bf16 = {(r["kernel"], r.get("compile_mode")): r for r in rows if r["role"] == OURS and r["precision"] != "fp8"}
     for row in rows:  # None where --no-baselines left the transformers rows out
         row.update(ratio=row["tokens_per_s"] / compiled if compiled else None,
                    ratio_vs_eager=row["tokens_per_s"] / eager if eager else None, baseline=row["role"] == HF_COMPILED)
-        if row["precision"] == "fp8" and row["kernel"] in ours_bf16:
-            row["ratio_vs_our_bf16"] = row["tokens_per_s"] / ours_bf16[row["kernel"]]["tokens_per_s"]
+        same = ours_bf16.get((row["kernel"], row.get("compile_mode")))
+        if row["precision"] == "fp8" and same is not None:
+            row["ratio_vs_our_bf16"] = row["tokens_per_s"] / same["tokens_per_s"]
 
 
 def _fastest_ours(rows: list[dict], precision: str | None = None) -> dict | None:
@@ -783,7 +797,7 @@ def convergence(args: argparse.Namespace, family, device: torch.device, compile_
     kernel = convergence_kernel(args, family, device, bert, rows, max_length)
     batches = convergence_batches(args, max_length, batch_size, steps)
     system = our_system(bert, family, kernel, device, compile_, args.bucket_tokens, args.compile_backend,
-                        regions=regions_of(args)).name
+                        regions=regions_of(args)[0]).name
     text = "real instances" if args.instances else "StructuredText"
     recipe = (f"AdamW lr {args.convergence_lr:g} (10% warm-up, linear decay), weight decay 0.01 (not on biases and "
               f"norms), gradient clipping 1.0, bf16 autocast; {text}")
@@ -851,7 +865,7 @@ def train_losses(args: argparse.Namespace, bert, family, kernel: str, cpu_batche
     torch._dynamo.reset()
     gc.collect()
     system = our_system(bert, family, kernel, device, compile_, args.bucket_tokens, args.compile_backend, fp8=fp8,
-                        regions=regions_of(args))
+                        regions=regions_of(args)[0])
     model = system.model
     device_batches = [{key: value.to(device) for key, value in system.prepare(batch).items()} for batch in cpu_batches]
     optimizer = build_optimizer("adamw", parameter_groups(model), lr=args.convergence_lr, device=device).optimizer

@@ -11,10 +11,10 @@
 # $OUT is set (the lent machine's return folder, which takes at most 8 files), into $OUT/gpu_check.tgz
 # with the whole log beside it.
 #   bert      bench_gpu.py, BERT-base: transformers eager / compiled / full-length rows against ours,
-#             seq 128 on the real instances' lengths, with --profile
-#   graphs    ours replayed as CUDA graphs (--compile-mode reduce-overhead, by layer, tokens bucketed to
-#             512, with --profile: the device's busy share), then launch/pretrain.py the same way for
-#             100 steps (launch_graphs_vs_bench.json)
+#             compiled by layer and replayed as CUDA graphs (--compile-mode reduce-overhead), seq 128
+#             on the real instances' lengths (tokens bucketed to 256), with --profile
+#   graphs    launch/pretrain.py with CUDA graphs for 100 steps against the bench's graphs row
+#             (launch_graphs_vs_bench.json)
 #   launch    launch/pretrain.py for 60 steps on the same instances: its logged tokens/s against the
 #             bench's row for the same model and shapes (launch_vs_bench.json)
 #   tests     the `gpu` tests (-v: a stage cut off by its timeout still names what ran): every CUDA
@@ -59,17 +59,19 @@ bench() {  # bench NAME TIMEOUT ARGS...: bench_gpu.py with its log and JSON in $
 }
 REAL=()  # the real instances' lengths at 128, where gpu_prepare.sh made them
 [ -d "$INPUTS/instances128" ] && REAL=(--instances "$INPUTS/instances128")
-pretrain() {  # pretrain NAME BENCH_JSON STEPS SKIP ARGS...: launch/pretrain.py on the real instances, its pace
-  local name="$1" bench_json="$2" steps="$3" skip="$4"; shift 4  # against the bench's row (NAME_vs_bench.json)
+# launch/pretrain.py on the real instances, tokens bucketed as the bert stage's rows, its pace against the
+# bert stage's row named ROW (NAME_vs_bench.json)
+pretrain() {  # pretrain NAME ROW STEPS SKIP ARGS...
+  local name="$1" row="$2" steps="$3" skip="$4"; shift 4
   rm -rf "/tmp/$name"
   timeout "${LAUNCH_TIMEOUT:-150}" "$PY" launch/pretrain.py --model bert-base --data-dir "$INPUTS/instances128" \
     --tokenizer "$INPUTS/tokenizer" --output-dir "/tmp/$name" --max-steps "$steps" --micro-batch-size 256 \
     --gradient-accumulation-steps 1 --optimizer adamw --learning-rate 1e-4 --precision bf16 \
     --attn-implementation sdpa_padded --num-workers 4 --log-every 10 --checkpoint-every 1000 --no-export-hf \
-    --wandb-mode disabled "$@" 2>&1 | tee "$RESULTS/$name.log" | grep -v "^pretrain:"
+    --bucket-tokens 256 --wandb-mode disabled "$@" 2>&1 | tee "$RESULTS/$name.log" | grep -v "^pretrain:"
   cp "/tmp/$name/metrics.jsonl" "$RESULTS/${name}_metrics.jsonl" 2> /dev/null
-  "$PY" benchmarks/launch_vs_bench.py "/tmp/$name/metrics.jsonl" "$bench_json" --skip "$skip" \
-    --out "$RESULTS/${name}_vs_bench.json"
+  "$PY" benchmarks/launch_vs_bench.py "/tmp/$name/metrics.jsonl" "$RESULTS/bert128.json" --skip "$skip" \
+    --system "$row" --out "$RESULTS/${name}_vs_bench.json"
 }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
@@ -77,19 +79,16 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 'transformers', transformers.__version__, torch.cuda.get_device_name())"
 git -C "$REPO" log -1 --format='commit %h %s' 2> /dev/null | cut -c1-100
 
-if stage bert; then
-  bench bert128 "${BERT_TIMEOUT:-200}" --seq-lengths 128 --batch 256 --kernels sdpa_padded --profile "${REAL[@]}"
+COMPILED="ours [sdpa_padded, compiled by layer]" GRAPHED="ours [sdpa_padded, compiled by layer, CUDA graphs]"
+if stage bert; then  # ours compiled, and replayed as CUDA graphs; TORCH_LOGS=cudagraphs: why any graph is not
+  TORCH_LOGS=cudagraphs bench bert128 "${BERT_TIMEOUT:-240}" --seq-lengths 128 --batch 256 --kernels sdpa_padded \
+    --compile-mode default reduce-overhead --bucket-tokens 256 --profile "${REAL[@]}"
 fi
-if stage graphs; then  # the host's launches out of the step: each region call a CUDA graph replay
-  # TORCH_LOGS=cudagraphs: inductor's reason for any graph it runs uncaptured (the row's cudagraph_skips)
-  TORCH_LOGS=cudagraphs bench graphs "${GRAPHS_TIMEOUT:-150}" --seq-lengths 128 --batch 256 --kernels sdpa_padded \
-    --compile-mode reduce-overhead --bucket-tokens 512 --no-baselines --profile "${REAL[@]}"
-  # 100 steps, the first 50 left out: each bucketed shape runs uncaptured once, then records
-  [ -d "$INPUTS/instances128" ] && pretrain launch_graphs "$RESULTS/graphs.json" 100 50 \
-    --compile-mode reduce-overhead --bucket-tokens 512
+if stage graphs && [ -d "$INPUTS/instances128" ]; then  # 100 steps, the first 50 left out: a shape runs
+  pretrain launch_graphs "$GRAPHED" 100 50 --compile-mode reduce-overhead  # uncaptured once, then records
 fi
 if stage launch && [ -d "$INPUTS/instances128" ]; then
-  pretrain launch "$RESULTS/bert128.json" 60 20
+  pretrain launch "$COMPILED" 60 20
 fi
 if stage tests; then
   # --tb=short -rfEs: each failure's reason in the summary; the bench on the GPU is the bert stage's run
@@ -114,7 +113,7 @@ fi
 
 if stage blocks; then  # ours only, 4 layers per compiled region: 3 region calls a forward instead of 12
   bench blocks "${BLOCKS_TIMEOUT:-120}" --seq-lengths 128 --batch 256 --kernels sdpa_padded --layers-per-graph 4 \
-    --no-baselines "${REAL[@]}"
+    --bucket-tokens 256 --no-baselines "${REAL[@]}"
 fi
 
 if stage bert512; then
@@ -122,7 +121,8 @@ if stage bert512; then
 fi
 
 if stage batch512; then  # ours only, twice the micro-batch: how much of the step is launch overhead
-  bench batch512 "${BATCH_TIMEOUT:-90}" --seq-lengths 128 --batch 512 --kernels sdpa_padded --no-baselines "${REAL[@]}"
+  bench batch512 "${BATCH_TIMEOUT:-90}" --seq-lengths 128 --batch 512 --kernels sdpa_padded --bucket-tokens 256 \
+    --no-baselines "${REAL[@]}"
 fi
 
 if stage finetune; then
