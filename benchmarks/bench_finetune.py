@@ -58,8 +58,10 @@ HF runs first in each task (accelerate's device state is set up before DeepSpeed
 exists; the launcher variables DeepSpeed sets are hidden while HF runs, and the JSON records HF's
 ``world_size`` and wrapped model class to show it ran as one plain process).
 
-Measurements. Training time runs from the first epoch's start to the last optimizer step's end
-(the device synchronized after every step; both loops synchronize there anyway to read the loss),
+Measurements. Training time runs from the first epoch's start to the last optimizer step's end,
+the device synchronized at those two ends and after the last warm-up step only (:class:`StepClock`):
+each loop waits for the device as often as it does in a run (HF's ``Trainer`` reads every step's
+loss for its NaN filter; ours reads them 32 steps at a time),
 data loading and collation included, scoring excluded. ``examples_per_s`` = epochs x training
 examples (sentences / sentence pairs) / that time; ``examples_per_s_steady`` leaves out the first
 ``--warmup-steps`` steps of each method (lazy CUDA/cuBLAS initialization, allocator growth) and is
@@ -165,10 +167,14 @@ class MemoryWindow:
 
 
 class StepClock:
-    """Step-end timestamps (after synchronizing the device) from a start time."""
+    """Step-end timestamps from a start time, with the device synchronized at the timed windows' ends
+    only — the start, the last warm-up step (``warmup_steps``, as :func:`timing` leaves them out) and the
+    last step (``total``, once known) — not after each step, as a run goes: a loop that waits for the
+    device every step pays for it, one that does not queues the next step meanwhile. The other
+    timestamps are when the host finished queuing a step."""
 
-    def __init__(self, device: torch.device) -> None:
-        self.device, self.start, self.ends = device, None, []
+    def __init__(self, device: torch.device, warmup_steps: int, total: int | None = None) -> None:
+        self.device, self.warmup_steps, self.total, self.start, self.ends = device, warmup_steps, total, None, []
 
     def begin(self) -> None:
         if self.start is None:
@@ -176,7 +182,9 @@ class StepClock:
             self.start = time.perf_counter()
 
     def step_done(self) -> None:
-        self._sync()
+        done = len(self.ends) + 1
+        if self.total is None or done in (self.total, min(self.warmup_steps, self.total - 1)):
+            self._sync()
         self.ends.append(time.perf_counter())
 
     def _sync(self) -> None:
@@ -376,9 +384,12 @@ def run_hf(args, cfg, data, model_dir: str, device: torch.device, bf16: bool) ->
     model_class = AutoModelForTokenClassification if ner else AutoModelForSequenceClassification
     model = model_class.from_pretrained(model_dir, num_labels=len(labels), id2label=dict(enumerate(labels)),
                                         label2id=label_index)
-    clock = StepClock(device)
+    clock = StepClock(device, args.warmup_steps)
 
     class Clock(TrainerCallback):
+        def on_train_begin(self, _args, state, control, **kwargs):
+            clock.total = state.max_steps
+
         def on_epoch_begin(self, _args, state, control, **kwargs):
             clock.begin()
 
@@ -432,7 +443,7 @@ def run_ours(args, cfg, fargs, data, device: torch.device, engine: str) -> dict:
     setup_s = time.perf_counter() - setup_started
     if run.distributed.device != device:
         raise SystemExit(f"bench_finetune: our trainer chose {run.distributed.device}, the benchmark {device}")
-    clock = StepClock(device)
+    clock = StepClock(device, args.warmup_steps, run.total_steps)
     stepper = TimedStepper(run.stepper, clock, device.type if engine == "autocast" else None)
     losses = []
     for epoch in range(1, cfg.epochs + 1):

@@ -346,18 +346,35 @@ class _DeepSpeedStepper:
         return loss.detach().float()
 
 
+#: The host reads the steps' losses back once per this many steps (and at the epoch's end), not after each:
+#: a read waits for the device, and a step that waits cannot queue the next one while the device runs.
+LOSS_READS_EVERY = 32
+
+
 def train_epoch(step: "_PlainStepper | _DeepSpeedStepper", loader, task: TaskAdapter, device: torch.device,
                 progress=None, epoch: int = 0) -> list[float]:
     """One pass over ``loader``; ``step(inputs) -> loss`` does forward, backward and the update on
-    the inputs ``task`` picks from each batch. Returns the per-step losses."""
-    losses = []
+    the inputs ``task`` picks from each batch. Returns the per-step losses, kept on the device and read
+    back :data:`LOSS_READS_EVERY` steps at a time (the progress bar's loss is the last one read)."""
+    losses: list[float] = []
+    unread: list[torch.Tensor] = []
     step.module.train()
     for batch in loader:
-        losses.append(float(step(task.inputs(batch, device))))
+        unread.append(step(task.inputs(batch, device)))
         if progress is not None:
             progress.update()
-            progress.set_postfix(epoch=epoch, loss=f"{losses[-1]:.3f}", refresh=False)
-    return losses
+        if len(unread) == LOSS_READS_EVERY:
+            losses += _read_losses(unread, progress, epoch)
+    return losses + (_read_losses(unread, progress, epoch) if unread else [])
+
+
+def _read_losses(unread: list[torch.Tensor], progress, epoch: int) -> list[float]:
+    """The ``unread`` losses as floats, in one transfer (the list is emptied)."""
+    read = torch.stack([loss.float() for loss in unread]).tolist()
+    unread.clear()
+    if progress is not None:
+        progress.set_postfix(epoch=epoch, loss=f"{read[-1]:.3f}", refresh=False)
+    return read
 
 
 def finetune_ds_config(args: FinetuneArgs, world_size: int) -> dict[str, Any]:
@@ -483,9 +500,11 @@ def _prepare_training(args: FinetuneArgs, data: _Data) -> _Training:
     if distributed.world_size > 1:
         sampler = torch.utils.data.DistributedSampler(data.features[TRAIN], distributed.world_size, distributed.rank,
                                                       shuffle=True, seed=args.seed)
+    # Pinned batches move to a GPU without the host waiting for the copy (TaskAdapter.inputs).
     loader = DataLoader(data.features[TRAIN], batch_size=_micro_batch(distributed, args.batch_size),
                         shuffle=sampler is None, sampler=sampler, generator=data.generator if sampler is None else None,
-                        collate_fn=data.task.collate, num_workers=args.num_workers)
+                        collate_fn=data.task.collate, num_workers=args.num_workers,
+                        pin_memory=distributed.device.type == "cuda")
     total_steps = args.epochs * len(loader)
     optimizer = build_optimizer("adamw", parameter_groups(model, args.weight_decay), lr=args.learning_rate,
                                 weight_decay=args.weight_decay, device=distributed.device).optimizer

@@ -450,3 +450,46 @@ def test_load_encoder_warns_about_weights_missing_from_the_checkpoint(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.warns(UserWarning, match=r"encoder weights are not in the checkpoint.*layer\.1\."):
         load_encoder(tmp_path)
+
+
+def test_an_epoch_reads_its_losses_back_in_blocks_not_after_each_step(monkeypatch):
+    """train_epoch keeps each step's loss on the device and reads them LOSS_READS_EVERY at a time: on a GPU a
+    step that read its loss would wait for the device instead of queuing the next step. 7 steps read in
+    blocks of 3: three transfers (3, 3, 1), every loss the one its step returned, the model's own code
+    reading nothing back (the encoder is transformers', whose mask handling reads one value per forward)."""
+    import sys
+    from pathlib import Path
+
+    from biomed_lm.finetune import trainer
+    from biomed_lm.optim import build_optimizer
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from host_syncs import host_syncs
+
+    monkeypatch.setattr(trainer, "LOSS_READS_EVERY", 3)
+    model = TokenTaggingModel(tiny_bert(), num_labels=3)
+    optimizer = build_optimizer("adamw", model.parameters(), lr=1e-3, device="cpu").optimizer  # the run's (fused)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    stepper = trainer._PlainStepper(model, optimizer, scheduler)
+    returned = []
+
+    def step(inputs):
+        returned.append(stepper(inputs))
+        return returned[-1]
+    step.module = model
+    batches = []
+    for seed in range(7):
+        input_ids, attention_mask, word_mask = batch(seed)
+        batches.append({"input_ids": input_ids, "attention_mask": attention_mask,
+                        "labels": tag_labels(word_mask, 3, seed)})
+
+    class Task:
+        @staticmethod
+        def inputs(batch, device):
+            return batch
+    with host_syncs() as found:
+        losses = trainer.train_epoch(step, batches, Task(), torch.device("cpu"))
+    assert losses == [float(loss) for loss in returned] and len(losses) == 7
+    ours = [entry for entry in found if entry["at"].split(":")[0] != "masking_utils.py"]
+    assert [entry["op"] for entry in ours] == ["Tensor.tolist"] * 3
+    assert all(entry["at"].startswith("trainer.py:") for entry in ours)

@@ -81,7 +81,7 @@ class TaskAdapter(ABC):
         """The model's keyword arguments from a batch: :attr:`input_keys`, and :attr:`train_keys`
         when training."""
         keys = self.input_keys + (self.train_keys if train else ())
-        return {k: batch[k].to(device) for k in keys if k in batch}
+        return {k: batch[k].to(device, non_blocking=True) for k in keys if k in batch}
 
     # ----------------------------------------------------------------------------- the model
 
