@@ -47,7 +47,7 @@ Methods, per task, in this order in one process:
   loader, ``build_optimizer("adamw")`` with ``parameter_groups``, the slanted triangular schedule:
   linear 10% warm-up then linear decay, as HF's; the stepper), then ``train_epoch`` per epoch. In
   bf16 on cuda (``--ours-engine auto``) that is the DeepSpeed path (``deepspeed=True,
-  precision="bf16"``: DeepSpeed's bf16 mode, bf16 weights with fp32 master weights), the only bf16
+  precision="bf16"``: DeepSpeed's torch autocast, fp32 weights as HF's bf16 has them), the only bf16
   path ``launch/finetune.py`` has; without ``deepspeed`` installed ``auto`` falls back to
   ``autocast``: ``_PlainStepper`` under ``torch.autocast(bfloat16)``, which is this benchmark's
   wrapper, not a ``launch/finetune.py`` path (the JSON's ``ours_engine`` says which ran). Unlike
@@ -458,7 +458,7 @@ def run_ours(args, cfg, fargs, data, device: torch.device, engine: str) -> dict:
         wrapper = run.stepper.module.optimizer
         optimizer = getattr(wrapper, "optimizer", wrapper)
     precision = ("bf16 autocast (fp32 weights)" if engine == "autocast" else
-                 f"{fargs.precision}{' (DeepSpeed bf16 mode)' if fargs.precision == 'bf16' else ''}")
+                 f"{fargs.precision}{' (DeepSpeed torch autocast, fp32 weights)' if fargs.precision == 'bf16' else ''}")
     row = {"method": OURS, "engine": engine, "sequences_per_epoch": len(data.features[TRAIN]),
            "extra_windows": len(data.features[TRAIN]) - len(data.examples[TRAIN]),
            "input_stats": dict(data.task.stats), "optimizer": type(optimizer).__name__,

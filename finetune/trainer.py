@@ -380,10 +380,10 @@ def _read_losses(unread: list[torch.Tensor], progress, epoch: int) -> list[float
 def finetune_ds_config(args: FinetuneArgs, world_size: int) -> dict[str, Any]:
     """The DeepSpeed config of a fine-tuning run (:func:`biomed_lm.backend.ds_config`), generated from
     its arguments so that batch size, clipping and precision cannot disagree with the run record.
-    One step per batch (no accumulation); bf16 in DeepSpeed's bf16 mode."""
+    One step per batch (no accumulation); bf16 as torch autocast with fp32 weights (HF ``Trainer``'s bf16)."""
     return ds_config(global_batch_size=args.batch_size, micro_batch_size=args.batch_size // world_size,
                      gradient_accumulation_steps=1, max_grad_norm=MAX_GRAD_NORM, precision=args.precision,
-                     zero_stage=args.zero_stage, bf16_mode="deepspeed")
+                     zero_stage=args.zero_stage)
 
 
 def _micro_batch(distributed: DistributedContext, batch_size: int) -> int:

@@ -311,7 +311,7 @@ def create_ds_config(train: TrainArguments, world_size: int) -> dict[str, Any]:
     max_grad_norm = 0.0 if trainer_clips_gradients(train) else train.max_grad_norm
     return ds_config(global_batch_size=train.global_batch_size, micro_batch_size=train.micro_batch_size,
                      gradient_accumulation_steps=train.gradient_accumulation_steps, max_grad_norm=max_grad_norm,
-                     precision=deepspeed_precision(train.precision), zero_stage=train.zero_stage, bf16_mode="autocast")
+                     precision=deepspeed_precision(train.precision), zero_stage=train.zero_stage)
 
 
 def trainer_clips_gradients(train: TrainArguments) -> bool:

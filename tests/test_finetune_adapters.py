@@ -60,16 +60,17 @@ def test_ds_config_is_the_one_both_trainers_had():
     assert json.dumps(fine) == (
         '{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 1, '
         '"gradient_clipping": 1.0, "steps_per_print": 1000000000, "wall_clock_breakdown": false, '
-        '"zero_optimization": {"stage": 1}, "zero_allow_untested_optimizer": true, "bf16": {"enabled": true}}')
+        '"zero_optimization": {"stage": 1}, "zero_allow_untested_optimizer": true, '
+        '"torch_autocast": {"enabled": true, "dtype": "bfloat16"}, "data_types": {"grad_accum_dtype": "fp32"}}')
     pre = ds_config(global_batch_size=8192, micro_batch_size=64, gradient_accumulation_steps=2, max_grad_norm=1.0,
-                    precision="bf16", zero_stage=0, bf16_mode="autocast")
-    assert list(pre)[-2:] == ["torch_autocast", "data_types"]
+                    precision="bf16", zero_stage=0)
+    assert list(pre)[-2:] == ["torch_autocast", "data_types"] and "bf16" not in pre
     assert pre["data_types"] == {"grad_accum_dtype": "fp32"}
     fp16 = ds_config(global_batch_size=8, micro_batch_size=8, gradient_accumulation_steps=1, max_grad_norm=1.0,
                      precision="fp16", zero_stage=0)
     assert fp16["fp16"] == {"enabled": True, "loss_scale": 0, "initial_scale_power": 16} and "bf16" not in fp16
     assert set(ds_config(global_batch_size=8, micro_batch_size=8, gradient_accumulation_steps=1, max_grad_norm=1.0,
-                         precision="fp32", zero_stage=0)) == set(list(fine)[:-1])
+                         precision="fp32", zero_stage=0)) == set(list(fine)[:-2])
 
 
 def test_pretraining_and_fine_tuning_configs_come_from_the_backend():
@@ -84,9 +85,56 @@ def test_pretraining_and_fine_tuning_configs_come_from_the_backend():
     train = TrainArguments(micro_batch_size=8, gradient_accumulation_steps=3, precision="bf16", zero_stage=1)
     assert create_ds_config(train, 2) == ds_config(global_batch_size=48, micro_batch_size=8,
                                                    gradient_accumulation_steps=3, max_grad_norm=train.max_grad_norm,
-                                                   precision="bf16", zero_stage=1, bf16_mode="autocast")
+                                                   precision="bf16", zero_stage=1)
     # at ZeRO stage 0 the pretraining trainer clips the gradients itself: DeepSpeed's clipping is off
     stage0 = TrainArguments(micro_batch_size=8, gradient_accumulation_steps=3, precision="bf16")
     assert create_ds_config(stage0, 2) == ds_config(global_batch_size=48, micro_batch_size=8,
                                                     gradient_accumulation_steps=3, max_grad_norm=0.0,
-                                                    precision="bf16", zero_stage=0, bf16_mode="autocast")
+                                                    precision="bf16", zero_stage=0)
+
+
+SYNC_AUDIT = """
+import collections, json, sys
+sys.path.insert(0, "tests")
+import deepspeed, torch
+from host_syncs import host_syncs
+from test_finetune_modeling import TokenTaggingModel, batch, tag_labels, tiny_bert
+from biomed_lm.backend import ensure_distributed_env
+from biomed_lm.finetune import trainer
+from biomed_lm.optim import build_optimizer
+
+ensure_distributed_env()
+deepspeed.init_distributed(dist_backend="gloo")
+model = TokenTaggingModel(tiny_bert(), num_labels=3)
+optimizer = build_optimizer("adamw", model.parameters(), lr=1e-3, device="cpu").optimizer
+scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+args = trainer.FinetuneArgs(model="m", dataset="d", data_dir="x", output_dir="o", batch_size=3, deepspeed=True,
+                            precision="bf16")
+engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
+                                  config=trainer.finetune_ds_config(args, 1))
+step = trainer._DeepSpeedStepper(engine)
+input_ids, attention_mask, word_mask = batch(0)
+inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": tag_labels(word_mask, 3, 0)}
+step(inputs)
+with host_syncs() as found:
+    step(inputs)
+print(json.dumps({"optimizer": type(engine.optimizer).__name__,
+                  "reads": sorted({entry["at"] for entry in found})}))
+"""
+
+
+def test_a_bf16_fine_tuning_step_through_deepspeed_reads_nothing_back(tmp_path):
+    """--deepspeed --precision bf16 runs as autocast with fp32 weights: the engine steps our AdamW itself. In
+    DeepSpeed's bf16 mode it wrapped it in FP16_UnfusedOptimizer, whose step read each parameter's overflow
+    check and two norms back to the host (42 reads a step for this 2-layer model), each a wait on a GPU.
+    Only transformers' own read of the attention mask is left (HF's forward does it too)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    done = subprocess.run([sys.executable, "-c", SYNC_AUDIT], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    audit = json.loads(done.stdout.strip().splitlines()[-1])
+    assert audit["optimizer"] == "AdamW"  # the client optimizer itself, not DeepSpeed's fp16/bf16 wrapper
+    assert [at.split(":")[0] for at in audit["reads"]] == ["masking_utils.py"]
