@@ -450,11 +450,12 @@ class MultiTokenTaggingModel(_EncoderModel):
         if labels is not None:
             if labels.shape != logits.shape:
                 raise ValueError(f"labels must be [batch, tokens, {self.num_elements}], got {tuple(labels.shape)}")
+            # The mean over the labelled entries, as a masked sum (no entry: 0, with zero gradients):
+            # selecting them would make the host wait for the device to count them.
             keep = labels != IGNORE_INDEX
-            if bool(keep.any()):
-                loss = F.binary_cross_entropy_with_logits(logits.float()[keep], labels[keep].float())
-            else:
-                loss = logits.sum() * 0.0
+            targets = torch.where(keep, labels, 0).float()
+            entries = F.binary_cross_entropy_with_logits(logits.float(), targets, reduction="none")
+            loss = (entries * keep).sum() / keep.sum().clamp(min=1)
         return TokenTaggingOutput(logits=logits, loss=loss)
 
     @staticmethod

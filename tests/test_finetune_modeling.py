@@ -251,6 +251,10 @@ def test_multi_token_tagging_bce_over_labelled_entries():
     model.train()
     model(input_ids, attention_mask, labels=labels).loss.backward()
     assert model.encoder.embeddings.word_embeddings.weight.grad.abs().sum() > 0
+    model.zero_grad()
+    unlabelled = model(input_ids, attention_mask, labels=torch.full_like(labels, IGNORE_INDEX))
+    unlabelled.loss.backward()  # no labelled entry: loss 0, the head still in the graph with zero gradients
+    assert unlabelled.loss.item() == 0.0 and model.classifier.weight.grad.abs().sum() == 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -493,3 +497,31 @@ def test_an_epoch_reads_its_losses_back_in_blocks_not_after_each_step(monkeypatc
     ours = [entry for entry in found if entry["at"].split(":")[0] != "masking_utils.py"]
     assert [entry["op"] for entry in ours] == ["Tensor.tolist"] * 3
     assert all(entry["at"].startswith("trainer.py:") for entry in ours)
+
+
+@pytest.mark.parametrize("head", ["ner-linear", "pico-linear", "cls-single_label", "cls-multi_label",
+                                  "cls-regression"])
+def test_the_default_heads_train_without_reading_back_from_the_device(head):
+    """BLURB's standard heads (linear tagging, PICO's per-element decisions, [CLS] classification of each
+    problem): a forward and backward whose own code reads nothing back — no count, no boolean selection — so
+    a GPU step queues without waiting (transformers' forward reads its attention mask once, in HF's too)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from host_syncs import host_syncs
+
+    input_ids, attention_mask, word_mask = batch(0)
+    if head == "ner-linear":
+        model, labels = TokenTaggingModel(tiny_bert(), num_labels=3), tag_labels(word_mask, 3)
+    elif head == "pico-linear":
+        model = MultiTokenTaggingModel(tiny_bert(), 3)
+        labels = torch.randint(0, 2, (*word_mask.shape, 3)).float().masked_fill(~word_mask[..., None], IGNORE_INDEX)
+    else:
+        problem = head.split("-")[1]
+        model = SequenceClassificationModel(tiny_bert(), 1 if problem == "regression" else 2, problem, "cls", 0.1)
+        labels = {"single_label": torch.tensor([0, 1, 1]), "multi_label": torch.tensor([[0., 1.], [1., 0.], [1., 1.]]),
+                  "regression": torch.tensor([0.5, 1.0, 2.0])}[problem]
+    with host_syncs() as found:
+        model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
+    assert [entry["at"].split(":")[0] for entry in found] == ["masking_utils.py"]
