@@ -7,8 +7,8 @@
 #     STAGES="bert launch tests" bash benchmarks/gpu_check.sh   # some stages only
 #
 # Stages (each bounded by its own timeout), in order of value: one call of 570 s fits the first four
-# (about 450 s on an H200), a second the next two. Results go to $RESULTS (default /tmp/gpu_check) and, when
-# $OUT is set (the lent machine's return folder, which takes at most 8 files), into $OUT/gpu_check.tgz
+# (about 450 s on an H200), a second the next two (about 350 s). Results go to $RESULTS (default
+# /tmp/gpu_check) and, when $OUT is set (the lent machine's return folder, which takes at most 8 files), into $OUT/gpu_check.tgz
 # with the whole log beside it.
 #   bert      bench_gpu.py, BERT-base: transformers eager / compiled / full-length rows against ours,
 #             compiled by layer and replayed as CUDA graphs (--compile-mode reduce-overhead), seq 128
@@ -22,11 +22,11 @@
 #             CUDA graphs against the compiled forward, fused AdamW, bf16 accumulation, fp8 against
 #             bf16, the liger MLM loss
 #   fp8       ours in fp8 against ours in bf16, and 300 steps of each on the same batches (loss within 1%)
+#   finetune  bench_finetune.py --device cuda: NER and a relation task against HF Trainer
 #   families  bench_gpu.py --architecture roberta and albert at seq 128
 #   blocks    ours alone with 4 encoder layers per compiled region (the host's time per region call)
 #   bert512   the same as bert at seq 512 on BERT's length mix
 #   batch512  ours alone at micro-batch 512 on the same instances: the step's launch-bound share
-#   finetune  bench_finetune.py --device cuda: NER and a relation task against HF Trainer
 #
 # Packages the machine lacks sit as wheels in .whl/ and are installed into /tmp/site, not the
 # system. Where the toolkit is not installed it is made importable as biomed_lm for the run: links in
@@ -35,7 +35,7 @@ set -uo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 RESULTS="${RESULTS:-/tmp/gpu_check}"; mkdir -p "$RESULTS"
 PY="${PYTHON:-python3}"
-STAGES="${STAGES:-bert graphs launch tests fp8 families blocks bert512 batch512 finetune}"
+STAGES="${STAGES:-bert graphs launch tests fp8 finetune families blocks bert512 batch512}"
 INPUTS="$REPO/.gpu_inputs"
 cd "$REPO"
 
@@ -104,6 +104,12 @@ if stage fp8; then
     --convergence-steps 300 "${REAL[@]}"
 fi
 
+if stage finetune; then
+  TOKENIZER=(); [ -d "$INPUTS/tokenizer" ] && TOKENIZER=(--tokenizer "$INPUTS/tokenizer")
+  timeout "${FT_TIMEOUT:-180}" "$PY" benchmarks/bench_finetune.py --device cuda --model bert-base --epochs 2 \
+    --train-examples 2000 "${TOKENIZER[@]}" --output "$RESULTS/finetune.json" 2>&1 | tee "$RESULTS/bench_finetune.log"
+fi
+
 if stage families; then
   for family in roberta albert; do
     bench "$family" "${FAMILY_TIMEOUT:-200}" --architecture "$family" --seq-lengths 128 --batch 256 \
@@ -125,11 +131,6 @@ if stage batch512; then  # ours only, twice the micro-batch: how much of the ste
     --no-baselines "${REAL[@]}"
 fi
 
-if stage finetune; then
-  TOKENIZER=(); [ -d "$INPUTS/tokenizer" ] && TOKENIZER=(--tokenizer "$INPUTS/tokenizer")
-  timeout "${FT_TIMEOUT:-180}" "$PY" benchmarks/bench_finetune.py --device cuda --model bert-base --epochs 2 \
-    --train-examples 2000 "${TOKENIZER[@]}" --output "$RESULTS/finetune.json" 2>&1 | tee "$RESULTS/bench_finetune.log"
-fi
 echo "== done ($(date +%T))"
 if [ -n "${OUT:-}" ]; then
   tar czf "$OUT/gpu_check.tgz" -C "$RESULTS" . && echo "results: \$OUT/gpu_check.tgz"
