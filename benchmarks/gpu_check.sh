@@ -8,8 +8,8 @@
 #
 # Stages (each bounded by its own timeout), in order of value: one call of 570 s fits the first four
 # (about 450 s on an H200), a second the next two (about 350 s). Results go to $RESULTS (default
-# /tmp/gpu_check) and, when $OUT is set (the lent machine's return folder, which takes at most 8 files), into $OUT/gpu_check.tgz
-# with the whole log beside it.
+# /tmp/gpu_check) and, when $OUT is set (the lent machine's return folder, which takes at most 8
+# files), into $OUT/gpu_check.tgz with the whole log beside it.
 #   bert      bench_gpu.py, BERT-base: transformers eager / compiled / full-length rows against ours,
 #             compiled by layer and replayed as CUDA graphs (--compile-mode reduce-overhead), seq 128
 #             on the real instances' lengths (tokens bucketed to 256), with --profile
