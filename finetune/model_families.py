@@ -35,6 +35,13 @@ gpt2        byte-level BPE   never               EOS (none)     yes           la
   input (the first token, BERT's [CLS] position, sees only itself). Token tagging reads each
   word's first sub-word, as for every family (it sees the words before it, not those after).
 
+* **a prepared padding mask**: BERT, RoBERTa, ALBERT and ELECTRA are handed the padding mask as the
+  additive ``(batch, 1, 1, tokens)`` mask transformers itself builds for its SDPA and eager
+  attention, which it uses as it is; given the 2D mask, transformers first reads it back to see
+  whether every token is real (to leave the mask out), and on a GPU that read waits for the device
+  in every forward. DeBERTa-v2 (its own relative-position masking) and GPT-2 (causal) take the 2D
+  mask, and so does an encoder loaded with another attention implementation.
+
 A ``model_type`` not in the table (DistilBERT, XLM-RoBERTa, ...) gets :data:`GENERIC`: BERT's
 handling, with token types still subject to ``type_vocab_size``. Adding an architecture is one entry
 here and a tiny checkpoint in ``tests/test_finetune_architectures.py``.
@@ -75,6 +82,8 @@ class CheckpointFamily:
     special_tokens: tuple[str, ...] = ("cls", "sep", "pad", "unk")
     #: checkpoint classes (config.architectures) that are not this family's encoder, with what to use
     not_encoders: Mapping[str, str] = field(default_factory=dict)
+    #: the encoder takes a prepared additive padding mask under SDPA and eager attention (module doc)
+    prepared_mask: bool = False
 
     def tokenizer_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of ``AutoTokenizer.from_pretrained`` for this family."""
@@ -88,10 +97,10 @@ class CheckpointFamily:
 GENERIC = CheckpointFamily("generic")
 
 CHECKPOINT_FAMILIES: Mapping[str, CheckpointFamily] = MappingProxyType({family.name: family for family in (
-    CheckpointFamily("bert", ("bert",)),
-    CheckpointFamily("roberta", ("roberta",), prefix_space=True),
-    CheckpointFamily("albert", ("albert",)),
-    CheckpointFamily("electra", ("electra",), not_encoders=MappingProxyType({
+    CheckpointFamily("bert", ("bert",), prepared_mask=True),
+    CheckpointFamily("roberta", ("roberta",), prefix_space=True, prepared_mask=True),
+    CheckpointFamily("albert", ("albert",), prepared_mask=True),
+    CheckpointFamily("electra", ("electra",), prepared_mask=True, not_encoders=MappingProxyType({
         "ElectraForMaskedLM": "an ELECTRA generator; fine-tune the discriminator (ElectraForPreTraining) instead"})),
     CheckpointFamily("deberta-v2", ("deberta-v2",)),
     CheckpointFamily("gpt2", ("gpt2",), segment_embeddings=False, prefix_space=True, pad_from_eos=True,

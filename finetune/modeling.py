@@ -161,6 +161,18 @@ def sequence_states(hidden: torch.Tensor, attention_mask: torch.Tensor | None,
     return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
 
 
+#: The attention implementations that take :func:`padding_bias` as it is.
+PREPARED_MASK_ATTENTION = ("sdpa", "eager")
+
+
+def padding_bias(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The ``[batch, tokens]`` padding mask as the ``[batch, 1, 1, tokens]`` additive mask transformers
+    builds for SDPA and eager attention (0 on real tokens, ``dtype``'s lowest value on padding), which
+    it takes prepared as it is. Given the 2D mask it would first read it back to see whether every
+    token is real (to drop the mask): a wait for the device in every forward."""
+    return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+
+
 class _EncoderModel(nn.Module):
     """Owns the encoder: runs it, and resizes its embeddings when marker tokens are added.
 
@@ -175,6 +187,8 @@ class _EncoderModel(nn.Module):
         self.checkpoint_family = checkpoint_family(getattr(encoder.config, "model_type", None))
         self.token_types = self.checkpoint_family.takes_token_type_ids(encoder.config)
         self.sequence_token: SequenceToken = self.checkpoint_family.sequence_token
+        self.prepared_mask = (self.checkpoint_family.prepared_mask
+                              and getattr(encoder.config, "_attn_implementation", None) in PREPARED_MASK_ATTENTION)
 
     @property
     def hidden_size(self) -> int:
@@ -186,6 +200,8 @@ class _EncoderModel(nn.Module):
 
     def _encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        if self.prepared_mask:
+            attention_mask = padding_bias(attention_mask, self.encoder.dtype)
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None and self.token_types:
             inputs["token_type_ids"] = token_type_ids

@@ -348,6 +348,31 @@ def test_checkpoint_is_prepared_for_its_family(checkpoints, arch):
         assert all(tokenizer.convert_ids_to_tokens(p)[0].startswith("Ġ") for p in pieces)
 
 
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_the_encoder_gets_a_prepared_mask_where_its_family_takes_one(checkpoints, arch):
+    """BERT, RoBERTa, ALBERT and ELECTRA get the additive 4D padding mask transformers would build (so it
+    does not read the 2D mask back each forward), with the same states on the real tokens, fp32, as from
+    the 2D mask; DeBERTa-v2 and GPT-2 keep the 2D mask."""
+    import torch
+
+    from biomed_lm.finetune.modeling import TokenTaggingModel, load_encoder
+
+    model = TokenTaggingModel(load_encoder(checkpoints(arch)), num_labels=3).eval()
+    assert model.prepared_mask == (arch in ("bert", "roberta", "albert", "electra"))
+    pad = model.encoder.config.pad_token_id or 0
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(pad + 5, min(model.encoder.config.vocab_size, 200), (3, 12), generator=generator)
+    attention_mask = (torch.arange(12)[None, :] < torch.tensor([12, 9, 4])[:, None]).long()
+    input_ids = input_ids.masked_fill(attention_mask == 0, pad)
+    token_type_ids = torch.zeros_like(input_ids)
+    with torch.no_grad():
+        prepared = model._encode(input_ids, attention_mask, token_type_ids)
+        model.prepared_mask = False
+        plain = model._encode(input_ids, attention_mask, token_type_ids)
+    real = attention_mask.bool()
+    assert torch.allclose(prepared[real], plain[real], atol=1e-5)
+
+
 def test_gpt2_pads_with_eos_and_reads_the_sequence_at_its_last_real_token(checkpoints):
     import torch
 
