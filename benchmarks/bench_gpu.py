@@ -323,8 +323,9 @@ def run_system(system: System, cpu_batches: list[dict], warmup: int, device: tor
     if cuda_graphs:  # compiled graphs inductor ran without CUDA graphs (TORCH_LOGS=cudagraphs: why)
         row["cudagraph_skips"] = cudagraph_skips() - skips_before
     mfu = f"{row['mfu']:.1%}" if row["mfu"] is not None else "n/a"
+    # each row as it lands: a stage cut off by its timeout keeps them
     print(f"  measured {system.name}: {row['tokens_per_s']:,.0f} tok/s (median of {windows} windows, spread "
-          f"{row['window_spread']:.1%}), MFU {mfu}, warm-up (compile) {warmup_seconds:.0f} s", flush=True)  # each row as it lands: a stage cut off by its timeout keeps them
+          f"{row['window_spread']:.1%}), MFU {mfu}, warm-up (compile) {warmup_seconds:.0f} s", flush=True)
     return row, step, device_batches[warmup:]
 
 

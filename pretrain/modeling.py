@@ -141,8 +141,12 @@ class PretrainingModel(nn.Module):
         self.attention = attention
         self.pad_to_multiple_of = pad_to_multiple_of
         self.mlm_loss = mlm_loss  # a resolved pretrain.mlm_loss implementation: dense, chunked or liger
-        self.masked_multiple_of: int | None = None  # the masked count's bucket (set for CUDA graphs)
-        self.cuda_graphs = False  # compiled with mode reduce-overhead: see begin_step
+        self.masked_multiple_of: int | None = None  # the masked count's bucket (set for CUDA graphs only)
+
+    @property
+    def cuda_graphs(self) -> bool:
+        """Compiled with mode reduce-overhead (see :meth:`begin_step`): the only case that buckets the masked count."""
+        return self.masked_multiple_of is not None
 
     @property
     def unpadded(self) -> bool:
@@ -248,7 +252,7 @@ class PretrainingModel(nn.Module):
         if mode == "reduce-overhead":  # a CUDA graph per shape: the masked count is bucketed as the tokens are
             if masked_bucket < 1:
                 raise PretrainConfigError(f"masked_bucket must be at least 1, got {masked_bucket}")
-            self.masked_multiple_of, self.cuda_graphs = masked_bucket, True
+            self.masked_multiple_of = masked_bucket
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         # One graph per region is required: a break is a bug (a host sync, a data-dependent shape).
         compile = functools.partial(torch.compile, fullgraph=True, dynamic=True, backend=backend, mode=mode)
