@@ -29,7 +29,8 @@ peak RSS (``VmHWM``) of the rank and of each worker, their PSS (all pages, and a
 the private memory, which adds up over the forked processes) and file-backed RSS, and the instance indices the rank's workers read (recorded by a
 thin wrapper around the dataset, with times): the ranks' shares must be disjoint and together be
 the first global batches of the epoch's permutation (all of the epoch when the run reaches its end),
-and before the first batch a rank must have read at most what the workers prefetch, not the data.
+and before the first batch a rank must have read at most what the workers prefetch (and the micro-batch
+the DataLoader requests as it hands the first over), not the data.
 Results go to ``benchmarks/results/loader.json``.
 """
 

@@ -40,8 +40,10 @@ def test_bench_loader_two_ranks_tiny(tmp_path):
         for rank in size["ranks"]:
             assert rank["read_instances"] == size["steps"] * 64  # its own share, nothing more
             # Before its first batch a rank has read at most what its workers prefetch (2 workers x 4
-            # micro-batches): never every instance.
-            assert 64 <= rank["read_before_first_batch"] <= 2 * 4 * 64 < size["instances"]
+            # micro-batches), plus the one the DataLoader asks for as it hands the first batch over (a
+            # worker may start reading it before the rank stamps the first batch's time; CI saw 576):
+            # never every instance.
+            assert 64 <= rank["read_before_first_batch"] <= (2 * 4 + 1) * 64 < size["instances"]
             assert rank["main_memory_mib"]["VmHWM"] > 0 and rank["worker_memory_mib"]
     small = sizes[0]
     assert small["covers_epoch"]  # the whole epoch was read: the ranks' shares cover it
