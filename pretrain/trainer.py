@@ -43,7 +43,7 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, TypedDict
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypedDict
 
 import numpy as np
 import torch
@@ -791,10 +791,10 @@ def _account_step(run: Run, done: StepResult) -> None:
     # healthy model gives (non-finite, over the ceiling) holds broken weights and is not exported.
     ends_broken = step == args.max_steps and verdict.reason in UNHEALTHY_WEIGHTS
     aborting = state.consecutive_skips >= args.max_consecutive_skips or ends_broken
-    if run.graphs is not None and (new_graphs := run.graphs.new_since_last_look()) and step > COMPILE_WARMUP_STEPS:
+    if run.graphs is not None and (new_graphs := run.graphs.made.new_since_last_look()) and step > COMPILE_WARMUP_STEPS:
         run.logger.message(f"step {step}: torch.compile made {new_graphs} new graph(s) after warm-up (a shape or "
                            "guard changed; --bucket-tokens bounds the token counts)")
-    if run.model.cuda_graphs and (skipped := run.graphs.new_cudagraph_skips()):
+    if run.model.cuda_graphs and (skipped := run.graphs.cudagraph_skips.new_since_last_look()):
         run.logger.message(f"step {step}: inductor ran {skipped} compiled graph(s) without CUDA graphs, their kernels "
                            "launched one by one (TORCH_LOGS=cudagraphs gives its reasons)")
     if run.rank == 0 and (step % args.log_every == 0 or step == args.max_steps or verdict.skip):
@@ -870,9 +870,9 @@ def _metrics_record(run: Run, done: StepResult) -> dict[str, Any]:
         record["skipped"] = verdict.reason
     record.update(run.model.output_type.step_metrics(totals, n, nonfinite, run.state.variant))
     if run.graphs is not None:
-        record["compiled_graphs"] = run.graphs.total
+        record["compiled_graphs"] = run.graphs.made.total
     if run.model.cuda_graphs:
-        record["cudagraph_skips"] = run.graphs.cudagraph_skips
+        record["cudagraph_skips"] = run.graphs.cudagraph_skips.total
     if run.peak and elapsed > 0:  # model FLOPs of the real tokens and the masked positions only
         flops = step_flops_from_counts(run.hf_model.config, totals["tokens"], totals["attention_pairs"],
                                        totals["mlm_count"], totals["pair_count"])
@@ -888,35 +888,34 @@ def _finite_or_none(value: float | None) -> float | None:
 COMPILE_WARMUP_STEPS = 3
 
 
-class CompiledGraphs:
-    """torch.compile's graph count, looked at once per step: growth after warm-up is a recompilation
-    (steady state should have none), which the run log reports; and, under CUDA graphs, the compiled
-    graphs inductor ran without them (:func:`pretrain.compiling.cudagraph_skips`), which it reports too."""
+class CompileCounter:
+    """One of torch.compile's process-wide counts, looked at once per step: what it grew by since the
+    last look."""
 
-    def __init__(self) -> None:
-        self.seen, self.skips_seen = self.total, self.cudagraph_skips
+    def __init__(self, read: Callable[[], int]) -> None:
+        self.read = read
+        self.seen = read()
 
     @property
     def total(self) -> int:
-        from biomed_lm.pretrain.compiling import compiled_graphs
-
-        return compiled_graphs()
-
-    @property
-    def cudagraph_skips(self) -> int:
-        from biomed_lm.pretrain.compiling import cudagraph_skips
-
-        return cudagraph_skips()
+        return self.read()
 
     def new_since_last_look(self) -> int:
-        total = self.total
+        total = self.read()
         new, self.seen = total - self.seen, total
         return new
 
-    def new_cudagraph_skips(self) -> int:
-        skips = self.cudagraph_skips
-        new, self.skips_seen = skips - self.skips_seen, skips
-        return new
+
+class CompiledGraphs:
+    """torch.compile's graphs: those made (growth after warm-up is a recompilation; steady state should
+    have none) and, under CUDA graphs, those inductor ran without them
+    (:func:`pretrain.compiling.cudagraph_skips`). The run log reports both."""
+
+    def __init__(self) -> None:
+        from biomed_lm.pretrain.compiling import compiled_graphs, cudagraph_skips
+
+        self.made = CompileCounter(compiled_graphs)
+        self.cudagraph_skips = CompileCounter(cudagraph_skips)
 
 
 class StepTotals:
