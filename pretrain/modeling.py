@@ -217,7 +217,7 @@ class PretrainingModel(nn.Module):
         return (compiled or self.losses)(batch, next_sentence_label)
 
     def compile_losses(self, backend: str = "inductor", mode: str | None = None, scope: str = "layers",
-                       layers_per_graph: int = 1, masked_bucket: int = MASKED_BUCKET) -> None:
+                       layers_per_graph: int = 1) -> None:
         """Compile the forward (autograd compiles each region's backward as one graph too) with dynamic
         shapes: the token and masked counts vary per micro-batch, so a handful of graphs serve a run.
 
@@ -237,7 +237,7 @@ class PretrainingModel(nn.Module):
         region call of a step is a node of a recorded path (by layer, each layer's node keeps its own
         weights' addresses), replayed with one launch, so the host's per-kernel launch cost leaves the
         step. One graph per shape: the token count is bucketed (``pad_to_multiple_of``), and the masked
-        count here to ``masked_bucket``; a shape's first occurrence runs uncaptured, its second records.
+        count here to :data:`MASKED_BUCKET`; a shape's first occurrence runs uncaptured, its second records.
         The trainer marks each optimizer step's start (``torch.compiler.cudagraph_mark_step_begin``).
         Only the unpadded layout: transformers' padded forward breaks graphs."""
         import torch._dynamo
@@ -250,9 +250,7 @@ class PretrainingModel(nn.Module):
             raise PretrainConfigError("the liger MLM loss breaks the compiled graph (it reads its row count back to "
                                       "the host); compile with the dense or chunked loss")
         if mode == "reduce-overhead":  # a CUDA graph per shape: the masked count is bucketed as the tokens are
-            if masked_bucket < 1:
-                raise PretrainConfigError(f"masked_bucket must be at least 1, got {masked_bucket}")
-            self.masked_multiple_of = masked_bucket
+            self.masked_multiple_of = MASKED_BUCKET
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         # One graph per region is required: a break is a bug (a host sync, a data-dependent shape).
         compile = functools.partial(torch.compile, fullgraph=True, dynamic=True, backend=backend, mode=mode)
