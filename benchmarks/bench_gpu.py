@@ -495,11 +495,12 @@ def our_system(bert, family, kernel: str, device: torch.device, compile_: bool, 
                       lambda batch: batch["input_ids"].numel(), _layout_of(model), kernel, fp8)
     model = _our_model(bert, device, fp8=fp8, attention=kernel, pad_to_multiple_of=bucket if compile_ else None,
                        compile_backend=backend if compile_ else None, regions=regions)
-    region = {None: "", True: regions.describe(), False: ", dense blocks compiled"}[
-        None if not compile_ else KERNELS[kernel].traceable]
+    forward_compiled = None if not compile_ else KERNELS[kernel].traceable
+    region = {None: "", True: regions.describe(), False: ", dense blocks compiled"}[forward_compiled]
+    # A mode applies to the compiled forward only: dense blocks compile in torch.compile's default.
     return System(f"ours [{kernel}{region}{suffix}]", OURS, model, _our_loss,
                   _unpadded_positions(bucket if compile_ else 1), _layout_of(model), kernel, fp8,
-                  regions.mode if compile_ else None)
+                  regions.mode if forward_compiled else None)
 
 
 def _our_systems(bert, family, device: torch.device, dtype, compile_: bool, bucket: int,
