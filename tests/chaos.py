@@ -9,8 +9,9 @@ Each interruption is drawn from the seed: SIGKILL to one rank or to the whole pr
 SIGTERM to the ``deepspeed`` launcher alone or to the group, or a SIGKILL inside a checkpoint save
 (after DeepSpeed's files, before the manifest, before ``latest``, before pruning; on one rank or
 both), at a random moment after a random step. After each, every process of the run must be gone
-within :data:`HANG_SECONDS` (no hang), and the next launch must not be refused by the run lock (the
-dead run's lock must not block its resume). At the end: every step logged exactly once, every
+within :data:`HANG_SECONDS` (no hang), a SIGTERM must leave a checkpoint of the step the ranks
+stopped at together (with both ranks' state), and the next launch must not be refused by the run
+lock (the dead run's lock must not block its resume). At the end: every step logged exactly once, every
 loss and the exported weights bit-identical to the uninterrupted run's.
 ``tests/test_chaos.py`` runs a short schedule as part of the suite.
 """
@@ -141,8 +142,22 @@ def _interrupt_once(chaos: Chaos, rng: random.Random, args: list[str], out: Path
         raise ChaosFailure(f"chaos seed {chaos.seed}: the run hung after {kind} (step {target})") from None
     _check(group_ended(process.pid, HANG_SECONDS), chaos, f"processes of the run outlived it after {kind}")
     _check("is in use by another run" not in stderr, chaos, f"the run lock blocked a resume: {stderr[-2000:]}")
+    if kind.startswith("SIGTERM"):
+        _check_stopped_together(chaos, out, target, kind)
     event.update(exit=process.returncode, port=process.master_port)
     return event
+
+
+def _check_stopped_together(chaos: Chaos, out: Path, target: int, kind: str) -> None:
+    """A SIGTERM is a stop, not a crash: the ranks agree on a step at or after the one logged before
+    the signal, and ``latest`` names that step's checkpoint, holding both ranks' state."""
+    latest = out / "checkpoints" / "latest"
+    tag = latest.read_text().strip() if latest.is_file() else ""
+    _check(tag.startswith("step-") and int(tag.split("-")[1]) >= target, chaos,
+           f"after {kind} at step {target} the newest checkpoint is {tag or 'absent'}")
+    states = {p.name for p in (out / "checkpoints" / tag).glob("rng_state_rank*.pt")}
+    _check(states == {"rng_state_rank0.pt", "rng_state_rank1.pt"}, chaos,
+           f"after {kind} checkpoint {tag} holds the state of {sorted(states)}, not of both ranks")
 
 
 def _deliver(kind: str, process: subprocess.Popen, rng: random.Random) -> str:

@@ -1,9 +1,11 @@
 """The chaos run as a test (issue 22, item 9): two DeepSpeed ranks on CPU interrupted 10 times at
 random moments — SIGKILL to a rank or the group, SIGTERM to the launcher or the group, SIGKILL
 inside checkpoint saves — and re-run each time with the same command, end bit-identical to the
-uninterrupted run: every loss, every step logged once, the exported weights; no process hangs, the
-run lock never blocks the resume, and no launch leaves DeepSpeed's shared-memory buffers behind. ``tests/chaos.py`` is the longer run (300 steps, 20
-interruptions, a fresh seed each time); ``BIOMED_LM_CHAOS_SEED`` replays another schedule here.
+uninterrupted run: every loss, every step logged once, the exported weights; each SIGTERM leaves a
+checkpoint of the step both ranks stopped at, no process hangs, the run lock never blocks the
+resume, and no launch leaves DeepSpeed's shared-memory buffers behind. ``tests/chaos.py`` is the
+longer run (300 steps, 20 interruptions, a fresh seed each time); ``BIOMED_LM_CHAOS_SEED`` replays
+another schedule here.
 """
 
 from __future__ import annotations

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, free_port
-from tests.pretrain_runs import (STEPS, copy_run, deepspeed_launcher, env, group_ended, losses, pretrain_args,
-                                 pretrain_command, run, with_option)
+from tests.conftest import REPO
+from tests.pretrain_runs import (STEPS, copy_run, env, group_ended, losses, pretrain_args, pretrain_command, run,
+                                 with_option)
 
 CKPT = "checkpoints"
 
@@ -287,55 +287,3 @@ def test_preemption_with_workers_checkpoints_and_resumes_exactly(how, pretrainin
     resume_ok(args)
     assert losses(out) == losses(straight_run)
 
-
-# --- two ranks through the deepspeed launcher --------------------------------------------------
-
-TWO_RANK_STEPS = 8
-
-
-def two_rank_args(inputs, out: Path) -> list[str]:
-    args = with_option(pretrain_args(inputs, out), "--max-steps", str(TWO_RANK_STEPS))
-    return with_option(args, "--checkpoint-every", "4")
-
-
-def launch_two_ranks(args: list[str], hooks: dict | None = None) -> subprocess.Popen:
-    launcher = deepspeed_launcher()
-    if launcher is None:
-        pytest.skip("the deepspeed launcher is not installed")
-    command = pretrain_command(args, hooks)[1:]  # the script (and hooks) that every rank runs
-    return subprocess.Popen([launcher, "--num_gpus", "2", "--master_port", str(free_port()), *command], cwd=REPO,
-                            env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-
-
-@pytest.fixture(scope="module")
-def two_rank_straight(pretraining_inputs, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("two_rank") / "run"
-    process = launch_two_ranks(two_rank_args(pretraining_inputs, out))
-    _, stderr = process.communicate(timeout=300)
-    assert process.returncode == 0, stderr[-3000:]
-    return out
-
-
-@pytest.mark.parametrize("how", ["SIGTERM to the launcher only", "SIGTERM to the process group",
-                                 "kill -9 of the process group"])
-def test_two_ranks_stop_together_and_resume_exactly(how, pretraining_inputs, two_rank_straight, tmp_path):
-    out = tmp_path / "run"
-    args = two_rank_args(pretraining_inputs, out)
-    process = launch_two_ranks(args, hooks={"sleep_per_step": 0.4})
-    wait_for_metrics(out, 5 if how.startswith("kill") else 2, process)  # a kill lands after the step-4 checkpoint
-    if how == "SIGTERM to the launcher only":
-        process.send_signal(signal.SIGTERM)  # the deepspeed command dies at once without passing it on
-    else:
-        os.killpg(process.pid, signal.SIGKILL if how.startswith("kill") else signal.SIGTERM)
-    process.communicate(timeout=300)
-    wait_for_group(process.pid)  # no rank keeps training, detached, into the run directory
-    if not how.startswith("kill"):
-        checkpoint = out / CKPT / (out / CKPT / "latest").read_text().strip()
-        assert 2 <= stopped_step(out) < TWO_RANK_STEPS
-        # one checkpoint for the step every rank stopped at, with both ranks' state
-        assert {p.name for p in checkpoint.glob("rng_state_rank*.pt")} == {"rng_state_rank0.pt", "rng_state_rank1.pt"}
-    resumed = launch_two_ranks(args)
-    _, stderr = resumed.communicate(timeout=300)
-    assert resumed.returncode == 0, stderr[-3000:]
-    assert losses(out) == losses(two_rank_straight)
