@@ -2,12 +2,14 @@
 4 timed steps at 128). Speed itself is never asserted here: benchmarks/README.md records it.
 
 The demo's inputs (corpus, vocabulary, instances) are cached in the benchmark's default work dir,
-so only the first run on a machine builds them (and DeepSpeed's CPU op, about a minute)."""
+so only the first run on a machine builds them. DeepSpeed's CPU op (about 25 s to build on 2 cores)
+is shared with every other test's runs: torch's default build folder, not the benchmark's own."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 
@@ -28,11 +30,24 @@ def quick_result(tmp_path_factory: pytest.TempPathFactory) -> dict:
     pytest.importorskip("deepspeed")
     pytest.importorskip("accelerate")  # transformers.Trainer needs it
     output = tmp_path_factory.mktemp("bench") / "pretrain_e2e_quick.json"
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": torch_extensions_dir()}
     done = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--output", str(output)], cwd=REPO,
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=900, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "ours_vs_hf_whole_word" in done.stdout  # the printed table
     return json.loads(output.read_text(encoding="utf-8"))
+
+
+def torch_extensions_dir() -> str:
+    """Where torch JIT-builds extensions when TORCH_EXTENSIONS_DIR is unset (its own rule)."""
+    import torch
+    from torch.utils.cpp_extension import get_default_build_root
+
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):
+        return os.environ["TORCH_EXTENSIONS_DIR"]
+    accelerator = f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
+    python = f"py{sys.version_info.major}{sys.version_info.minor}{sys.abiflags}"
+    return os.path.join(get_default_build_root(), f"{python}_{accelerator}")
 
 
 def test_quick_reports_every_system(quick_result: dict) -> None:
