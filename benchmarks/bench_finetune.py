@@ -40,12 +40,17 @@ Methods, per task, in this order in one process:
   weight_decay=0.01, max_grad_norm=1.0, lr_scheduler_type="linear", report_to="none",
   save/eval/logging_strategy="no", dataloader_num_workers=0)`` (a float ``warmup_steps`` is the
   warm-up ratio in transformers 5.x; the default optimizer is ``adamw_torch_fused``; bf16 is torch
-  autocast with fp32 weights). Features are a plain list of dicts (no ``datasets``).
+  autocast with fp32 weights). Features are a plain list of dicts (no ``datasets``). Its training order is
+  transformers' default, uniformly shuffled batches.
+* ``hf_grouped`` (``--grouped-baseline``): the same with transformers' length-grouped order
+  (``train_sampling_strategy="group_by_length"``, ``group_by_length=True`` in older versions): the
+  batching ours has by default, so the ratio against it is the loops' own difference.
 * ``ours``: ``finetune.trainer``'s own stages, as ``launch/finetune.py`` runs them:
   ``_prepare_data`` (dataset, ``check_model``, task adapter, featurization: NER sentences longer
   than L are split into word windows, not truncated) and ``_prepare_training`` (model, shuffled
   loader, ``build_optimizer("adamw")`` with ``parameter_groups``, the slanted triangular schedule:
-  linear 10% warm-up then linear decay, as HF's; the stepper), then ``train_epoch`` per epoch. In
+  linear 10% warm-up then linear decay, as HF's; the stepper; batches of similar lengths,
+  ``group_by_length``, unless ``--no-group-by-length``), then ``train_epoch`` per epoch. In
   bf16 on cuda (``--ours-engine auto``) that is the DeepSpeed path (``deepspeed=True,
   precision="bf16"``: DeepSpeed's torch autocast, fp32 weights as HF's bf16 has them), the only bf16
   path ``launch/finetune.py`` has; without ``deepspeed`` installed ``auto`` falls back to
@@ -103,6 +108,7 @@ from _results import write_results  # benchmarks/ is on sys.path when a benchmar
 
 REPO = Path(__file__).resolve().parents[1]
 BASELINE = "hf_trainer"
+GROUPED_BASELINE = "hf_grouped"  # HF Trainer with its group_by_length option (--grouped-baseline)
 OURS = "ours"
 TASKS = ("ner", "relation")
 MODEL_PRESETS = ("bert-base", "minilm", "tiny")
@@ -352,7 +358,18 @@ def hf_predict(model, features, collator, batch_size: int, device: torch.device,
     return predictions
 
 
-def run_hf(args, cfg, data, model_dir: str, device: torch.device, bf16: bool) -> dict:
+def hf_sampling(group_by_length: bool) -> dict:
+    """TrainingArguments' training order: random, or transformers' LengthGroupedSampler (its option was
+    ``group_by_length=True`` until ``train_sampling_strategy`` replaced it)."""
+    from transformers import TrainingArguments
+
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    if "train_sampling_strategy" in names:
+        return {"train_sampling_strategy": "group_by_length" if group_by_length else "random"}
+    return {"group_by_length": group_by_length}
+
+
+def run_hf(args, cfg, data, model_dir: str, device: torch.device, bf16: bool, group_by_length: bool = False) -> dict:
     import transformers
     from transformers import (AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer,
                               DataCollatorForTokenClassification, DataCollatorWithPadding, Trainer, TrainerCallback,
@@ -402,7 +419,7 @@ def run_hf(args, cfg, data, model_dir: str, device: torch.device, bf16: bool) ->
             num_train_epochs=cfg.epochs, warmup_steps=WARMUP_RATIO, weight_decay=WEIGHT_DECAY,
             max_grad_norm=MAX_GRAD_NORM, lr_scheduler_type="linear", bf16=bf16, use_cpu=device.type == "cpu",
             report_to="none", save_strategy="no", eval_strategy="no", logging_strategy="no",
-            dataloader_num_workers=0, disable_tqdm=True, seed=args.seed)
+            dataloader_num_workers=0, disable_tqdm=True, seed=args.seed, **hf_sampling(group_by_length))
         trainer = Trainer(model=model, args=training_args, train_dataset=train, data_collator=collator,
                           callbacks=[Clock()])
         started = time.perf_counter()
@@ -418,7 +435,8 @@ def run_hf(args, cfg, data, model_dir: str, device: torch.device, bf16: bool) ->
         predicted = hf_predict(model, features[split], collator, cfg.batch_size, device, bf16, labels, ner)
         scores[split] = compute_metric(data.dataset.metric, task.gold(data.examples[split]), predicted,
                                        **task.metric_kwargs())["score"]
-    row = {"method": BASELINE, "sequences_per_epoch": len(train), "truncated_examples": truncated,
+    row = {"method": GROUPED_BASELINE if group_by_length else BASELINE, "group_by_length": group_by_length,
+           "sequences_per_epoch": len(train), "truncated_examples": truncated,
            "optimizer": optimizer_name, "world_size": world_size, "wrapped_model": wrapped,
            "precision": "bf16 autocast (fp32 weights)" if bf16 else "fp32",
            "train_call_seconds": call_s, "mean_training_loss": output.training_loss,
@@ -459,7 +477,8 @@ def run_ours(args, cfg, fargs, data, device: torch.device, engine: str) -> dict:
         optimizer = getattr(wrapper, "optimizer", wrapper)
     precision = ("bf16 autocast (fp32 weights)" if engine == "autocast" else
                  f"{fargs.precision}{' (DeepSpeed torch autocast, fp32 weights)' if fargs.precision == 'bf16' else ''}")
-    row = {"method": OURS, "engine": engine, "sequences_per_epoch": len(data.features[TRAIN]),
+    row = {"method": OURS, "engine": engine, "group_by_length": fargs.group_by_length,
+           "sequences_per_epoch": len(data.features[TRAIN]),
            "extra_windows": len(data.features[TRAIN]) - len(data.examples[TRAIN]),
            "input_stats": dict(data.task.stats), "optimizer": type(optimizer).__name__,
            "optimizer_wrapper": type(wrapper).__name__ if wrapper is not None else None,
@@ -523,6 +542,12 @@ def parse_args(argv):
                         help="steps left out of the steady-state rate (default 5 on cuda, 1 on cpu)")
     parser.add_argument("--ours-engine", choices=("auto", "plain", "deepspeed", "autocast"), default="auto",
                         help="auto: deepspeed for bf16 (autocast without deepspeed installed), plain for fp32")
+    parser.add_argument("--no-group-by-length", dest="group_by_length", action="store_false",
+                        help="ours in uniformly shuffled batches (default: our trainer's default, batches of "
+                             "similar lengths)")
+    parser.add_argument("--grouped-baseline", action="store_true",
+                        help="also run HF Trainer with group_by_length=True (its own option for the same batching "
+                             "as ours), reported as hf_grouped with ratios against it")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     parser.add_argument("--quick", action="store_true", help="tiny model, few steps (the test's run)")
@@ -648,11 +673,15 @@ def main(argv: list[str] | None = None) -> int:
                              warmup_ratio=WARMUP_RATIO, weight_decay=WEIGHT_DECAY, dropout=0.1,
                              max_train_examples=args.train_examples, max_eval_examples=args.eval_examples,
                              deepspeed=args.engine == "deepspeed", precision="bf16" if args.engine == "deepspeed"
-                             else "fp32", **spec)
+                             else "fp32", group_by_length=args.group_by_length, **spec)
         data = _prepare_data(fargs, log)
-        hf = run_hf(args, cfg, data, model_dir, device, bf16)
-        log(f"hf_trainer: {hf['examples_per_s_steady']:.1f} examples/s, test F1 {hf['test_f1']:.4f}")
-        gc.collect()
+        baselines = {}
+        for grouped in (False, True) if args.grouped_baseline else (False,):
+            hf = run_hf(args, cfg, data, model_dir, device, bf16, group_by_length=grouped)
+            log(f"{hf['method']}: {hf['examples_per_s_steady']:.1f} examples/s, test F1 {hf['test_f1']:.4f}")
+            baselines[hf["method"]] = hf
+            gc.collect()
+        hf = baselines[BASELINE]
         try:
             ours = run_ours(args, cfg, fargs, data, device, args.engine)
         except Exception as error:  # noqa: BLE001  a one-shot GPU check still gets numbers, and says why
@@ -677,10 +706,15 @@ def main(argv: list[str] | None = None) -> int:
                                       if hf["peak_rss_growth_bytes"] > 0 else None),
             "f1_diff_dev": ours["dev_f1"] - hf["dev_f1"], "f1_diff_test": ours["test_f1"] - hf["test_f1"],
         }
+        if GROUPED_BASELINE in baselines:
+            grouped = baselines[GROUPED_BASELINE]
+            summary |= {"ratio_examples_per_s_vs_grouped": ours["examples_per_s_steady"]
+                        / grouped["examples_per_s_steady"],
+                        "f1_diff_test_vs_grouped": ours["test_f1"] - grouped["test_f1"]}
         tasks[name] = {"dataset": data.dataset.name, "metric": data.dataset.metric,
                        "max_length": data.task.max_length,
                        "examples": {split: len(exs) for split, exs in data.examples.items()},
-                       "results": {BASELINE: hf, OURS: ours}, **summary}
+                       "results": {**baselines, OURS: ours}, **summary}
         del data
 
     # ---- table
@@ -698,6 +732,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['peak_rss_growth_bytes'] / 2 ** 20:8.0f} {row['dev_f1']:7.4f} {row['test_f1']:7.4f}")
         print(f"{name:<9} {'ours/hf':<11} {task['ratio_examples_per_s']:9.2f}x {task['ratio_examples_per_s_all_steps']:8.2f}x "
               f"{'':5} {task['ratio_peak_memory']:13.2f}x {'':8} {task['f1_diff_dev']:+7.4f} {task['f1_diff_test']:+7.4f}")
+        if "ratio_examples_per_s_vs_grouped" in task:
+            print(f"{name:<9} {'ours/hf_grp':<11} {task['ratio_examples_per_s_vs_grouped']:9.2f}x {'':9} {'':5} {'':14} "
+                  f"{'':8} {'':7} {task['f1_diff_test_vs_grouped']:+7.4f}")
     print("examples/s: steady state (first --warmup-steps steps of each method left out); ratios ours / hf_trainer "
           "(examples/s above 1 = ours faster; memory below 1 = ours smaller); F1 rows: ours - hf_trainer")
 
@@ -708,7 +745,8 @@ def main(argv: list[str] | None = None) -> int:
         "learning_rate": args.learning_rate, "warmup_ratio": WARMUP_RATIO, "weight_decay": WEIGHT_DECAY,
         "max_grad_norm": MAX_GRAD_NORM, "train_examples_limit": args.train_examples,
         "eval_examples_limit": args.eval_examples, "warmup_steps": args.warmup_steps, "seed": args.seed,
-        "baseline": BASELINE, "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+        "baseline": BASELINE, "group_by_length": args.group_by_length, "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
         "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
         "wall_seconds": time.perf_counter() - started, "tasks": tasks,
     }

@@ -206,6 +206,19 @@ def test_ner_is_scored_the_conlleval_way_and_older_records_count_as_strict(tiny_
         _args(tiny_bert, data, tmp_path / "bad", ner_f1_mode="lenient")
 
 
+def test_training_in_batches_of_similar_lengths_is_recorded_and_older_records_count_as_shuffled(tiny_bert, tmp_path):
+    data = ncbi_slice(tmp_path, train=16, eval_=8)
+    result = run_finetune(_args(tiny_bert, data, tmp_path / "ft"), log=lambda m: None)
+    assert result.record["settings"]["group_by_length"] is True
+    # Records written before the setting existed were trained in uniformly shuffled batches.
+    record = json.loads(result.path.read_text(encoding="utf-8"))
+    del record["settings"]["group_by_length"]
+    result.path.write_text(json.dumps(record), encoding="utf-8")
+    with pytest.raises(InputError, match=r"different settings \(group_by_length\)"):
+        run_finetune(_args(tiny_bert, data, tmp_path / "ft"), log=lambda m: None)
+    assert run_finetune(_args(tiny_bert, data, tmp_path / "ft", group_by_length=False), log=lambda m: None).skipped
+
+
 def _launch(script: str, *flags: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(REPO / "launch" / script), *flags], cwd=REPO, capture_output=True,
                           text=True, timeout=600)
