@@ -733,8 +733,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<9} {'ours/hf':<11} {task['ratio_examples_per_s']:9.2f}x {task['ratio_examples_per_s_all_steps']:8.2f}x "
               f"{'':5} {task['ratio_peak_memory']:13.2f}x {'':8} {task['f1_diff_dev']:+7.4f} {task['f1_diff_test']:+7.4f}")
         if "ratio_examples_per_s_vs_grouped" in task:
-            print(f"{name:<9} {'ours/hf_grp':<11} {task['ratio_examples_per_s_vs_grouped']:9.2f}x {'':9} {'':5} {'':14} "
-                  f"{'':8} {'':7} {task['f1_diff_test_vs_grouped']:+7.4f}")
+            print(f"{name:<9} {'ours/hf_grp':<11} {task['ratio_examples_per_s_vs_grouped']:9.2f}x "
+                  f"{'':9} {'':5} {'':14} {'':8} {'':7} {task['f1_diff_test_vs_grouped']:+7.4f}")
     print("examples/s: steady state (first --warmup-steps steps of each method left out); ratios ours / hf_trainer "
           "(examples/s above 1 = ours faster; memory below 1 = ours smaller); F1 rows: ours - hf_trainer")
 

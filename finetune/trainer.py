@@ -435,8 +435,7 @@ class _Training:
 
     distributed: DistributedContext
     model: nn.Module
-    loader: DataLoader
-    sampler: Sampler
+    loader: DataLoader  # its sampler sets the training order (_training_order)
     stepper: Any
     total_steps: int
 
@@ -506,8 +505,7 @@ def _prepare_training(args: FinetuneArgs, data: _Data) -> _Training:
     optimizer = build_optimizer("adamw", parameter_groups(model, args.weight_decay), lr=args.learning_rate,
                                 weight_decay=args.weight_decay, device=distributed.device).optimizer
     scheduler = build_lr_scheduler(optimizer, ScheduleConfig(warmup_ratio=args.warmup_ratio), total_steps)
-    return _Training(distributed, model, loader, loader.sampler, _stepper(distributed, model, optimizer, scheduler, args),
-                     total_steps)
+    return _Training(distributed, model, loader, _stepper(distributed, model, optimizer, scheduler, args), total_steps)
 
 
 def _training_loader(args: FinetuneArgs, data: _Data, distributed: DistributedContext) -> DataLoader:
@@ -565,8 +563,8 @@ def _train_and_select(args: FinetuneArgs, data: _Data, run: _Training, log) -> _
     progress = tqdm(total=run.total_steps, desc=f"finetune {name}", unit="step", dynamic_ncols=True,
                     disable=run.distributed.rank != 0)
     for epoch in range(1, args.epochs + 1):
-        if isinstance(run.sampler, DistributedSampler):
-            run.sampler.set_epoch(epoch)
+        if isinstance(run.loader.sampler, DistributedSampler):
+            run.loader.sampler.set_epoch(epoch)
         started = time.perf_counter()
         losses = train_epoch(run.stepper, run.loader, data.task, device, progress, epoch)
         selection.train_time_s += time.perf_counter() - started
