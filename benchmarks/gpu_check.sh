@@ -7,7 +7,7 @@
 #     STAGES="bert launch tests" bash benchmarks/gpu_check.sh   # some stages only
 #
 # Stages (each bounded by its own timeout), in order of value: one call of 570 s fits the first four
-# (about 450 s on an H200), a second the next two (about 350 s). Results go to $RESULTS (default
+# (about 450 s on an H200), a second the next two (about 350-400 s). Results go to $RESULTS (default
 # /tmp/gpu_check) and, when $OUT is set (the lent machine's return folder, which takes at most 8
 # files), into $OUT/gpu_check.tgz with the whole log beside it.
 #   bert      bench_gpu.py, BERT-base: transformers eager / compiled / full-length rows against ours,
@@ -107,7 +107,7 @@ fi
 
 if stage finetune; then
   TOKENIZER=(); [ -d "$INPUTS/tokenizer" ] && TOKENIZER=(--tokenizer "$INPUTS/tokenizer")
-  timeout "${FT_TIMEOUT:-180}" "$PY" benchmarks/bench_finetune.py --device cuda --model bert-base --epochs 2 \
+  timeout "${FT_TIMEOUT:-240}" "$PY" benchmarks/bench_finetune.py --device cuda --model bert-base --epochs 2 \
     --train-examples 2000 --grouped-baseline "${TOKENIZER[@]}" --output "$RESULTS/finetune.json" 2>&1 | tee "$RESULTS/bench_finetune.log"
 fi
 
