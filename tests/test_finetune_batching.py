@@ -4,17 +4,22 @@ to less; without it, exactly the order of the uniformly shuffled loader runs had
 
 from __future__ import annotations
 
+import json
+import subprocess
 from dataclasses import fields
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 from biomed_lm.finetune.blurb import TRAIN
-from biomed_lm.finetune.trainer import FinetuneArgs, _training_loader
+from biomed_lm.finetune.trainer import RUN_RECORD, FinetuneArgs, _training_loader
+from tests.conftest import REPO, free_port, ncbi_slice
+from tests.pretrain_runs import deepspeed_launcher, env
 
 lengths_lists = st.lists(st.integers(min_value=1, max_value=128), min_size=1, max_size=300)
 
@@ -93,3 +98,22 @@ def test_grouped_batches_pad_far_less_and_each_epoch_draws_a_new_order():
     assert {f.name: f.default for f in fields(FinetuneArgs)}["group_by_length"] is True  # the default
     loader = _loader(lengths, 32, True)
     assert _epoch(loader) != _epoch(loader)
+
+
+def test_two_ranks_fine_tune_on_their_shares_of_length_grouped_batches(tiny_bert, tmp_path):
+    """deepspeed --num_gpus 2 launch/finetune.py (two CPU ranks over gloo): each rank trains on its share
+    of every length-grouped global batch, epoch after epoch, and rank 0 writes the complete record."""
+    launcher = deepspeed_launcher()
+    if launcher is None:
+        pytest.skip("the deepspeed launcher is not installed")
+    data, out = ncbi_slice(tmp_path, train=40, eval_=8), tmp_path / "ft"
+    done = subprocess.run([launcher, "--num_gpus", "2", "--master_port", str(free_port()), "launch/finetune.py",
+                           "--deepspeed", "--model", str(tiny_bert), "--dataset", "ncbi-disease",
+                           "--data_dir", str(data), "--output_dir", str(out), "--learning_rate", "5e-4",
+                           "--batch_size", "8", "--epochs", "2", "--seed", "1"],
+                          cwd=REPO, env=env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads((out / RUN_RECORD).read_text())
+    assert record["status"] == "complete" and record["world_size"] == 2 and record["deepspeed"] is True
+    assert record["settings"]["group_by_length"] is True and len(record["dev_per_epoch"]) == 2
+    assert record["total_steps"] == 2 * 40 // 8  # 4 examples a rank a step: each its own share
