@@ -108,7 +108,8 @@ fi
 if stage finetune; then
   TOKENIZER=(); [ -d "$INPUTS/tokenizer" ] && TOKENIZER=(--tokenizer "$INPUTS/tokenizer")
   timeout "${FT_TIMEOUT:-240}" "$PY" benchmarks/bench_finetune.py --device cuda --model bert-base --epochs 2 \
-    --train-examples 2000 --grouped-baseline "${TOKENIZER[@]}" --output "$RESULTS/finetune.json" 2>&1 | tee "$RESULTS/bench_finetune.log"
+    --train-examples 2000 --grouped-baseline "${TOKENIZER[@]}" --output "$RESULTS/finetune.json" 2>&1 \
+    | tee "$RESULTS/bench_finetune.log"
 fi
 
 if stage families; then

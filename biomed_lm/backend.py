@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Precision", "PRECISIONS", "ZeroStage", "OptimizerName", "ScheduleName", "ds_config", "ensure_distributed_env",
-           "DistributedContext", "start_distributed", "local_device", "release_shm_buffer_name"]
+__all__ = ["Precision", "PRECISIONS", "ZeroStage", "OptimizerName", "ScheduleName", "ds_config",
+           "ensure_distributed_env", "DistributedContext", "start_distributed", "local_device",
+           "release_shm_buffer_name"]
 
 #: The precisions a run trains in through this backend (pretraining's fp8 runs DeepSpeed in bf16).
 Precision = Literal["fp32", "bf16", "fp16"]

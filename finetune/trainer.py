@@ -525,15 +525,15 @@ def _training_order(args: FinetuneArgs, data: _Data, distributed: DistributedCon
     from transformers.trainer_pt_utils import LengthGroupedSampler
 
     features = data.features[TRAIN]
+    if not args.group_by_length:
+        if distributed.world_size > 1:
+            return DistributedSampler(features, distributed.world_size, distributed.rank, shuffle=True, seed=args.seed)
+        return RandomSampler(features, generator=data.generator)
     lengths = [len(feature["input_ids"]) for feature in features]
     if distributed.world_size > 1:
-        if args.group_by_length:
-            return _DistributedLengthGroupedSampler(lengths, args.batch_size, distributed.world_size,
-                                                    distributed.rank, args.seed)
-        return DistributedSampler(features, distributed.world_size, distributed.rank, shuffle=True, seed=args.seed)
-    if args.group_by_length:
-        return LengthGroupedSampler(args.batch_size, lengths=lengths, generator=data.generator)
-    return RandomSampler(features, generator=data.generator)
+        return _DistributedLengthGroupedSampler(lengths, args.batch_size, distributed.world_size, distributed.rank,
+                                                args.seed)
+    return LengthGroupedSampler(args.batch_size, lengths=lengths, generator=data.generator)
 
 
 class _DistributedLengthGroupedSampler(DistributedSampler):
