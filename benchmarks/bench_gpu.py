@@ -252,10 +252,10 @@ def window_counts(cpu_batches: list[dict], config, computed_positions: Callable)
 
 def make_step(model, loss_fn: Callable, optimizer, device: torch.device, dtype) -> Callable[[dict], None]:
     """One optimizer step on a device batch; returns nothing, so nothing waits for the device."""
-    begin_step = getattr(model, "begin_step", lambda: None)  # ours: a new step for the CUDA graph trees
+    begin_micro_batch = getattr(model, "begin_micro_batch", lambda: None)  # ours: a generation of the graph trees
 
     def step(batch: dict) -> None:
-        begin_step()
+        begin_micro_batch()
         with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
             loss = loss_fn(model, batch)
         loss.backward()
@@ -878,7 +878,7 @@ def train_losses(args: argparse.Namespace, bert, family, kernel: str, cpu_batche
     sync()
     start = time.perf_counter()
     for index, batch in enumerate(device_batches):
-        model.begin_step()
+        model.begin_micro_batch()
         with torch.autocast(device.type, dtype=torch.bfloat16):
             loss = system.loss_fn(model, batch)
         loss.backward()

@@ -145,7 +145,7 @@ class PretrainingModel(nn.Module):
 
     @property
     def cuda_graphs(self) -> bool:
-        """Compiled with mode reduce-overhead (see :meth:`begin_step`): the only case that buckets the masked count."""
+        """Compiled with mode reduce-overhead (see :meth:`begin_micro_batch`): the only case that buckets the masked count."""
         return self.masked_multiple_of is not None
 
     @property
@@ -238,7 +238,7 @@ class PretrainingModel(nn.Module):
         weights' addresses), replayed with one launch, so the host's per-kernel launch cost leaves the
         step. One graph per shape: the token count is bucketed (``pad_to_multiple_of``), and the masked
         count here to :data:`MASKED_BUCKET`; a shape's first occurrence runs uncaptured, its second records.
-        The trainer marks each optimizer step's start (``torch.compiler.cudagraph_mark_step_begin``).
+        The trainer marks each micro-batch's start (:meth:`begin_micro_batch`).
         Only the unpadded layout: transformers' padded forward breaks graphs."""
         import torch._dynamo
 
@@ -265,13 +265,47 @@ class PretrainingModel(nn.Module):
             embed=compile(adapter.embed), layers=compile(functools.partial(unpadded.run_layers, adapter)),
             heads=compile(self.head_losses), layers_per_graph=layers_per_graph)
 
-    def begin_step(self) -> None:
-        """Called before an optimizer step's first micro-batch. Under CUDA graphs it tells the graph
-        trees a new step begins: what the last step's replays returned may be overwritten (the trainer
-        has summed the losses into its own tensors, and the optimizer has dropped the gradients),
-        while within the step each micro-batch's gradients stay until the update."""
+    def begin_micro_batch(self, accumulating: bool = False) -> None:
+        """Called before each micro-batch's forward; ``accumulating``: the step has more than one. Under
+        CUDA graphs each micro-batch is a generation of inductor's graph trees
+        (``torch.compiler.cudagraph_mark_step_begin``): its replays may overwrite what the last
+        micro-batch's returned, which the trainer has summed into its own tensors by then. Without
+        graphs: nothing.
+
+        Accumulated gradients must outlive that. Left to itself autograd adopts a step's first
+        gradients as ``.grad``, memory of the graphs' pool, so an accumulating step first gives every
+        parameter a zeroed ``.grad`` outside it (:meth:`_hold_gradients`), into which autograd adds each
+        micro-batch's. (Marking a generation per optimizer step instead kept that memory safe, but made
+        a step's micro-batches one path of the trees, recorded anew for each sequence of shapes in a
+        step: with 4 micro-batches and tens of shapes, a recording almost every step.) A step of one
+        micro-batch keeps the adopted gradients: the optimizer has used and dropped them before the
+        next replay, and the step saves a zeroing and an addition per parameter."""
         if self.cuda_graphs:
+            if accumulating:
+                self._hold_gradients()
             torch.compiler.cudagraph_mark_step_begin()
+
+    def _hold_gradients(self) -> None:
+        """At a step's start (no parameter has a gradient: the optimizer dropped them), give every
+        trainable parameter a zeroed ``.grad`` in the model's gradient buffers, one a dtype, allocated once
+        and zeroed with one kernel each. Within the step the gradients are there already; a parameter
+        the step's micro-batches have left without one gets its own zeroed tensor."""
+        trainable = [parameter for parameter in self.parameters() if parameter.requires_grad]
+        if any(parameter.grad is not None for parameter in trainable):
+            for parameter in trainable:
+                if parameter.grad is None:
+                    parameter.grad = torch.zeros_like(parameter)
+            return
+        buffers = self.__dict__.setdefault("_gradient_buffers", {})  # not a buffer of the state dict
+        for dtype in {parameter.dtype for parameter in trainable}:
+            members = [parameter for parameter in trainable if parameter.dtype == dtype]
+            size = sum(parameter.numel() for parameter in members)
+            buffer = buffers.get(dtype)
+            if buffer is None or buffer.numel() != size or buffer.device != members[0].device:
+                buffer = buffers[dtype] = torch.empty(size, dtype=dtype, device=members[0].device)
+            buffer.zero_()
+            for parameter, view in zip(members, buffer.split([parameter.numel() for parameter in members])):
+                parameter.grad = view.view_as(parameter)
 
     def losses(self, batch: PaddedBatch | VarlenBatch, next_sentence_label: torch.Tensor | None
                ) -> PretrainingOutput:

@@ -676,7 +676,6 @@ def _accumulate_step(run: Run, step: int) -> PendingStep:
     engine, accumulation = run.engine, run.train_args.gradient_accumulation_steps
     started, lr = time.perf_counter(), engine.get_lr()[0]  # the rate this step's update uses
     totals = StepTotals(run.device, extra=run.model.output_type.EXTRA_TOTALS)
-    run.model.begin_step()
     for _ in range(accumulation - 1):
         _forward_backward(run, step, totals)
         engine.step()  # within the accumulation: DeepSpeed counts the micro-step, nothing is updated
@@ -705,6 +704,7 @@ def _forward_backward(run: Run, step: int, totals: StepTotals) -> None:
     prepared = batch["prepared"]
     totals.add(mask_rate=batch["mlm_probability"] / accumulation, **_shape_counts(prepared))
     labels = batch["next_sentence_label"]
+    run.model.begin_micro_batch(accumulating=accumulation > 1)  # under CUDA graphs: a new generation
     out = engine(prepared=prepared.to(run.device, non_blocking=True),
                  next_sentence_label=labels.to(run.device, non_blocking=True) if labels is not None else None)
     engine.backward(out.loss)

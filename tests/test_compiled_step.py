@@ -91,10 +91,11 @@ def test_under_cuda_graphs_the_masked_count_is_bucketed_and_changes_nothing():
 
 
 @pytest.mark.parametrize("scope", ["layers", "whole"])
-def test_cuda_graphs_bucket_the_masked_count_and_mark_each_step(scope, monkeypatch):
+def test_cuda_graphs_bucket_the_masked_count_and_mark_each_micro_batch(scope, monkeypatch):
     """mode reduce-overhead in either scope: the layout rounds the masked count up to MASKED_BUCKET, the
-    losses and gradients stay the padded model's, and begin_step tells the graph trees a step begins
-    (nothing without graphs). On CPU inductor records no graph; tests/test_gpu.py replays them."""
+    losses and gradients stay the padded model's, and begin_micro_batch tells the graph trees a
+    generation begins (nothing without graphs). On CPU inductor records no graph; tests/test_gpu.py
+    replays them."""
     from biomed_lm.pretrain.modeling import MASKED_BUCKET
 
     marks = []
@@ -103,17 +104,51 @@ def test_cuda_graphs_bucket_the_masked_count_and_mark_each_step(scope, monkeypat
     bert = tiny_bert()
     reference = PretrainingModel(copy.deepcopy(bert), attention="hf_sdpa")
     plain = PretrainingModel(copy.deepcopy(bert), attention="sdpa_padded", pad_to_multiple_of=32)
-    plain.begin_step()
-    assert marks == []
+    plain.begin_micro_batch(accumulating=True)
+    assert marks == [] and all(parameter.grad is None for parameter in plain.parameters())
     graphed = PretrainingModel(copy.deepcopy(bert), attention="sdpa_padded", pad_to_multiple_of=32)
     graphed.compile_losses(backend="aot_eager", mode="reduce-overhead", scope=scope)
     batch = masked_batch([37, 64, 11], whole_word=True)
     padded = {key: batch[key] for key in PADDED_KEYS}
     prepared = graphed.prepare(**padded)
     assert prepared.masked_positions.numel() == MASKED_BUCKET
-    graphed.begin_step()
+    graphed.begin_micro_batch()
     assert marks == [1]
+    assert all(parameter.grad is None for parameter in graphed.parameters())  # one micro-batch: autograd's own
     assert_same(losses_and_grads(reference, batch, **padded), losses_and_grads(graphed, batch, prepared=prepared))
+
+
+def test_an_accumulating_step_under_cuda_graphs_sums_into_gradients_outside_the_graphs(monkeypatch):
+    """Each micro-batch its own generation of the graph trees: before an accumulating step's first
+    micro-batch every parameter gets a zeroed .grad in the model's one buffer (allocated once), autograd
+    adds each micro-batch's gradients into it, and the sums are the padded model's over the step."""
+    marks = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    torch._dynamo.reset()
+    bert = tiny_bert()
+    reference = PretrainingModel(copy.deepcopy(bert), attention="hf_sdpa")
+    graphed = PretrainingModel(copy.deepcopy(bert), attention="sdpa_padded", pad_to_multiple_of=32)
+    graphed.compile_losses(backend="aot_eager", mode="reduce-overhead")
+    steps = [[masked_batch(lengths, whole_word=True, seed=seed) for seed, lengths in enumerate(SHAPES[:2])],
+             [masked_batch(lengths, whole_word=True, seed=seed) for seed, lengths in enumerate(SHAPES[2:5], 2)]]
+    buffer_address = None
+    for step in steps:
+        want = {}
+        for batch in step:
+            padded = {key: batch[key] for key in PADDED_KEYS}
+            for name, grad in losses_and_grads(reference, batch, **padded)[1].items():
+                want[name] = want.get(name, 0) + grad
+            graphed.begin_micro_batch(accumulating=True)
+            (buffer,) = graphed.__dict__["_gradient_buffers"].values()
+            buffer_address = buffer_address or buffer.data_ptr()
+            assert buffer.data_ptr() == buffer_address  # allocated once, for every step
+            out = graphed(prepared=graphed.prepare(**padded), next_sentence_label=batch["next_sentence_label"])
+            out.loss.backward()
+        for name, parameter in graphed.named_parameters():
+            assert parameter.grad.untyped_storage().data_ptr() == buffer_address, name  # summed in place
+            torch.testing.assert_close(parameter.grad, want[name], rtol=1e-5, atol=1e-5, msg=name)
+        graphed.zero_grad(set_to_none=True)  # as the optimizer leaves them
+    assert len(marks) == 5
 
 
 def test_compiling_the_whole_forward_needs_the_unpadded_layout():

@@ -96,15 +96,15 @@ def test_the_forward_compiled_with_inductor_equals_the_padded_model(kernel, mlm_
 
 def _train_with_accumulation(model: PretrainingModel, micro_batches: list[list[dict]]) -> list[float]:
     """Fused AdamW steps over ``micro_batches`` (each step a list of prepared micro-batches, gradients
-    accumulated), as the trainer runs them: begin_step, forward and backward each, one update."""
+    accumulated), as the trainer runs them: begin_micro_batch, forward and backward each, one update."""
     from biomed_lm.optim import build_optimizer
 
     optimizer = build_optimizer("adamw", model.parameters(), lr=1e-3, device="cuda").optimizer
     losses = []
     for step in micro_batches:
-        model.begin_step()
         total = torch.zeros((), device="cuda")
         for batch in step:
+            model.begin_micro_batch(accumulating=len(step) > 1)
             out = model(prepared=batch["prepared"], next_sentence_label=batch["labels"])
             out.loss.backward()
             total = total + out.loss.detach()  # summed before the next replay can overwrite the output
@@ -114,15 +114,28 @@ def _train_with_accumulation(model: PretrainingModel, micro_batches: list[list[d
     return [float(loss) for loss in losses]
 
 
-@pytest.mark.parametrize("scope", ["layers", "whole"])
-def test_cuda_graphs_train_as_the_compiled_forward_does(scope):
+def _recorded_cuda_graphs() -> int:
+    """CUDA graphs inductor's graph trees hold on this device (every node of every recorded path)."""
+    from torch._inductor import cudagraph_trees
+
+    manager = cudagraph_trees.get_manager(torch.cuda.current_device(), create_if_none_exists=False)
+
+    def count(children) -> int:
+        return sum(1 + count(node.children) for nodes in children.values() for node in nodes)
+    return 0 if manager is None else count(manager.roots)
+
+
+@pytest.mark.parametrize("scope, graphs_per_micro_batch", [("layers", 2 * (3 + 2)), ("whole", 2)])
+def test_cuda_graphs_train_as_the_compiled_forward_does(scope, graphs_per_micro_batch):
     """--compile-mode reduce-overhead: the compiled regions replayed as CUDA graphs (each layer its own
-    node of the recorded path), two micro-batches accumulated a step, two shapes alternating so that
-    each runs uncaptured, is recorded, then replays: the same losses and weights, fp32, as the same
-    compiled model without graphs."""
+    node of the recorded path), three micro-batches of three shapes accumulated a step in a random
+    order: the same losses and weights, fp32, as the same compiled model without graphs, and one
+    recorded path per shape (each micro-batch is a generation of the trees; were a step one, each
+    order of shapes would be recorded anew)."""
     torch._dynamo.reset()
     bert = tiny_bert(layers=3).cuda()
-    shapes = ([100, 128, 31, 64], [7, 128, 128])
+    shapes = ([100, 128, 31, 64], [7, 128, 128], [64, 64])  # 323, 263 and 128 tokens: buckets of 64 apart
+    orders = torch.stack([torch.randperm(3, generator=torch.Generator().manual_seed(step)) for step in range(8)])
     models = {}
     for mode in (None, "reduce-overhead"):
         model = PretrainingModel(copy.deepcopy(bert), attention="sdpa_padded", pad_to_multiple_of=64)
@@ -136,13 +149,14 @@ def test_cuda_graphs_train_as_the_compiled_forward_does(scope):
             padded = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids", "labels")}
             batches.append({"prepared": model.prepare(**padded).to("cuda"),
                             "labels": batch["next_sentence_label"].cuda()})
-        steps[mode] = [[batches[i % 2], batches[(i + 1) % 2]] for i in range(6)]
+        steps[mode] = [[batches[i] for i in order.tolist()] for order in orders]
     plain = _train_with_accumulation(models[None], steps[None])
     graphed = _train_with_accumulation(models["reduce-overhead"], steps["reduce-overhead"])
     assert models["reduce-overhead"].masked_multiple_of == 256
     assert graphed == pytest.approx(plain, rel=1e-4)
     for (name, want), got in zip(models[None].named_parameters(), models["reduce-overhead"].parameters()):
         assert torch.allclose(got, want, atol=1e-4, rtol=1e-4), name
+    assert 0 < _recorded_cuda_graphs() <= len(shapes) * graphs_per_micro_batch
 
 
 def test_fused_optimizer_step_matches_the_cpu_implementation():
