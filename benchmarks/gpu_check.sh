@@ -7,12 +7,13 @@
 #     STAGES="bert launch tests" bash benchmarks/gpu_check.sh   # some stages only
 #
 # Stages (each bounded by its own timeout), in order of value: one call of 570 s fits the first four
-# (about 450 s on an H200), a second the next two (about 350-400 s). Results go to $RESULTS (default
+# (about 500 s on an H200, estimated), a second the next two (about 350-400 s). Results go to $RESULTS (default
 # /tmp/gpu_check) and, when $OUT is set (the lent machine's return folder, which takes at most 8
 # files), into $OUT/gpu_check.tgz with the whole log beside it.
-#   bert      bench_gpu.py, BERT-base: transformers eager / compiled / full-length rows against ours,
-#             compiled by layer and replayed as CUDA graphs (--compile-mode reduce-overhead), seq 128
-#             on the real instances' lengths (tokens bucketed to 256), with --profile
+#   bert      bench_gpu.py, BERT-base: transformers eager / compiled / full-length rows against ours
+#             (attention sdpa_padded, and varlen: PyTorch's flash kernels with BERT's dropout), compiled
+#             by layer and replayed as CUDA graphs (--compile-mode reduce-overhead), seq 128 on the real
+#             instances' lengths (tokens bucketed to 256), with --profile
 #   graphs    launch/pretrain.py with CUDA graphs for 100 steps against the bench's graphs row
 #             (launch_graphs_vs_bench.json)
 #   launch    launch/pretrain.py for 60 steps on the same instances: its logged tokens/s against the
@@ -82,8 +83,8 @@ git -C "$REPO" log -1 --format='commit %h %s' 2> /dev/null | cut -c1-100
 
 COMPILED="ours [sdpa_padded, compiled by layer]" GRAPHED="ours [sdpa_padded, compiled by layer, CUDA graphs]"
 if stage bert; then  # ours compiled, and replayed as CUDA graphs; TORCH_LOGS=cudagraphs: why any graph is not
-  TORCH_LOGS=cudagraphs bench bert128 "${BERT_TIMEOUT:-240}" --seq-lengths 128 --batch 256 --kernels sdpa_padded \
-    --compile-mode default reduce-overhead --bucket-tokens 256 --profile "${REAL[@]}"
+  TORCH_LOGS=cudagraphs bench bert128 "${BERT_TIMEOUT:-300}" --seq-lengths 128 --batch 256 \
+    --kernels sdpa_padded varlen --compile-mode default reduce-overhead --bucket-tokens 256 --profile "${REAL[@]}"
 fi
 if stage graphs && [ -d "$INPUTS/instances128" ]; then  # 100 steps, the first 50 left out: a shape runs
   pretrain launch_graphs "$GRAPHED" 100 50 --compile-mode reduce-overhead  # uncaptured once, then records
@@ -125,7 +126,7 @@ if stage blocks; then  # ours only, 4 layers per compiled region: 3 region calls
 fi
 
 if stage bert512; then
-  bench bert512 "${BERT_TIMEOUT:-200}" --seq-lengths 512 --batch 64 --kernels sdpa_padded --profile
+  bench bert512 "${BERT_TIMEOUT:-240}" --seq-lengths 512 --batch 64 --kernels sdpa_padded varlen --profile
 fi
 
 if stage batch512; then  # ours only, twice the micro-batch: how much of the step is launch overhead

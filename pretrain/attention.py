@@ -161,13 +161,13 @@ def sdpa_nested(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqs: Sequenc
 
 def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqs: Sequences, dropout_p: float,
            scale: float) -> torch.Tensor:
-    """``torch.nn.attention.varlen.varlen_attn`` (flash attention on CUDA, fp16/bf16; no dropout)."""
-    from torch.nn.attention.varlen import varlen_attn
+    """PyTorch's built-in flash attention on the varlen layout (CUDA, fp16/bf16), with attention dropout
+    (:mod:`pretrain.flash_varlen`: ``varlen_attn`` takes none, so with dropout the same kernels are
+    called directly)."""
+    from biomed_lm.pretrain.flash_varlen import attention  # imported by why_not before any compiling
 
-    if dropout_p:
-        raise ValueError("varlen attention applies no attention dropout")
     q, k, v = (t.contiguous() for t in (q, k, v))  # views of one projection (unpadded.project_qkv)
-    return varlen_attn(q, k, v, seqs.cu_seqlens, seqs.cu_seqlens, seqs.max_length, seqs.max_length, scale=scale)
+    return attention(q, k, v, seqs.cu_seqlens, seqs.max_length, dropout_p, scale)
 
 
 def flash_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqs: Sequences, dropout_p: float,
@@ -228,13 +228,14 @@ class KernelSpec:
 
 
 # In the order auto tries them, fastest first as measured on an H200 (BERT-base, bf16, seq 128,
-# benchmarks/README.md): varlen 1.30x transformers' padded step, flex 0.90x, sdpa_nested 0.37x,
-# sdpa_loop 0.03x (a call per distinct length). sdpa_nested and sdpa_loop are not fast on CUDA, so
-# auto takes them there only when asked by name.
+# benchmarks/README.md, ratios to transformers' eager padded step): varlen 1.30-1.46x without attention
+# dropout (with BERT's, its kernels' own dropout: not yet measured on a GPU), sdpa_padded 1.19x, flex
+# 0.90x, sdpa_nested 0.37x, sdpa_loop 0.03x (a call per distinct length). sdpa_nested and sdpa_loop
+# are not fast on CUDA, so auto takes them there only when asked by name.
 KERNELS: dict[str, KernelSpec] = {
     "flash_attn": KernelSpec(flash_attn, ("cuda",), ("cuda",), half_only=True, dropout=True, module="flash_attn"),
-    "varlen": KernelSpec(varlen, ("cuda",), ("cuda",), half_only=True, dropout=False,
-                         module="torch.nn.attention.varlen"),
+    "varlen": KernelSpec(varlen, ("cuda",), ("cuda",), half_only=True, dropout=True,
+                         module="biomed_lm.pretrain.flash_varlen"),
     "sdpa_padded": KernelSpec(sdpa_padded, ("cuda", "cpu"), ("cuda",), half_only=False, dropout=True),
     # FlexAttention has no CPU backward (torch 2.13); its forward runs on CPU (tested there).
     "flex": KernelSpec(flex, ("cuda",), ("cuda",), half_only=False, dropout=False,

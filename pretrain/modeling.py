@@ -145,7 +145,8 @@ class PretrainingModel(nn.Module):
 
     @property
     def cuda_graphs(self) -> bool:
-        """Compiled with mode reduce-overhead (see :meth:`begin_micro_batch`): the only case that buckets the masked count."""
+        """Compiled with mode reduce-overhead (see :meth:`begin_micro_batch`): the only case that buckets the
+        masked count."""
         return self.masked_multiple_of is not None
 
     @property

@@ -53,6 +53,35 @@ def test_each_cuda_kernel_matches_eager_attention_in_bf16(kernel):
         assert torch.allclose(got.float(), want.float(), atol=0.1, rtol=BF16_TOLERANCE)
 
 
+@pytest.mark.parametrize("kernel", [name for name, spec in KERNELS.items() if spec.dropout])
+def test_each_cuda_kernel_with_attention_dropout_drops_what_its_backward_replays(kernel):
+    """Attention dropout inside a kernel: given the random numbers the forward drew, its output is
+    linear in the values, out(V) = A V, so the values' gradient A^T g must satisfy
+    <g, out(V2) - out(V1)> = <A^T g, V2 - V1> with the generator reset before each forward: a backward
+    that replayed other random numbers than the forward's fails it. Averaged over draws the output is
+    the output without dropout (inverted dropout keeps the expectation)."""
+    reason = why_not(kernel, torch.device("cuda"), torch.bfloat16, 0.1)
+    if reason is not None:
+        pytest.skip(f"{kernel} {reason}")
+    seqs = _sequences([128, 1, 77, 300])
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v, other_v, grad_out = (torch.randn(seqs.offsets[-1], 4, 64, generator=g, device="cuda",
+                                              dtype=torch.bfloat16) for _ in range(5))
+    v = v.requires_grad_()
+    torch.cuda.manual_seed(7)
+    out = attend(kernel, q, k, v, seqs, 0.1)
+    (v_grad,) = torch.autograd.grad(out, v, grad_out)
+    torch.cuda.manual_seed(7)
+    other_out = attend(kernel, q, k, other_v, seqs, 0.1)
+    change = (grad_out.double() * (other_out.double() - out.detach().double())).sum()
+    predicted = (v_grad.double() * (other_v.double() - v.detach().double())).sum()
+    assert abs(float(change - predicted)) < 0.02 * float(change.abs() + predicted.abs()), (change, predicted)
+    plain = attend(kernel, q, k, v.detach(), seqs, 0.0).float()
+    mean = sum(attend(kernel, q, k, v.detach(), seqs, 0.1).float() for _ in range(400)) / 400
+    assert not torch.equal(out.detach().float(), plain)  # something was dropped
+    assert float((mean - plain).norm() / plain.norm()) < 0.05
+
+
 def test_unpadded_equals_padded_loss_under_bf16_autocast():
     bert = tiny_bert().cuda()
     batch = {k: v.cuda() for k, v in masked_batch([100, 128, 31, 64], whole_word=True).items()}
