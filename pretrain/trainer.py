@@ -624,6 +624,10 @@ def _build_engine(model, train_args: TrainArguments, world_size: int, device: to
                                    total_steps=schedule_steps(train_args))
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=built.optimizer, lr_scheduler=scheduler,
                                            config=create_ds_config(train_args, world_size))
+    if engine.dp_world_size == 1 and engine.zero_optimization_stage() == 0:
+        # Alone, DeepSpeed would still flatten the gradients into buckets, all-reduce them over its one
+        # rank and copy each back: identity work, a copy kernel per parameter per step.
+        engine.enable_backward_allreduce = False
     return engine, gate, built.implementation
 
 

@@ -240,3 +240,31 @@ def test_graphs_run_without_cuda_graphs_are_counted_for_the_log():
     assert skips.new_since_last_look() == 0
     counters["inductor"]["cudagraph_skips"] += 3
     assert skips.total >= 3 and skips.new_since_last_look() == 3 and skips.new_since_last_look() == 0
+
+
+ONE_RANK_ENGINE = """
+import json, torch
+from biomed_lm.pretrain.config import TrainArguments
+from biomed_lm.pretrain.modeling import PretrainingModel
+from biomed_lm.pretrain.trainer import _build_engine
+from tests.test_unpadded import masked_batch, tiny_bert
+
+bert = tiny_bert()
+model = PretrainingModel(bert, attention="sdpa_loop")
+engine, _, _ = _build_engine(model, TrainArguments(max_steps=2, micro_batch_size=3), 1, torch.device("cpu"))
+batch = masked_batch([37, 64, 11], whole_word=True)
+inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids", "labels")}
+engine.backward(engine(**inputs, next_sentence_label=batch["next_sentence_label"]).loss)
+grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+model.zero_grad()
+model(**inputs, next_sentence_label=batch["next_sentence_label"]).loss.backward()
+print("RESULT " + json.dumps({"allreduce": engine.enable_backward_allreduce,
+                              "same": all(torch.equal(p.grad, grads[name]) for name, p in model.named_parameters())}))
+"""
+
+
+def test_one_rank_skips_deepspeeds_all_reduce_and_its_gradients_are_autograds():
+    """DeepSpeed would flatten, all-reduce over the one rank and copy back every gradient, each step."""
+    from tests.conftest import run_single_rank_deepspeed
+
+    assert run_single_rank_deepspeed(ONE_RANK_ENGINE) == {"allreduce": False, "same": True}
