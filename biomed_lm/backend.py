@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["Precision", "PRECISIONS", "ZeroStage", "OptimizerName", "ScheduleName", "ds_config",
-           "ensure_distributed_env", "DistributedContext", "start_distributed", "local_device",
+           "initialize_engine", "ensure_distributed_env", "DistributedContext", "start_distributed", "local_device",
            "release_shm_buffer_name"]
 
 #: The precisions a run trains in through this backend (pretraining's fp8 runs DeepSpeed in bf16).
@@ -66,6 +66,19 @@ def _precision_block(precision: str) -> dict[str, Any]:
     # BERT: tests/test_finetune_adapters.py), each a wait for the GPU.
     # grad_accum_dtype is said explicitly (and checked by DeepSpeed against the fp32 weights).
     return {"torch_autocast": {"enabled": True, "dtype": "bfloat16"}, "data_types": {"grad_accum_dtype": "fp32"}}
+
+
+def initialize_engine(model, optimizer, lr_scheduler, config: dict[str, Any]):
+    """``deepspeed.initialize`` with our client optimizer and schedule; returns the engine. A run of one
+    data-parallel rank without ZeRO skips DeepSpeed's gradient all-reduce, which would still flatten
+    every gradient into buckets, reduce them over the one rank and copy each back: identity work, a
+    copy kernel per parameter each step."""
+    import deepspeed
+
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=lr_scheduler, config=config)
+    if engine.dp_world_size == 1 and engine.zero_optimization_stage() == 0:
+        engine.enable_backward_allreduce = False
+    return engine
 
 
 def ensure_distributed_env() -> None:

@@ -34,7 +34,8 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sampler
 from tqdm.auto import tqdm
 
-from biomed_lm.backend import DistributedContext, Precision, ZeroStage, ds_config, start_distributed
+from biomed_lm.backend import (DistributedContext, Precision, ZeroStage, ds_config, initialize_engine,
+                               start_distributed)
 from biomed_lm.config import check_fields
 from biomed_lm.errors import ConfigError, InputError
 from biomed_lm.finetune.adapters import TaskAdapter, adapter_for
@@ -401,11 +402,8 @@ def _micro_batch(distributed: DistributedContext, batch_size: int) -> int:
 def _stepper(distributed: DistributedContext, model: nn.Module, optimizer, scheduler, args: FinetuneArgs):
     if not distributed.deepspeed:
         return _PlainStepper(model, optimizer, scheduler)
-    import deepspeed
-
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
-                                           config=finetune_ds_config(args, distributed.world_size))
-    return _DeepSpeedStepper(engine)
+    config = finetune_ds_config(args, distributed.world_size)
+    return _DeepSpeedStepper(initialize_engine(model, optimizer, scheduler, config))
 
 
 def _barrier(distributed: DistributedContext) -> None:

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, TypedDict
 import numpy as np
 import torch
 
-from biomed_lm.backend import start_distributed  # one definition, shared with fine-tuning
+from biomed_lm.backend import initialize_engine, start_distributed  # one definition, shared with fine-tuning
 from biomed_lm.errors import PretrainError
 from biomed_lm.pretrain.attention import KERNELS, PADDED
 from biomed_lm.pretrain.checkpoint import (Selection, checkpoint_tags, checkpoints_root, latest_tag, load_checkpoint,
@@ -606,8 +606,6 @@ def _decided_on_rank0(rank: int, decide, share: bool = True):
 
 
 def _build_engine(model, train_args: TrainArguments, world_size: int, device: torch.device):
-    import deepspeed
-
     from biomed_lm.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
 
     # The gradients are clipped before the optimizer runs (by the trainer, or DeepSpeed's gradient_clipping:
@@ -622,12 +620,7 @@ def _build_engine(model, train_args: TrainArguments, world_size: int, device: to
                                                                    warmup_ratio=train_args.warmup_ratio,
                                                                    lr_power=train_args.polynomial_power),
                                    total_steps=schedule_steps(train_args))
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=built.optimizer, lr_scheduler=scheduler,
-                                           config=create_ds_config(train_args, world_size))
-    if engine.dp_world_size == 1 and engine.zero_optimization_stage() == 0:
-        # Alone, DeepSpeed would still flatten the gradients into buckets, all-reduce them over its one
-        # rank and copy each back: identity work, a copy kernel per parameter per step.
-        engine.enable_backward_allreduce = False
+    engine = initialize_engine(model, built.optimizer, scheduler, create_ds_config(train_args, world_size))
     return engine, gate, built.implementation
 
 

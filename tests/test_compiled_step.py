@@ -264,7 +264,8 @@ print("RESULT " + json.dumps({"allreduce": engine.enable_backward_allreduce,
 
 
 def test_one_rank_skips_deepspeeds_all_reduce_and_its_gradients_are_autograds():
-    """DeepSpeed would flatten, all-reduce over the one rank and copy back every gradient, each step."""
+    """biomed_lm.backend.initialize_engine (both trainers build their engine with it): DeepSpeed would
+    flatten, all-reduce over the one rank and copy back every gradient, each step."""
     from tests.conftest import run_single_rank_deepspeed
 
     assert run_single_rank_deepspeed(ONE_RANK_ENGINE) == {"allreduce": False, "same": True}
