@@ -90,45 +90,51 @@ def test_under_cuda_graphs_the_masked_count_is_bucketed_and_changes_nothing():
                 losses_and_grads(plain, batch, prepared=prepared))
 
 
+@pytest.fixture
+def graph_marks(monkeypatch) -> list[int]:
+    """The calls of torch.compiler.cudagraph_mark_step_begin (on CPU no graph is recorded; the calls are
+    what can be checked)."""
+    marks: list[int] = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    return marks
+
+
+def reference_and_graphed(scope: str = "layers") -> tuple[PretrainingModel, PretrainingModel]:
+    """The padded reference and the same tiny BERT compiled (aot_eager) with mode reduce-overhead."""
+    torch._dynamo.reset()
+    bert = tiny_bert()
+    graphed = PretrainingModel(copy.deepcopy(bert), attention="sdpa_padded", pad_to_multiple_of=32)
+    graphed.compile_losses(backend="aot_eager", mode="reduce-overhead", scope=scope)
+    return PretrainingModel(bert, attention="hf_sdpa"), graphed
+
+
 @pytest.mark.parametrize("scope", ["layers", "whole"])
-def test_cuda_graphs_bucket_the_masked_count_and_mark_each_micro_batch(scope, monkeypatch):
+def test_cuda_graphs_bucket_the_masked_count_and_mark_each_micro_batch(scope, graph_marks):
     """mode reduce-overhead in either scope: the layout rounds the masked count up to MASKED_BUCKET, the
     losses and gradients stay the padded model's, and begin_micro_batch tells the graph trees a
     generation begins (nothing without graphs). On CPU inductor records no graph; tests/test_gpu.py
     replays them."""
     from biomed_lm.pretrain.modeling import MASKED_BUCKET
 
-    marks = []
-    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
-    torch._dynamo.reset()
-    bert = tiny_bert()
-    reference = PretrainingModel(copy.deepcopy(bert), attention="hf_sdpa")
-    plain = PretrainingModel(copy.deepcopy(bert), attention="sdpa_padded", pad_to_multiple_of=32)
+    plain = PretrainingModel(tiny_bert(), attention="sdpa_padded", pad_to_multiple_of=32)
     plain.begin_micro_batch(accumulating=True)
-    assert marks == [] and all(parameter.grad is None for parameter in plain.parameters())
-    graphed = PretrainingModel(copy.deepcopy(bert), attention="sdpa_padded", pad_to_multiple_of=32)
-    graphed.compile_losses(backend="aot_eager", mode="reduce-overhead", scope=scope)
+    assert graph_marks == [] and all(parameter.grad is None for parameter in plain.parameters())
+    reference, graphed = reference_and_graphed(scope)
     batch = masked_batch([37, 64, 11], whole_word=True)
     padded = {key: batch[key] for key in PADDED_KEYS}
     prepared = graphed.prepare(**padded)
     assert prepared.masked_positions.numel() == MASKED_BUCKET
     graphed.begin_micro_batch()
-    assert marks == [1]
+    assert graph_marks == [1]
     assert all(parameter.grad is None for parameter in graphed.parameters())  # one micro-batch: autograd's own
     assert_same(losses_and_grads(reference, batch, **padded), losses_and_grads(graphed, batch, prepared=prepared))
 
 
-def test_an_accumulating_step_under_cuda_graphs_sums_into_gradients_outside_the_graphs(monkeypatch):
+def test_an_accumulating_step_under_cuda_graphs_sums_into_gradients_outside_the_graphs(graph_marks):
     """Each micro-batch its own generation of the graph trees: before an accumulating step's first
     micro-batch every parameter gets a zeroed .grad in the model's one buffer (allocated once), autograd
     adds each micro-batch's gradients into it, and the sums are the padded model's over the step."""
-    marks = []
-    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
-    torch._dynamo.reset()
-    bert = tiny_bert()
-    reference = PretrainingModel(copy.deepcopy(bert), attention="hf_sdpa")
-    graphed = PretrainingModel(copy.deepcopy(bert), attention="sdpa_padded", pad_to_multiple_of=32)
-    graphed.compile_losses(backend="aot_eager", mode="reduce-overhead")
+    reference, graphed = reference_and_graphed()
     steps = [[masked_batch(lengths, whole_word=True, seed=seed) for seed, lengths in enumerate(SHAPES[:2])],
              [masked_batch(lengths, whole_word=True, seed=seed) for seed, lengths in enumerate(SHAPES[2:5], 2)]]
     buffer_address = None
@@ -148,7 +154,7 @@ def test_an_accumulating_step_under_cuda_graphs_sums_into_gradients_outside_the_
             assert parameter.grad.untyped_storage().data_ptr() == buffer_address, name  # summed in place
             torch.testing.assert_close(parameter.grad, want[name], rtol=1e-5, atol=1e-5, msg=name)
         graphed.zero_grad(set_to_none=True)  # as the optimizer leaves them
-    assert len(marks) == 5
+    assert len(graph_marks) == 5
 
 
 def test_compiling_the_whole_forward_needs_the_unpadded_layout():
