@@ -29,6 +29,8 @@
 #   blocks    ours alone with 4 encoder layers per compiled region (the host's time per region call)
 #   bert512   the same as bert at seq 512 on BERT's length mix
 #   batch512  ours alone at micro-batch 512 on the same instances: the step's launch-bound share
+#   whole     ours alone, the whole forward one region (--compile-scope whole) replayed as CUDA graphs:
+#             the fewest launches, after the longest compile (over 100 s on an H200 when last tried)
 #
 # Packages the machine lacks sit as wheels in .whl/ and are installed into /tmp/site, not the
 # system. Where the toolkit is not installed it is made importable as biomed_lm for the run: links in
@@ -37,7 +39,7 @@ set -uo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 RESULTS="${RESULTS:-/tmp/gpu_check}"; mkdir -p "$RESULTS"
 PY="${PYTHON:-python3}"
-STAGES="${STAGES:-bert graphs launch tests fp8 finetune families blocks bert512 batch512}"
+STAGES="${STAGES:-bert graphs launch tests fp8 finetune families blocks bert512 batch512 whole}"
 INPUTS="$REPO/.gpu_inputs"
 cd "$REPO"
 
@@ -132,6 +134,11 @@ fi
 if stage batch512; then  # ours only, twice the micro-batch: how much of the step is launch overhead
   bench batch512 "${BATCH_TIMEOUT:-90}" --seq-lengths 128 --batch 512 --kernels sdpa_padded --bucket-tokens 256 \
     --no-baselines "${REAL[@]}"
+fi
+
+if stage whole; then  # varlen, whole forward, CUDA graphs: one region call a micro-batch
+  bench whole "${WHOLE_TIMEOUT:-300}" --seq-lengths 128 --batch 256 --kernels varlen --compile-scope whole \
+    --compile-mode reduce-overhead --bucket-tokens 256 --no-baselines "${REAL[@]}"
 fi
 
 echo "== done ($(date +%T))"
