@@ -4,7 +4,7 @@
 #
 #     bash benchmarks/gpu_prepare.sh                  # here, once: .whl/ and .gpu_inputs/ to carry
 #     bash benchmarks/gpu_check.sh                    # there: every stage, in this order
-#     STAGES="bert launch tests" bash benchmarks/gpu_check.sh   # some stages only
+#     STAGES="bert tests" bash benchmarks/gpu_check.sh   # some stages only
 #
 # Stages (each bounded by its own timeout), in order of value: one call of 570 s fits the first four
 # (about 500 s on an H200, estimated), a second the next two (about 350-400 s). Results go to $RESULTS (default
@@ -14,14 +14,14 @@
 #             (attention sdpa_padded, and varlen: PyTorch's flash kernels with BERT's dropout), compiled
 #             by layer and replayed as CUDA graphs (--compile-mode reduce-overhead), seq 128 on the real
 #             instances' lengths (tokens bucketed to 256), with --profile
-#   graphs    launch/pretrain.py with CUDA graphs for 100 steps against the bench's graphs row
-#             (launch_graphs_vs_bench.json)
-#   launch    launch/pretrain.py for 60 steps on the same instances: its logged tokens/s against the
-#             bench's row for the same model and shapes (launch_vs_bench.json)
 #   tests     the `gpu` tests (-v: a stage cut off by its timeout still names what ran): every CUDA
 #             kernel, the forward compiled by inductor (by layer and whole) against the padded model,
 #             CUDA graphs against the compiled forward, fused AdamW, bf16 accumulation, fp8 against
 #             bf16, the liger MLM loss
+#   graphs    launch/pretrain.py with CUDA graphs for 100 steps against the bench's graphs row
+#             (launch_graphs_vs_bench.json)
+#   launch    launch/pretrain.py for 60 steps on the same instances: its logged tokens/s against the
+#             bench's row for the same model and shapes (launch_vs_bench.json)
 #   fp8       ours in fp8 against ours in bf16, and 300 steps of each on the same batches (loss within 1%)
 #   finetune  bench_finetune.py --device cuda: NER and a relation task against HF Trainer (its default
 #             shuffling, and its group_by_length batching as ours has by default)
@@ -39,7 +39,7 @@ set -uo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 RESULTS="${RESULTS:-/tmp/gpu_check}"; mkdir -p "$RESULTS"
 PY="${PYTHON:-python3}"
-STAGES="${STAGES:-bert graphs launch tests fp8 finetune families blocks bert512 batch512 whole}"
+STAGES="${STAGES:-bert tests graphs launch fp8 finetune families blocks bert512 batch512 whole}"
 INPUTS="$REPO/.gpu_inputs"
 cd "$REPO"
 
@@ -88,18 +88,19 @@ if stage bert; then  # ours compiled, and replayed as CUDA graphs; TORCH_LOGS=cu
   TORCH_LOGS=cudagraphs bench bert128 "${BERT_TIMEOUT:-300}" --seq-lengths 128 --batch 256 \
     --kernels sdpa_padded varlen --compile-mode default reduce-overhead --bucket-tokens 256 --profile "${REAL[@]}"
 fi
+if stage tests; then
+  # --tb=short -rfEs: each failure's reason in the summary; the bench on the GPU is the bert stage's run
+  timeout "${TEST_TIMEOUT:-180}" "$PY" -m pytest -v -p no:cacheprovider -m gpu --tb=short -rfEs \
+    -k "not test_bench_gpu_runs_on_the_gpu" tests/test_gpu.py \
+    tests/test_optim.py tests/test_pretrain_numerics.py tests/test_fp8.py tests/test_mlm_loss.py 2>&1 \
+    | tee "$RESULTS/gpu_tests.log"
+fi
+
 if stage graphs && [ -d "$INPUTS/instances128" ]; then  # 100 steps, the first 50 left out: a shape runs
   pretrain launch_graphs "$GRAPHED" 100 50 --compile-mode reduce-overhead  # uncaptured once, then records
 fi
 if stage launch && [ -d "$INPUTS/instances128" ]; then
   pretrain launch "$COMPILED" 60 20
-fi
-if stage tests; then
-  # --tb=short -rfEs: each failure's reason in the summary; the bench on the GPU is the bert stage's run
-  timeout "${TEST_TIMEOUT:-150}" "$PY" -m pytest -v -p no:cacheprovider -m gpu --tb=short -rfEs \
-    -k "not test_bench_gpu_runs_on_the_gpu" tests/test_gpu.py \
-    tests/test_optim.py tests/test_pretrain_numerics.py tests/test_fp8.py tests/test_mlm_loss.py 2>&1 \
-    | tee "$RESULTS/gpu_tests.log"
 fi
 
 if stage fp8; then
