@@ -225,6 +225,10 @@ class KernelSpec:
     dropout: bool
     module: str | None = None
     traceable: bool = True  # torch.compile captures it whole (its shapes come from tensors, not host lengths)
+    head_sizes: tuple[int, int] | None = None  # (a multiple of, at most): the flash kernels' limits
+
+
+FLASH_HEAD_SIZES = (8, 256)  # FlashAttention 2 (the package's and PyTorch's own)
 
 
 # In the order auto tries them, fastest first as measured on an H200 (BERT-base, bf16, seq 128,
@@ -233,9 +237,10 @@ class KernelSpec:
 # 0.90x, sdpa_nested 0.37x, sdpa_loop 0.03x (a call per distinct length). sdpa_nested and sdpa_loop
 # are not fast on CUDA, so auto takes them there only when asked by name.
 KERNELS: dict[str, KernelSpec] = {
-    "flash_attn": KernelSpec(flash_attn, ("cuda",), ("cuda",), half_only=True, dropout=True, module="flash_attn"),
+    "flash_attn": KernelSpec(flash_attn, ("cuda",), ("cuda",), half_only=True, dropout=True, module="flash_attn",
+                             head_sizes=FLASH_HEAD_SIZES),
     "varlen": KernelSpec(varlen, ("cuda",), ("cuda",), half_only=True, dropout=True,
-                         module="biomed_lm.pretrain.flash_varlen"),
+                         module="biomed_lm.pretrain.flash_varlen", head_sizes=FLASH_HEAD_SIZES),
     "sdpa_padded": KernelSpec(sdpa_padded, ("cuda", "cpu"), ("cuda",), half_only=False, dropout=True),
     # FlexAttention has no CPU backward (torch 2.13); its forward runs on CPU (tested there).
     "flex": KernelSpec(flex, ("cuda",), ("cuda",), half_only=False, dropout=False,
@@ -248,13 +253,18 @@ KERNELS: dict[str, KernelSpec] = {
 assert set(get_args(AttentionImplementation)) == {"auto", *PADDED, *KERNELS}  # one choice set, defined once
 
 
-def why_not(name: str, device: torch.device, dtype: torch.dtype, attention_dropout: float) -> str | None:
-    """Why kernel ``name`` cannot run here (None when it can)."""
+def why_not(name: str, device: torch.device, dtype: torch.dtype, attention_dropout: float,
+            head_size: int | None = None) -> str | None:
+    """Why kernel ``name`` cannot run here (None when it can); ``head_size``: the model's, when known."""
     spec = KERNELS[name]
     if device.type not in spec.runs_on:
         return f"runs on {' or '.join(spec.runs_on)} only"
     if spec.half_only and dtype not in (torch.float16, torch.bfloat16):
         return f"needs fp16 or bf16 (the run computes in {str(dtype).removeprefix('torch.')})"
+    if spec.head_sizes is not None and head_size is not None and \
+            (head_size % spec.head_sizes[0] or head_size > spec.head_sizes[1]):
+        return (f"takes head sizes that are multiples of {spec.head_sizes[0]} up to {spec.head_sizes[1]}, and the "
+                f"model's is {head_size} (hidden_size / num_attention_heads)")
     if attention_dropout and not spec.dropout:
         return (f"applies no attention dropout, and the model's attention_probs_dropout_prob is {attention_dropout} "
                 "(set it to 0 in the model preset, as MosaicBERT and ModernBERT do, to use it)")
@@ -263,8 +273,8 @@ def why_not(name: str, device: torch.device, dtype: torch.dtype, attention_dropo
     return None
 
 
-def choose_kernel(requested: str, device: torch.device, dtype: torch.dtype, attention_dropout: float
-                  ) -> tuple[str, list[str]]:
+def choose_kernel(requested: str, device: torch.device, dtype: torch.dtype, attention_dropout: float,
+                  head_size: int | None = None) -> tuple[str, list[str]]:
     """The kernel to run and, for ``auto``, why each faster one was passed over (for the log).
 
     ``requested`` other than ``auto`` is taken as given if it can run, else :class:`PretrainConfigError`
@@ -272,14 +282,14 @@ def choose_kernel(requested: str, device: torch.device, dtype: torch.dtype, atte
     if requested in PADDED:
         return requested, []
     if requested != "auto":
-        reason = why_not(requested, device, dtype, attention_dropout)
+        reason = why_not(requested, device, dtype, attention_dropout, head_size)
         if reason is not None:
             raise PretrainConfigError(f"attn_implementation {requested!r} cannot run: it {reason}")
         return requested, []
     passed = []
     for name, spec in KERNELS.items():
         reason = f"slow on {device.type}" if device.type not in spec.fast_on else \
-            why_not(name, device, dtype, attention_dropout)
+            why_not(name, device, dtype, attention_dropout, head_size)
         if reason is None:
             return name, passed
         passed.append(f"{name}: {reason}")

@@ -518,8 +518,10 @@ def _pretraining_model(hf_model, model_args: ModelArguments, train_pair: bool, t
         from biomed_lm.pretrain.fp8 import convert_encoder_to_fp8
 
         dtype, fp8_layers = torch.bfloat16, convert_encoder_to_fp8(hf_model, family)
-    dropout = float(hf_model.config.attention_probs_dropout_prob)
-    attention, passed_over = choose_kernel(requested, device, dtype, dropout)
+    config = hf_model.config
+    dropout = float(config.attention_probs_dropout_prob)
+    attention, passed_over = choose_kernel(requested, device, dtype, dropout,
+                                           head_size=config.hidden_size // config.num_attention_heads)
     compiled = should_compile(model_args.compile, device.type) and family.unpadded
     execution = Execution(attention, family_notes + passed_over, unpadded=attention not in PADDED, compiled=compiled,
                           bucket_tokens=model_args.bucket_tokens if compiled and attention not in PADDED else None,

@@ -243,6 +243,11 @@ def test_auto_on_cuda_prefers_kernels_in_order():
     assert no_dropout == "varlen"
     in_fp32, _ = choose_kernel("auto", cuda, torch.float32, 0.0)
     assert in_fp32 == "sdpa_padded"  # varlen needs half precision; jagged tensors and per-length loops are slow
+    odd_heads, passed = choose_kernel("auto", cuda, torch.bfloat16, 0.1, head_size=26)  # hidden 312, 12 heads
+    assert odd_heads == "sdpa_padded" and "multiples of 8 up to 256, and the model's is 26" in passed[1]
+    assert choose_kernel("auto", cuda, torch.bfloat16, 0.1, head_size=64)[0] == "varlen"
+    with pytest.raises(ValueError, match="varlen.*the model's is 512"):
+        choose_kernel("varlen", cuda, torch.bfloat16, 0.1, head_size=512)
 
 
 def test_compiled_dense_blocks_give_the_same_gradients_with_a_bounded_number_of_graphs():
