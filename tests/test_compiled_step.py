@@ -255,23 +255,37 @@ from biomed_lm.pretrain.modeling import PretrainingModel
 from biomed_lm.pretrain.trainer import _build_engine
 from tests.test_unpadded import masked_batch, tiny_bert
 
-bert = tiny_bert()
-model = PretrainingModel(bert, attention="sdpa_loop")
-engine, _, _ = _build_engine(model, TrainArguments(max_steps=2, micro_batch_size=3), 1, torch.device("cpu"))
-batch = masked_batch([37, 64, 11], whole_word=True)
-inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids", "labels")}
-engine.backward(engine(**inputs, next_sentence_label=batch["next_sentence_label"]).loss)
-grads = {name: p.grad.clone() for name, p in model.named_parameters()}
-model.zero_grad()
-model(**inputs, next_sentence_label=batch["next_sentence_label"]).loss.backward()
-print("RESULT " + json.dumps({"allreduce": engine.enable_backward_allreduce,
-                              "same": all(torch.equal(p.grad, grads[name]) for name, p in model.named_parameters())}))
+KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels")
+batches = [masked_batch(lengths, whole_word=True, seed=seed) for seed, lengths in enumerate(([37, 64, 11], [9, 50]))]
+reference = PretrainingModel(tiny_bert(), attention="sdpa_loop")
+reference.masked_multiple_of = 256  # the layout of a model compiled for CUDA graphs (the mark is a no-op on CPU)
+for batch in batches:  # the accumulated gradients: DeepSpeed scales each micro-batch's loss by 1/2
+    (reference(**{key: batch[key] for key in KEYS}, next_sentence_label=batch["next_sentence_label"]).loss / 2
+     ).backward()
+model = PretrainingModel(tiny_bert(), attention="sdpa_loop")
+model.masked_multiple_of = 256
+engine, _, _ = _build_engine(model, TrainArguments(max_steps=2, micro_batch_size=3, gradient_accumulation_steps=2),
+                             1, torch.device("cpu"))
+for batch in batches:  # as the trainer runs an accumulating step under CUDA graphs
+    model.begin_micro_batch(accumulating=True)
+    engine.backward(engine(**{key: batch[key] for key in KEYS}, next_sentence_label=batch["next_sentence_label"]).loss)
+    if batch is batches[0]:
+        engine.step()  # within the accumulation: nothing is updated
+(buffer,) = model.__dict__["_gradient_buffers"].values()
+grads = dict(reference.named_parameters())
+print("RESULT " + json.dumps({
+    "allreduce": engine.enable_backward_allreduce,
+    "in_buffer": all(p.grad.untyped_storage().data_ptr() == buffer.data_ptr() for p in model.parameters()),
+    "same": all(torch.allclose(p.grad, grads[name].grad, rtol=1e-5, atol=1e-6)
+                for name, p in model.named_parameters())}))
 """
 
 
-def test_one_rank_skips_deepspeeds_all_reduce_and_its_gradients_are_autograds():
+def test_one_rank_skips_deepspeeds_all_reduce_and_accumulates_in_the_gradient_buffer():
     """biomed_lm.backend.initialize_engine (both trainers build their engine with it): DeepSpeed would
-    flatten, all-reduce over the one rank and copy back every gradient, each step."""
+    flatten, all-reduce over the one rank and copy back every gradient, each step. And through the
+    engine, an accumulating step under CUDA graphs sums its micro-batches' gradients in the model's
+    buffer, equal to autograd's accumulation."""
     from tests.conftest import run_single_rank_deepspeed
 
-    assert run_single_rank_deepspeed(ONE_RANK_ENGINE) == {"allreduce": False, "same": True}
+    assert run_single_rank_deepspeed(ONE_RANK_ENGINE) == {"allreduce": False, "in_buffer": True, "same": True}
