@@ -107,6 +107,7 @@ REPO = Path(__file__).resolve().parents[1]
 PAPER_TOKENS = 62_500 * 8_192 * 128
 VOCAB, CLS, SEP, MASK = 30522, 101, 102, 103
 HF_EAGER, HF_COMPILED, HF_FULL_LENGTH, OURS = "hf_eager", "hf_compiled", "hf_full_length", "ours"
+FAILED = "failed"  # a system that raised (its row holds the error; the others still run)
 PROFILE_KEEP = 30  # kernels kept per profile (file and JSON); the top 10 are printed
 
 
@@ -661,8 +662,8 @@ def main(argv: list[str] | None = None) -> None:
         bert = build_model(args, family)
         dropout = float(bert.config.attention_probs_dropout_prob)
         results += measure_length(args, bert, device, dtype, compile_, max_length, batch_size, fp8)
-    if results:
-        real_data = [r for r in results if r["role"] != HF_FULL_LENGTH and r["seq"] == min(args.seq_lengths)]
+    real_data = [r for r in results if r["role"] not in (HF_FULL_LENGTH, FAILED) and r["seq"] == min(args.seq_lengths)]
+    if real_data:
         best = max(real_data, key=lambda r: r["tokens_per_s"])
         hours = PAPER_TOKENS / best["tokens_per_s"] / 3600
         print(f"paper budget (65.5B tokens at seq {best['seq']}) with {best['system']}: {hours:,.0f} device-hours here")
@@ -715,13 +716,19 @@ def measure_length(args: argparse.Namespace, bert, device: torch.device, dtype, 
                    batch_size: int, fp8: bool = False) -> list[dict]:
     """Every system at one sequence length, one after the other, each from a fresh torch.compile state."""
     padded_batches, full_length_batches = length_batches(args, max_length, batch_size)
-    sync, rows, profiles = device_sync(device), [], {}
+    sync, rows, profiles, failed = device_sync(device), [], {}, []
     for system in systems(bert, device, dtype, compile_, args.bucket_tokens, args.kernels, args.compile_backend, fp8,
                           baselines=args.baselines, regions=regions_of(args)):
         torch._dynamo.reset()  # each system compiles in its own warm-up, no cache limit shared between them
         gc.collect()
         batches = full_length_batches if system.role == HF_FULL_LENGTH else padded_batches
-        row, step, window = run_system(system, batches, args.warmup, device, dtype, bert.config, sync, args.windows)
+        try:
+            row, step, window = run_system(system, batches, args.warmup, device, dtype, bert.config, sync,
+                                           args.windows)
+        except Exception as error:  # noqa: BLE001  one system's failure must not cost a one-shot GPU run the rest
+            failed.append(failed_row(system, error, max_length, batch_size))
+            del system
+            continue
         row.update(seq=max_length, batch=batch_size)
         if args.profile and system.role in (HF_COMPILED, OURS):
             profiles[row["system"]] = profile_row(args, row, step, window, device, sync)
@@ -732,7 +739,18 @@ def measure_length(args: argparse.Namespace, bert, device: torch.device, dtype, 
     for row in (next((r for r in rows if r["role"] == HF_COMPILED), None), _fastest_ours(rows)):
         if row is not None and row["system"] in profiles:
             print_profile(row, profiles[row["system"]])
-    return rows
+    return rows + failed
+
+
+def failed_row(system: System, error: Exception, max_length: int, batch_size: int) -> dict:
+    """A system that raised: its name, what it was (``failed_role``) and the error, printed as it happens;
+    role FAILED keeps it out of every ratio and pick."""
+    print(f"FAILED {system.name}: {type(error).__name__}: {error}", flush=True)
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return {"system": system.name, "role": FAILED, "failed_role": system.role, "kernel": system.kernel,
+            "compile_mode": system.compile_mode, "precision": "fp8" if system.fp8 else None, "seq": max_length,
+            "batch": batch_size, "error": f"{type(error).__name__}: {error}"[:2000]}
 
 
 def profile_row(args: argparse.Namespace, row: dict, step: Callable, window: list[dict], device: torch.device,

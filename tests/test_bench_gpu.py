@@ -166,6 +166,30 @@ def test_under_cuda_graphs_the_warm_up_sees_each_window_batch_twice(bench_gpu, t
     assert rows[0]["cudagraph_skips"] >= 0 and "cudagraph_skips" not in rows[1]  # aot_eager: none said
 
 
+def test_a_system_that_raises_is_recorded_and_the_others_still_run(bench_gpu, tmp_path, monkeypatch, capsys):
+    """A one-shot GPU run keeps its other rows when one system fails (a kernel new to the machine, say):
+    the failure is printed as it happens and kept as a row of role "failed" with the error, out of
+    every ratio and pick."""
+    run_system = bench_gpu.run_system
+
+    def failing_for_sdpa_padded(system, *args, **kwargs):
+        if system.kernel == "sdpa_padded":
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return run_system(system, *args, **kwargs)
+
+    monkeypatch.setattr(bench_gpu, "run_system", failing_for_sdpa_padded)
+    out = tmp_path / "gpu.json"
+    bench_gpu.main([*QUICK, "--compile-backend", "aot_eager", "--kernels", "sdpa_padded", "sdpa_loop",
+                    "--out", str(out)])
+    rows = json.loads(out.read_text())["results"]
+    assert [row["role"] for row in rows] == [*ROLES, "failed"]
+    failed = rows[-1]
+    assert failed["system"] == "ours [sdpa_padded]" and failed["failed_role"] == "ours"
+    assert failed["error"] == "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert rows[3]["system"] == "ours [sdpa_loop]" and rows[3]["ratio"] is not None
+    assert "FAILED ours [sdpa_padded]: RuntimeError: CUDA error" in capsys.readouterr().out
+
+
 def test_fp8_is_refused_where_it_cannot_run(tmp_path):
     """--precision fp8 on the CPU: exit 2 with check_fp8's reason, before any model is built or file written."""
     out = tmp_path / "gpu.json"
