@@ -7,8 +7,8 @@ The trainer compiles the forward by layer (``--compile-scope layers``: the embed
 ``--layers-per-graph`` encoder layers, the heads; each region's backward is a graph too) or as one
 region (``whole``). Every region call costs the host the same fixed work whatever the tensors' sizes
 (dynamo's guards, AOT autograd's runtime wrappers, inductor's wrapper), and a GPU step whose host is
-slower than its device pays it in full. Here a 12-layer (``--layers``) BERT 32 wide on 32 tokens makes the compute
-negligible, so a micro-batch's forward and backward time is that host work: per region size, the
+slower than its device pays it in full. Here a 12-layer (``--layers``) BERT 32 wide on 32 tokens
+makes the compute negligible, so a micro-batch's forward and backward time is that host work: per region size, the
 milliseconds per micro-batch, the region calls it makes, and the ratio to the trainer's default (one
 layer a region). The extra time per extra call, against ``whole``, estimates one call's cost.
 Each configuration compiles anew (``torch._dynamo.reset()``); one torch thread.
@@ -70,7 +70,8 @@ def measure(regions: str, layers: int, backend: str, steps: int, repeats: int) -
             micro_batch()
         windows.append((time.perf_counter() - started) / steps)
     return {"regions": regions, "region_calls": region_calls(regions, layers), "compile_seconds": compile_s,
-            "ms_per_micro_batch": statistics.median(windows) * 1e3, "spread": (max(windows) - min(windows)) / min(windows)}
+            "ms_per_micro_batch": statistics.median(windows) * 1e3,
+            "spread": (max(windows) - min(windows)) / min(windows)}
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -40,13 +40,11 @@ def flash_varlen_dropout(query: torch.Tensor, key: torch.Tensor, value: torch.Te
                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The attention output, its log-sum-exp (what the backward needs) and the dropout's ``rng_state``
     (the philox seed and offset it drew from)."""
-    out, logsumexp, rng_state, _, _ = torch.ops.aten._flash_attention_forward(
-        query, key, value, cu_seqlens, cu_seqlens, max_length, max_length, dropout_p, False, False, scale=scale)
-    return out, logsumexp, rng_state
+    return _forward(query, key, value, cu_seqlens, max_length, dropout_p, scale)
 
 
-@flash_varlen_dropout.register_fake
-def _flash_varlen_dropout_fake(query, key, value, cu_seqlens, max_length, dropout_p, scale):
+def _forward(query, key, value, cu_seqlens, max_length, dropout_p, scale):
+    """The aten call, on real tensors and (its meta function) on fake ones alike."""
     out, logsumexp, rng_state, _, _ = torch.ops.aten._flash_attention_forward(
         query, key, value, cu_seqlens, cu_seqlens, max_length, max_length, dropout_p, False, False, scale=scale)
     return out, logsumexp, rng_state
@@ -61,13 +59,8 @@ def flash_varlen_dropout_backward(grad_out: torch.Tensor, query: torch.Tensor, k
     return _backward(grad_out, query, key, value, out, logsumexp, cu_seqlens, max_length, dropout_p, scale, rng_state)
 
 
-@flash_varlen_dropout_backward.register_fake
-def _flash_varlen_dropout_backward_fake(grad_out, query, key, value, out, logsumexp, cu_seqlens, max_length, dropout_p,
-                                        scale, rng_state):
-    return _backward(grad_out, query, key, value, out, logsumexp, cu_seqlens, max_length, dropout_p, scale, rng_state)
-
-
 def _backward(grad_out, query, key, value, out, logsumexp, cu_seqlens, max_length, dropout_p, scale, rng_state):
+    """The aten call, on real tensors and (its meta function) on fake ones alike."""
     # The forward's fourth output has been unused since the philox state moved into rng_state
     # (PyTorch 2.7); torch's varlen_attn passes an empty tensor for it too.
     unused = torch.empty(0, device=query.device)
@@ -91,4 +84,6 @@ def _flash_varlen_dropout_autograd(ctx, grad_out, grad_logsumexp, grad_rng_state
     return dq, dk, dv, None, None, None, None
 
 
+flash_varlen_dropout.register_fake(_forward)
+flash_varlen_dropout_backward.register_fake(_backward)
 flash_varlen_dropout.register_autograd(_flash_varlen_dropout_autograd, setup_context=_setup_context)
