@@ -616,7 +616,8 @@ def main(argv: list[str] | None = None) -> int:
     from biomed_lm.finetune.trainer import FinetuneArgs, _prepare_data
 
     transformers.logging.set_verbosity_error()  # "newly initialized classifier" etc.
-    device = torch.device(args.device)
+    # "cuda" names the current device; the trainer reports it with its index (cuda:0)
+    device = torch.device("cuda", torch.cuda.current_device()) if args.device == "cuda" else torch.device(args.device)
     bf16 = args.precision == "bf16"
     tmp = tempfile.TemporaryDirectory(prefix="bench_finetune_")
     root = Path(tmp.name)

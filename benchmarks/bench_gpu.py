@@ -221,8 +221,9 @@ class StructuredText:
 
 
 def real_rows(instances: str, max_length: int, count: int) -> list[dict]:
-    """The first ``count`` instances of ``--instances`` as they are (their token ids, segments, word starts and
-    pair labels), each cut to ``max_length`` with its last id made [SEP]."""
+    """``count`` instances of ``--instances`` in order as they are (their token ids, segments, word starts and
+    pair labels), each cut to ``max_length`` with its last id made [SEP]; from the start again where the
+    folder holds fewer (further passes over the data, as a run's epochs are)."""
     from datasets import load_from_disk
 
     dataset = load_from_disk(instances)
@@ -232,9 +233,12 @@ def real_rows(instances: str, max_length: int, count: int) -> list[dict]:
         cut = {key: list(row[key][:keep]) for key in ("input_ids", "token_type_ids", "word_starts")}
         cut["input_ids"][-1] = SEP
         rows.append({**cut, "next_sentence_label": int(row.get("next_sentence_label", 0))})
+    if not rows:
+        raise SystemExit(f"bench_gpu: {instances} holds no instances")
     if len(rows) < count:
-        raise SystemExit(f"bench_gpu: {instances} holds {len(rows)} instances; the convergence runs need {count}")
-    return rows
+        print(f"bench_gpu: {instances} holds {len(rows)} instances; the convergence runs take {count}: "
+              f"{count / len(rows):.1f} passes over them")
+    return [rows[index % len(rows)] for index in range(count)]
 
 
 def window_counts(cpu_batches: list[dict], config, computed_positions: Callable) -> WindowCounts:

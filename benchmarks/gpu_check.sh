@@ -6,28 +6,31 @@
 #     bash benchmarks/gpu_check.sh                    # there: every stage, in this order
 #     STAGES="bert tests" bash benchmarks/gpu_check.sh   # some stages only
 #
-# Stages (each bounded by its own timeout), in order of value: one call of 570 s fits the first four
-# (about 500 s on an H200, estimated), a second the next two (about 350-400 s). Results go to $RESULTS (default
-# /tmp/gpu_check) and, when $OUT is set (the lent machine's return folder, which takes at most 8
-# files), into $OUT/gpu_check.tgz with the whole log beside it.
+# Stages (each bounded by its own timeout), in order of value. Measured on an H200 (2026-11-27): bert
+# 193 s with four rows of ours (now two), tests over 180 s, launch 43 s, graphs 55 s, fp8 64 s without
+# its convergence runs, finetune 72 s; one call of 570 s fits the first four, a second the next four.
+# Results go to $RESULTS (default /tmp/gpu_check) and, when $OUT is set (the lent machine's return
+# folder, which takes at most 8 files), into $OUT/gpu_check.tgz with the whole log beside it.
 #   bert      bench_gpu.py, BERT-base: transformers eager / compiled / full-length rows against ours
 #             (attention sdpa_padded, and varlen: PyTorch's flash kernels with BERT's dropout), compiled
-#             by layer and replayed as CUDA graphs (--compile-mode reduce-overhead), seq 128 on the real
-#             instances' lengths (tokens bucketed to 256), with --profile
-#   tests     the `gpu` tests (-v: a stage cut off by its timeout still names what ran): every CUDA
-#             kernel, the forward compiled by inductor (by layer and whole) against the padded model,
-#             CUDA graphs against the compiled forward, fused AdamW, bf16 accumulation, fp8 against
-#             bf16, the liger MLM loss
-#   graphs    launch/pretrain.py with CUDA graphs for 100 steps against the bench's graphs row
-#             (launch_graphs_vs_bench.json)
+#             by layer, seq 128 on the real instances' lengths (tokens bucketed to 256), with --profile
+#   tests     the `gpu` tests, the quick files first (-v --failures-at-once: a stage cut off by its
+#             timeout still names what ran and why each failure failed; a test at most 150 s where
+#             pytest-timeout is installed): fused AdamW, bf16 accumulation, fp8 against bf16, the liger
+#             MLM loss, every CUDA kernel, the forward compiled by inductor (by layer and whole)
+#             against the padded model, CUDA graphs against the compiled forward
 #   launch    launch/pretrain.py for 60 steps on the same instances: its logged tokens/s against the
 #             bench's row for the same model and shapes (launch_vs_bench.json)
-#   fp8       ours in fp8 against ours in bf16, and 300 steps of each on the same batches (loss within 1%)
+#   fp8       ours in fp8 against ours in bf16 with --profile, and 300 steps of each on the same batches
+#             (loss within 1%; the instances passed over again where 300 x 64 needs more)
+#   families  bench_gpu.py --architecture roberta and albert at seq 128
 #   finetune  bench_finetune.py --device cuda: NER and a relation task against HF Trainer (its default
 #             shuffling, and its group_by_length batching as ours has by default)
-#   families  bench_gpu.py --architecture roberta and albert at seq 128
-#   blocks    ours alone with 4 encoder layers per compiled region (the host's time per region call)
 #   bert512   the same as bert at seq 512 on BERT's length mix
+#   graphs    ours replayed as CUDA graphs (--compile-mode reduce-overhead) in the bench, then
+#             launch/pretrain.py with them for 100 steps against that row (launch_graphs_vs_bench.json);
+#             on the H200 the graphs added 0.5% to the bench and the launch paid for recordings
+#   blocks    ours alone with 4 encoder layers per compiled region (the host's time per region call)
 #   batch512  ours alone at micro-batch 512 on the same instances: the step's launch-bound share
 #   whole     ours alone, the whole forward one region (--compile-scope whole) replayed as CUDA graphs:
 #             the fewest launches, after the longest compile (over 100 s on an H200 when last tried)
@@ -39,7 +42,7 @@ set -uo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 RESULTS="${RESULTS:-/tmp/gpu_check}"; mkdir -p "$RESULTS"
 PY="${PYTHON:-python3}"
-STAGES="${STAGES:-bert tests graphs launch fp8 finetune families blocks bert512 batch512 whole}"
+STAGES="${STAGES:-bert tests launch fp8 families finetune bert512 graphs blocks batch512 whole}"
 INPUTS="$REPO/.gpu_inputs"
 cd "$REPO"
 
@@ -74,7 +77,7 @@ pretrain() {  # pretrain NAME ROW STEPS SKIP ARGS...
     --attn-implementation sdpa_padded --num-workers 4 --log-every 10 --checkpoint-every 1000 --no-export-hf \
     --bucket-tokens 256 --wandb-mode disabled "$@" 2>&1 | tee "$RESULTS/$name.log" | grep -v "^pretrain:"
   cp "/tmp/$name/metrics.jsonl" "$RESULTS/${name}_metrics.jsonl" 2> /dev/null
-  "$PY" benchmarks/launch_vs_bench.py "/tmp/$name/metrics.jsonl" "$RESULTS/bert128.json" --skip "$skip" \
+  "$PY" benchmarks/launch_vs_bench.py "/tmp/$name/metrics.jsonl" "${BENCH_JSON:-$RESULTS/bert128.json}" --skip "$skip" \
     --system "$row" --out "$RESULTS/${name}_vs_bench.json"
 }
 
@@ -84,20 +87,16 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 git -C "$REPO" log -1 --format='commit %h %s' 2> /dev/null | cut -c1-100
 
 COMPILED="ours [sdpa_padded, compiled by layer]" GRAPHED="ours [sdpa_padded, compiled by layer, CUDA graphs]"
-if stage bert; then  # ours compiled, and replayed as CUDA graphs; TORCH_LOGS=cudagraphs: why any graph is not
-  TORCH_LOGS=cudagraphs bench bert128 "${BERT_TIMEOUT:-300}" --seq-lengths 128 --batch 256 \
-    --kernels sdpa_padded varlen --compile-mode default reduce-overhead --bucket-tokens 256 --profile "${REAL[@]}"
+if stage bert; then
+  bench bert128 "${BERT_TIMEOUT:-300}" --seq-lengths 128 --batch 256 --kernels sdpa_padded varlen \
+    --bucket-tokens 256 --profile "${REAL[@]}"
 fi
 if stage tests; then
-  # --tb=short -rfEs: each failure's reason in the summary; the bench on the GPU is the bert stage's run
-  timeout "${TEST_TIMEOUT:-180}" "$PY" -m pytest -v -p no:cacheprovider -m gpu --tb=short -rfEs \
-    -k "not test_bench_gpu_runs_on_the_gpu" tests/test_gpu.py \
-    tests/test_optim.py tests/test_pretrain_numerics.py tests/test_fp8.py tests/test_mlm_loss.py 2>&1 \
-    | tee "$RESULTS/gpu_tests.log"
-fi
-
-if stage graphs && [ -d "$INPUTS/instances128" ]; then  # 100 steps, the first 50 left out: a shape runs
-  pretrain launch_graphs "$GRAPHED" 100 50 --compile-mode reduce-overhead  # uncaptured once, then records
+  # --tb=short -rfEs: each failure's reason in the summary too; the bench on the GPU is the bert stage's run
+  PER_TEST=(); "$PY" -c "import pytest_timeout" 2> /dev/null && PER_TEST=(--timeout 150)
+  timeout "${TEST_TIMEOUT:-240}" "$PY" -m pytest -v -p no:cacheprovider -m gpu --tb=short -rfEs --failures-at-once \
+    "${PER_TEST[@]}" -k "not test_bench_gpu_runs_on_the_gpu" tests/test_optim.py tests/test_pretrain_numerics.py \
+    tests/test_fp8.py tests/test_mlm_loss.py tests/test_gpu.py 2>&1 | tee "$RESULTS/gpu_tests.log"
 fi
 if stage launch && [ -d "$INPUTS/instances128" ]; then
   pretrain launch "$COMPILED" 60 20
@@ -106,14 +105,7 @@ fi
 if stage fp8; then
   # ours only (the bert stage measured transformers on the same batches): bf16 then fp8, then 300 steps of each
   bench fp8 "${FP8_TIMEOUT:-300}" --seq-lengths 128 --batch 256 --kernels sdpa_padded --precision fp8 --no-baselines \
-    --convergence-steps 300 "${REAL[@]}"
-fi
-
-if stage finetune; then
-  TOKENIZER=(); [ -d "$INPUTS/tokenizer" ] && TOKENIZER=(--tokenizer "$INPUTS/tokenizer")
-  timeout "${FT_TIMEOUT:-240}" "$PY" benchmarks/bench_finetune.py --device cuda --model bert-base --epochs 2 \
-    --train-examples 2000 --grouped-baseline "${TOKENIZER[@]}" --output "$RESULTS/finetune.json" 2>&1 \
-    | tee "$RESULTS/bench_finetune.log"
+    --bucket-tokens 256 --profile --convergence-steps 300 "${REAL[@]}"
 fi
 
 if stage families; then
@@ -123,13 +115,28 @@ if stage families; then
   done
 fi
 
-if stage blocks; then  # ours only, 4 layers per compiled region: 3 region calls a forward instead of 12
-  bench blocks "${BLOCKS_TIMEOUT:-120}" --seq-lengths 128 --batch 256 --kernels sdpa_padded --layers-per-graph 4 \
-    --bucket-tokens 256 --no-baselines "${REAL[@]}"
+if stage finetune; then
+  TOKENIZER=(); [ -d "$INPUTS/tokenizer" ] && TOKENIZER=(--tokenizer "$INPUTS/tokenizer")
+  timeout "${FT_TIMEOUT:-240}" "$PY" benchmarks/bench_finetune.py --device cuda --model bert-base --epochs 2 \
+    --train-examples 2000 --grouped-baseline "${TOKENIZER[@]}" --output "$RESULTS/finetune.json" 2>&1 \
+    | tee "$RESULTS/bench_finetune.log"
 fi
 
 if stage bert512; then
   bench bert512 "${BERT_TIMEOUT:-240}" --seq-lengths 512 --batch 64 --kernels sdpa_padded varlen --profile
+fi
+
+if stage graphs && [ -d "$INPUTS/instances128" ]; then  # ours as CUDA graphs, then the launch against it
+  TORCH_LOGS=cudagraphs bench graphs128 "${GRAPHS_TIMEOUT:-150}" --seq-lengths 128 --batch 256 --kernels sdpa_padded \
+    --compile-mode reduce-overhead --bucket-tokens 256 --no-baselines "${REAL[@]}" > /dev/null  # the log: graphs128.log
+  grep -A 2 "^system" "$RESULTS/graphs128.log"
+  # 100 steps, the first 50 left out: a shape runs uncaptured once, then records
+  BENCH_JSON="$RESULTS/graphs128.json" pretrain launch_graphs "$GRAPHED" 100 50 --compile-mode reduce-overhead
+fi
+
+if stage blocks; then  # ours only, 4 layers per compiled region: 3 region calls a forward instead of 12
+  bench blocks "${BLOCKS_TIMEOUT:-120}" --seq-lengths 128 --batch 256 --kernels sdpa_padded --layers-per-graph 4 \
+    --bucket-tokens 256 --no-baselines "${REAL[@]}"
 fi
 
 if stage batch512; then  # ours only, twice the micro-batch: how much of the step is launch overhead

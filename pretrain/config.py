@@ -58,8 +58,9 @@ class ModelArguments:
                 "default: bert-base (albert-base for albert) from scratch, the checkpoint's own architecture in "
                 "the continual modes"})
     attn_implementation: AttentionImplementation = field(default="auto", metadata={
-        "help": "attention over the unpadded batch: auto (the fastest that runs here: flash_attn, varlen, "
-                "sdpa_padded or flex on CUDA, sdpa_loop on CPU; the run log says which), or one of them by name; "
+        "help": "attention over the unpadded batch: auto (the fastest that runs here: flash_attn, varlen (without "
+                "attention dropout), sdpa_padded or flex on CUDA, sdpa_loop on CPU; the run log says which), or one "
+                "of them by name; "
                 "hf_sdpa / hf_eager run transformers' padded forward (the reference)"})
     compile: Literal["auto", "on", "off"] = field(default="auto", metadata={
         "help": "torch.compile the model: the forward and backward by layer (or whole: --compile-scope) where "

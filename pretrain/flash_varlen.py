@@ -30,57 +30,59 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_se
     ``varlen_attn``; with it, :func:`flash_varlen_dropout`."""
     if not dropout_p:
         return varlen_attn(query, key, value, cu_seqlens, cu_seqlens, max_length, max_length, scale=scale)
-    out, _, _ = flash_varlen_dropout(query, key, value, cu_seqlens, max_length, dropout_p, scale)
+    out, _, _, _ = flash_varlen_dropout(query, key, value, cu_seqlens, max_length, dropout_p, scale)
     return out
 
 
 @torch.library.custom_op("biomed_lm::flash_varlen_dropout", mutates_args=())
 def flash_varlen_dropout(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seqlens: torch.Tensor,
                          max_length: int, dropout_p: float, scale: float
-                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The attention output, its log-sum-exp (what the backward needs) and the dropout's ``rng_state``
-    (the philox seed and offset it drew from)."""
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The attention output, its log-sum-exp (what the backward needs) and the dropout's philox state
+    as the kernel returns it (``rng_state``, and the offset output that some PyTorch releases fill and
+    others leave unused): the backward gets both back, as SDPA's own flash path passes them."""
     return _forward(query, key, value, cu_seqlens, max_length, dropout_p, scale)
 
 
 def _forward(query, key, value, cu_seqlens, max_length, dropout_p, scale):
     """The aten call, on real tensors and (its meta function) on fake ones alike."""
-    out, logsumexp, rng_state, _, _ = torch.ops.aten._flash_attention_forward(
+    out, logsumexp, rng_state, philox_offset, _ = torch.ops.aten._flash_attention_forward(
         query, key, value, cu_seqlens, cu_seqlens, max_length, max_length, dropout_p, False, False, scale=scale)
-    return out, logsumexp, rng_state
+    return out, logsumexp, rng_state, philox_offset
 
 
 @torch.library.custom_op("biomed_lm::flash_varlen_dropout_backward", mutates_args=())
 def flash_varlen_dropout_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                                   out: torch.Tensor, logsumexp: torch.Tensor, cu_seqlens: torch.Tensor,
-                                  max_length: int, dropout_p: float, scale: float, rng_state: torch.Tensor
-                                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Gradients of the query, key and value, the forward's dropout replayed from its ``rng_state``."""
-    return _backward(grad_out, query, key, value, out, logsumexp, cu_seqlens, max_length, dropout_p, scale, rng_state)
+                                  max_length: int, dropout_p: float, scale: float, rng_state: torch.Tensor,
+                                  philox_offset: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of the query, key and value, the forward's dropout replayed from its philox state."""
+    return _backward(grad_out, query, key, value, out, logsumexp, cu_seqlens, max_length, dropout_p, scale,
+                     rng_state, philox_offset)
 
 
-def _backward(grad_out, query, key, value, out, logsumexp, cu_seqlens, max_length, dropout_p, scale, rng_state):
-    """The aten call, on real tensors and (its meta function) on fake ones alike."""
-    # The forward's fourth output has been unused since the philox state moved into rng_state
-    # (PyTorch 2.7); torch's varlen_attn passes an empty tensor for it too.
-    unused = torch.empty(0, device=query.device)
+def _backward(grad_out, query, key, value, out, logsumexp, cu_seqlens, max_length, dropout_p, scale, rng_state,
+              philox_offset):
+    """The aten call, on real tensors and (its meta function) on fake ones alike. ``philox_offset`` is
+    the forward's own fourth output, not a stand-in: torch's ``varlen_attn`` passes an empty tensor
+    there, which is safe only because it never drops anything."""
     dq, dk, dv = torch.ops.aten._flash_attention_backward(
         grad_out.contiguous(), query, key, value, out, logsumexp, cu_seqlens, cu_seqlens, max_length, max_length,
-        dropout_p, False, rng_state, unused, scale=scale)
+        dropout_p, False, rng_state, philox_offset, scale=scale)
     return dq, dk, dv
 
 
 def _setup_context(ctx, inputs, output) -> None:
     query, key, value, cu_seqlens, max_length, dropout_p, scale = inputs
-    out, logsumexp, rng_state = output
-    ctx.save_for_backward(query, key, value, cu_seqlens, out, logsumexp, rng_state)
+    out, logsumexp, rng_state, philox_offset = output
+    ctx.save_for_backward(query, key, value, cu_seqlens, out, logsumexp, rng_state, philox_offset)
     ctx.max_length, ctx.dropout_p, ctx.scale = max_length, dropout_p, scale
 
 
-def _flash_varlen_dropout_autograd(ctx, grad_out, grad_logsumexp, grad_rng_state):
-    query, key, value, cu_seqlens, out, logsumexp, rng_state = ctx.saved_tensors
+def _flash_varlen_dropout_autograd(ctx, grad_out, grad_logsumexp, grad_rng_state, grad_philox_offset):
+    query, key, value, cu_seqlens, out, logsumexp, rng_state, philox_offset = ctx.saved_tensors
     dq, dk, dv = flash_varlen_dropout_backward(grad_out, query, key, value, out, logsumexp, cu_seqlens,
-                                               ctx.max_length, ctx.dropout_p, ctx.scale, rng_state)
+                                               ctx.max_length, ctx.dropout_p, ctx.scale, rng_state, philox_offset)
     return dq, dk, dv, None, None, None, None
 
 

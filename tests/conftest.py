@@ -16,9 +16,31 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 SAMPLE_DIR = REPO / "data" / "sample"
 
 
+def pytest_addoption(parser) -> None:
+    parser.addoption("--failures-at-once", action="store_true",
+                     help="print each failure's traceback when it happens, not in the summary at the end: a run "
+                          "cut off by a timeout (benchmarks/gpu_check.sh's tests stage) still says why tests failed")
+
+
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA device and skips without one; on a GPU machine run "
                                        "`.venv/bin/python -m pytest -m gpu tests/test_gpu.py`")
+    if config.getoption("--failures-at-once"):
+        config.pluginmanager.register(FailuresAtOnce(config), "failures-at-once")
+
+
+class FailuresAtOnce:
+    """``--failures-at-once``: each failure's traceback as it happens."""
+
+    def __init__(self, config) -> None:
+        self.config = config
+
+    def pytest_runtest_logreport(self, report) -> None:
+        if report.failed:
+            terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+            terminal.write_line("")
+            terminal.write_sep("-", f"FAILED {report.nodeid} ({report.when})")
+            terminal.write_line(report.longreprtext)
 
 
 @pytest.fixture

@@ -296,3 +296,17 @@ def test_without_baselines_only_our_rows_run_and_their_ratios_are_null(bench_gpu
              {"role": "ours", "kernel": "varlen", "precision": "fp8", "tokens_per_s": 300.0}]
     bench_gpu.add_ratios(table)
     assert [row["ratio"] for row in table] == [None, None] and table[1]["ratio_vs_our_bf16"] == pytest.approx(1.5)
+
+
+def test_real_instances_start_again_where_a_run_needs_more(bench_gpu, tmp_path, capsys):
+    """The convergence runs take steps × batch instances: a folder holding fewer is passed over again in
+    order (as a run's epochs are), each instance cut to the length with [SEP] last."""
+    from datasets import Dataset
+
+    rows = [{"input_ids": [101, 7 + n, 8, 9, 102], "token_type_ids": [0] * 5, "word_starts": [1] * 5,
+             "next_sentence_label": n % 2} for n in range(3)]
+    Dataset.from_list(rows).save_to_disk(str(tmp_path / "instances"))
+    got = bench_gpu.real_rows(str(tmp_path / "instances"), 4, 7)
+    assert [row["input_ids"] for row in got] == [[101, 7 + n % 3, 8, bench_gpu.SEP] for n in range(7)]
+    assert [row["next_sentence_label"] for row in got] == [0, 1, 0, 0, 1, 0, 0]
+    assert "holds 3 instances; the convergence runs take 7: 2.3 passes" in capsys.readouterr().out

@@ -33,14 +33,15 @@ def calls(graph: torch.fx.GraphModule, name: str) -> list[torch.fx.Node]:
 
 
 def test_with_dropout_the_backward_replays_the_forwards_random_numbers():
-    """The backward operator gets the forward's own rng_state, output and log-sum-exp, and the same
-    dropout probability and scale; the gradients have the inputs' shapes."""
+    """The backward operator gets the forward's own philox state (rng_state and the offset output, as
+    SDPA's flash path passes them), output and log-sum-exp, and the same dropout probability and
+    scale; the gradients have the inputs' shapes."""
     graph = traced(0.1)
     (forward,) = calls(graph, "biomed_lm.flash_varlen_dropout.default")
     (backward,) = calls(graph, "biomed_lm.flash_varlen_dropout_backward.default")
     outputs = {node.args[1]: node for node in forward.users if node.target.__name__ == "getitem"}
-    grad_out, q, k, v, out, logsumexp, cu_seqlens, max_length, dropout_p, scale, rng_state = backward.args
-    assert rng_state is outputs[2]  # not fresh random numbers
+    grad_out, q, k, v, out, logsumexp, cu_seqlens, max_length, dropout_p, scale, rng_state, offset = backward.args
+    assert rng_state is outputs[2] and offset is outputs[3]  # not fresh random numbers, nor a stand-in
     assert _source(out) is outputs[0] and _source(logsumexp) is outputs[1]
     assert (q, k, v, cu_seqlens) == forward.args[:4]
     assert (max_length, dropout_p, scale) == (6, 0.1, 0.25) == forward.args[4:]

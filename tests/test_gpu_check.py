@@ -21,11 +21,25 @@ def test_the_gpu_script_parses_and_runs_every_stage_by_default():
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     text = script.read_text()
     default = text.split('STAGES="${STAGES:-', 1)[1].split("}", 1)[0].split()
-    assert default == ["bert", "tests", "graphs", "launch", "fp8", "finetune", "families", "blocks", "bert512",
+    assert default == ["bert", "tests", "launch", "fp8", "families", "finetune", "bert512", "graphs", "blocks",
                        "batch512", "whole"]
     # run in the order of value (a lease cut short keeps the first ones)
     assert [text.index(f"if stage {stage}") for stage in default] == sorted(text.index(f"if stage {stage}")
                                                                           for stage in default)
+
+
+def test_the_tests_stage_prints_each_failure_when_it_happens(tmp_path):
+    """A stage cut off by its timeout prints no summary: --failures-at-once (tests/conftest.py) prints each
+    failure's reason as it happens, before the tests after it run."""
+    assert "--failures-at-once" in (REPO / "benchmarks" / "gpu_check.sh").read_text()
+    (tmp_path / "test_two.py").write_text("def test_fails():\n    assert 1 == 2, 'the reason'\n\n"
+                                          "def test_after():\n    print('SECOND RAN')\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-v", "-s", "-p", "no:cacheprovider",
+                           "--failures-at-once", "--rootdir", str(tmp_path), str(tmp_path / "test_two.py")],
+                          cwd=REPO, capture_output=True, text=True)
+    out = done.stdout
+    assert done.returncode == 1 and "FAILED" in out
+    assert out.index("AssertionError: the reason") < out.index("SECOND RAN") < out.index("short test summary")
 
 
 def _metrics(path: Path, paces: list[tuple[float, float]]) -> Path:

@@ -237,15 +237,18 @@ def test_auto_on_cuda_prefers_kernels_in_order():
     """Without running CUDA: the decision alone (flash-attn absent here, dropout decides the rest)."""
     cuda = torch.device("cuda")
     with_dropout, passed = choose_kernel("auto", cuda, torch.bfloat16, 0.1)
-    assert with_dropout == "varlen"  # BERT's attention dropout in PyTorch's own flash kernels
-    assert [p.split(":")[0] for p in passed] == ["flash_attn"]
+    # varlen's own dropout failed its GPU check: auto passes it over and says so; named, it runs
+    assert with_dropout == "sdpa_padded"
+    assert [p.split(":")[0] for p in passed] == ["flash_attn", "varlen"]
+    assert "failed the GPU dropout check" in passed[1]
+    assert choose_kernel("varlen", cuda, torch.bfloat16, 0.1) == ("varlen", [])
     no_dropout, _ = choose_kernel("auto", cuda, torch.bfloat16, 0.0)
     assert no_dropout == "varlen"
     in_fp32, _ = choose_kernel("auto", cuda, torch.float32, 0.0)
     assert in_fp32 == "sdpa_padded"  # varlen needs half precision; jagged tensors and per-length loops are slow
-    odd_heads, passed = choose_kernel("auto", cuda, torch.bfloat16, 0.1, head_size=26)  # hidden 312, 12 heads
+    odd_heads, passed = choose_kernel("auto", cuda, torch.bfloat16, 0.0, head_size=26)  # hidden 312, 12 heads
     assert odd_heads == "sdpa_padded" and "multiples of 8 up to 256, and the model's is 26" in passed[1]
-    assert choose_kernel("auto", cuda, torch.bfloat16, 0.1, head_size=64)[0] == "varlen"
+    assert choose_kernel("auto", cuda, torch.bfloat16, 0.0, head_size=64)[0] == "varlen"
     with pytest.raises(ValueError, match="varlen.*the model's is 512"):
         choose_kernel("varlen", cuda, torch.bfloat16, 0.1, head_size=512)
 
