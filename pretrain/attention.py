@@ -212,6 +212,25 @@ def _compiled_flex_attention():
 
 
 @dataclass(frozen=True)
+class HeadSizes:
+    """The head sizes (hidden_size / num_attention_heads) a kernel takes."""
+
+    multiple_of: int = 1
+    at_least: int = 1
+    at_most: int | None = None
+
+    def take(self, head_size: int) -> bool:
+        return head_size % self.multiple_of == 0 and head_size >= self.at_least and \
+            (self.at_most is None or head_size <= self.at_most)
+
+    def __str__(self) -> str:
+        parts = [f"multiples of {self.multiple_of}"] if self.multiple_of > 1 else []
+        parts += [f"from {self.at_least}"] if self.at_least > 1 else []
+        parts += [f"up to {self.at_most}"] if self.at_most is not None else []
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
 class KernelSpec:
     """What a kernel needs: the devices it runs on at all and those it is fast on (``auto`` picks
     only those), a half-precision dtype, an importable module; whether it applies attention dropout
@@ -225,13 +244,16 @@ class KernelSpec:
     dropout: bool
     module: str | None = None
     traceable: bool = True  # torch.compile captures it whole (its shapes come from tensors, not host lengths)
-    head_sizes: tuple[int, int] | None = None  # (a multiple of, at most): the flash kernels' limits
+    head_sizes: HeadSizes | None = None  # the kernel's limits on hidden_size / num_attention_heads
     # Why auto passes it over under attention dropout (None: auto takes it): its dropout has not passed
     # tests/test_gpu.py's check on a GPU, though it runs when named.
     auto_dropout_unverified: str | None = None
 
 
-FLASH_HEAD_SIZES = (8, 256)  # FlashAttention 2 (the package's and PyTorch's own)
+FLASH_HEAD_SIZES = HeadSizes(multiple_of=8, at_most=256)  # FlashAttention 2 (the package's and PyTorch's own)
+# FlexAttention's CUDA kernels (triton's tl.dot) take no head narrower than 16: inductor raises "NYI:
+# embedding dimension ... must be at least 16" while compiling it.
+FLEX_HEAD_SIZES = HeadSizes(at_least=16)
 
 
 # In the order auto tries them, fastest first as measured on an H200 (BERT-base, bf16, seq 128,
@@ -249,7 +271,7 @@ KERNELS: dict[str, KernelSpec] = {
     "sdpa_padded": KernelSpec(sdpa_padded, ("cuda", "cpu"), ("cuda",), half_only=False, dropout=True),
     # FlexAttention has no CPU backward (torch 2.13); its forward runs on CPU (tested there).
     "flex": KernelSpec(flex, ("cuda",), ("cuda",), half_only=False, dropout=False,
-                       module="torch.nn.attention.flex_attention"),
+                       module="torch.nn.attention.flex_attention", head_sizes=FLEX_HEAD_SIZES),
     "sdpa_nested": KernelSpec(sdpa_nested, ("cuda", "cpu"), (), half_only=False, dropout=True, traceable=False),
     "sdpa_loop": KernelSpec(sdpa_loop, ("cuda", "cpu"), ("cpu",), half_only=False, dropout=True, traceable=False),
 }
@@ -266,10 +288,9 @@ def why_not(name: str, device: torch.device, dtype: torch.dtype, attention_dropo
         return f"runs on {' or '.join(spec.runs_on)} only"
     if spec.half_only and dtype not in (torch.float16, torch.bfloat16):
         return f"needs fp16 or bf16 (the run computes in {str(dtype).removeprefix('torch.')})"
-    if spec.head_sizes is not None and head_size is not None and \
-            (head_size % spec.head_sizes[0] or head_size > spec.head_sizes[1]):
-        return (f"takes head sizes that are multiples of {spec.head_sizes[0]} up to {spec.head_sizes[1]}, and the "
-                f"model's is {head_size} (hidden_size / num_attention_heads)")
+    if spec.head_sizes is not None and head_size is not None and not spec.head_sizes.take(head_size):
+        return (f"takes head sizes {spec.head_sizes}, and the model's is {head_size} "
+                "(hidden_size / num_attention_heads)")
     if attention_dropout and not spec.dropout:
         return (f"applies no attention dropout, and the model's attention_probs_dropout_prob is {attention_dropout} "
                 "(set it to 0 in the model preset, as MosaicBERT and ModernBERT do, to use it)")

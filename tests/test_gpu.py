@@ -113,10 +113,11 @@ def test_the_forward_compiled_with_inductor_equals_the_padded_model(kernel, mlm_
     the padded loss in bf16."""
     from biomed_lm.pretrain.compiling import compiled_graphs
 
-    if why_not(kernel, torch.device("cuda"), torch.bfloat16, 0.0) is not None:
-        pytest.skip(f"{kernel} {why_not(kernel, torch.device('cuda'), torch.bfloat16, 0.0)}")
+    reason = why_not(kernel, torch.device("cuda"), torch.bfloat16, 0.0, head_size=16)
+    if reason is not None:
+        pytest.skip(f"{kernel} {reason}")
     torch._dynamo.reset()
-    bert = tiny_bert().cuda()
+    bert = tiny_bert(hidden_size=64).cuda()  # heads of 16: FlexAttention's CUDA kernels take none narrower
     reference = PretrainingModel(copy.deepcopy(bert), attention="hf_sdpa")
     compiled = PretrainingModel(copy.deepcopy(bert), attention=kernel, pad_to_multiple_of=64, mlm_loss=mlm_loss)
     compiled.compile_losses(scope=scope)

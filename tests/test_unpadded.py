@@ -30,11 +30,11 @@ def pad_back(values: torch.Tensor, batch: VarlenBatch, fill: float = 0.0) -> tor
     return out.view(*batch.padded_shape, *values.shape[1:])
 
 
-def tiny_bert(max_positions: int = 512, dropout: float = 0.0, seed: int = 0, layers: int = 2):
+def tiny_bert(max_positions: int = 512, dropout: float = 0.0, seed: int = 0, layers: int = 2, hidden_size: int = 32):
     from transformers import BertConfig, BertForPreTraining
 
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4,
+    config = BertConfig(vocab_size=VOCAB, hidden_size=hidden_size, num_hidden_layers=layers, num_attention_heads=4,
                         intermediate_size=64, max_position_embeddings=max_positions, hidden_dropout_prob=dropout,
                         attention_probs_dropout_prob=dropout, pad_token_id=PAD)
     return BertForPreTraining._from_config(config, attn_implementation="eager")
@@ -231,6 +231,8 @@ def test_forcing_a_kernel_that_cannot_run_names_the_reason():
         choose_kernel("flex", torch.device("cuda"), torch.float32, 0.1)
     assert choose_kernel("sdpa_nested", torch.device("cpu"), torch.float32, 0.1) == ("sdpa_nested", [])
     assert why_not("varlen", torch.device("cuda"), torch.float32, 0.0).startswith("needs fp16 or bf16")
+    with pytest.raises(ValueError, match="flex.*takes head sizes from 16, and the model's is 8"):
+        choose_kernel("flex", torch.device("cuda"), torch.bfloat16, 0.0, head_size=8)  # triton's tl.dot
 
 
 def test_auto_on_cuda_prefers_kernels_in_order():
