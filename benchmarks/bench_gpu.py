@@ -108,7 +108,6 @@ PAPER_TOKENS = 62_500 * 8_192 * 128
 VOCAB, CLS, SEP, MASK = 30522, 101, 102, 103
 HF_EAGER, HF_COMPILED, HF_FULL_LENGTH, OURS = "hf_eager", "hf_compiled", "hf_full_length", "ours"
 FAILED = "failed"  # a system that raised (its row holds the error; the others still run)
-PROFILE_KEEP = 30  # kernels kept per profile (file and JSON); the top 10 are printed
 
 
 @dataclass
@@ -360,36 +359,10 @@ def profile_steps(step: Callable[[dict], None], batches: list[dict], device: tor
         seconds = time_window(step, batches, sync)
     if trace_path is not None:
         profiler.export_chrome_trace(str(trace_path))
+    from biomed_lm.pretrain.profiling import kernel_totals, top_kernels
+
     averages, on_device = profiler.key_averages(), device.type == "cuda"
     return top_kernels(averages, seconds, on_device), kernel_totals(averages, seconds, len(batches), on_device)
-
-
-def _self_microseconds(event, on_device: bool) -> float:
-    """A kernel's (or copy's) self CUDA time on a GPU: the ops that launched it and the record_function
-    ranges mirrored on the GPU count 0, they would count the same time twice; on a CPU each op's self
-    CPU time (self times of nested ops do not overlap)."""
-    from torch.autograd import DeviceType
-
-    if on_device:
-        kernel = event.device_type == DeviceType.CUDA and not getattr(event, "is_user_annotation", False)
-        return event.self_device_time_total if kernel else 0.0
-    return event.self_cpu_time_total if event.device_type == DeviceType.CPU else 0.0
-
-
-def kernel_totals(averages, seconds: float, steps: int, on_device: bool) -> dict:
-    """Every kernel together: ``busy_share``, their self time over the profiled wall time (the device's busy
-    share: well under 1 where the host's launches set the pace), and ``kernels_per_step``, the launches a step
-    makes (what CUDA graphs replay as one)."""
-    timed = [(_self_microseconds(event, on_device), event.count) for event in averages]
-    return {"busy_share": sum(us for us, _ in timed) / (seconds * 1e6),
-            "kernels_per_step": sum(count for us, count in timed if us > 0) / max(steps, 1)}
-
-
-def top_kernels(averages, seconds: float, on_device: bool, keep: int = PROFILE_KEEP) -> list[dict]:
-    """The ``keep`` kernels (on a CPU, ops) with the most self time (:func:`_self_microseconds`)."""
-    timed = sorted(((_self_microseconds(event, on_device), event) for event in averages), key=lambda pair: -pair[0])
-    return [{"name": event.key, "share": microseconds / (seconds * 1e6), "calls": event.count}
-            for microseconds, event in timed[:keep] if microseconds > 0]
 
 
 def slug(text: str) -> str:
@@ -397,21 +370,17 @@ def slug(text: str) -> str:
 
 
 def write_profile(path: Path, row: dict, kernels: list[dict], totals: dict, steps: int) -> None:
-    lines = [f"{row['system']}, seq {row['seq']}, micro-batch {row['batch']}: top {len(kernels)} kernels by self "
-             f"device time over {steps} profiled steps ({sum(k['share'] for k in kernels):.1%} of their wall time)",
-             _totals_line(totals), f"{'share':>7} {'calls':>7}  name"]
-    lines += [f"{k['share']:>7.2%} {k['calls']:>7}  {k['name']}" for k in kernels]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    from biomed_lm.pretrain.profiling import profile_text
 
-
-def _totals_line(totals: dict) -> str:
-    return (f"all kernels: {totals['busy_share']:.1%} of the wall time busy, {totals['kernels_per_step']:,.0f} "
-            "launches a step")
+    title = f"{row['system']}, seq {row['seq']}, micro-batch {row['batch']}"
+    path.write_text(profile_text(title, kernels, totals, steps), encoding="utf-8")
 
 
 def print_profile(row: dict, kernels: list[dict], top: int = 10) -> None:
+    from biomed_lm.pretrain.profiling import totals_line
+
     print(f"\nprofile of {row['system']} (seq {row['seq']}): top {top} kernels, share of the profiled step time; "
-          f"{_totals_line(row['profile_totals'])}")
+          f"{totals_line(row['profile_totals'])}")
     for kernel in kernels[:top]:
         print(f"  {kernel['share']:>7.2%} {kernel['calls']:>6}  {kernel['name'][:100]}")
 

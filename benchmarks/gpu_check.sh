@@ -19,8 +19,9 @@
 #             pytest-timeout is installed): fused AdamW, bf16 accumulation, fp8 against bf16, the liger
 #             MLM loss, every CUDA kernel, the forward compiled by inductor (by layer and whole)
 #             against the padded model, CUDA graphs against the compiled forward
-#   launch    launch/pretrain.py for 60 steps on the same instances: its logged tokens/s against the
-#             bench's row for the same model and shapes (launch_vs_bench.json)
+#   launch    launch/pretrain.py for 100 steps on the same instances: its logged tokens/s over steps 31-100
+#             against the bench's row for the same model and shapes (launch_vs_bench.json), and the profile
+#             of its steps 21-25 (--profile-steps: launch_profile.txt) to read beside the bench's
 #   fp8       ours in fp8 against ours in bf16 with --profile, and 300 steps of each on the same batches
 #             (loss within 1%; the instances passed over again where 300 x 64 needs more)
 #   families  bench_gpu.py --architecture roberta and albert at seq 128
@@ -98,8 +99,9 @@ if stage tests; then
     "${PER_TEST[@]}" -k "not test_bench_gpu_runs_on_the_gpu" tests/test_optim.py tests/test_pretrain_numerics.py \
     tests/test_fp8.py tests/test_mlm_loss.py tests/test_gpu.py 2>&1 | tee "$RESULTS/gpu_tests.log"
 fi
-if stage launch && [ -d "$INPUTS/instances128" ]; then
-  pretrain launch "$COMPILED" 60 20
+if stage launch && [ -d "$INPUTS/instances128" ]; then  # steps 21-25 profiled (launch_profile.txt), 31-100 timed
+  pretrain launch "$COMPILED" 100 30 --profile-steps 5 --profile-after 20
+  cp /tmp/launch/profile.txt "$RESULTS/launch_profile.txt" 2> /dev/null && head -14 "$RESULTS/launch_profile.txt"
 fi
 
 if stage fp8; then

@@ -185,6 +185,12 @@ class TrainArguments:
     stop_after_hours: float = field(default=0.0, metadata={
         "help": "stop cleanly (checkpoint, exit 0) after this much wall time in this process; 0: no budget",
         "min": 0})
+    profile_steps: int = field(default=0, metadata={
+        "help": "torch.profiler over this many optimizer steps after --profile-after (0: off; rank 0): "
+                "profile.txt in the run directory (top kernels by device time, the device's busy share, launches a "
+                "step) and profile_trace.json (Chrome's trace viewer)", "min": 0})
+    profile_after: int = field(default=20, metadata={
+        "help": "steps run before the profiled ones (compilation and the loader's start stay outside)", "min": 0})
     wandb_mode: WandbMode = field(default="offline", metadata={"help": "offline (default), online or disabled"})
     wandb_project: str = "biomed-lm"
     run_name: str = ""
@@ -295,6 +301,9 @@ def resolve_batch(train: TrainArguments, world_size: int) -> TrainArguments:
     if train.optimizer == "lamb" and train.zero_stage > 0:
         raise PretrainConfigError("LAMB needs zero_stage 0: ZeRO hands the optimizer flattened partitions, "
                                   "which breaks LAMB's per-tensor trust ratio")
+    if train.profile_steps and train.profile_after + train.profile_steps > train.max_steps:
+        raise PretrainConfigError(f"profile_after {train.profile_after} + profile_steps {train.profile_steps} go past "
+                                  f"max_steps {train.max_steps}: the profiled steps would never all run")
     if train.schedule_total_steps and train.schedule_total_steps < train.max_steps:
         raise PretrainConfigError(f"schedule_total_steps {train.schedule_total_steps} is shorter than max_steps "
                                   f"{train.max_steps}: the schedule would end before the run")

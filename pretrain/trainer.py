@@ -64,6 +64,7 @@ from biomed_lm.pretrain.layout import Layout, PaddedBatch, VarlenBatch
 from biomed_lm.pretrain.metrics import MetricsLogger
 from biomed_lm.pretrain.modeling import PretrainingModel, count_parameters, hf_attention
 from biomed_lm.pretrain.preemption import StopRequests, ignore_stop_signals, stop_workers
+from biomed_lm.pretrain.profiling import StepProfiler
 from biomed_lm.pretrain.resume import apply_learning_rate, compare_continuation, compare_signatures, run_signature
 from biomed_lm.pretrain.run_lock import RunLock, acquire_run_lock
 from biomed_lm.pretrain.sampler import BatchPlan
@@ -218,10 +219,17 @@ def _run_steps(run: Run) -> int:
     """The step loop, from the resumed step to ``max_steps`` or a stop request; the step reached."""
     args, step = run.train_args, run.state.step
     pending: list[PendingStep] = []
+    profiler = StepProfiler(args.profile_steps if run.rank == 0 else 0, args.profile_after, run.run_dir, run.device,
+                            f"launch/pretrain.py, {run.model_args.architecture}, micro-batch {args.micro_batch_size} "
+                            f"x {args.gradient_accumulation_steps} x {run.world_size}")
     try:
         while step < args.max_steps:
+            profiler.before_step(step)
             pending.append(_accumulate_step(run, step))
             step += 1
+            report = profiler.after_step(step)
+            if report is not None:
+                run.logger.message(f"profile of steps {profiler.first}-{profiler.last}: {report}")
             if not _is_read_point(args, step):
                 continue  # the device runs ahead; nothing of this step is read yet
             done = _read_steps(run, pending)

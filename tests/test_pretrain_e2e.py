@@ -62,14 +62,16 @@ def test_straight_run_exports_a_loadable_model(straight_run):
 def test_the_default_unpadded_run_equals_the_padded_reference_run(pretraining_inputs, tmp_path):
     """By default the batch runs unpadded (auto: sdpa_loop on CPU); transformers' padded forward on the
     same data gives the same losses to rounding (dropout off: its masks depend on the layout's
-    shape), and the log and run_config.json say which ran, the metrics how much was padding."""
+    shape), and the log and run_config.json say which ran, the metrics how much was padding. The
+    unpadded run profiles its steps 3-4 (--profile-steps), which changes none of its losses."""
     import yaml
 
     preset = yaml.safe_load((REPO / "configs" / "model" / "bert-tiny.yaml").read_text())
     preset.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     (tmp_path / "tiny-no-dropout.yaml").write_text(yaml.safe_dump(preset))
     runs = {}
-    for name, extra in (("unpadded", ()), ("padded", ("--attn-implementation", "hf_sdpa"))):
+    for name, extra in (("unpadded", ("--profile-steps", "2", "--profile-after", "2")),
+                        ("padded", ("--attn-implementation", "hf_sdpa"))):
         args = pretrain_args(pretraining_inputs, tmp_path / name, "--max-steps", "6", *extra)
         args[args.index("--model") + 1] = str(tmp_path / "tiny-no-dropout.yaml")
         runs[name] = run(args)
@@ -85,6 +87,12 @@ def test_the_default_unpadded_run_equals_the_padded_reference_run(pretraining_in
     fractions = {name: [json.loads(line)["padding_fraction"] for line in (tmp_path / name / "metrics.jsonl")
                         .read_text().splitlines()] for name in runs}
     assert set(fractions["unpadded"]) == {0.0} and max(fractions["padded"]) > 0.0
+    profile = (tmp_path / "unpadded" / "profile.txt").read_text().splitlines()
+    assert profile[0].startswith("launch/pretrain.py, bert, micro-batch 8 x 2 x 1, steps 3-4: top ")
+    assert profile[1].startswith("all kernels: ") and len(profile) > 5  # on CPU the ops, by self CPU time
+    assert json.loads((tmp_path / "unpadded" / "profile_trace.json").read_text())["traceEvents"]
+    assert f"profile of steps 3-4: {tmp_path / 'unpadded' / 'profile.txt'}" in runs["unpadded"].stderr
+    assert not (tmp_path / "padded" / "profile.txt").exists()
 
 
 def test_bf16_autocasts_and_keeps_fp32_weights(straight_run, pretraining_inputs, tmp_path):

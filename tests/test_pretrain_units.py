@@ -82,6 +82,9 @@ def test_ds_config_is_derived_from_typed_arguments():
         create_ds_config(TrainArguments(micro_batch_size=64, global_batch_size=1000), world_size=8)
     with pytest.raises(PretrainConfigError, match="zero_stage"):
         create_ds_config(TrainArguments(zero_stage=3), world_size=1)
+    with pytest.raises(PretrainConfigError, match="profile_after 20 \\+ profile_steps 5 go past max_steps 24"):
+        create_ds_config(TrainArguments(max_steps=24, profile_steps=5), world_size=1)
+    assert create_ds_config(TrainArguments(max_steps=25, profile_steps=5), world_size=1)
 
 
 def test_model_presets():
@@ -239,3 +242,20 @@ def test_the_host_reads_at_logged_steps_checkpoints_the_end_and_every_16_micro_b
     assert reads(log_every=10, checkpoint_every=25) == [10, 16, 20, 25, 30, 32, 40, 48, 50]
     assert reads(log_every=100, checkpoint_every=1000, gradient_accumulation_steps=4) == list(range(4, 49, 4)) + [50]
     assert reads(log_every=100, checkpoint_every=1000, gradient_accumulation_steps=32) == list(range(1, 51))
+
+
+def test_the_step_profiler_is_off_without_steps_and_covers_its_window(tmp_path):
+    from biomed_lm.pretrain.profiling import StepProfiler
+
+    off = StepProfiler(0, 20, tmp_path, torch.device("cpu"), "off")
+    off.before_step(20)
+    assert not off.on and off.after_step(21) is None
+    window = StepProfiler(2, 1, tmp_path, torch.device("cpu"), "a run")
+    reports = []
+    for done in range(4):
+        window.before_step(done)
+        torch.ones(64, 64) @ torch.ones(64, 64)
+        reports.append(window.after_step(done + 1))
+    assert reports == [None, None, tmp_path / "profile.txt", None]  # steps 2-3
+    text = (tmp_path / "profile.txt").read_text()
+    assert text.startswith("a run, steps 2-3: top ") and "aten::mm" in text
