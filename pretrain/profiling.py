@@ -3,13 +3,15 @@ report them.
 
 :func:`top_kernels` ranks the kernels by self device time with each one's share of the profiled
 wall time; :func:`kernel_totals` gives the device's busy share (well under 1 where the host's
-launches set the pace) and the launches a step makes. ``benchmarks/bench_gpu.py --profile`` writes
+launches set the pace), the launches a step makes and the share of each kind of work (GEMMs,
+attention, inductor's fused elementwise kernels, the optimizer, copies). ``benchmarks/bench_gpu.py --profile`` writes
 them per system; ``launch/pretrain.py --profile-steps N`` (:class:`StepProfiler`) over N optimizer
 steps of a real run, so a run slower than the bench can be read against the bench's profile.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -31,12 +33,38 @@ def self_microseconds(event: Any, on_device: bool) -> float:
     return event.self_cpu_time_total if event.device_type == DeviceType.CPU else 0.0
 
 
-def kernel_totals(averages: Any, seconds: float, steps: int, on_device: bool) -> dict[str, float]:
-    """Every kernel together: ``busy_share``, their self time over the profiled wall time, and
-    ``kernels_per_step``, the launches a step makes (what CUDA graphs replay as one)."""
-    timed = [(self_microseconds(event, on_device), event.count) for event in averages]
+# What a GPU kernel's name says it is, first match wins: cuBLAS(Lt)'s nvjet/cutlass/gemm kernels and
+# their split-K reductions; the attention kernels (PyTorch's flash and memory-efficient ones, cuDNN's,
+# flash-attn's, FlexAttention's triton kernels); the optimizer's and the gradient norm's multi-tensor
+# kernels; copies and fills.
+CATEGORIES = (
+    ("attention", re.compile(r"flash|fmha|attention|sdpa|triton_tem_fused_flex|mem_eff|cudnn", re.IGNORECASE)),
+    ("gemm", re.compile(r"nvjet|gemm|cutlass|cublas|splitKreduce|sm90_xmma|ampere_.*_tensorop", re.IGNORECASE)),
+    ("optimizer and gradient norms", re.compile(r"multi_tensor_apply|Adam|Lamb", re.IGNORECASE)),
+    ("memory", re.compile(r"Memcpy|Memset|copy_kernel|FillFunctor", re.IGNORECASE)),
+    ("fused elementwise (triton)", re.compile(r"^triton_")),
+)
+OTHER = "other"
+
+
+def category(name: str) -> str:
+    """The kind of work a kernel does (:data:`CATEGORIES`), from its name; ``other`` when none says."""
+    return next((kind for kind, pattern in CATEGORIES if pattern.search(name)), OTHER)
+
+
+def kernel_totals(averages: Any, seconds: float, steps: int, on_device: bool) -> dict[str, Any]:
+    """Every kernel together: ``busy_share``, their self time over the profiled wall time;
+    ``kernels_per_step``, the launches a step makes (what CUDA graphs replay as one); and
+    ``categories``, each kind's share of the wall time (:func:`category`)."""
+    timed = [(self_microseconds(event, on_device), event) for event in averages]
+    shares: dict[str, float] = {}
+    for microseconds, event in timed:
+        if microseconds > 0:
+            kind = category(event.key)
+            shares[kind] = shares.get(kind, 0.0) + microseconds / (seconds * 1e6)
     return {"busy_share": sum(us for us, _ in timed) / (seconds * 1e6),
-            "kernels_per_step": sum(count for us, count in timed if us > 0) / max(steps, 1)}
+            "kernels_per_step": sum(event.count for us, event in timed if us > 0) / max(steps, 1),
+            "categories": dict(sorted(shares.items(), key=lambda item: -item[1]))}
 
 
 def top_kernels(averages: Any, seconds: float, on_device: bool, keep: int = KEEP) -> list[dict[str, Any]]:
@@ -46,12 +74,13 @@ def top_kernels(averages: Any, seconds: float, on_device: bool, keep: int = KEEP
             for microseconds, event in timed[:keep] if microseconds > 0]
 
 
-def totals_line(totals: dict[str, float]) -> str:
+def totals_line(totals: dict[str, Any]) -> str:
+    kinds = ", ".join(f"{kind} {share:.1%}" for kind, share in totals.get("categories", {}).items())
     return (f"all kernels: {totals['busy_share']:.1%} of the wall time busy, {totals['kernels_per_step']:,.0f} "
-            "launches a step")
+            "launches a step" + (f" ({kinds})" if kinds else ""))
 
 
-def profile_text(title: str, kernels: list[dict[str, Any]], totals: dict[str, float], steps: int) -> str:
+def profile_text(title: str, kernels: list[dict[str, Any]], totals: dict[str, Any], steps: int) -> str:
     """The report: a title line, :func:`totals_line`, then one line per kernel (share, calls, name)."""
     lines = [f"{title}: top {len(kernels)} kernels by self device time over {steps} profiled steps "
              f"({sum(k['share'] for k in kernels):.1%} of their wall time)",
