@@ -69,7 +69,8 @@ class ModelArguments:
         "help": "torch.compile's mode for the compiled regions: reduce-overhead adds CUDA graphs (either "
                 "scope), one per shape: a token-count bucket (--bucket-tokens) and a masked-count bucket (256); "
                 "each shape runs uncaptured once, then records, then replays. BERT-base at micro-batch 256 on an "
-                "H200 keeps the GPU 96% busy without them: +0.5% (benchmarks/README.md, run C)"})
+                "H200 keeps the GPU busy 96 per cent of the time without them; they added 0.5 per cent "
+                "(benchmarks/README.md, run C)"})
     compile_scope: Literal["layers", "whole"] = field(default="layers", metadata={
         "help": "what one compiled region holds: layers (the embeddings, one encoder layer whose graph every "
                 "layer runs through, and the heads with their losses: three graphs, compiled in a fraction of "
