@@ -129,11 +129,12 @@ def merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, An
 
 
 # Model-FLOPs utilisation measured on one NVIDIA H200, bf16, by sequence length (benchmarks/README.md):
-# the BERT family unpadded (sdpa_padded, BERT's attention dropout, layers compiled; 2026-11-27, commit
-# 78b1a2b: 29.1% at 128 x 256 on real instances, 25.7% at 512 x 64 on BERT's length mix), and from the
+# the BERT family unpadded (sdpa_padded, BERT's attention dropout, layers compiled) as launch/pretrain.py
+# ran it, 29.2% at 128 x 256 on real instances (run C, commit bf9dea3; the bench's own row 32.0%), and
+# 25.7% at 512 x 64 on BERT's length mix (the bench, commit 78b1a2b); and from the
 # 2026-11-26 runs transformers' padded forward, which the RoBERTa layout runs (14.8%, at 128), and
 # ALBERT-base padded (8%, at 64 x 128). A phase's length takes the nearest measured length's figure.
-MEASURED_MFU: dict[str, dict[int, float]] = {"bert": {128: 0.291, 512: 0.257}, "roberta": {128: 0.148},
+MEASURED_MFU: dict[str, dict[int, float]] = {"bert": {128: 0.292, 512: 0.257}, "roberta": {128: 0.148},
                                              "albert": {128: 0.08}}
 PROJECTION_DEVICE = "NVIDIA H100 80GB HBM3"  # SXM: 989.4 dense bf16 TFLOP/s, the H200's too
 DEFAULT_VOCAB = 30522
