@@ -136,12 +136,15 @@ class Regions:
 
     @property
     def cuda_graphs(self) -> bool:
-        return self.mode == "reduce-overhead"
+        from biomed_lm.pretrain.modeling import CUDA_GRAPH_MODES
+
+        return self.mode in CUDA_GRAPH_MODES
 
     def describe(self) -> str:
         text = ", whole forward compiled" if self.scope == "whole" else ", compiled by layer" \
             if self.layers_per_graph == 1 else f", compiled in blocks of {self.layers_per_graph} layers"
-        return text + (", CUDA graphs" if self.cuda_graphs else "")
+        autotuned = ", autotuned" if self.mode and self.mode.startswith("max-autotune") else ""
+        return text + autotuned + (", CUDA graphs" if self.cuda_graphs else "")
 
 
 @dataclass
@@ -562,7 +565,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="torch.compile backend for ours and the baselines (aot_eager: fast, for CPU tests)")
     parser.add_argument("--compile-scope", choices=("layers", "whole"), default="layers",
                         help="what one compiled region of ours holds (the trainer's --compile-scope)")
-    parser.add_argument("--compile-mode", choices=("default", "reduce-overhead"), nargs="+", default=["default"],
+    parser.add_argument("--compile-mode", choices=("default", "reduce-overhead", "max-autotune-no-cudagraphs"),
+                        nargs="+", default=["default"],
                         help="torch.compile's mode for ours (the trainer's --compile-mode), a row each: reduce-overhead "
                              "replays the regions as CUDA graphs, after a warm-up over the window's batches twice")
     parser.add_argument("--layers-per-graph", type=int, default=1,

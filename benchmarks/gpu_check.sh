@@ -28,6 +28,8 @@
 #   finetune  bench_finetune.py --device cuda: NER and a relation task against HF Trainer (its default
 #             shuffling, and its group_by_length batching as ours has by default)
 #   bert512   the same as bert at seq 512 on BERT's length mix
+#   autotune  ours compiled with max-autotune-no-cudagraphs beside the default mode: inductor's triton GEMM
+#             templates timed against cuBLAS (they can take the bias and GELU into the GEMM), profiled
 #   graphs    ours replayed as CUDA graphs (--compile-mode reduce-overhead) in the bench, then
 #             launch/pretrain.py with them for 100 steps against that row (launch_graphs_vs_bench.json);
 #             on the H200 the graphs added 0.5% to the bench and the launch paid for recordings
@@ -43,7 +45,7 @@ set -uo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 RESULTS="${RESULTS:-/tmp/gpu_check}"; mkdir -p "$RESULTS"
 PY="${PYTHON:-python3}"
-STAGES="${STAGES:-bert tests launch fp8 families finetune bert512 graphs blocks batch512 whole}"
+STAGES="${STAGES:-bert tests launch fp8 families finetune bert512 autotune graphs blocks batch512 whole}"
 INPUTS="$REPO/.gpu_inputs"
 cd "$REPO"
 
@@ -126,6 +128,11 @@ fi
 
 if stage bert512; then
   bench bert512 "${BERT_TIMEOUT:-240}" --seq-lengths 512 --batch 64 --kernels sdpa_padded varlen --profile
+fi
+
+if stage autotune; then  # inductor's GEMM templates timed against cuBLAS, kept where faster (epilogues fused)
+  bench autotune "${AUTOTUNE_TIMEOUT:-300}" --seq-lengths 128 --batch 256 --kernels sdpa_padded \
+    --compile-mode default max-autotune-no-cudagraphs --bucket-tokens 256 --no-baselines --profile "${REAL[@]}"
 fi
 
 if stage graphs && [ -d "$INPUTS/instances128" ]; then  # ours as CUDA graphs, then the launch against it

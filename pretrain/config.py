@@ -65,12 +65,15 @@ class ModelArguments:
     compile: Literal["auto", "on", "off"] = field(default="auto", metadata={
         "help": "torch.compile the model: the forward and backward by layer (or whole: --compile-scope) where "
                 "the attention kernel allows (else the dense blocks); auto: on for CUDA, off on CPU"})
-    compile_mode: Literal["default", "reduce-overhead", "max-autotune"] = field(default="default", metadata={
-        "help": "torch.compile's mode for the compiled regions: reduce-overhead adds CUDA graphs (either "
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = field(
+        default="default", metadata={
+        "help": "torch.compile's mode for the compiled regions: max-autotune-no-cudagraphs times inductor's "
+                "GEMM templates (which can fuse their neighbours, the bias and GELU) against cuBLAS and keeps the "
+                "faster, at a longer compilation; reduce-overhead adds CUDA graphs (either "
                 "scope), one per shape: a token-count bucket (--bucket-tokens) and a masked-count bucket (256); "
                 "each shape runs uncaptured once, then records, then replays. BERT-base at micro-batch 256 on an "
                 "H200 keeps the GPU busy 96 per cent of the time without them; they added 0.5 per cent "
-                "(benchmarks/README.md, run C)"})
+                "(benchmarks/README.md, run C); max-autotune does both"})
     compile_scope: Literal["layers", "whole"] = field(default="layers", metadata={
         "help": "what one compiled region holds: layers (the embeddings, one encoder layer whose graph every "
                 "layer runs through, and the heads with their losses: three graphs, compiled in a fraction of "

@@ -46,6 +46,9 @@ MASKED_BUCKET = 256
 #: What :meth:`PretrainingModel.compile_losses` compiles: three regions (one graph per layer's code, shared
 #: by every layer), or the whole forward as one.
 COMPILE_SCOPES = ("layers", "whole")
+#: torch.compile's modes that replay the compiled regions as CUDA graphs (max-autotune autotunes the
+#: kernels as well; max-autotune-no-cudagraphs only autotunes).
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 
 def build_bert(model_fields: dict, vocab_size: int, pad_token_id: int, attn_implementation: str = "sdpa"):
@@ -145,8 +148,8 @@ class PretrainingModel(nn.Module):
 
     @property
     def cuda_graphs(self) -> bool:
-        """Compiled with mode reduce-overhead (see :meth:`begin_micro_batch`): the only case that buckets the
-        masked count."""
+        """Compiled with a mode that replays CUDA graphs (:data:`CUDA_GRAPH_MODES`, see
+        :meth:`begin_micro_batch`): the only case that buckets the masked count."""
         return self.masked_multiple_of is not None
 
     @property
@@ -234,7 +237,8 @@ class PretrainingModel(nn.Module):
         BERT-base's 3 warm-up steps with a cold compile cache on a 2-core CPU (inductor, micro-batch
         8 × 128): 103 s whole, 40 s by layers, the same tokens/s after (331 and 334); on an H200 the
         whole region's warm-up had not finished after 100 s, by layer it takes 15-20 s.
-        ``mode="reduce-overhead"`` adds CUDA graphs (inductor's CUDA graph trees) in either scope: each
+        ``mode="reduce-overhead"`` (and ``"max-autotune"``) adds CUDA graphs (inductor's CUDA graph trees) in
+        either scope: each
         region call of a step is a node of a recorded path (by layer, each layer's node keeps its own
         weights' addresses), replayed with one launch, so the host's per-kernel launch cost leaves the
         step. One graph per shape: the token count is bucketed (``pad_to_multiple_of``), and the masked
@@ -250,7 +254,7 @@ class PretrainingModel(nn.Module):
         if self.mlm_loss == "liger":
             raise PretrainConfigError("the liger MLM loss breaks the compiled graph (it reads its row count back to "
                                       "the host); compile with the dense or chunked loss")
-        if mode == "reduce-overhead":  # a CUDA graph per shape: the masked count is bucketed as the tokens are
+        if mode in CUDA_GRAPH_MODES:  # a CUDA graph per shape: the masked count is bucketed as the tokens are
             self.masked_multiple_of = MASKED_BUCKET
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         # One graph per region is required: a break is a bug (a host sync, a data-dependent shape).

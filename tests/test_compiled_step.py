@@ -20,7 +20,7 @@ from pretrain_runs import pretrain_args, run, with_option  # noqa: E402
 from test_unpadded import assert_same, masked_batch, tiny_bert  # noqa: E402
 
 from biomed_lm.pretrain.compiling import compiled_graphs  # noqa: E402
-from biomed_lm.pretrain.modeling import PretrainingModel  # noqa: E402
+from biomed_lm.pretrain.modeling import MASKED_BUCKET, PretrainingModel  # noqa: E402
 
 PADDED_KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels")
 # Micro-batches of changing sizes and counts: a per-shape graph would show as one graph each.
@@ -90,6 +90,16 @@ def test_under_cuda_graphs_the_masked_count_is_bucketed_and_changes_nothing():
                 losses_and_grads(plain, batch, prepared=prepared))
 
 
+@pytest.mark.parametrize("mode, graphs", [("reduce-overhead", True), ("max-autotune", True),
+                                         ("max-autotune-no-cudagraphs", False), (None, False)])
+def test_the_modes_that_replay_cuda_graphs_bucket_the_masked_count(mode, graphs):
+    """max-autotune replays CUDA graphs as reduce-overhead does, so it takes the same care (the masked
+    bucket, a graph-tree generation per micro-batch); its no-cudagraphs variant only autotunes."""
+    model = PretrainingModel(tiny_bert(), attention="sdpa_padded", pad_to_multiple_of=32)
+    model.compile_losses(backend="aot_eager", mode=mode)
+    assert model.cuda_graphs is graphs and model.masked_multiple_of == (MASKED_BUCKET if graphs else None)
+
+
 @pytest.fixture
 def graph_marks(monkeypatch) -> list[int]:
     """The calls of torch.compiler.cudagraph_mark_step_begin (on CPU no graph is recorded; the calls are
@@ -114,7 +124,6 @@ def test_cuda_graphs_bucket_the_masked_count_and_mark_each_micro_batch(scope, gr
     losses and gradients stay the padded model's, and begin_micro_batch tells the graph trees a
     generation begins (nothing without graphs). On CPU inductor records no graph; tests/test_gpu.py
     replays them."""
-    from biomed_lm.pretrain.modeling import MASKED_BUCKET
 
     plain = PretrainingModel(tiny_bert(), attention="sdpa_padded", pad_to_multiple_of=32)
     plain.begin_micro_batch(accumulating=True)
