@@ -237,11 +237,10 @@ class PretrainingModel(nn.Module):
         BERT-base's 3 warm-up steps with a cold compile cache on a 2-core CPU (inductor, micro-batch
         8 × 128): 103 s whole, 40 s by layers, the same tokens/s after (331 and 334); on an H200 the
         whole region's warm-up had not finished after 100 s, by layer it takes 15-20 s.
-        ``mode="reduce-overhead"`` (and ``"max-autotune"``) adds CUDA graphs (inductor's CUDA graph trees) in
-        either scope: each
-        region call of a step is a node of a recorded path (by layer, each layer's node keeps its own
-        weights' addresses), replayed with one launch, so the host's per-kernel launch cost leaves the
-        step. One graph per shape: the token count is bucketed (``pad_to_multiple_of``), and the masked
+        ``mode="reduce-overhead"`` (and ``"max-autotune"``) adds CUDA graphs (inductor's CUDA graph trees)
+        in either scope: each region call of a step is a node of a recorded path (by layer, each layer's
+        node keeps its own weights' addresses), replayed with one launch, so the host's per-kernel launch
+        cost leaves the step. One graph per shape: the token count is bucketed (``pad_to_multiple_of``), and the masked
         count here to :data:`MASKED_BUCKET`; a shape's first occurrence runs uncaptured, its second records.
         The trainer marks each micro-batch's start (:meth:`begin_micro_batch`).
         Only the unpadded layout: transformers' padded forward breaks graphs."""

@@ -3,10 +3,11 @@ report them.
 
 :func:`top_kernels` ranks the kernels by self device time with each one's share of the profiled
 wall time; :func:`kernel_totals` gives the device's busy share (well under 1 where the host's
-launches set the pace), the launches a step makes and the share of each kind of work (GEMMs,
-attention, inductor's fused elementwise kernels, the optimizer, copies). ``benchmarks/bench_gpu.py --profile`` writes
-them per system; ``launch/pretrain.py --profile-steps N`` (:class:`StepProfiler`) over N optimizer
-steps of a real run, so a run slower than the bench can be read against the bench's profile.
+launches set the pace), the launches a step makes and, on a GPU, the share of each kind of work
+(GEMMs, attention, inductor's fused elementwise kernels, the optimizer, copies).
+``benchmarks/bench_gpu.py --profile`` writes them per system; ``launch/pretrain.py --profile-steps N``
+(:class:`StepProfiler`) over N optimizer steps of a real run, so a run slower than the bench can be
+read against the bench's profile.
 """
 
 from __future__ import annotations
@@ -55,11 +56,12 @@ def category(name: str) -> str:
 def kernel_totals(averages: Any, seconds: float, steps: int, on_device: bool) -> dict[str, Any]:
     """Every kernel together: ``busy_share``, their self time over the profiled wall time;
     ``kernels_per_step``, the launches a step makes (what CUDA graphs replay as one); and
-    ``categories``, each kind's share of the wall time (:func:`category`)."""
+    ``categories``, on a GPU each kind's share of the wall time (:func:`category`; a CPU's ops are not
+    kernels and are not sorted)."""
     timed = [(self_microseconds(event, on_device), event) for event in averages]
     shares: dict[str, float] = {}
     for microseconds, event in timed:
-        if microseconds > 0:
+        if microseconds > 0 and on_device:
             kind = category(event.key)
             shares[kind] = shares.get(kind, 0.0) + microseconds / (seconds * 1e6)
     return {"busy_share": sum(us for us, _ in timed) / (seconds * 1e6),
