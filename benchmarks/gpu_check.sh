@@ -8,7 +8,8 @@
 #
 # Stages (each bounded by its own timeout), in order of value. Measured on an H200 (2026-11-27): bert
 # 193 s with four rows of ours (now two), tests over 180 s, launch 43 s, graphs 55 s, fp8 64 s without
-# its convergence runs, finetune 72 s; one call of 570 s fits the first four, a second the next four.
+# its convergence runs, finetune 72 s. One call of 570 s fits bert, tests and launch (about 450 s, estimated);
+# a second, on the warm machine, fp8, families and finetune (about 400 s, estimated).
 # Results go to $RESULTS (default /tmp/gpu_check) and, when $OUT is set (the lent machine's return
 # folder, which takes at most 8 files), into $OUT/gpu_check.tgz with the whole log beside it.
 #   bert      bench_gpu.py, BERT-base: transformers eager / compiled / full-length rows against ours
@@ -24,7 +25,8 @@
 #             of its steps 21-25 (--profile-steps: launch_profile.txt) to read beside the bench's
 #   fp8       ours in fp8 against ours in bf16 with --profile, and 300 steps of each on the same batches
 #             (loss within 1%; the instances passed over again where 300 x 64 needs more)
-#   families  bench_gpu.py --architecture roberta and albert at seq 128
+#   families  bench_gpu.py --architecture roberta and albert at seq 128, against their transformers class
+#             compiled (the goal's baseline; run C measured their eager rows)
 #   finetune  bench_finetune.py --device cuda: NER and a relation task against HF Trainer (its default
 #             shuffling, and its group_by_length batching as ours has by default)
 #   bert512   the same as bert at seq 512 on BERT's length mix
@@ -114,8 +116,8 @@ fi
 
 if stage families; then
   for family in roberta albert; do
-    bench "$family" "${FAMILY_TIMEOUT:-200}" --architecture "$family" --seq-lengths 128 --batch 256 \
-      --kernels sdpa_padded "${REAL[@]}"
+    bench "$family" "${FAMILY_TIMEOUT:-150}" --architecture "$family" --seq-lengths 128 --batch 256 \
+      --kernels sdpa_padded --baselines compiled --bucket-tokens 256 "${REAL[@]}"
   done
 fi
 
