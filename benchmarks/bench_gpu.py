@@ -357,13 +357,13 @@ def profile_steps(step: Callable[[dict], None], batches: list[dict], device: tor
     lower bounds) and its calls; and :func:`kernel_totals` over every kernel."""
     from torch.profiler import ProfilerActivity, profile
 
+    from biomed_lm.pretrain.profiling import kernel_totals, top_kernels
+
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as profiler:
         seconds = time_window(step, batches, sync)
     if trace_path is not None:
         profiler.export_chrome_trace(str(trace_path))
-    from biomed_lm.pretrain.profiling import kernel_totals, top_kernels
-
     averages, on_device = profiler.key_averages(), device.type == "cuda"
     return top_kernels(averages, seconds, on_device), kernel_totals(averages, seconds, len(batches), on_device)
 

@@ -124,7 +124,6 @@ def test_cuda_graphs_bucket_the_masked_count_and_mark_each_micro_batch(scope, gr
     losses and gradients stay the padded model's, and begin_micro_batch tells the graph trees a
     generation begins (nothing without graphs). On CPU inductor records no graph; tests/test_gpu.py
     replays them."""
-
     plain = PretrainingModel(tiny_bert(), attention="sdpa_padded", pad_to_multiple_of=32)
     plain.begin_micro_batch(accumulating=True)
     assert graph_marks == [] and all(parameter.grad is None for parameter in plain.parameters())
