@@ -62,20 +62,22 @@ runs first: where FP8 cannot run (no GPU of compute capability 8.9+, or no torch
 
 ``--convergence-steps N`` (0: off): after the throughput rows (``--convergence-only``: instead of
 them), ours (the fastest of our bf16 rows at the first ``--seq-lengths``; with ``--convergence-only``
-the kernel the trainer's ``auto`` picks, compiled as our rows are) trains N optimizer steps twice from
-the same initial weights on the same N micro-batches of ``--convergence-batch`` (default 64): once in
-bf16, once in fp8 (only where fp8 runs here; otherwise ``fp8_not_run`` gives the reason, and only the
-bf16 run is made, as on the CPU in the tests). AdamW at ``--convergence-lr`` (default 5e-4) with 10%
-warm-up and linear decay (``biomed_lm.optim``'s slanted triangular schedule), weight decay 0.01 off
-biases and norms, gradient clipping at 1.0, bf16 autocast, one seed for the dropout. The batches are
+the kernel the trainer's ``auto`` picks, compiled as our rows are) trains N optimizer steps from the
+same initial weights on the same N micro-batches of ``--convergence-batch`` (default 64): in bf16 (the
+reference), then in fp8 with ``--precision fp8`` (otherwise ``fp8_not_run`` says why, as on the CPU in
+the tests), then with a half residual stream where ``--residual-stream`` names half. AdamW at
+``--convergence-lr`` (default 5e-4) with 10% warm-up and linear decay (``biomed_lm.optim``'s slanted
+triangular schedule), weight decay 0.01 off biases and norms, gradient clipping at 1.0, bf16 autocast,
+one seed for the dropout. The batches are
 made as the throughput batches are (length mix, the collator's masking, a fixed seed) but from
 :class:`StructuredText` (Zipf-distributed ids with a learnable neighbour relation: uniform ids leave
 nothing to learn, so any two runs would agree), or the real instances (their ids, not only their
 lengths) with ``--instances``. Every step's loss stays on the device until the run ends (one read-back).
 The JSON's ``convergence``: ``steps``, ``bf16_final`` and ``fp8_final`` (each the mean of the last 20
 steps' losses), ``relative_difference`` ((fp8 - bf16) / bf16), ``passed`` (|difference| <= 1%), every
-step's loss (``losses_bf16``, ``losses_fp8``) and each run's seconds (compilation included); one line
-is printed.
+step's loss (``losses_bf16``, ``losses_fp8``) and each run's seconds (compilation included); the half
+stream's run under ``half_stream`` (``final``, ``relative_difference``, ``passed``, ``losses``,
+``seconds``); one line is printed.
 
 ``--profile``: after its window, ``torch.profiler`` (CPU, and CUDA on a GPU) over
 ``--profile-steps`` more steps (the window's first batches again) of the compiled baseline and of
@@ -124,6 +126,7 @@ class System:
     kernel: str | None = None  # ours: the attention kernel
     fp8: bool = False  # ours with the encoder's Linear layers in torchao's float8 (bf16 autocast elsewhere)
     compile_mode: str | None = None  # ours compiled: torch.compile's mode (reduce-overhead: CUDA graphs)
+    residual_stream: str = "fp32"  # ours: the trainer's --residual-stream (half: bf16 between sub-layers)
 
 
 @dataclass(frozen=True)
@@ -318,7 +321,7 @@ def run_system(system: System, cpu_batches: list[dict], warmup: int, device: tor
     precision = "fp8" if system.fp8 else "bf16" if dtype == torch.bfloat16 else "fp32"
     peak = peak_flops(precision, device)  # an fp8 row: against the FP8 peak (mfu_peak says which)
     row = {"system": system.name, "role": system.role, "kernel": system.kernel, "precision": precision,
-           "compile_mode": system.compile_mode,
+           "compile_mode": system.compile_mode, "residual_stream": system.residual_stream,
            "optimizer": optimizer.implementation,
            "tokens_per_s": counts.tokens / seconds, "step_seconds": seconds / steps, "window_seconds": seconds,
            "steps": steps, "warmup_steps": warmup, "mfu": counts.flops / seconds / peak if peak else None,
@@ -400,14 +403,16 @@ def hf_inputs(family, config, batch: dict) -> dict:
 
 def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int, kernels: list[str] | None = None,
             backend: str = "inductor", fp8: bool = False, baselines: str = "all",
-            regions: tuple[Regions, ...] = (Regions(),)):
+            regions: tuple[Regions, ...] = (Regions(),), residual_streams: tuple[str, ...] = ("fp32",)):
     """The :class:`System` rows, built one at a time from ``bert`` (kept on the CPU; each row gets its own
     copy on ``device``, so only one is there while it runs): transformers' family class eager, compiled
     (the baseline) and compiled on full-length rows, then each of our kernels (``fp8``: each in bf16,
-    then with its encoder Linear layers in FP8; the transformers rows stay in bf16)."""
+    then with its encoder Linear layers in FP8; the transformers rows stay in bf16), in each of
+    ``residual_streams``."""
     from biomed_lm.pretrain.families import family_of
 
     family = family_of(bert.config)
+    ours = (bert, family, device, dtype, compile_, bucket, kernels, backend, fp8, regions, residual_streams)
 
     def hf_loss(model, batch):
         return model(**hf_inputs(family, bert.config, batch)).loss
@@ -417,7 +422,7 @@ def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int, kern
 
     recipe, hf = "SDPA, padded, full MLM head", f"transformers {family.model_class}"
     if baselines == "none":  # ours only (e.g. fp8 against our bf16, where the stage before measured transformers)
-        yield from _our_systems(bert, family, device, dtype, compile_, bucket, kernels, backend, fp8, regions)
+        yield from _our_systems(*ours)
         return
     if baselines == "all":
         yield System(f"{hf} (eager, {recipe})", HF_EAGER, _copy_to(bert, device), hf_loss, padded)
@@ -426,7 +431,7 @@ def systems(bert, device: torch.device, dtype, compile_: bool, bucket: int, kern
     if baselines == "all":
         yield System(f"{hf} (torch.compile, full-length rows: the stock dense ceiling)", HF_FULL_LENGTH,
                      torch.compile(_copy_to(bert, device), backend=backend), hf_loss, padded)
-    yield from _our_systems(bert, family, device, dtype, compile_, bucket, kernels, backend, fp8, regions)
+    yield from _our_systems(*ours)
 
 
 def _copy_to(bert, device: torch.device):
@@ -460,33 +465,38 @@ def our_kernels(family, device: torch.device, dtype, dropout: float, kernels: li
 
 
 def our_system(bert, family, kernel: str, device: torch.device, compile_: bool, bucket: int, backend: str,
-               fp8: bool = False, regions: Regions = Regions()) -> System:
+               fp8: bool = False, regions: Regions = Regions(), residual_stream: str = "fp32") -> System:
     """Our model with ``kernel`` on ``device`` (``fp8``: the encoder's Linear layers converted first;
-    ``regions``: what one compiled region holds and how it runs, as the trainer's options say)."""
+    ``regions``: what one compiled region holds and how it runs, ``residual_stream`` the residual stream's
+    dtype (half: bf16, the bench's autocast dtype), as the trainer's options say)."""
     from biomed_lm.pretrain.attention import KERNELS
 
     suffix = ", fp8 encoder Linear layers" if fp8 else ""
+    half = residual_stream == "half" and kernel != "hf_sdpa"  # the padded forward keeps autocast's dtypes
     if kernel == "hf_sdpa":
         model = _our_model(bert, device, fp8=fp8, train_pair=family.pair_head is not None, attention="hf_sdpa")
         return System(f"ours [hf_sdpa, padded, MLM head on masked positions{suffix}]", OURS, model, _our_loss,
                       lambda batch: batch["input_ids"].numel(), _layout_of(model), kernel, fp8)
     model = _our_model(bert, device, fp8=fp8, attention=kernel, pad_to_multiple_of=bucket if compile_ else None,
-                       compile_backend=backend if compile_ else None, regions=regions)
+                       compile_backend=backend if compile_ else None, regions=regions,
+                       residual_dtype=torch.bfloat16 if half else None)
     forward_compiled = None if not compile_ else KERNELS[kernel].traceable
     region = {None: "", True: regions.describe(), False: ", dense blocks compiled"}[forward_compiled]
+    suffix += ", half residual stream" if half else ""
     # A mode applies to the compiled forward only: dense blocks compile in torch.compile's default.
     return System(f"ours [{kernel}{region}{suffix}]", OURS, model, _our_loss,
                   _unpadded_positions(bucket if compile_ else 1), _layout_of(model), kernel, fp8,
-                  regions.mode if forward_compiled else None)
+                  regions.mode if forward_compiled else None, "half" if half else "fp32")
 
 
 def _our_systems(bert, family, device: torch.device, dtype, compile_: bool, bucket: int,
                  kernels: list[str] | None, backend: str, fp8: bool = False,
-                 regions: tuple[Regions, ...] = (Regions(),)):
+                 regions: tuple[Regions, ...] = (Regions(),), residual_streams: tuple[str, ...] = ("fp32",)):
     """Each of our kernels that runs here (a family without the unpadded path: its padded forward with
-    the MLM head on the masked positions), with ``fp8`` each in bf16 and then in FP8, and where its
-    forward compiles, in each of ``regions`` (e.g. without and with CUDA graphs). Models are built
-    inside the yield, never bound to a local, so the previous row's model is freed before the next is built."""
+    the MLM head on the masked positions), with ``fp8`` each in bf16 and then in FP8, where its
+    forward compiles in each of ``regions`` (e.g. without and with CUDA graphs), and where it runs
+    unpadded with each of ``residual_streams``. Models are built inside the yield, never bound to a
+    local, so the previous row's model is freed before the next is built."""
     from biomed_lm.pretrain.attention import KERNELS
 
     dropout = float(bert.config.attention_probs_dropout_prob)
@@ -494,7 +504,9 @@ def _our_systems(bert, family, device: torch.device, dtype, compile_: bool, buck
         forward_compiled = compile_ and kernel in KERNELS and KERNELS[kernel].traceable
         for in_fp8 in (False, True) if fp8 else (False,):
             for way in regions if forward_compiled else regions[:1]:  # a mode needs a compiled forward
-                yield our_system(bert, family, kernel, device, compile_, bucket, backend, fp8=in_fp8, regions=way)
+                for stream in residual_streams if kernel != "hf_sdpa" else ("fp32",):
+                    yield our_system(bert, family, kernel, device, compile_, bucket, backend, fp8=in_fp8,
+                                     regions=way, residual_stream=stream)
 
 
 def _our_model(bert, device: torch.device, compile_backend: str | None = None, fp8: bool = False,
@@ -571,6 +583,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "replays the regions as CUDA graphs, after a warm-up over the window's batches twice")
     parser.add_argument("--layers-per-graph", type=int, default=1,
                         help="with --compile-scope layers: consecutive layers per compiled region (the trainer's)")
+    parser.add_argument("--residual-stream", choices=("fp32", "half"), nargs="+", default=["fp32"],
+                        help="our unpadded rows' residual stream (the trainer's --residual-stream), a row each: half "
+                             "keeps the hidden states between sub-layers in bf16 (needs --precision bf16 or fp8)")
     parser.add_argument("--bucket-tokens", type=int, default=128)
     parser.add_argument("--attention-dropout", type=float, default=None,
                         help="override the preset's attention_probs_dropout_prob (0 lets the kernels without "
@@ -602,6 +617,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.steps, args.windows, args.batch, args.convergence_batch = 2, 1, [4] * len(args.seq_lengths), 4
     if args.convergence_only and args.convergence_steps <= 0:
         parser.error("--convergence-only needs --convergence-steps N (N > 0)")
+    if "half" in args.residual_stream and args.precision not in ("bf16", "fp8") and \
+            not (args.precision is None and args.device.startswith("cuda")):
+        parser.error("--residual-stream half keeps the hidden states in bf16: it needs --precision bf16 or fp8 "
+                     "(the default on cuda)")
     args.profile_steps = min(args.profile_steps, args.steps)
     return args
 
@@ -695,7 +714,8 @@ def measure_length(args: argparse.Namespace, bert, device: torch.device, dtype, 
     padded_batches, full_length_batches = length_batches(args, max_length, batch_size)
     sync, rows, profiles, failed = device_sync(device), [], {}, []
     for system in systems(bert, device, dtype, compile_, args.bucket_tokens, args.kernels, args.compile_backend, fp8,
-                          baselines=args.baselines, regions=regions_of(args)):
+                          baselines=args.baselines, regions=regions_of(args),
+                          residual_streams=tuple(args.residual_stream)):
         torch._dynamo.reset()  # each system compiles in its own warm-up, no cache limit shared between them
         gc.collect()
         batches = full_length_batches if system.role == HF_FULL_LENGTH else padded_batches
@@ -743,17 +763,25 @@ def profile_row(args: argparse.Namespace, row: dict, step: Callable, window: lis
 
 def add_ratios(rows: list[dict]) -> None:
     """``ratio`` against the compiled transformers row (the baseline), ``ratio_vs_eager`` against the eager one;
-    an fp8 row's ``ratio_vs_our_bf16`` against our bf16 row of the same kernel and compile mode (same run, same
-    batches)."""
+    an fp8 row's ``ratio_vs_our_bf16`` against our bf16 row of the same kernel, compile mode and residual
+    stream, a half residual stream's ``ratio_vs_fp32_stream`` against the fp32 stream's row of the same kernel,
+    compile mode and precision (same run, same batches)."""
     compiled = next((r["tokens_per_s"] for r in rows if r["role"] == HF_COMPILED), None)
     eager = next((r["tokens_per_s"] for r in rows if r["role"] == HF_EAGER), None)
-    ours_bf16 = {(r["kernel"], r.get("compile_mode")): r for r in rows if r["role"] == OURS and r["precision"] != "fp8"}
+    ours = [r for r in rows if r["role"] == OURS]
+    ours_bf16 = {(r["kernel"], r.get("compile_mode"), r.get("residual_stream")): r for r in ours
+                 if r["precision"] != "fp8"}
+    fp32_streams = {(r["kernel"], r.get("compile_mode"), r["precision"]): r for r in ours
+                    if r.get("residual_stream", "fp32") == "fp32"}
     for row in rows:  # None where --no-baselines left the transformers rows out
         row.update(ratio=row["tokens_per_s"] / compiled if compiled else None,
                    ratio_vs_eager=row["tokens_per_s"] / eager if eager else None, baseline=row["role"] == HF_COMPILED)
-        same = ours_bf16.get((row["kernel"], row.get("compile_mode")))
+        same = ours_bf16.get((row["kernel"], row.get("compile_mode"), row.get("residual_stream")))
         if row["precision"] == "fp8" and same is not None:
             row["ratio_vs_our_bf16"] = row["tokens_per_s"] / same["tokens_per_s"]
+        fp32_stream = fp32_streams.get((row["kernel"], row.get("compile_mode"), row["precision"]))
+        if row.get("residual_stream") == "half" and fp32_stream is not None:
+            row["ratio_vs_fp32_stream"] = row["tokens_per_s"] / fp32_stream["tokens_per_s"]
 
 
 def _fastest_ours(rows: list[dict], precision: str | None = None) -> dict | None:
@@ -776,6 +804,9 @@ def _print(rows: list[dict], max_length: int, batch_size: int) -> None:
         if "ratio_vs_our_bf16" in r:
             print(f"fp8/bf16 of ours [{r['kernel']}]: {r['ratio_vs_our_bf16']:.2f}x tokens/s "
                   f"(MFU of fp8 rows against the FP8 peak, of the others against the bf16 peak)")
+        if "ratio_vs_fp32_stream" in r:
+            print(f"half/fp32 residual stream of ours [{r['kernel']}, {r['precision']}]: "
+                  f"{r['ratio_vs_fp32_stream']:.2f}x tokens/s")
 
 
 # ----------------------------------------------------------------------------- convergence: fp8 against bf16
@@ -785,10 +816,10 @@ CONVERGENCE_TOLERANCE = 0.01  # fp8 passes when its final loss is within 1% of b
 
 
 def convergence(args: argparse.Namespace, family, device: torch.device, compile_: bool, rows: list[dict]) -> dict:
-    """``--convergence-steps`` optimizer steps of ours from the same initial weights on the same batches, in
-    bf16 and (where it runs here) in fp8: every step's loss, the final losses and their relative difference."""
-    from biomed_lm.pretrain.fp8 import fp8_unavailable_reason
-
+    """``--convergence-steps`` optimizer steps of ours from the same initial weights on the same batches: in
+    bf16 (the reference), in fp8 where ``--precision fp8`` asked for it, and with a half residual stream where
+    ``--residual-stream`` names half: every step's loss, the final losses and each variant's relative
+    difference from the reference."""
     max_length, batch_size, steps = args.seq_lengths[0], args.convergence_batch, args.convergence_steps
     bert = build_model(args, family)
     kernel = convergence_kernel(args, family, device, bert, rows, max_length)
@@ -798,30 +829,56 @@ def convergence(args: argparse.Namespace, family, device: torch.device, compile_
     text = "real instances" if args.instances else "StructuredText"
     recipe = (f"AdamW lr {args.convergence_lr:g} (10% warm-up, linear decay), weight decay 0.01 (not on biases and "
               f"norms), gradient clipping 1.0, bf16 autocast; {text}")
-    losses, seconds = {}, {}
-    losses["bf16"], seconds["bf16"] = train_losses(args, bert, family, kernel, batches, device, compile_, fp8=False)
-    fp8_reason = fp8_unavailable_reason(device)
-    if fp8_reason is None:
-        losses["fp8"], seconds["fp8"] = train_losses(args, bert, family, kernel, batches, device, compile_, fp8=True)
+    reference, seconds = train_losses(args, bert, family, kernel, batches, device, compile_)
     result = {"steps": steps, "seq": max_length, "batch": batch_size, "system": system, "kernel": kernel,
               "recipe": recipe, "final": f"mean of the last {min(FINAL_WINDOW, steps)} steps' losses",
-              "tolerance": CONVERGENCE_TOLERANCE, "bf16_final": final_loss(losses["bf16"]), "fp8_final": None,
-              "relative_difference": None, "passed": None, "losses_bf16": losses["bf16"], "losses_fp8": None,
-              "seconds_bf16": seconds["bf16"], "seconds_fp8": None}
-    if fp8_reason is None:
-        fp8_final = final_loss(losses["fp8"])
-        difference = (fp8_final - result["bf16_final"]) / result["bf16_final"]
-        result.update(fp8_final=fp8_final, relative_difference=difference,
-                      passed=abs(difference) <= CONVERGENCE_TOLERANCE, losses_fp8=losses["fp8"],
-                      seconds_fp8=seconds["fp8"])
-        verdict = (f"fp8 final {fp8_final:.4f}, relative difference {difference:+.2%}: "
-                   f"{'passed' if result['passed'] else 'FAILED'} (tolerance {CONVERGENCE_TOLERANCE:.0%})")
-    else:
-        result["fp8_not_run"] = fp8_reason
-        verdict = f"fp8 not run ({fp8_reason})"
+              "tolerance": CONVERGENCE_TOLERANCE, "bf16_final": final_loss(reference), "losses_bf16": reference,
+              "seconds_bf16": seconds}
+    # fp8 keeps its unprefixed keys (relative_difference, passed): the JSON's readers had them first
+    fp8 = compare_variant(args, bert, family, kernel, batches, device, compile_, reference, fp8=True)
+    result.update(fp8_final=fp8["final"], relative_difference=fp8["relative_difference"], passed=fp8["passed"],
+                  losses_fp8=fp8["losses"], seconds_fp8=fp8["seconds"])
+    if "not_run" in fp8:
+        result["fp8_not_run"] = fp8["not_run"]
+    verdicts = [_verdict("fp8", fp8)]
+    if "half" in args.residual_stream:
+        half = compare_variant(args, bert, family, kernel, batches, device, compile_, reference,
+                               residual_stream="half")
+        result["half_stream"] = half
+        verdicts.append(_verdict("half residual stream", half))
     print(f"\nconvergence, {steps} steps of {system} at seq {max_length}, micro-batch {batch_size}: loss "
-          f"{losses['bf16'][0]:.3f} -> bf16 final {result['bf16_final']:.4f}; {verdict}")
+          f"{reference[0]:.3f} -> bf16 final {result['bf16_final']:.4f}; " + "; ".join(verdicts))
     return result
+
+
+def compare_variant(args: argparse.Namespace, bert, family, kernel: str, batches: list[dict], device: torch.device,
+                    compile_: bool, reference: list[float], fp8: bool = False, residual_stream: str = "fp32") -> dict:
+    """One variant's run against the reference's losses: its ``final`` loss, ``relative_difference`` and
+    ``passed`` (within :data:`CONVERGENCE_TOLERANCE`), every step's ``losses`` and its ``seconds``; all None,
+    with ``not_run`` saying why, where it cannot run here or was not asked for."""
+    from biomed_lm.pretrain.fp8 import fp8_unavailable_reason
+
+    reason = None
+    if fp8:
+        reason = "not asked for: --precision fp8" if args.precision != "fp8" else fp8_unavailable_reason(device)
+    elif residual_stream == "half" and not family.unpadded:
+        reason = f"the {family.name} family runs transformers' padded forward, whose stream stays fp32"
+    if reason is not None:
+        return {"final": None, "relative_difference": None, "passed": None, "losses": None, "seconds": None,
+                "not_run": reason}
+    losses, seconds = train_losses(args, bert, family, kernel, batches, device, compile_, fp8=fp8,
+                                   residual_stream=residual_stream)
+    final, reference_final = final_loss(losses), final_loss(reference)
+    difference = (final - reference_final) / reference_final
+    return {"final": final, "relative_difference": difference, "passed": abs(difference) <= CONVERGENCE_TOLERANCE,
+            "losses": losses, "seconds": seconds}
+
+
+def _verdict(name: str, variant: dict) -> str:
+    if "not_run" in variant:
+        return f"{name} not run ({variant['not_run']})"
+    return (f"{name} final {variant['final']:.4f}, relative difference {variant['relative_difference']:+.2%}: "
+            f"{'passed' if variant['passed'] else 'FAILED'} (tolerance {CONVERGENCE_TOLERANCE:.0%})")
 
 
 def convergence_kernel(args: argparse.Namespace, family, device: torch.device, bert, rows: list[dict],
@@ -853,16 +910,16 @@ def convergence_batches(args: argparse.Namespace, max_length: int, batch_size: i
 
 
 def train_losses(args: argparse.Namespace, bert, family, kernel: str, cpu_batches: list[dict], device: torch.device,
-                 compile_: bool, fp8: bool) -> tuple[list[float], float]:
-    """Train a fresh copy of ``bert`` (compiled as our rows are) one optimizer step per batch; every step's
-    loss, kept on the device and read back once at the end (no per-step sync), and the run's seconds
-    (compilation included)."""
+                 compile_: bool, fp8: bool = False, residual_stream: str = "fp32") -> tuple[list[float], float]:
+    """Train a fresh copy of ``bert`` (compiled as our rows are, ``fp8`` and ``residual_stream`` as
+    :func:`our_system` takes them) one optimizer step per batch; every step's loss, kept on the device and
+    read back once at the end (no per-step sync), and the run's seconds (compilation included)."""
     from biomed_lm.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
 
     torch._dynamo.reset()
     gc.collect()
     system = our_system(bert, family, kernel, device, compile_, args.bucket_tokens, args.compile_backend, fp8=fp8,
-                        regions=regions_of(args)[0])
+                        regions=regions_of(args)[0], residual_stream=residual_stream)
     model = system.model
     device_batches = [{key: value.to(device) for key, value in system.prepare(batch).items()} for batch in cpu_batches]
     optimizer = build_optimizer("adamw", parameter_groups(model), lr=args.convergence_lr, device=device).optimizer

@@ -7,14 +7,17 @@
 #     STAGES="bert tests" bash benchmarks/gpu_check.sh   # some stages only
 #
 # Stages (each bounded by its own timeout), in order of value. Measured on an H200 (2026-11-27): bert
-# 193 s with four rows of ours (now two), tests over 180 s, launch 43 s, graphs 55 s, fp8 64 s without
-# its convergence runs, finetune 72 s. One call of 570 s fits bert, tests and launch (about 450 s, estimated);
-# a second, on the warm machine, fp8, families and finetune (about 400 s, estimated).
+# 193 s with four rows of ours (as now, plus about 60 s of convergence runs), tests over 180 s, launch
+# 43 s, graphs 55 s, fp8 64 s without its convergence runs, finetune 72 s. A 15-minute lease fits two
+# calls on one warm machine: bert and launch (about 360 s, estimated), then tests and fp8 (about 360 s);
+# families and finetune in a later lease.
 # Results go to $RESULTS (default /tmp/gpu_check) and, when $OUT is set (the lent machine's return
 # folder, which takes at most 8 files), into $OUT/gpu_check.tgz with the whole log beside it.
 #   bert      bench_gpu.py, BERT-base: transformers eager / compiled / full-length rows against ours
 #             (attention sdpa_padded, and varlen: PyTorch's flash kernels with BERT's dropout), compiled
-#             by layer, seq 128 on the real instances' lengths (tokens bucketed to 256), with --profile
+#             by layer, each with the residual stream in fp32 and in bf16 (--residual-stream half), seq 128
+#             on the real instances' lengths (tokens bucketed to 256), with --profile; then 300 steps of
+#             the fastest kernel with each stream on the same batches (the bf16 stream's loss within 1%)
 #   tests     the `gpu` tests, the quick files first (-v --failures-at-once: a stage cut off by its
 #             timeout still names what ran and why each failure failed; a test at most 150 s where
 #             pytest-timeout is installed): fused AdamW, bf16 accumulation, fp8 against bf16, the liger
@@ -92,9 +95,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 git -C "$REPO" log -1 --format='commit %h %s' 2> /dev/null | cut -c1-100
 
 COMPILED="ours [sdpa_padded, compiled by layer]" GRAPHED="ours [sdpa_padded, compiled by layer, CUDA graphs]"
-if stage bert; then
-  bench bert128 "${BERT_TIMEOUT:-300}" --seq-lengths 128 --batch 256 --kernels sdpa_padded varlen \
-    --bucket-tokens 256 --profile "${REAL[@]}"
+if stage bert; then  # each of ours with the residual stream in fp32 and in bf16, then 300 steps of each stream
+  bench bert128 "${BERT_TIMEOUT:-360}" --seq-lengths 128 --batch 256 --kernels sdpa_padded varlen \
+    --residual-stream fp32 half --bucket-tokens 256 --profile --convergence-steps 300 "${REAL[@]}"
 fi
 if stage tests; then
   # --tb=short -rfEs: each failure's reason in the summary too; the bench on the GPU is the bert stage's run

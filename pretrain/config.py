@@ -82,6 +82,12 @@ class ModelArguments:
         "help": "with --compile-scope layers: consecutive encoder layers per compiled region (12 layers, 4: three "
                 "region calls a forward instead of twelve, less host time a step, a graph four times as large "
                 "to compile)", "min": 1})
+    residual_stream: Literal["fp32", "half"] = field(default="fp32", metadata={
+        "help": "the dtype of the hidden states between sub-layers (what each residual adds onto) on the unpadded "
+                "path: fp32 (autocast's: LayerNorm returns fp32; transformers' numerics) or half (bf16 under "
+                "--precision bf16 and fp8, fp16 under fp16; LayerNorm still computed in fp32 inside its kernel, "
+                "Megatron-LM's default): half the bytes in the LayerNorm, dropout and residual kernels. Needs a "
+                "half precision"})
     bucket_tokens: int = field(default=128, metadata={
         "help": "when compiling, round each micro-batch's token count up to a multiple of this, so the number "
                 "of compiled shapes stays bounded (the rounding is padding the log reports)", "min": 1})

@@ -72,7 +72,7 @@ class CompiledRegions:
     :meth:`PretrainingModel.head_losses`."""
 
     embed: Callable
-    layers: Callable  # (layer modules, hidden, sequences, kernel) -> hidden
+    layers: Callable  # (layer modules, hidden, sequences, kernel, residual dtype) -> hidden
     heads: Callable
     layers_per_graph: int = 1
 
@@ -126,13 +126,16 @@ class PretrainingModel(nn.Module):
     transformers' padded ones;
     ``pad_to_multiple_of`` rounds the unpadded token count up (bounded shapes for ``torch.compile``);
     ``mlm_loss`` is how the MLM head and its cross-entropy run (:mod:`pretrain.mlm_loss`: ``chunked``
-    and ``liger`` never hold the fp32 [masked × vocabulary] logits whole)."""
+    and ``liger`` never hold the fp32 [masked × vocabulary] logits whole);
+    ``residual_dtype``: the unpadded encoder's residual stream in this dtype (the autocast one, for
+    ``--residual-stream half``: :mod:`pretrain.unpadded`'s top), None as autocast leaves it."""
 
     #: What :meth:`forward` returns; the trainer asks it for the variant's extra totals and metrics.
     output_type: ClassVar[type[PretrainingOutput]] = PretrainingOutput
 
     def __init__(self, hf_model: nn.Module, train_pair: bool = True, attention: str = "sdpa_loop",
-                 pad_to_multiple_of: int | None = None, mlm_loss: str = "dense"):
+                 pad_to_multiple_of: int | None = None, mlm_loss: str = "dense",
+                 residual_dtype: torch.dtype | None = None):
         super().__init__()
         self.hf_model = hf_model  # the family's transformers model (BertForPreTraining, ...)
         self.family = family_of(hf_model.config)
@@ -144,6 +147,7 @@ class PretrainingModel(nn.Module):
         self.attention = attention
         self.pad_to_multiple_of = pad_to_multiple_of
         self.mlm_loss = mlm_loss  # a resolved pretrain.mlm_loss implementation: dense, chunked or liger
+        self.residual_dtype = residual_dtype
         self.masked_multiple_of: int | None = None  # the masked count's bucket (set for CUDA graphs only)
 
     @property
@@ -194,7 +198,7 @@ class PretrainingModel(nn.Module):
             return self.family.encode_padded(self.hf_model, batch.input_ids, batch.attention_mask, batch.token_type_ids,
                                              inputs_embeds)
         encoder = self.encoder
-        hidden = unpadded.encode(encoder, batch, self.attention, inputs_embeds, regions)
+        hidden = unpadded.encode(encoder, batch, self.attention, inputs_embeds, regions, self.residual_dtype)
         return hidden, unpadded.pool(encoder, hidden, batch)
 
     def masked_logits(self, batch: PaddedBatch | VarlenBatch, inputs_embeds: torch.Tensor | None = None

@@ -338,6 +338,9 @@ def _check_arguments(model_args: ModelArguments, data_args: DataArguments, train
         from biomed_lm.pretrain.fp8 import check_fp8
 
         check_fp8()
+    if model_args.residual_stream == "half" and train_args.precision == "fp32":
+        raise PretrainConfigError("residual_stream half keeps the hidden states in the autocast dtype, and precision "
+                                  "fp32 has none: use --precision bf16 (or fp16, fp8), or --residual-stream fp32")
     if data_args.max_ngram > 1 and not data_args.whole_word_masking:
         raise PretrainConfigError(f"max_ngram {data_args.max_ngram} masks spans of whole words: it needs "
                                   "whole_word_masking (drop --no-whole-word-masking, or set max_ngram 1)")
@@ -488,10 +491,13 @@ class Execution:
     compiled_region: str | None = None  # what torch.compile covers (:func:`_compile`)
     mlm_loss: str = "dense"  # how the MLM head and its cross-entropy run (pretrain.mlm_loss)
     fp8_layers: int | None = None  # encoder Linear layers in torchao's float8 (--precision fp8); None: not fp8
+    residual_stream: str | None = None  # the residual stream's dtype where not autocast's fp32 (--residual-stream half)
 
     def describe(self) -> str:
         layout = "unpadded (real tokens only)" if self.unpadded else "padded (transformers' forward)"
         text = f"execution: {layout}, attention {self.attention}, MLM loss {self.mlm_loss}"
+        if self.residual_stream:
+            text += f", residual stream in {self.residual_stream}"
         if self.passed_over:  # "name: reason" each; kernels passed over for the same reason said once
             by_reason: dict[str, list[str]] = {}
             for entry in self.passed_over:
@@ -539,7 +545,14 @@ def _pretraining_model(hf_model, model_args: ModelArguments, train_pair: bool, t
     execution.mlm_loss, why_not_faster = resolve_implementation("auto", device, compiled=forward_compiled)
     if why_not_faster:
         execution.passed_over.append(f"a faster MLM loss: {why_not_faster}")
-    layout = {"attention": attention, "pad_to_multiple_of": execution.bucket_tokens, "mlm_loss": execution.mlm_loss}
+    residual_dtype = dtype if model_args.residual_stream == "half" else None
+    if residual_dtype is not None and not execution.unpadded:
+        execution.passed_over.append("a half residual stream: transformers' padded forward keeps autocast's fp32")
+        residual_dtype = None
+    elif residual_dtype is not None:
+        execution.residual_stream = str(residual_dtype).removeprefix("torch.")
+    layout = {"attention": attention, "pad_to_multiple_of": execution.bucket_tokens, "mlm_loss": execution.mlm_loss,
+              "residual_dtype": residual_dtype}
     if adversarial is not None and adversarial.adversarial:
         model = AdversarialPretrainingModel(hf_model, train_pair=train_pair, adversarial=adversarial, **layout)
     else:

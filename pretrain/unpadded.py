@@ -11,6 +11,13 @@ parameters: exports load in ``transformers`` unchanged.
 
 BERT, RoBERTa (positions after the padding id, one token type, no pooler) and ALBERT (factorized
 embeddings, layers shared in groups) each have an adapter below.
+
+**The residual stream's dtype.** Under autocast LayerNorm returns fp32, so the hidden states between
+sub-layers (what each residual adds onto) are fp32 and every element-wise kernel around a LayerNorm
+moves 4 bytes an element where the matrix multiplies read 2. ``residual_dtype`` (the trainer's
+``--residual-stream half``: the autocast dtype) keeps them in bf16/fp16 instead, LayerNorm still
+computed in fp32 inside its kernel: Megatron-LM's default in bf16 (its ``--fp32-residual-connection``
+is the opt-out). ``None`` leaves autocast's dtypes as they are (the default, transformers' numerics).
 """
 
 from __future__ import annotations
@@ -45,20 +52,22 @@ class BertEncoder:
     def token_types(self, encoder: nn.Module, batch: VarlenBatch) -> torch.Tensor:
         return token_type_rows(encoder, batch)
 
-    def embed(self, encoder: nn.Module, batch: VarlenBatch, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
+    def embed(self, encoder: nn.Module, batch: VarlenBatch, inputs_embeds: torch.Tensor | None = None,
+              residual_dtype: torch.dtype | None = None) -> torch.Tensor:
         embeddings = encoder.embeddings
         words = embeddings.word_embeddings(batch.input_ids) if inputs_embeds is None else inputs_embeds
         hidden = words + embeddings.token_type_embeddings(self.token_types(encoder, batch)) \
             + embeddings.position_embeddings(self.positions(encoder, batch))
-        return embeddings.dropout(embeddings.LayerNorm(hidden))
+        return in_stream(embeddings.dropout(embeddings.LayerNorm(hidden)), residual_dtype)
 
     def layers(self, encoder: nn.Module) -> list[nn.Module]:
         """The layers in the order they run."""
         return list(encoder.encoder.layer)
 
-    def layer(self, layer: nn.Module, hidden: torch.Tensor, sequences: Sequences, kernel: str) -> torch.Tensor:
-        hidden = self_attention(layer.attention, hidden, sequences, kernel)
-        return layer.output(layer.intermediate(hidden), hidden)
+    def layer(self, layer: nn.Module, hidden: torch.Tensor, sequences: Sequences, kernel: str,
+              residual_dtype: torch.dtype | None = None) -> torch.Tensor:
+        hidden = in_stream(self_attention(layer.attention, hidden, sequences, kernel), residual_dtype)
+        return in_stream(layer.output(layer.intermediate(hidden), hidden), residual_dtype)
 
     def pool(self, encoder: nn.Module, hidden: torch.Tensor, batch: VarlenBatch) -> torch.Tensor | None:
         pooler = encoder.pooler
@@ -91,13 +100,14 @@ class AlbertEncoder:
     layers as ``AlbertTransformer`` runs them (layer ``i`` runs group ``int(i / (L / groups))``, each
     group its ``inner_group_num`` layers), and the pooler (dense, tanh) on each [CLS] (SOP's input)."""
 
-    def embed(self, encoder: nn.Module, batch: VarlenBatch, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
+    def embed(self, encoder: nn.Module, batch: VarlenBatch, inputs_embeds: torch.Tensor | None = None,
+              residual_dtype: torch.dtype | None = None) -> torch.Tensor:
         embeddings = encoder.embeddings
         words = embeddings.word_embeddings(batch.input_ids) if inputs_embeds is None else inputs_embeds
         hidden = words + embeddings.token_type_embeddings(token_type_rows(encoder, batch)) \
             + embeddings.position_embeddings(batch.position_ids)
         hidden = embeddings.dropout(embeddings.LayerNorm(hidden))
-        return encoder.encoder.embedding_hidden_mapping_in(hidden)
+        return in_stream(encoder.encoder.embedding_hidden_mapping_in(hidden), residual_dtype)
 
     def layers(self, encoder: nn.Module) -> list[nn.Module]:
         config, groups = encoder.config, encoder.encoder.albert_layer_groups
@@ -106,14 +116,17 @@ class AlbertEncoder:
             order += list(groups[int(i / (config.num_hidden_layers / config.num_hidden_groups))].albert_layers)
         return order
 
-    def layer(self, layer: nn.Module, hidden: torch.Tensor, sequences: Sequences, kernel: str) -> torch.Tensor:
+    def layer(self, layer: nn.Module, hidden: torch.Tensor, sequences: Sequences, kernel: str,
+              residual_dtype: torch.dtype | None = None) -> torch.Tensor:
         attention = layer.attention
         shape = (hidden.shape[0], attention.num_attention_heads, attention.attention_head_size)
         q, k, v = project_qkv((attention.query, attention.key, attention.value), hidden, shape)
         dropout = attention.attention_dropout.p if attention.training else 0.0
         context = attend(kernel, q, k, v, sequences, dropout, attention.scaling).reshape(hidden.shape[0], -1)
-        hidden = attention.LayerNorm(hidden + attention.output_dropout(attention.dense(context)))
-        return layer.full_layer_layer_norm(layer.ffn_output(layer.activation(layer.ffn(hidden))) + hidden)
+        hidden = in_stream(attention.LayerNorm(hidden + attention.output_dropout(attention.dense(context))),
+                           residual_dtype)
+        feed_forward = layer.ffn_output(layer.activation(layer.ffn(hidden)))
+        return in_stream(layer.full_layer_layer_norm(feed_forward + hidden), residual_dtype)
 
     def pool(self, encoder: nn.Module, hidden: torch.Tensor, batch: VarlenBatch) -> torch.Tensor | None:
         if encoder.pooler is None:
@@ -135,6 +148,12 @@ class AlbertEncoder:
 ENCODERS = {"bert": BertEncoder(), "roberta": RobertaEncoder(), "albert": AlbertEncoder()}
 
 
+def in_stream(hidden: torch.Tensor, residual_dtype: torch.dtype | None) -> torch.Tensor:
+    """A sub-layer's output as the residual stream holds it (``None``: as autocast left it). Inside a
+    compiled region the cast joins the LayerNorm's kernel, which then writes 2 bytes an element, not 4."""
+    return hidden if residual_dtype is None else hidden.to(residual_dtype)
+
+
 def token_type_rows(encoder: nn.Module, batch: VarlenBatch) -> torch.Tensor:
     """The token-type embedding row of each token: its segment (0, then 1 after the first [SEP]) for
     a model that takes token types (:mod:`biomed_lm.token_types`' rule: every adapter's encoder has
@@ -154,10 +173,11 @@ def encoder_for(config) -> "BertEncoder | AlbertEncoder":
     return ENCODERS[family.unpadded_encoder]
 
 
-def embed(encoder: nn.Module, batch: VarlenBatch, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
+def embed(encoder: nn.Module, batch: VarlenBatch, inputs_embeds: torch.Tensor | None = None,
+          residual_dtype: torch.dtype | None = None) -> torch.Tensor:
     """The family's embeddings on the varlen layout, ``(total_tokens, hidden)`` (``inputs_embeds``:
     the word embeddings to use instead of looking ``batch.input_ids`` up, E-dimensional for ALBERT)."""
-    return encoder_for(encoder.config).embed(encoder, batch, inputs_embeds)
+    return encoder_for(encoder.config).embed(encoder, batch, inputs_embeds, residual_dtype)
 
 
 def self_attention(attention: nn.Module, hidden: torch.Tensor, sequences: Sequences, kernel: str) -> torch.Tensor:
@@ -187,26 +207,27 @@ def project_qkv(projections: tuple[nn.Module, nn.Module, nn.Module], hidden: tor
 
 
 def encode(encoder: nn.Module, batch: VarlenBatch, kernel: str, inputs_embeds: torch.Tensor | None = None,
-           regions=None) -> torch.Tensor:
+           regions=None, residual_dtype: torch.dtype | None = None) -> torch.Tensor:
     """The encoder's last hidden states, ``(total_tokens, hidden)``, of the family's encoder; with
     ``regions`` (:class:`pretrain.modeling.CompiledRegions`) through their compiled embeddings and
-    layer blocks."""
+    layer blocks; the residual stream in ``residual_dtype`` where given (the module's top)."""
     adapter = encoder_for(encoder.config)
     layers = adapter.layers(encoder)
     if regions is None:
-        return run_layers(adapter, layers, adapter.embed(encoder, batch, inputs_embeds), batch.sequences, kernel)
-    hidden = regions.embed(encoder, batch, inputs_embeds)
+        hidden = adapter.embed(encoder, batch, inputs_embeds, residual_dtype)
+        return run_layers(adapter, layers, hidden, batch.sequences, kernel, residual_dtype)
+    hidden = regions.embed(encoder, batch, inputs_embeds, residual_dtype)
     block = regions.layers_per_graph
     for start in range(0, len(layers), block):
-        hidden = regions.layers(layers[start:start + block], hidden, batch.sequences, kernel)
+        hidden = regions.layers(layers[start:start + block], hidden, batch.sequences, kernel, residual_dtype)
     return hidden
 
 
 def run_layers(adapter: "BertEncoder | AlbertEncoder", layers: list[nn.Module], hidden: torch.Tensor,
-               sequences: Sequences, kernel: str) -> torch.Tensor:
+               sequences: Sequences, kernel: str, residual_dtype: torch.dtype | None = None) -> torch.Tensor:
     """``layers`` one after another (a compiled region's body: a block of consecutive layers)."""
     for layer in layers:
-        hidden = adapter.layer(layer, hidden, sequences, kernel)
+        hidden = adapter.layer(layer, hidden, sequences, kernel, residual_dtype)
     return hidden
 
 

@@ -200,12 +200,13 @@ def test_fp8_is_refused_where_it_cannot_run(tmp_path):
     assert "fp8" in done.stderr and "cannot run here" in done.stderr and not out.exists()
 
 
-def test_convergence_runs_bf16_and_reports_fp8_not_run_on_cpu(tmp_path):
-    """--convergence-only: no throughput rows, the bf16 run's loss at every step, fp8 not run and why."""
+def test_convergence_runs_bf16_and_the_half_stream_and_says_why_not_fp8_on_cpu(tmp_path):
+    """--convergence-only: no throughput rows, the bf16 run's loss at every step, the half residual stream's
+    run against it, fp8 not run and why (not asked for; asked for, the CPU refuses it before anything runs)."""
     out = tmp_path / "gpu.json"
     done = subprocess.run([sys.executable, str(BENCHMARKS / "bench_gpu.py"), *QUICK, "--convergence-steps", "5",
-                           "--convergence-only", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, env=ONE_THREAD)
+                           "--convergence-only", "--precision", "bf16", "--residual-stream", "fp32", "half",
+                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=300, env=ONE_THREAD)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["results"] == [] and result["paper_budget_device_hours"] is None
@@ -215,8 +216,21 @@ def test_convergence_runs_bf16_and_reports_fp8_not_run_on_cpu(tmp_path):
     assert len(losses) == 5 and all(0 < loss < 20 for loss in losses)
     assert convergence["bf16_final"] == pytest.approx(sum(losses) / 5)
     assert convergence["fp8_final"] is None and convergence["losses_fp8"] is None and convergence["passed"] is None
-    assert convergence["relative_difference"] is None and "GPU" in convergence["fp8_not_run"]
+    assert convergence["relative_difference"] is None and "--precision fp8" in convergence["fp8_not_run"]
+    half = convergence["half_stream"]
+    assert len(half["losses"]) == 5 and half["final"] == pytest.approx(sum(half["losses"]) / 5)
+    assert half["relative_difference"] == pytest.approx((half["final"] - convergence["bf16_final"])
+                                                        / convergence["bf16_final"])
+    assert abs(half["relative_difference"]) < 0.05 and half["passed"] == (abs(half["relative_difference"]) <= 0.01)
     assert "convergence, 5 steps of ours [sdpa_loop]" in done.stdout and "fp8 not run" in done.stdout
+    assert "half residual stream final" in done.stdout
+
+
+def test_a_half_residual_stream_needs_a_half_precision(bench_gpu):
+    with pytest.raises(SystemExit):
+        bench_gpu.parse_args(["--device", "cpu", "--residual-stream", "half"])
+    assert bench_gpu.parse_args(["--device", "cpu", "--precision", "bf16", "--residual-stream", "fp32", "half"]
+                                ).residual_stream == ["fp32", "half"]
 
 
 def test_fp8_rows_are_compared_with_our_bf16_rows(bench_gpu):
@@ -236,6 +250,22 @@ def test_fp8_rows_are_compared_with_our_bf16_rows(bench_gpu):
     assert all("ratio_vs_our_bf16" not in row for index, row in enumerate(rows) if index not in (3, 6))
     assert bench_gpu._fastest_ours(rows, precision="bf16")["kernel"] == "varlen"
     assert bench_gpu.final_loss(list(range(30))) == pytest.approx(sum(range(10, 30)) / 20)
+
+
+def test_half_stream_rows_are_compared_with_the_fp32_stream_of_their_kernel(bench_gpu):
+    rows = [{"role": "ours", "kernel": "varlen", "precision": "bf16", "tokens_per_s": 200.0, "residual_stream": "fp32"},
+            {"role": "ours", "kernel": "varlen", "precision": "bf16", "tokens_per_s": 220.0, "residual_stream": "half"},
+            {"role": "ours", "kernel": "sdpa_padded", "precision": "bf16", "tokens_per_s": 100.0,
+             "residual_stream": "fp32"},
+            {"role": "ours", "kernel": "sdpa_padded", "precision": "bf16", "tokens_per_s": 125.0,
+             "residual_stream": "half"},
+            {"role": "ours", "kernel": "varlen", "precision": "fp8", "tokens_per_s": 330.0, "residual_stream": "half"}]
+    bench_gpu.add_ratios(rows)
+    assert rows[1]["ratio_vs_fp32_stream"] == pytest.approx(1.1)
+    assert rows[3]["ratio_vs_fp32_stream"] == pytest.approx(1.25)
+    assert "ratio_vs_fp32_stream" not in rows[4]  # no fp8 row with the fp32 stream
+    assert rows[4]["ratio_vs_our_bf16"] == pytest.approx(1.5)  # against the bf16 row of its own stream
+    assert all("ratio_vs_fp32_stream" not in rows[index] for index in (0, 2))
 
 
 def test_structured_text_is_reproducible_and_learnable(bench_gpu):
