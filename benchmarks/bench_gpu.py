@@ -34,7 +34,9 @@ batches twice, so every shape is recorded), then ``--windows`` windows (default 
 ``--steps`` optimizer steps, each with one ``torch.cuda.synchronize`` at each end and none in
 between; the row's pace is the median window's, ``window_spread`` = (slowest - fastest) / median
 (12-step single windows on an H200 varied ±10-20% run to run). Every batch is moved to the device
-before the warm-up (all of them staged there: a few MB; no pinned memory, no copy in the window),
+before the warm-up (all of them staged there: a few MB; no pinned memory, no copy in the window);
+every row's step is forward, backward, clipping to ``--max-grad-norm`` (default 1.0, as the trainer
+and HF Trainer clip: one foreach norm and multiply) and fused AdamW,
 and tokens, padding and model FLOPs are counted from the CPU copies of the window's batches
 beforehand, so the benchmark itself reads nothing back (no ``.item()``/``.tolist()``) inside a
 window. ``step_seconds`` is the median window's seconds ÷ steps (a mean: a per-step median would need
@@ -260,8 +262,11 @@ def window_counts(cpu_batches: list[dict], config, computed_positions: Callable)
     return WindowCounts(tokens, positions, flops)
 
 
-def make_step(model, loss_fn: Callable, optimizer, device: torch.device, dtype) -> Callable[[dict], None]:
-    """One optimizer step on a device batch; returns nothing, so nothing waits for the device."""
+def make_step(model, loss_fn: Callable, optimizer, device: torch.device, dtype,
+              max_grad_norm: float = 0.0) -> Callable[[dict], None]:
+    """One optimizer step on a device batch, the gradients clipped to ``max_grad_norm`` first (0: not
+    clipped), with one foreach norm and multiply as the trainer and HF Trainer clip; returns nothing, so
+    nothing waits for the device."""
     begin_micro_batch = getattr(model, "begin_micro_batch", lambda: None)  # ours: a generation of the graph trees
 
     def step(batch: dict) -> None:
@@ -269,6 +274,8 @@ def make_step(model, loss_fn: Callable, optimizer, device: torch.device, dtype) 
         with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
             loss = loss_fn(model, batch)
         loss.backward()
+        if max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm, foreach=True)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     return step
@@ -293,7 +300,8 @@ def device_sync(device: torch.device) -> Callable[[], None]:
 
 
 def run_system(system: System, cpu_batches: list[dict], warmup: int, device: torch.device, dtype, config,
-               sync: Callable[[], None], windows: int = 3) -> tuple[dict, Callable, list[dict]]:
+               sync: Callable[[], None], windows: int = 3, max_grad_norm: float = 0.0
+               ) -> tuple[dict, Callable, list[dict]]:
     """Warm-up steps, then ``windows`` timed windows, each over the rest of ``cpu_batches``; the row's
     pace is the median window's (each window's is kept, with their spread). Returns the row, the step
     function and the device batches (for a profile right after, while the model is warm)."""
@@ -305,7 +313,7 @@ def run_system(system: System, cpu_batches: list[dict], warmup: int, device: tor
     device_batches = [{key: value.to(device) for key, value in system.prepare(batch).items()}
                       for batch in cpu_batches]
     optimizer = build_optimizer("adamw", system.model.parameters(), lr=1e-4, device=device)
-    step = make_step(system.model, system.loss_fn, optimizer.optimizer, device, dtype)
+    step = make_step(system.model, system.loss_fn, optimizer.optimizer, device, dtype, max_grad_norm)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     cuda_graphs, skips_before = getattr(system.model, "cuda_graphs", False), cudagraph_skips()
@@ -587,6 +595,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="our unpadded rows' residual stream (the trainer's --residual-stream), a row each: half "
                              "keeps the hidden states between sub-layers in bf16 (needs --precision bf16 or fp8)")
     parser.add_argument("--bucket-tokens", type=int, default=128)
+    parser.add_argument("--max-grad-norm", type=float, default=1.0,
+                        help="every row's step clips the gradients to this global norm before the optimizer, as "
+                             "launch/pretrain.py and HF Trainer do by default (0: no clipping, as runs A-C timed)")
     parser.add_argument("--attention-dropout", type=float, default=None,
                         help="override the preset's attention_probs_dropout_prob (0 lets the kernels without "
                              "dropout run, as MosaicBERT and ModernBERT train)")
@@ -667,7 +678,7 @@ def main(argv: list[str] | None = None) -> None:
               "dtype": str(dtype), "precision": args.precision or ("bf16" if dtype == torch.bfloat16 else "fp32"),
               "compile": compile_ and family.unpadded,
               "compile_backend": args.compile_backend, "attention_dropout": dropout,
-              "warmup_steps": args.warmup, "timed_steps": args.steps,
+              "warmup_steps": args.warmup, "timed_steps": args.steps, "max_grad_norm": args.max_grad_norm,
               "timing": f"{args.windows} windows per system, each synchronized at its two ends only; tokens_per_s "
                         "and step_seconds (window / steps) from the median window",
               "baseline": "role hf_compiled (ratio); ratio_vs_eager: role hf_eager"
@@ -721,7 +732,7 @@ def measure_length(args: argparse.Namespace, bert, device: torch.device, dtype, 
         batches = full_length_batches if system.role == HF_FULL_LENGTH else padded_batches
         try:
             row, step, window = run_system(system, batches, args.warmup, device, dtype, bert.config, sync,
-                                           args.windows)
+                                           args.windows, args.max_grad_norm)
         except Exception as error:  # noqa: BLE001  one system's failure must not cost a one-shot GPU run the rest
             failed.append(failed_row(system, error, max_length, batch_size))
             del system

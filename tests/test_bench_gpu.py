@@ -340,3 +340,21 @@ def test_real_instances_start_again_where_a_run_needs_more(bench_gpu, tmp_path, 
     assert [row["input_ids"] for row in got] == [[101, 7 + n % 3, 8, bench_gpu.SEP] for n in range(7)]
     assert [row["next_sentence_label"] for row in got] == [0, 1, 0, 0, 1, 0, 0]
     assert "holds 3 instances; the convergence runs take 7: 2.3 passes" in capsys.readouterr().out
+
+
+def test_every_rows_step_clips_the_gradients_before_the_optimizer(bench_gpu):
+    """The bench's step clips as the trainer does (--max-grad-norm, default 1.0): with SGD at lr 1 the update
+    is the clipped gradient, so its norm is the clipping norm; 0 leaves the gradient as it is."""
+    def update_norm(max_grad_norm: float) -> float:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(8, 4)
+        before = [p.detach().clone() for p in model.parameters()]
+        optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+        step = bench_gpu.make_step(model, lambda m, batch: (m(batch["x"]) * 100).pow(2).sum(), optimizer,
+                                   torch.device("cpu"), torch.float32, max_grad_norm)
+        step({"x": torch.randn(16, 8)})
+        return torch.sqrt(sum(((p - b) ** 2).sum() for p, b in zip(model.parameters(), before))).item()
+
+    assert update_norm(0.5) == pytest.approx(0.5, rel=1e-4)
+    assert update_norm(0.0) > 100
+    assert bench_gpu.parse_args(["--device", "cpu"]).max_grad_norm == 1.0
