@@ -43,6 +43,12 @@
 #   whole     ours alone, the whole forward one region (--compile-scope whole) replayed as CUDA graphs:
 #             the fewest launches, after the longest compile (over 100 s on an H200 when last tried)
 #
+# SMOKE=1 runs the stages' commands on this CPU instead, each with a tiny model and a few steps (bench_gpu.py
+# --quick, aot_eager, bf16; launch/pretrain.py on bert-tiny, uncompiled, where gpu_prepare.sh made the
+# instances): a command line that a change broke fails here, not in a GPU lease. The tests stage skips its
+# GPU tests here, and finetune needs the GPU. `SMOKE=1 PYTHON=.venv/bin/python STAGES="bert launch fp8
+# families bert512 autotune graphs blocks batch512 whole" bash benchmarks/gpu_check.sh`.
+#
 # Packages the machine lacks sit as wheels in .whl/ and are installed into /tmp/site, not the
 # system. Where the toolkit is not installed it is made importable as biomed_lm for the run: links in
 # biomed_lm/ to tokenization/, pretrain/, ... mirror setup.py's package_dir, removed on exit.
@@ -54,7 +60,7 @@ STAGES="${STAGES:-bert tests launch fp8 families finetune bert512 autotune graph
 INPUTS="$REPO/.gpu_inputs"
 cd "$REPO"
 
-if compgen -G ".whl/*.whl" > /dev/null; then
+if [ -z "${SMOKE:-}" ] && compgen -G ".whl/*.whl" > /dev/null; then  # the GPU image's Python, not this one's
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
@@ -68,9 +74,16 @@ fi
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 WANDB_MODE=offline
 
 stage() { [[ " $STAGES " == *" $1 "* ]] && { echo "== $1 ($(date +%T))"; true; }; }
+SMOKE_BENCH=(); SMOKE_LAUNCH=()  # the CPU's overrides, after each command's own arguments (the last one wins)
+if [ -n "${SMOKE:-}" ]; then
+  SMOKE_BENCH=(--device cpu --quick --compile on --compile-backend aot_eager --precision bf16 --windows 1
+               --convergence-steps 3)
+  SMOKE_LAUNCH=(--model bert-tiny --micro-batch-size 4 --precision fp32 --compile off)
+fi
 bench() {  # bench NAME TIMEOUT ARGS...: bench_gpu.py with its log and JSON in $OUT
   local name="$1" limit="$2"; shift 2
-  timeout "$limit" "$PY" benchmarks/bench_gpu.py --out "$RESULTS/$name.json" "$@" 2>&1 | tee "$RESULTS/$name.log"
+  timeout "$limit" "$PY" benchmarks/bench_gpu.py --out "$RESULTS/$name.json" "$@" "${SMOKE_BENCH[@]}" 2>&1 \
+    | tee "$RESULTS/$name.log"
 }
 REAL=()  # the real instances' lengths at 128, where gpu_prepare.sh made them
 [ -d "$INPUTS/instances128" ] && REAL=(--instances "$INPUTS/instances128")
@@ -83,15 +96,16 @@ pretrain() {  # pretrain NAME ROW STEPS SKIP ARGS...
     --tokenizer "$INPUTS/tokenizer" --output-dir "/tmp/$name" --max-steps "$steps" --micro-batch-size 256 \
     --gradient-accumulation-steps 1 --optimizer adamw --learning-rate 1e-4 --precision bf16 \
     --attn-implementation sdpa_padded --num-workers 4 --log-every 10 --checkpoint-every 1000 --no-export-hf \
-    --bucket-tokens 256 --wandb-mode disabled "$@" 2>&1 | tee "$RESULTS/$name.log" | grep -v "^pretrain:"
+    --bucket-tokens 256 --wandb-mode disabled "$@" "${SMOKE_LAUNCH[@]}" 2>&1 | tee "$RESULTS/$name.log" \
+    | grep -v "^pretrain:"
   cp "/tmp/$name/metrics.jsonl" "$RESULTS/${name}_metrics.jsonl" 2> /dev/null
   "$PY" benchmarks/launch_vs_bench.py "/tmp/$name/metrics.jsonl" "${BENCH_JSON:-$RESULTS/bert128.json}" --skip "$skip" \
     --system "$row" --out "$RESULTS/${name}_vs_bench.json"
 }
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2> /dev/null || echo "no nvidia-smi"
 "$PY" -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
-'transformers', transformers.__version__, torch.cuda.get_device_name())"
+'transformers', transformers.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
 git -C "$REPO" log -1 --format='commit %h %s' 2> /dev/null | cut -c1-100
 
 COMPILED="ours [sdpa_padded, compiled by layer]" GRAPHED="ours [sdpa_padded, compiled by layer, CUDA graphs]"
