@@ -139,6 +139,7 @@ def test_bench_gpu_takes_the_other_model_families(tmp_path):
         result = json.loads((tmp_path / f"{architecture}.json").read_text())
         rows = {row["role"]: row for row in result["results"]}
         assert result["architecture"] == architecture and [row["role"] for row in result["results"]] == ROLES
+        assert result["vocab_size"] == {"albert": 30522, "roberta": 50265}[architecture]  # RoBERTa's recipe's
         assert_baselines(rows, baseline_class)
         assert rows["ours"]["system"].startswith("ours [") and rows["ours"]["tokens_per_s"] > 0
     traces = sorted(path.name for path in tmp_path.glob("trace_*.json"))  # albert's run only: --trace

@@ -118,9 +118,9 @@ def test_half_stream_with_fp32_precision_is_refused_before_the_run(tmp_path):
 def test_the_execution_says_where_the_half_stream_runs(attention, expected):
     from biomed_lm.pretrain.trainer import _pretraining_model
 
-    model, execution = _pretraining_model(build("bert", "nsp"), ModelArguments(compile="off", attn_implementation=attention,
-                                                                               residual_stream="half"),
-                                          True, TrainArguments(precision="bf16"), None, torch.device("cpu"))
+    model_args = ModelArguments(compile="off", attn_implementation=attention, residual_stream="half")
+    model, execution = _pretraining_model(build("bert", "nsp"), model_args, True, TrainArguments(precision="bf16"),
+                                          None, torch.device("cpu"))
     assert execution.residual_stream == expected
     assert model.residual_dtype == (torch.bfloat16 if expected else None)
     if expected:
