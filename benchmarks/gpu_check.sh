@@ -8,9 +8,9 @@
 #
 # Stages (each bounded by its own timeout), in order of value. Measured on an H200 (2026-11-27): bert
 # 193 s with four rows of ours (as now, plus about 60 s of convergence runs), tests over 180 s, launch
-# 43 s, graphs 55 s, fp8 64 s without its convergence runs, finetune 72 s. A 15-minute lease fits two
-# calls on one warm machine: bert and launch (about 360 s, estimated), then tests and fp8 (about 360 s);
-# families and finetune in a later lease.
+# 43 s, graphs 55 s, fp8 64 s without its convergence runs, finetune 72 s. A 15-minute lease (start-up
+# included) fits two calls on one warm machine: `STAGES="bert tests" TEST_TIMEOUT=200` (about 450 s,
+# estimated), then `STAGES="launch fp8"` (about 210 s); families and finetune in a later lease.
 # Results go to $RESULTS (default /tmp/gpu_check) and, when $OUT is set (the lent machine's return
 # folder, which takes at most 8 files), into $OUT/gpu_check.tgz with the whole log beside it.
 #   bert      bench_gpu.py, BERT-base: transformers eager / compiled / full-length rows against ours
