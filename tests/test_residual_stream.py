@@ -127,3 +127,20 @@ def test_the_execution_says_where_the_half_stream_runs(attention, expected):
         assert "residual stream in bfloat16" in execution.describe()
     else:
         assert any("half residual stream" in note for note in execution.passed_over)
+
+
+def test_alum_runs_on_the_half_stream_as_on_the_fp32_one():
+    """ALUM's perturbed word embeddings go through the same embedding, cast and layers: its loss (the
+    adversarial term included) stays the fp32 stream's to bf16's rounding."""
+    from biomed_lm.pretrain.adversarial import AdversarialConfig, AdversarialPretrainingModel
+
+    hf_model = build("bert", "nsp")
+    batch = masked_batch(LENGTHS, "nsp")
+    losses = {}
+    for residual_dtype in (None, torch.bfloat16):
+        model = AdversarialPretrainingModel(hf_model, attention="sdpa_loop", residual_dtype=residual_dtype,
+                                            adversarial=AdversarialConfig(adversarial=True))
+        torch.manual_seed(0)  # the same initial perturbation
+        losses[residual_dtype], grads = losses_and_grads(model, batch)
+        assert all(torch.isfinite(grad).all() for grad in grads.values())
+    assert torch.isclose(losses[torch.bfloat16], losses[None], rtol=1e-3), losses
