@@ -637,8 +637,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--vocab-size must be at least {VOCAB:,}: the batches' ids are bert-base-uncased's")
     if args.convergence_only and args.convergence_steps <= 0:
         parser.error("--convergence-only needs --convergence-steps N (N > 0)")
-    if "half" in args.residual_stream and args.precision not in ("bf16", "fp8") and \
-            not (args.precision is None and args.device.startswith("cuda")):
+    args.precision = args.precision or ("bf16" if torch.device(args.device).type == "cuda" else "fp32")
+    if "half" in args.residual_stream and args.precision not in ("bf16", "fp8"):
         parser.error("--residual-stream half keeps the hidden states in bf16: it needs --precision bf16 or fp8 "
                      "(the default on cuda)")
     args.profile_steps = min(args.profile_steps, args.steps)
@@ -665,8 +665,7 @@ def main(argv: list[str] | None = None) -> None:
         except PretrainConfigError as err:
             print(f"bench_gpu: {err}", file=sys.stderr)
             raise SystemExit(2) from None
-    dtype = torch.bfloat16 if (args.precision or ("bf16" if device.type == "cuda" else "fp32")) in ("bf16", "fp8") \
-        else torch.float32
+    dtype = torch.bfloat16 if args.precision in ("bf16", "fp8") else torch.float32
     compile_ = (args.compile or ("on" if device.type == "cuda" else "off")) == "on"
     print(f"device {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, model {args.model}, "
           f"{dtype}{' (ours also with fp8 encoder Linear layers)' if fp8 else ''}, compile ours {compile_}, "
@@ -685,7 +684,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"paper budget (65.5B tokens at seq {best['seq']}) with {best['system']}: {hours:,.0f} device-hours here")
     report = {"device": str(device), "architecture": family.name, "model": args.model,
               "vocab_size": model_vocab(args, family),
-              "dtype": str(dtype), "precision": args.precision or ("bf16" if dtype == torch.bfloat16 else "fp32"),
+              "dtype": str(dtype), "precision": args.precision,
               "compile": compile_ and family.unpadded,
               "compile_backend": args.compile_backend, "attention_dropout": dropout,
               "warmup_steps": args.warmup, "timed_steps": args.steps, "max_grad_norm": args.max_grad_norm,

@@ -545,11 +545,11 @@ def _pretraining_model(hf_model, model_args: ModelArguments, train_pair: bool, t
     execution.mlm_loss, why_not_faster = resolve_implementation("auto", device, compiled=forward_compiled)
     if why_not_faster:
         execution.passed_over.append(f"a faster MLM loss: {why_not_faster}")
-    residual_dtype = dtype if model_args.residual_stream == "half" else None
-    if residual_dtype is not None and not execution.unpadded:
+    half_stream = model_args.residual_stream == "half"
+    if half_stream and not execution.unpadded:
         execution.passed_over.append("a half residual stream: transformers' padded forward keeps autocast's fp32")
-        residual_dtype = None
-    elif residual_dtype is not None:
+    residual_dtype = dtype if half_stream and execution.unpadded else None
+    if residual_dtype is not None:
         execution.residual_stream = str(residual_dtype).removeprefix("torch.")
     layout = {"attention": attention, "pad_to_multiple_of": execution.bucket_tokens, "mlm_loss": execution.mlm_loss,
               "residual_dtype": residual_dtype}
