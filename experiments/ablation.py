@@ -86,6 +86,7 @@ __all__ = ["run_suffix", "AblationConfig", "PretrainBudget", "PretrainPhase", "V
            "ABLATION_FILE"]
 
 PRETRAIN_DONE = "pretrain_done.json"
+FINETUNE_DONE = "finetune_done.json"  # a sweep that exited 0: its command, so a resume need not relaunch it
 _DEFAULT_LEVELS = {"vocabulary": ["in-domain"], "masking": ["whole-word"], "initialization": ["scratch"],
                    "adversarial": ["off"], "mask_schedule": ["constant"], "link": ["off"]}
 
@@ -525,13 +526,32 @@ def _pretrain_variant(config: AblationConfig, variant: Variant, run: int, phases
                                     paths.data(*variant.data_key[:2], number, variant.data_key[2]), out, previous,
                                     run, number)
         title = f"{variant.name}" + (f" run {run}" if config.pretrain_seeds > 1 else "")
-        if done.is_file() and json.loads(done.read_text(encoding="utf-8")).get("command") == command[1:]:
+        if _done_with(done, command):
             log(f"{title}: pretraining phase {number} already complete")
             continue
         started = time.time()
         _run(f"pretrain {title} (phase {number} of {len(phases)})", command, log)
-        done.write_text(json.dumps({"command": command[1:], "seconds": round(time.time() - started, 1),
-                                    "factors": variant.factors, "run": run}, indent=2) + "\n", encoding="utf-8")
+        _mark_done(done, command, seconds=round(time.time() - started, 1), factors=variant.factors, run=run)
+
+
+def _done_with(done: Path, command: Sequence[str]) -> bool:
+    """Whether the done-file records this command (the interpreter aside: a new venv changes nothing)."""
+    return done.is_file() and json.loads(done.read_text(encoding="utf-8")).get("command") == list(command[1:])
+
+
+def _sweep_finished(out: Path) -> bool:
+    """A sweep's summary with every dataset present and complete: a dataset absent today (its files
+    not yet downloaded) must run when the sweep is resumed."""
+    summary = out / "summary.json"
+    if not summary.is_file():
+        return False
+    values = json.loads(summary.read_text(encoding="utf-8"))
+    return not values.get("absent") and not any(d.get("incomplete") for d in values.get("datasets", {}).values())
+
+
+def _mark_done(done: Path, command: Sequence[str], **details: Any) -> None:
+    done.parent.mkdir(parents=True, exist_ok=True)
+    done.write_text(json.dumps({"command": list(command[1:]), **details}, indent=2) + "\n", encoding="utf-8")
 
 
 def run_ablation(config: AblationConfig, log: Callable[[str], None] = print, report: bool = True) -> AblationRecord:
@@ -559,11 +579,20 @@ def run_ablation(config: AblationConfig, log: Callable[[str], None] = print, rep
     for variant, run in itertools.product(variants, runs):
         _pretrain_variant(config, variant, run, phases, paths, tokenizers, log)
 
-    # Fine-tuning sweeps: independent per variant and pretraining run.
+    # Fine-tuning sweeps: independent per variant and pretraining run. A sweep that finished with the
+    # same command is not relaunched (it would only find every run complete, at a start-up's cost).
     jobs = [(f"fine-tune {v.name}" + (f" (pretraining run {run})" if config.pretrain_seeds > 1 else ""),
              _sweep_command(config, paths.pretrain(v.name, len(phases), run) / "model", paths.finetune(v.name, run)))
             for v, run in itertools.product(variants, runs)]
-    record.failed = _run_parallel(jobs, config.parallel_jobs, log)
+    done_files = {title: Path(command[command.index("--output_dir") + 1]) / FINETUNE_DONE for title, command in jobs}
+    for title, command in jobs:
+        if _done_with(done_files[title], command):
+            log(f"{title}: sweep already complete")
+    pending = [(title, command) for title, command in jobs if not _done_with(done_files[title], command)]
+    record.failed = _run_parallel(pending, config.parallel_jobs, log)
+    for title, command in pending:
+        if title not in record.failed and _sweep_finished(done_files[title].parent):
+            _mark_done(done_files[title], command)
     write_ablation_record(record, paths.root)
     if report:
         from biomed_lm.experiments.report import write_report

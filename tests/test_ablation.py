@@ -192,9 +192,10 @@ def test_vocabulary_ablation_end_to_end_and_resumed(tmp_path, capsys):
     log.clear()
     again = run_ablation(config, log=log.append, report=False)
     assert again.variants == record.variants
-    started = [line for line in log if line.startswith("\n=== ") and "fine-tune" not in line]
-    assert started == []  # corpus, vocabulary, instances and pretraining were all skipped
+    started = [line for line in log if line.startswith("\n=== ")]
+    assert started == []  # corpus, vocabulary, instances, pretraining and the sweeps were all skipped
     assert sum("pretraining phase 1 already complete" in line for line in log) == 4
+    assert sum("sweep already complete" in line for line in log) == 4
     assert load_ablation_record(out / ABLATION_FILE).name == "t"
 
 

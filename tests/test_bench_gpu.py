@@ -155,7 +155,7 @@ def test_under_cuda_graphs_the_warm_up_sees_each_window_batch_twice(bench_gpu, t
     assert bench_gpu.warmup_batches([0, 1, 2, 3], 1, cuda_graphs=False) == [0]
     assert bench_gpu.warmup_batches([0, 1, 2, 3], 1, cuda_graphs=True) == [0, 1, 2, 3, 1, 2, 3]
     out = tmp_path / "gpu.json"
-    bench_gpu.main([*QUICK, "--compile", "on", "--compile-backend", "aot_eager", "--kernels", "sdpa_padded", "sdpa_loop",
+    bench_gpu.main([*QUICK, "--compile", "on", "--compile-backend", "eager", "--kernels", "sdpa_padded", "sdpa_loop",
                     "--compile-mode", "reduce-overhead", "default", "--no-baselines", "--out", str(out)])
     rows = json.loads(out.read_text())["results"]
     # sdpa_loop does not trace: its dense blocks compile (in the default mode, whichever mode comes first),
@@ -180,7 +180,7 @@ def test_a_system_that_raises_is_recorded_and_the_others_still_run(bench_gpu, tm
 
     monkeypatch.setattr(bench_gpu, "run_system", failing_for_sdpa_padded)
     out = tmp_path / "gpu.json"
-    bench_gpu.main([*QUICK, "--compile-backend", "aot_eager", "--kernels", "sdpa_padded", "sdpa_loop",
+    bench_gpu.main([*QUICK, "--compile-backend", "eager", "--kernels", "sdpa_padded", "sdpa_loop",
                     "--out", str(out)])
     rows = json.loads(out.read_text())["results"]
     assert [row["role"] for row in rows] == [*ROLES, "failed"]

@@ -81,9 +81,12 @@ def prepared_corpus(tmp_path_factory) -> Path:
     return out
 
 
-# Recipes whose tiny run takes exactly the code path of another's (only sizes differ, which the
-# settings test above checks): each end-to-end run costs ~45 s of the suite.
-SAME_PATH_AS = {"bioformer-16l": "bioformer-8l"}
+# Recipes whose tiny run takes the code path of another's: each end-to-end run costs 45-90 s of the
+# suite. bioformer-16l differs from bioformer-8l only in sizes (the settings test above checks them);
+# pubmedbert-alum is biobert's tiny run (continual from the packaged general BERT) with ALUM on, which
+# tests/test_pretrain_e2e.py runs end to end through the DeepSpeed launcher, and its pretraining
+# config parses in tests/test_config_strict.py.
+SAME_PATH_AS = {"bioformer-16l": "bioformer-8l", "pubmedbert-alum": "biobert"}
 
 
 @pytest.mark.parametrize("name", [name for name in recipe_names() if name not in SAME_PATH_AS])

@@ -40,18 +40,19 @@ def interrupted_copy(straight_run: Path, tmp_path: Path) -> Path:
 
 # --- kill -9 -----------------------------------------------------------------------------------
 
-KILL_STEPS = random.Random(2026).sample(range(2, STEPS), 2)  # "random" steps, fixed so failures reproduce
+# A "random" step after the first checkpoint, fixed so failures reproduce (tests/test_chaos.py kills
+# two ranks at steps its seed draws).
+KILL_STEP = random.Random(2026).randrange(11, STEPS)
 
 
-@pytest.mark.parametrize("kill_step", KILL_STEPS)
-def test_kill9_at_a_random_step_resumes_bit_identically(kill_step, pretraining_inputs, straight_run, tmp_path):
+def test_kill9_at_a_random_step_resumes_bit_identically(pretraining_inputs, straight_run, tmp_path):
+    kill_step = KILL_STEP
     out = tmp_path / "run"
     args = pretrain_args(pretraining_inputs, out)
     killed = run(args, hooks={"kill_at_step": kill_step})
     assert killed.returncode == -signal.SIGKILL
     result = resume_ok(args)
-    if kill_step > 10:
-        assert "resumed from" in result.stderr and "step-00000010" in result.stderr
+    assert "resumed from" in result.stderr and "step-00000010" in result.stderr
     assert losses(out) == losses(straight_run)
 
 
@@ -69,7 +70,10 @@ def test_kill9_inside_a_checkpoint_save_resumes_bit_identically(moment, pretrain
     assert not list((out / CKPT).glob(".partial-*"))
 
 
-# --- damaged checkpoints (a missing model-state file and a damaged export: tests/test_reliability_units.py) -----------------------------------------------------------------------
+# --- damaged checkpoints --------------------------------------------------------------------------
+# Each kind of damage (flipped or truncated bytes, an empty or missing file, a missing manifest) is
+# caught by verify_checkpoint: tests/test_reliability_units.py. Here one of them goes through a real
+# resume: the fallback to the previous checkpoint, the damaged one kept aside, the same losses.
 
 def flip_bytes(path: Path) -> None:
     data = bytearray(path.read_bytes())
@@ -78,24 +82,9 @@ def flip_bytes(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-def truncate(path: Path) -> None:
-    with open(path, "r+b") as handle:
-        handle.truncate(path.stat().st_size // 2)
-
-
-DAMAGE = {
-    "flipped_bytes_in_model_states": lambda c: flip_bytes(c / "mp_rank_00_model_states.pt"),
-    "truncated_model_states": lambda c: truncate(c / "mp_rank_00_model_states.pt"),
-    "empty_rng_file": lambda c: (c / "rng_state_rank0.pt").write_bytes(b""),
-    "missing_rng_file": lambda c: (c / "rng_state_rank0.pt").unlink(),
-    "missing_manifest": lambda c: (c / "manifest.json").unlink(),
-}
-
-
-@pytest.mark.parametrize("damage", sorted(DAMAGE))
-def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(damage, pretraining_inputs, straight_run, tmp_path):
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(pretraining_inputs, straight_run, tmp_path):
     out = interrupted_copy(straight_run, tmp_path)
-    DAMAGE[damage](out / CKPT / "step-00000020")
+    flip_bytes(out / CKPT / "step-00000020" / "mp_rank_00_model_states.pt")
     result = resume_ok(pretrain_args(pretraining_inputs, out))
     assert "checkpoint step-00000020 is damaged" in result.stderr
     assert "resumed from" in result.stderr and "step-00000010" in result.stderr
