@@ -221,3 +221,20 @@ def test_two_phases_continue_one_schedule(tmp_path):
     peak = max(lrs)
     assert lrs.index(peak) < 3 and all(a >= b for a, b in zip(lrs[lrs.index(peak):], lrs[lrs.index(peak) + 1:]))
     assert (Path(variant.model) / "config.json").is_file() and not record.failed
+
+
+def test_a_sweep_counts_as_finished_only_with_every_dataset_present_and_complete(tmp_path):
+    """Its done-file lets a resumed ablation skip a sweep; a dataset absent today (or a sweep cut
+    short) must run when the ablation is resumed, so those never count as finished."""
+    from biomed_lm.experiments.ablation import _sweep_finished
+
+    def summary(**values) -> Path:
+        out = tmp_path / str(len(list(tmp_path.iterdir())))
+        out.mkdir()
+        (out / "summary.json").write_text(json.dumps({"datasets": {"ncbi-disease": {}}, "absent": {}, **values}))
+        return out
+
+    assert not _sweep_finished(tmp_path / "never-run")
+    assert _sweep_finished(summary())
+    assert not _sweep_finished(summary(absent={"bc5cdr-chem": "no such directory"}))
+    assert not _sweep_finished(summary(datasets={"ncbi-disease": {"incomplete": "1 of 2 runs complete"}}))
