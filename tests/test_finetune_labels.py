@@ -2,12 +2,16 @@
 a warning for a label that is seen too rarely to be a class (issue 22, item 6).
 
 A typo in a training file (``perhaps`` beside ``yes``/``no``) used to become a class of its own,
-exit 0, no warning. Each fault is inflicted through ``launch/finetune.py`` as a subprocess, as a
-user meets it; the reading rules are also checked on ``load_generic_dataset`` directly.
+exit 0, no warning. Each fault is inflicted through ``launch/finetune.py``'s ``main`` with the
+user's command line, and the first as a subprocess, as a user meets it (the others in this process:
+a start-up costs ~7 s of the suite); the reading rules are also checked on ``load_generic_dataset``
+directly.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -17,6 +21,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("transformers")
+pytestmark = pytest.mark.usefixtures("offline_hub")  # as the subprocess runs: HF_HUB_OFFLINE=1
 
 from biomed_lm.errors import InputError  # noqa: E402
 from biomed_lm.finetune.datasets import DatasetFormatError, load_generic_dataset  # noqa: E402
@@ -47,14 +52,26 @@ def qa_dir(root: Path, train: list[str], test: list[str] | None = None) -> Path:
 COMMON = ["yes", "no", "maybe"] * RARE_LABEL_COUNT  # every label seen RARE_LABEL_COUNT times: no warning
 
 
-def _launch(*flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "launch" / "finetune.py"), *flags], cwd=REPO,
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+def _launch(*flags: str, as_process: bool = False) -> subprocess.CompletedProcess:
+    if as_process:
+        return subprocess.run([sys.executable, str(REPO / "launch" / "finetune.py"), *flags], cwd=REPO,
+                              capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    from biomed_lm.launch.finetune import main
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        try:
+            code = main(list(flags))
+        except SystemExit as exit_:  # argparse's own refusals
+            code = exit_.code
+    return subprocess.CompletedProcess(["finetune.py", *flags], code, stdout.getvalue(), stderr.getvalue())
 
 
-def _finetune(model: Path, data: Path, out: Path, *flags: str, task_type: str = "qa") -> subprocess.CompletedProcess:
+def _finetune(model: Path, data: Path, out: Path, *flags: str, task_type: str = "qa",
+              as_process: bool = False) -> subprocess.CompletedProcess:
     return _launch("--model", str(model), "--dataset", "mine", "--task_type", task_type, "--data_dir", str(data),
-                   "--output_dir", str(out), "--epochs", "1", "--batch_size", "4", "--max_length", "32", *flags)
+                   "--output_dir", str(out), "--epochs", "1", "--batch_size", "4", "--max_length", "32", *flags,
+                   as_process=as_process)
 
 
 # ------------------------------------------------------------------------- through the command line
@@ -62,7 +79,7 @@ def _finetune(model: Path, data: Path, out: Path, *flags: str, task_type: str = 
 def test_a_rare_training_label_is_a_warning_naming_file_and_lines(tiny_bert, tmp_path):
     # line 5 of train.jsonl holds the typo; without --labels it still trains (the file defines the set)
     data = qa_dir(tmp_path / "qa", COMMON[:4] + ["perhaps"] + COMMON[4:])
-    done = _finetune(tiny_bert, data, tmp_path / "out")
+    done = _finetune(tiny_bert, data, tmp_path / "out", as_process=True)
     assert done.returncode == 0, done.stderr[-3000:]
     warning = (f"warning: {data / 'train.jsonl'}: label 'perhaps' is seen in only 1 training example (line 5); "
                f"a label seen fewer than {RARE_LABEL_COUNT} times may be a typo")
