@@ -27,6 +27,21 @@ def pytest_configure(config) -> None:
                                        "`.venv/bin/python -m pytest -m gpu tests/test_gpu.py`")
     if config.getoption("--failures-at-once"):
         config.pluginmanager.register(FailuresAtOnce(config), "failures-at-once")
+    share_cores_among_workers()
+
+
+def share_cores_among_workers() -> None:
+    """Under pytest-xdist, each worker's torch (and every subprocess it starts that inherits its
+    environment) uses its share of the cores, not all of them: two workers with two OpenMP threads
+    each on two cores spin against each other (torch's compile and unpadding tests took 147 s with
+    -n 2, 100 s with one thread a worker). A thread count set by the user is kept."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers < 2 or "OMP_NUM_THREADS" in os.environ:
+        return
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    os.environ["OMP_NUM_THREADS"] = os.environ.setdefault("MKL_NUM_THREADS", str(threads))
+    if "torch" in sys.modules:  # imported before this hook: its pool is already sized
+        sys.modules["torch"].set_num_threads(threads)
 
 
 class FailuresAtOnce:
