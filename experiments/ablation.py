@@ -581,18 +581,19 @@ def run_ablation(config: AblationConfig, log: Callable[[str], None] = print, rep
 
     # Fine-tuning sweeps: independent per variant and pretraining run. A sweep that finished with the
     # same command is not relaunched (it would only find every run complete, at a start-up's cost).
-    jobs = [(f"fine-tune {v.name}" + (f" (pretraining run {run})" if config.pretrain_seeds > 1 else ""),
-             _sweep_command(config, paths.pretrain(v.name, len(phases), run) / "model", paths.finetune(v.name, run)))
-            for v, run in itertools.product(variants, runs)]
-    done_files = {title: Path(command[command.index("--output_dir") + 1]) / FINETUNE_DONE for title, command in jobs}
-    for title, command in jobs:
-        if _done_with(done_files[title], command):
+    pending: list[tuple[str, list[str], Path]] = []
+    for variant, run in itertools.product(variants, runs):
+        title = f"fine-tune {variant.name}" + (f" (pretraining run {run})" if config.pretrain_seeds > 1 else "")
+        out = paths.finetune(variant.name, run)
+        command = _sweep_command(config, paths.pretrain(variant.name, len(phases), run) / "model", out)
+        if _done_with(out / FINETUNE_DONE, command):
             log(f"{title}: sweep already complete")
-    pending = [(title, command) for title, command in jobs if not _done_with(done_files[title], command)]
-    record.failed = _run_parallel(pending, config.parallel_jobs, log)
-    for title, command in pending:
-        if title not in record.failed and _sweep_finished(done_files[title].parent):
-            _mark_done(done_files[title], command)
+        else:
+            pending.append((title, command, out))
+    record.failed = _run_parallel([(title, command) for title, command, _ in pending], config.parallel_jobs, log)
+    for title, command, out in pending:
+        if title not in record.failed and _sweep_finished(out):
+            _mark_done(out / FINETUNE_DONE, command)
     write_ablation_record(record, paths.root)
     if report:
         from biomed_lm.experiments.report import write_report

@@ -45,10 +45,9 @@ KILL_STEP = random.Random(2026).randrange(11, STEPS)
 
 
 def test_kill9_at_a_random_step_resumes_bit_identically(pretraining_inputs, straight_run, tmp_path):
-    kill_step = KILL_STEP
     out = tmp_path / "run"
     args = pretrain_args(pretraining_inputs, out)
-    killed = run(args, hooks={"kill_at_step": kill_step})
+    killed = run(args, hooks={"kill_at_step": KILL_STEP})
     assert killed.returncode == -signal.SIGKILL
     result = resume_ok(args)
     assert "resumed from" in result.stderr and "step-00000010" in result.stderr
