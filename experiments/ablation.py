@@ -416,10 +416,15 @@ class StepFailed(RuntimeError):
 def _run(title: str, command: list[str], log: Callable[[str], None], env: Mapping[str, str] | None = None) -> None:
     log(f"\n=== {title}\n$ {shlex.join(command)}")
     started = time.perf_counter()
-    result = subprocess.run(command, env={**os.environ, **(env or {})})
-    if result.returncode != 0:
-        raise StepFailed(f"step '{title}' failed with exit status {result.returncode}: {shlex.join(command)}")
+    returncode = _execute(command, {**os.environ, **(env or {})})
+    if returncode != 0:
+        raise StepFailed(f"step '{title}' failed with exit status {returncode}: {shlex.join(command)}")
     log(f"--- {title}: {time.perf_counter() - started:.1f} s")
+
+
+def _execute(command: list[str], env: Mapping[str, str]) -> int:
+    """One step's process, its output on this one's; its exit status."""
+    return subprocess.run(command, env=env).returncode
 
 
 def _python(script: str, *args: str) -> list[str]:

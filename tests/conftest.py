@@ -156,6 +156,6 @@ def straight_run(pretraining_inputs, tmp_path_factory) -> Path:
     from tests.pretrain_runs import pretrain_args, run
 
     out = tmp_path_factory.mktemp("straight") / "run"
-    result = run(pretrain_args(pretraining_inputs, out))
+    result = run(pretrain_args(pretraining_inputs, out), fresh=True)  # a new interpreter, as a user starts it
     assert result.returncode == 0, result.stderr[-3000:]
     return out

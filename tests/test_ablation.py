@@ -18,6 +18,7 @@ from biomed_lm.errors import ConfigError
 from biomed_lm.experiments.ablation import (ABLATION_FILE, Variant, _pretrain_command,  # noqa: E402
                                             load_ablation_config, plan_variants, run_ablation)
 from biomed_lm.experiments.ablation_record import load_ablation_record  # noqa: E402
+from tests import forked_main  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -144,7 +145,14 @@ def _learnable_ncbi(root: Path) -> None:
         (out / name).write_text("\n\n".join(sentences) + "\n", encoding="utf-8")
 
 
-def test_vocabulary_ablation_end_to_end_and_resumed(tmp_path, capsys):
+@pytest.fixture
+def forked_steps(monkeypatch):
+    """The ablation's steps (entry scripts) forked from this process, not started afresh: the same
+    scripts and exit statuses without an interpreter's start-up each (tests/forked_main.py)."""
+    forked_main.fork_ablation_steps(monkeypatch.setattr)
+
+
+def test_vocabulary_ablation_end_to_end_and_resumed(tmp_path, capsys, forked_steps):
     """Two vocabularies (whole-word masking), each pretrained twice: 2 variants × 2 pretraining runs."""
     data_root = tmp_path / "blurb"
     _learnable_ncbi(data_root)
@@ -199,7 +207,7 @@ def test_vocabulary_ablation_end_to_end_and_resumed(tmp_path, capsys):
     assert load_ablation_record(out / ABLATION_FILE).name == "t"
 
 
-def test_two_phases_continue_one_schedule(tmp_path):
+def test_two_phases_continue_one_schedule(tmp_path, forked_steps):
     """Phase 2 continues phase 1's run: its step count goes on from phase 1's last step, and its
     learning rate follows the one schedule across both phases (no second warm-up)."""
     data_root = tmp_path / "blurb"

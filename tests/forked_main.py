@@ -1,0 +1,182 @@
+"""Run an entry script's ``main`` in a child process forked from the test process.
+
+Most of an end-to-end test's time here is a fresh interpreter importing torch, transformers,
+DeepSpeed and datasets (10-15 s on 2 CPU cores) before a 20-step run of 3 s. A child forked from a
+test process that has imported them already starts at once, and is still a process of its own:
+its exit status (a negative signal number when killed, as ``subprocess`` reports it), its
+stdout/stderr, its environment, working directory, signal handlers, resource limits and
+monkeypatched modules are its own, and nothing it does reaches the test process.
+
+The child is made to look like a fresh interpreter where the test process differs from one:
+default signal handlers, no pytest log handlers or warning filters, no faulthandler, the given
+environment, torch's thread count from it, and no compiled-graph caches. Tests that need a new
+interpreter (the reference runs, signals to a process group, launchers) start one themselves.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+# The interpreter's own warning filters, before pytest adds its per-test ones.
+_FRESH_WARNING_FILTERS = list(warnings.filters)
+
+
+def can_fork() -> bool:
+    """Whether a child forked now starts clean: not where fork is absent, not after this process
+    joined a process group (the child would share its sockets) or started Inductor's compile
+    workers (the child would wait on a pool it does not own)."""
+    if not hasattr(os, "fork") or os.environ.get("BIOMED_LM_TEST_NO_FORK"):
+        return False
+    distributed = sys.modules.get("torch.distributed")
+    if distributed is not None and distributed.is_available() and distributed.is_initialized():
+        return False
+    async_compile = sys.modules.get("torch._inductor.async_compile")
+    return async_compile is None or not _compile_workers_started(async_compile)
+
+
+def _compile_workers_started(async_compile: Any) -> bool:
+    return bool(async_compile._pool_set) or any(
+        getattr(async_compile.AsyncCompile, name).cache_info().currsize for name in ("pool", "process_pool"))
+
+
+def run(target: Callable[..., int], args: Sequence[Any], command: list[str], environment: Mapping[str, str],
+        timeout: float | None, capture: bool = True) -> subprocess.CompletedProcess:
+    """``target(*args)``'s exit status, and its stdout and stderr (``capture``; else they are this
+    process's), run in a forked child as ``command`` would run as a new process (``command`` is
+    only what the result reports)."""
+    with tempfile.TemporaryDirectory(prefix="forked_main-") as tmp:
+        out, err = (Path(tmp) / "stdout", Path(tmp) / "stderr") if capture else (None, None)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _child(target, args, environment, out, err)  # never returns
+        status = _wait(pid, timeout, command)
+        if not capture:
+            return subprocess.CompletedProcess(command, os.waitstatus_to_exitcode(status))
+        return subprocess.CompletedProcess(command, os.waitstatus_to_exitcode(status),
+                                           out.read_text(errors="replace"), err.read_text(errors="replace"))
+
+
+def run_script(command: list[str], environment: Mapping[str, str], timeout: float | None = None,
+               capture: bool = True) -> subprocess.CompletedProcess:
+    """``command`` (``[python, script.py, *args]``) forked from this process: the script run as
+    ``__main__`` with its arguments, as ``python script.py ...`` runs it."""
+    return run(_script_main, (command[1], command[2:]), command, environment, timeout, capture)
+
+
+def forkable_script(command: Sequence[str]) -> bool:
+    """Whether ``command`` runs a Python script with this interpreter (what :func:`run_script` takes)."""
+    return len(command) >= 2 and command[0] == sys.executable and command[1].endswith(".py") and can_fork()
+
+
+def fork_ablation_steps(patch: Callable[[Any, str, Any], Any]) -> None:
+    """Make the ablation runner (:mod:`experiments.ablation`) fork the entry scripts it runs as
+    steps (``patch``: ``setattr`` or ``monkeypatch.setattr``); other commands (``deepspeed ...``)
+    still start a new process."""
+    from biomed_lm.experiments import ablation
+
+    execute = ablation._execute
+
+    def fork_or_execute(command: list[str], env: Mapping[str, str]) -> int:
+        if forkable_script(command):
+            return run_script(command, env, capture=False).returncode
+        return execute(command, env)
+
+    patch(ablation, "_execute", fork_or_execute)
+
+
+def run_script_forking_steps(command: list[str], environment: Mapping[str, str],
+                             timeout: float | None = None) -> subprocess.CompletedProcess:
+    """:func:`run_script` for a script that runs an ablation (launch/ablate.py, launch/recipe.py),
+    whose steps are forked from it in turn."""
+    def forking(script: str, args: list[str]) -> int:
+        fork_ablation_steps(setattr)
+        return _script_main(script, args)
+
+    return run(forking, (command[1], command[2:]), command, environment, timeout)
+
+
+def _script_main(script: str, args: list[str]) -> int:
+    sys.argv = [script, *args]
+    sys.path[0:0] = [str(Path(script).resolve().parent)]  # as the interpreter puts the script's folder first
+    runpy.run_path(script, run_name="__main__")
+    return 0
+
+
+def _wait(pid: int, timeout: float, command: list[str]) -> int:
+    deadline = time.monotonic() + (timeout or 0)
+    if timeout is None:
+        return os.waitpid(pid, 0)[1]
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise subprocess.TimeoutExpired(command, timeout)
+        time.sleep(0.02)
+
+
+def _child(target: Callable[..., int], args: Sequence[Any], environment: Mapping[str, str], out: Path | None,
+           err: Path | None) -> None:
+    code = 1
+    try:
+        _as_fresh_process(environment, out, err)
+        result = target(*args)
+        code = result if isinstance(result, int) else 0
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        if not isinstance(exit_.code, (int, type(None))):
+            print(exit_.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - what an uncaught exception does to a fresh interpreter
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        os._exit(code)  # no atexit handlers or finalizers of the test process (pytest's, execnet's)
+
+
+def _as_fresh_process(environment: Mapping[str, str], out: Path | None, err: Path | None) -> None:
+    for fd, path in ((1, out), (2, err)):
+        if path is not None:
+            os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    sys.stdin = open(0, closefd=False)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    os.environ.clear()
+    os.environ.update(environment)
+    os.chdir(REPO)
+    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGALRM):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    faulthandler.disable()
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.setLevel(logging.WARNING)
+    warnings.filters[:] = _FRESH_WARNING_FILTERS
+    if "torch" in sys.modules:
+        import torch
+
+        torch.set_num_threads(int(environment.get("OMP_NUM_THREADS") or os.cpu_count() or 1))
+        if "torch._dynamo" in sys.modules:
+            torch._dynamo.reset()

@@ -1,0 +1,66 @@
+"""tests/forked_main.py, which the end-to-end tests run entry scripts through: a forked child reports
+what a new process would (exit status, signal, output) and changes nothing in the test process."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests import forked_main
+
+pytestmark = pytest.mark.skipif(not forked_main.can_fork(), reason="no fork here")
+
+
+def _report(code: int, text: str) -> int:
+    print(f"out {text}")
+    print(f"err {os.environ.get('FORKED_MAIN_PROBE')} {os.getcwd()}", file=sys.stderr)
+    logging.getLogger("probe").warning("a warning")  # a fresh interpreter's last-resort handler: stderr
+    os.environ["LEAKED"] = "1"
+    return code
+
+
+def test_exit_status_output_and_environment_are_the_childs_own(monkeypatch):
+    monkeypatch.delenv("LEAKED", raising=False)
+    done = forked_main.run(_report, (3, "hello"), ["probe"], {"FORKED_MAIN_PROBE": "set"}, timeout=60)
+    assert done.returncode == 3 and done.stdout == "out hello\n"
+    assert done.stderr.startswith(f"err set {forked_main.REPO}\n") and "a warning" in done.stderr
+    assert "LEAKED" not in os.environ and os.getcwd() != "" and done.args == ["probe"]
+
+
+def _die(how: str) -> int:
+    if how == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if how == "exit":
+        sys.exit(2)
+    raise RuntimeError("boom")
+
+
+@pytest.mark.parametrize("how, code, says", [("kill", -signal.SIGKILL, ""), ("exit", 2, ""),
+                                             ("raise", 1, "RuntimeError: boom")])
+def test_a_killed_exiting_or_raising_child_reports_as_a_process_does(how, code, says):
+    done = forked_main.run(_die, (how,), ["probe"], dict(os.environ), timeout=60)
+    assert done.returncode == code and says in done.stderr
+
+
+def _sleep() -> int:
+    import time
+
+    time.sleep(60)
+    return 0
+
+
+def test_a_child_past_its_timeout_is_killed():
+    with pytest.raises(subprocess.TimeoutExpired):
+        forked_main.run(_sleep, (), ["probe"], dict(os.environ), timeout=0.5)
+
+
+def test_a_script_runs_as_main_with_its_arguments(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text("import sys\nprint(__name__, sys.argv[1:])\nsys.exit(int(sys.argv[1]))\n")
+    done = forked_main.run_script([sys.executable, str(script), "4", "x"], dict(os.environ), timeout=60)
+    assert done.returncode == 4 and done.stdout == "__main__ ['4', 'x']\n"
