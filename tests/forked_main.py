@@ -30,15 +30,21 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
+STEP_TIMEOUT = 900  # seconds for one forked ablation step (a tiny run's take 2-30 s)
 # The interpreter's own warning filters, before pytest adds its per-test ones.
 _FRESH_WARNING_FILTERS = list(warnings.filters)
 
 
 def can_fork() -> bool:
-    """Whether a child forked now starts clean: not where fork is absent, not after this process
-    joined a process group (the child would share its sockets) or started Inductor's compile
-    workers (the child would wait on a pool it does not own)."""
+    """Whether a child forked now starts clean: not where fork is absent, and not after this
+    process started threads its child would wait on without having them (a fork copies only the
+    thread that calls it): torch's OpenMP team (more than one intra-op thread: libgomp's team is
+    not rebuilt in a child), Inductor's compile workers, or a process group's (whose sockets the
+    child would share too)."""
     if not hasattr(os, "fork") or os.environ.get("BIOMED_LM_TEST_NO_FORK"):
+        return False
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() > 1:
         return False
     distributed = sys.modules.get("torch.distributed")
     if distributed is not None and distributed.is_available() and distributed.is_initialized():
@@ -53,7 +59,7 @@ def _compile_workers_started(async_compile: Any) -> bool:
 
 
 def run(target: Callable[..., int], args: Sequence[Any], command: list[str], environment: Mapping[str, str],
-        timeout: float | None, capture: bool = True) -> subprocess.CompletedProcess:
+        timeout: float | None, capture: bool = True, cwd: str | Path = REPO) -> subprocess.CompletedProcess:
     """``target(*args)``'s exit status, and its stdout and stderr (``capture``; else they are this
     process's), run in a forked child as ``command`` would run as a new process (``command`` is
     only what the result reports)."""
@@ -63,7 +69,7 @@ def run(target: Callable[..., int], args: Sequence[Any], command: list[str], env
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            _child(target, args, environment, out, err)  # never returns
+            _child(target, args, environment, cwd, out, err)  # never returns
         status = _wait(pid, timeout, command)
         if not capture:
             return subprocess.CompletedProcess(command, os.waitstatus_to_exitcode(status))
@@ -72,10 +78,20 @@ def run(target: Callable[..., int], args: Sequence[Any], command: list[str], env
 
 
 def run_script(command: list[str], environment: Mapping[str, str], timeout: float | None = None,
-               capture: bool = True) -> subprocess.CompletedProcess:
+               capture: bool = True, cwd: str | Path = REPO) -> subprocess.CompletedProcess:
     """``command`` (``[python, script.py, *args]``) forked from this process: the script run as
     ``__main__`` with its arguments, as ``python script.py ...`` runs it."""
-    return run(_script_main, (command[1], command[2:]), command, environment, timeout, capture)
+    return run(_script_main, (command[1], command[2:]), command, environment, timeout, capture, cwd)
+
+
+def run_command(command: list[str], env: Mapping[str, str] | None = None, cwd: str | Path = REPO,
+                timeout: float | None = None) -> subprocess.CompletedProcess:
+    """``subprocess.run(command, capture_output=True, text=True, ...)``, forked from this process
+    where ``command`` runs a Python script (:func:`forkable_script`), a new process otherwise."""
+    environment = dict(os.environ if env is None else env)
+    if forkable_script(command):
+        return run_script(command, environment, timeout, cwd=cwd)
+    return subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=timeout)
 
 
 def forkable_script(command: Sequence[str]) -> bool:
@@ -92,8 +108,8 @@ def fork_ablation_steps(patch: Callable[[Any, str, Any], Any]) -> None:
     execute = ablation._execute
 
     def fork_or_execute(command: list[str], env: Mapping[str, str]) -> int:
-        if forkable_script(command):
-            return run_script(command, env, capture=False).returncode
+        if forkable_script(command):  # a step that hangs fails the test instead of the suite
+            return run_script(command, env, timeout=STEP_TIMEOUT, capture=False).returncode
         return execute(command, env)
 
     patch(ablation, "_execute", fork_or_execute)
@@ -132,11 +148,11 @@ def _wait(pid: int, timeout: float, command: list[str]) -> int:
         time.sleep(0.02)
 
 
-def _child(target: Callable[..., int], args: Sequence[Any], environment: Mapping[str, str], out: Path | None,
-           err: Path | None) -> None:
+def _child(target: Callable[..., int], args: Sequence[Any], environment: Mapping[str, str], cwd: str | Path,
+           out: Path | None, err: Path | None) -> None:
     code = 1
     try:
-        _as_fresh_process(environment, out, err)
+        _as_fresh_process(environment, cwd, out, err)
         result = target(*args)
         code = result if isinstance(result, int) else 0
     except SystemExit as exit_:
@@ -154,7 +170,7 @@ def _child(target: Callable[..., int], args: Sequence[Any], environment: Mapping
         os._exit(code)  # no atexit handlers or finalizers of the test process (pytest's, execnet's)
 
 
-def _as_fresh_process(environment: Mapping[str, str], out: Path | None, err: Path | None) -> None:
+def _as_fresh_process(environment: Mapping[str, str], cwd: str | Path, out: Path | None, err: Path | None) -> None:
     for fd, path in ((1, out), (2, err)):
         if path is not None:
             os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
@@ -164,7 +180,9 @@ def _as_fresh_process(environment: Mapping[str, str], out: Path | None, err: Pat
     sys.stderr = open(2, "w", buffering=1, closefd=False)
     os.environ.clear()
     os.environ.update(environment)
-    os.chdir(REPO)
+    if "tokenizers" in sys.modules:  # its Rust thread pool, if this process used it, is not the child's
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    os.chdir(cwd)
     for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGALRM):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests import forked_main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,9 +23,9 @@ def test_quick_cpu_run_has_both_methods_for_both_tasks(tmp_path):
     out = tmp_path / "finetune.json"
     # relation data: the set derived from the committed NCBI-disease files (what a machine without
     # ../shared/data uses), so the test does not depend on the shared data folder
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_finetune.py"), "--quick", "--device", "cpu",
-                           "--relation-data", "derived", "--threads", "2", "--grouped-baseline", "--output", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=240)
+    proc = forked_main.run_command([sys.executable, str(REPO / "benchmarks" / "bench_finetune.py"), "--quick",
+                                    "--device", "cpu", "--relation-data", "derived", "--threads", "2",
+                                    "--grouped-baseline", "--output", str(out)], timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["device"] == "cpu" and result["precision"] == "fp32" and result["ours_engine"] == "plain"

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from tests import forked_main
 from tests.conftest import REPO
 
 BENCHMARKS = REPO / "benchmarks"
@@ -79,9 +80,8 @@ def test_a_system_is_counted_on_the_host_before_its_window(bench_gpu, monkeypatc
 def test_bench_gpu_runs_end_to_end_on_cpu(tmp_path):
     """BERT: the three transformers rows, ratios against the compiled one, and --profile's files."""
     out = tmp_path / "gpu.json"
-    done = subprocess.run([sys.executable, str(BENCHMARKS / "bench_gpu.py"), *QUICK, "--compile-backend", "aot_eager",
-                           "--profile", "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env=ONE_THREAD)
+    done = forked_main.run_command([sys.executable, str(BENCHMARKS / "bench_gpu.py"), *QUICK, "--compile-backend",
+                                    "aot_eager", "--profile", "--out", str(out)], env=ONE_THREAD, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     rows = {row["role"]: row for row in result["results"]}
@@ -123,6 +123,14 @@ def assert_baselines(rows: dict, baseline_class: str) -> None:
     assert eager["padding_fraction"] == compiled["padding_fraction"] > 0 and full["padding_fraction"] == 0.0
 
 
+def _bench_gpu_mains(runs: list[list[str]]) -> int:
+    import bench_gpu
+
+    for arguments in runs:
+        bench_gpu.main(arguments)
+    return 0
+
+
 def test_bench_gpu_takes_the_other_model_families(tmp_path):
     """ALBERT and the RoBERTa layout: their own class eager, compiled and on full-length rows, then ours.
     One process runs both (the imports once); the eager backend (dynamo's graphs, run as they are)
@@ -132,8 +140,11 @@ def test_bench_gpu_takes_the_other_model_families(tmp_path):
             [*QUICK, "--compile-backend", "eager", "--architecture", "roberta",
              "--out", str(tmp_path / "roberta.json")]]
     calls = "; ".join(f"bench_gpu.main({arguments!r})" for arguments in runs)
-    done = subprocess.run([sys.executable, "-c", f"import bench_gpu; {calls}"], cwd=BENCHMARKS, capture_output=True,
-                          text=True, timeout=600, env=ONE_THREAD)
+    command = [sys.executable, "-c", f"import bench_gpu; {calls}"]
+    if forked_main.can_fork():  # the same calls in a child forked from this process (tests/forked_main.py)
+        done = forked_main.run(_bench_gpu_mains, (runs,), command, ONE_THREAD, 600, cwd=BENCHMARKS)
+    else:
+        done = subprocess.run(command, cwd=BENCHMARKS, capture_output=True, text=True, timeout=600, env=ONE_THREAD)
     assert done.returncode == 0, done.stderr[-3000:]
     for architecture, baseline_class in (("albert", "AlbertForPreTraining"), ("roberta", "RobertaForMaskedLM")):
         result = json.loads((tmp_path / f"{architecture}.json").read_text())
@@ -194,9 +205,8 @@ def test_a_system_that_raises_is_recorded_and_the_others_still_run(bench_gpu, tm
 def test_fp8_is_refused_where_it_cannot_run(tmp_path):
     """--precision fp8 on the CPU: exit 2 with check_fp8's reason, before any model is built or file written."""
     out = tmp_path / "gpu.json"
-    done = subprocess.run([sys.executable, str(BENCHMARKS / "bench_gpu.py"), "--device", "cpu", "--quick",
-                           "--precision", "fp8", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
-                          timeout=120, env=ONE_THREAD)
+    done = forked_main.run_command([sys.executable, str(BENCHMARKS / "bench_gpu.py"), "--device", "cpu", "--quick",
+                                    "--precision", "fp8", "--out", str(out)], env=ONE_THREAD, timeout=120)
     assert done.returncode == 2, done.stderr[-3000:]
     assert "fp8" in done.stderr and "cannot run here" in done.stderr and not out.exists()
 
@@ -205,9 +215,9 @@ def test_convergence_runs_bf16_and_the_half_stream_and_says_why_not_fp8_on_cpu(t
     """--convergence-only: no throughput rows, the bf16 run's loss at every step, the half residual stream's
     run against it, fp8 not run and why (not asked for; asked for, the CPU refuses it before anything runs)."""
     out = tmp_path / "gpu.json"
-    done = subprocess.run([sys.executable, str(BENCHMARKS / "bench_gpu.py"), *QUICK, "--convergence-steps", "5",
-                           "--convergence-only", "--precision", "bf16", "--residual-stream", "fp32", "half",
-                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=300, env=ONE_THREAD)
+    done = forked_main.run_command([sys.executable, str(BENCHMARKS / "bench_gpu.py"), *QUICK, "--convergence-steps",
+                                    "5", "--convergence-only", "--precision", "bf16", "--residual-stream", "fp32",
+                                    "half", "--out", str(out)], env=ONE_THREAD, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["results"] == [] and result["paper_budget_device_hours"] is None

@@ -25,6 +25,7 @@ import biomed_lm.finetune.trainer as trainer  # noqa: E402
 from biomed_lm.finetune.datasets import DatasetFormatError, load_blurb_dataset  # noqa: E402
 from biomed_lm.finetune.relation_inputs import PLACEHOLDER_PAIRS, pair_from_placeholders  # noqa: E402
 from biomed_lm.finetune.trainer import RUN_RECORD, FinetuneArgs, run_finetune  # noqa: E402
+from tests import forked_main  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -121,10 +122,10 @@ def test_a_line_fine_tuning_cannot_use_names_its_file_and_line(tmp_path, capsys,
 def test_launch_script_exits_2_as_a_process(tmp_path):
     data = bc6_dir(tmp_path / "chemprot")
     (data / "test.tsv").write_text("sentence\tlabel\nAspirin inhibits COX-1 .\tCPR:4\n", encoding="utf-8")
-    done = subprocess.run([sys.executable, str(REPO / "launch" / "finetune.py"), "--model", str(tmp_path / "m"),
-                           "--dataset", "chemprot", "--data_dir", str(data), "--output_dir", str(tmp_path / "out")],
-                          cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    done = forked_main.run_command([sys.executable, str(REPO / "launch" / "finetune.py"), "--model",
+                                    str(tmp_path / "m"), "--dataset", "chemprot", "--data_dir", str(data),
+                                    "--output_dir", str(tmp_path / "out")],
+                                   env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
     assert done.returncode == 2, done.stderr[-2000:]
     assert f"{data / 'test.tsv'}, line 2: field 'sentence'" in done.stderr and "Traceback" not in done.stderr
 
@@ -218,11 +219,10 @@ def test_gad_and_ddi_in_the_same_format_keep_one_entity_rows(tmp_path, name, row
 
 
 def _finetune_process(model: Path, data: Path, out: Path, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "launch" / "finetune.py"), "--model", str(model),
-                           "--dataset", "chemprot", "--data_dir", str(data), "--output_dir", str(out), "--epochs", "1",
-                           "--batch_size", "4", "--max_length", "64", *flags],
-                          cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    return forked_main.run_command([sys.executable, str(REPO / "launch" / "finetune.py"), "--model", str(model),
+                                    "--dataset", "chemprot", "--data_dir", str(data), "--output_dir", str(out),
+                                    "--epochs", "1", "--batch_size", "4", "--max_length", "64", *flags],
+                                   env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=600)
 
 
 def test_one_entity_rows_are_classified_as_given_with_the_cls_default(tiny_bert, tmp_path):

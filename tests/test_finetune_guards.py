@@ -21,6 +21,7 @@ from biomed_lm.errors import ConfigError, InputError
 from biomed_lm.finetune.datasets import DatasetFormatError, load_generic_dataset  # noqa: E402
 from biomed_lm.finetune.model_check import check_model, resolve_model_dir  # noqa: E402
 from biomed_lm.finetune.trainer import FinetuneArgs, run_finetune  # noqa: E402
+from tests import forked_main  # noqa: E402
 from tests.conftest import REPO, ncbi_slice  # noqa: E402
 
 
@@ -220,8 +221,7 @@ def test_training_in_batches_of_similar_lengths_is_recorded_and_older_records_co
 
 
 def _launch(script: str, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "launch" / script), *flags], cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
+    return forked_main.run_command([sys.executable, str(REPO / "launch" / script), *flags], timeout=600)
 
 
 def test_blurb_checks_the_model_once_and_exits_2(model_copy, tmp_path):

@@ -21,6 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from biomed_lm.errors import ConfigError, InputError
 from biomed_lm.finetune.datasets import TokenTaggingExample  # noqa: E402
 from biomed_lm.finetune.trainer import RUN_RECORD, FinetuneArgs, run_finetune, word_windows  # noqa: E402
+from tests import forked_main  # noqa: E402
 from tests.conftest import ncbi_slice  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -123,8 +124,8 @@ def test_similarity_generic_dataset(tiny_bert, tmp_path):
 
 def _launch(*flags: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, str(REPO / "launch" / "finetune.py"), *flags], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return forked_main.run_command([sys.executable, str(REPO / "launch" / "finetune.py"), *flags], env=env,
+                                   timeout=120)
 
 
 def test_launch_bad_dataset_name_exits_2(tiny_bert, tmp_path):

@@ -19,6 +19,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from tests import forked_main
+
 REPO = Path(__file__).resolve().parents[1]
 # The fixture is session-scoped: built once per worker that runs these tests (the group is meant
 # to make that one worker; with pytest-xdist 3.8 here it does not always).
@@ -27,11 +29,15 @@ SAMPLE = REPO / "data" / "sample"
 
 
 def run_cli(script: str, *args: str, threads: int | None = None) -> None:
+    """``script`` as its own process: forked from this one (tests/forked_main.py), or, to set the
+    tokenizers' thread count (read once per process), a new interpreter."""
     env = dict(os.environ, TOKENIZERS_PARALLELISM="true")
-    if threads is not None:
+    command = [sys.executable, f"launch/{script}", *args]
+    if threads is None:
+        result = forked_main.run_command(command, env=env, timeout=300)
+    else:
         env["RAYON_RS_NUM_CPUS"] = str(threads)
-    result = subprocess.run([sys.executable, f"launch/{script}", *args], cwd=REPO, env=env, capture_output=True,
-                            text=True, timeout=300)
+        result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, f"{script} {' '.join(args)}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
 
 
