@@ -36,26 +36,31 @@ _FRESH_WARNING_FILTERS = list(warnings.filters)
 
 
 def can_fork() -> bool:
-    """Whether a child forked now starts clean: not where fork is absent, and not after this
-    process started threads its child would wait on without having them (a fork copies only the
-    thread that calls it): torch's OpenMP team (more than one intra-op thread: libgomp's team is
-    not rebuilt in a child), Inductor's compile workers, or a process group's (whose sockets the
-    child would share too)."""
-    if not hasattr(os, "fork") or os.environ.get("BIOMED_LM_TEST_NO_FORK"):
-        return False
+    """Whether a child forked now starts clean (:func:`fork_refusal`)."""
+    reason = fork_refusal()
+    if reason and os.environ.get("BIOMED_LM_TEST_FORK_LOG"):  # which runs started a new interpreter, and why
+        with open(os.environ["BIOMED_LM_TEST_FORK_LOG"], "a", encoding="utf-8") as log:
+            log.write(f"{os.environ.get('PYTEST_CURRENT_TEST', '?')}: {reason}\n")
+    return reason is None
+
+
+def fork_refusal() -> str | None:
+    """Why a child forked now would not start clean, or None: fork is absent, or this process
+    started threads the child would wait on without having them (a fork copies only the thread
+    that calls it): torch's OpenMP team (more than one intra-op thread: libgomp does not rebuild its
+    team in a child), or a process group's (whose sockets the child would share too). Inductor's
+    compile workers are dropped in the child instead (:func:`_as_fresh_process`)."""
+    if not hasattr(os, "fork"):
+        return "no fork"
+    if os.environ.get("BIOMED_LM_TEST_NO_FORK"):
+        return "BIOMED_LM_TEST_NO_FORK is set"
     torch = sys.modules.get("torch")
     if torch is not None and torch.get_num_threads() > 1:
-        return False
+        return f"torch runs {torch.get_num_threads()} intra-op threads"
     distributed = sys.modules.get("torch.distributed")
     if distributed is not None and distributed.is_available() and distributed.is_initialized():
-        return False
-    async_compile = sys.modules.get("torch._inductor.async_compile")
-    return async_compile is None or not _compile_workers_started(async_compile)
-
-
-def _compile_workers_started(async_compile: Any) -> bool:
-    return bool(async_compile._pool_set) or any(
-        getattr(async_compile.AsyncCompile, name).cache_info().currsize for name in ("pool", "process_pool"))
+        return "this process is in a process group"
+    return None
 
 
 def run(target: Callable[..., int], args: Sequence[Any], command: list[str], environment: Mapping[str, str],
@@ -198,3 +203,16 @@ def _as_fresh_process(environment: Mapping[str, str], cwd: str | Path, out: Path
         torch.set_num_threads(int(environment.get("OMP_NUM_THREADS") or os.cpu_count() or 1))
         if "torch._dynamo" in sys.modules:
             torch._dynamo.reset()
+    _forget_compile_workers()
+
+
+def _forget_compile_workers() -> None:
+    """Inductor's compile thread pool and worker processes are the test process's: the child
+    starts its own when it compiles (shutting them down here would stop the parent's)."""
+    async_compile = sys.modules.get("torch._inductor.async_compile")
+    if async_compile is None:
+        return
+    async_compile._pool_set.clear()
+    async_compile.AsyncCompile.pool.cache_clear()
+    async_compile.AsyncCompile.process_pool.cache_clear()
+    async_compile.AsyncCompile._ready_future = None

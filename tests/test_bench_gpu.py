@@ -124,6 +124,7 @@ def assert_baselines(rows: dict, baseline_class: str) -> None:
 
 
 def _bench_gpu_mains(runs: list[list[str]]) -> int:
+    sys.path.insert(0, str(BENCHMARKS))  # as ``python -c`` in benchmarks/ finds it
     import bench_gpu
 
     for arguments in runs:
