@@ -30,6 +30,19 @@ def pytest_configure(config) -> None:
     share_cores_among_workers()
 
 
+# Files whose tests take minutes (a chaos run, a wheel built and installed, the benchmarks' stages):
+# collected first, so that pytest-xdist starts them first and no worker runs one alone at the end.
+LONGEST_FIRST = ("test_chaos.py", "test_wheel_install.py", "test_bench_scale.py", "test_bench_pretrain_e2e.py")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    def rank(item) -> int:
+        name = item.path.name
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the rest keep their order
+
+
 def share_cores_among_workers() -> None:
     """Under pytest-xdist, each worker's torch (and every subprocess it starts that inherits its
     environment) uses its share of the cores, not all of them: two workers with two OpenMP threads
