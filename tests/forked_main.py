@@ -138,10 +138,10 @@ def _script_main(script: str, args: list[str]) -> int:
     return 0
 
 
-def _wait(pid: int, timeout: float, command: list[str]) -> int:
-    deadline = time.monotonic() + (timeout or 0)
+def _wait(pid: int, timeout: float | None, command: list[str]) -> int:
     if timeout is None:
         return os.waitpid(pid, 0)[1]
+    deadline = time.monotonic() + timeout
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:

@@ -71,20 +71,9 @@ def run(args: list[str], hooks: dict | None = None, timeout: int = 300,
     one (:mod:`tests.forked_main`: the same ``main`` in a child process, without the 10-15 s of
     imports a fresh interpreter spends here), or with ``fresh`` a new interpreter, as a user starts it."""
     if not fresh and forked_main.can_fork():
-        return forked_main.run(_forked_pretrain, (args, hooks), pretrain_command(args, hooks), env(), timeout)
+        return forked_main.run_script(pretrain_command(args, hooks), env(), timeout)
     return subprocess.run(pretrain_command(args, hooks), cwd=REPO, env=env(), capture_output=True, text=True,
                           timeout=timeout)
-
-
-def _forked_pretrain(args: list[str], hooks: dict | None) -> int:
-    if hooks:
-        from tests import pretrain_hooks
-
-        pretrain_hooks.install(hooks)
-    from launch.pretrain import main
-
-    sys.argv = [str(REPO / "launch" / "pretrain.py"), *args]
-    return main(args)
 
 
 def deepspeed_launcher() -> str | None:
