@@ -183,6 +183,7 @@ def _as_fresh_process(environment: Mapping[str, str], cwd: str | Path, out: Path
     sys.stdin = open(0, closefd=False)
     sys.stdout = open(1, "w", buffering=1, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
+    environment = dict(environment)  # a copy first: ``environment`` may be os.environ itself
     os.environ.clear()
     os.environ.update(environment)
     if "tokenizers" in sys.modules:  # its Rust thread pool, if this process used it, is not the child's

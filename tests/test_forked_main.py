@@ -32,6 +32,20 @@ def test_exit_status_output_and_environment_are_the_childs_own(monkeypatch):
     assert "LEAKED" not in os.environ and os.getcwd() != "" and done.args == ["probe"]
 
 
+def _environment() -> int:
+    print(os.environ.get("FORKED_MAIN_PROBE"), os.environ.get("OMP_NUM_THREADS"))
+    return 0
+
+
+def test_os_environ_itself_is_the_childs_environment(monkeypatch):
+    """The entry scripts' tests pass ``os.environ``: the child starts with all of it (emptying the
+    child's environment before copying that same mapping in once left it empty, torch on every core)."""
+    monkeypatch.setenv("FORKED_MAIN_PROBE", "kept")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    done = forked_main.run(_environment, (), ["probe"], os.environ, timeout=60)
+    assert done.returncode == 0 and done.stdout == "kept 1\n", done.stderr
+
+
 def _die(how: str) -> int:
     if how == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
