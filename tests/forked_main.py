@@ -64,29 +64,33 @@ def fork_refusal() -> str | None:
 
 
 def run(target: Callable[..., int], args: Sequence[Any], command: list[str], environment: Mapping[str, str],
-        timeout: float | None, capture: bool = True, cwd: str | Path = REPO) -> subprocess.CompletedProcess:
+        timeout: float | None, capture: bool = True, cwd: str | Path = REPO,
+        new_session: bool = False) -> subprocess.CompletedProcess:
     """``target(*args)``'s exit status, and its stdout and stderr (``capture``; else they are this
     process's), run in a forked child as ``command`` would run as a new process (``command`` is
-    only what the result reports)."""
+    only what the result reports; its ``pid`` is the child's). With ``new_session`` the child leads a
+    process group of its own (``start_new_session=True``: its pid is the group's id), and a timeout
+    kills the whole group."""
     with tempfile.TemporaryDirectory(prefix="forked_main-") as tmp:
         out, err = (Path(tmp) / "stdout", Path(tmp) / "stderr") if capture else (None, None)
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            _child(target, args, environment, cwd, out, err)  # never returns
-        status = _wait(pid, timeout, command)
-        if not capture:
-            return subprocess.CompletedProcess(command, os.waitstatus_to_exitcode(status))
-        return subprocess.CompletedProcess(command, os.waitstatus_to_exitcode(status),
-                                           out.read_text(errors="replace"), err.read_text(errors="replace"))
+            _child(target, args, environment, cwd, out, err, new_session)  # never returns
+        status = _wait(pid, timeout, command, new_session)
+        done = subprocess.CompletedProcess(command, os.waitstatus_to_exitcode(status))
+        if capture:
+            done.stdout, done.stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
+        done.pid = pid
+        return done
 
 
 def run_script(command: list[str], environment: Mapping[str, str], timeout: float | None = None,
-               capture: bool = True, cwd: str | Path = REPO) -> subprocess.CompletedProcess:
+               capture: bool = True, cwd: str | Path = REPO, new_session: bool = False) -> subprocess.CompletedProcess:
     """``command`` (``[python, script.py, *args]``) forked from this process: the script run as
     ``__main__`` with its arguments, as ``python script.py ...`` runs it."""
-    return run(_script_main, (command[1], command[2:]), command, environment, timeout, capture, cwd)
+    return run(_script_main, (command[1], command[2:]), command, environment, timeout, capture, cwd, new_session)
 
 
 def run_command(command: list[str], env: Mapping[str, str] | None = None, cwd: str | Path = REPO,
@@ -138,7 +142,7 @@ def _script_main(script: str, args: list[str]) -> int:
     return 0
 
 
-def _wait(pid: int, timeout: float | None, command: list[str]) -> int:
+def _wait(pid: int, timeout: float | None, command: list[str], group: bool) -> int:
     if timeout is None:
         return os.waitpid(pid, 0)[1]
     deadline = time.monotonic() + timeout
@@ -147,16 +151,28 @@ def _wait(pid: int, timeout: float | None, command: list[str]) -> int:
         if done:
             return status
         if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
+            _kill(pid, group)
             os.waitpid(pid, 0)
             raise subprocess.TimeoutExpired(command, timeout)
         time.sleep(0.02)
 
 
+def _kill(pid: int, group: bool) -> None:
+    try:
+        if group:
+            os.killpg(pid, signal.SIGKILL)  # the child and what it started (DataLoader workers)
+            return
+    except ProcessLookupError:  # not yet its own group's leader
+        pass
+    os.kill(pid, signal.SIGKILL)
+
+
 def _child(target: Callable[..., int], args: Sequence[Any], environment: Mapping[str, str], cwd: str | Path,
-           out: Path | None, err: Path | None) -> None:
+           out: Path | None, err: Path | None, new_session: bool) -> None:
     code = 1
     try:
+        if new_session:
+            os.setsid()
         _as_fresh_process(environment, cwd, out, err)
         result = target(*args)
         code = result if isinstance(result, int) else 0

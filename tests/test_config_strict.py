@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from biomed_lm.pretrain.config import (DataArguments, ModelArguments, PretrainCo
                                        load_model_preset)
 from biomed_lm.pretrain.instance_builder import PretrainingDataConfig  # noqa: E402
 from biomed_lm.tokenization.corpus import CorpusConfig  # noqa: E402
+from tests import forked_main  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PRETRAIN = [ModelArguments, DataArguments, TrainArguments, AdversarialConfig]  # launch/pretrain.py's
@@ -292,8 +292,8 @@ def test_pretrain_cli_exits_2_on_fp4_before_anything_starts(tmp_path):
     out = tmp_path / "run"
     config = _yaml(tmp_path, f"precision: fp4\nmodel: bert-tiny\noutput_dir: {out}\nmax_steps: 2\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([sys.executable, str(REPO / "launch" / "pretrain.py"), "--config", str(config)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    done = forked_main.run_command([sys.executable, str(REPO / "launch" / "pretrain.py"), "--config", str(config)],
+                                   env=env, timeout=300)
     assert done.returncode == 2, done.stderr[-2000:]
     assert f"pretrain: error: {config}: precision: 'fp4' is not one of fp32, fp16, bf16, fp8" in done.stderr
     assert "Traceback" not in done.stderr and not out.exists()  # refused before the run directory was made

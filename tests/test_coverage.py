@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from biomed_lm.tokenization.coverage import (PIECE_BUCKETS, ReportSettings, Segm
 from biomed_lm.tokenization.blurb_files import DatasetFormatError, detect_file_layout
 from biomed_lm.tokenization.model_inputs import corpus_source, dataset_source
 from biomed_lm.tokenization.words import WordSplitter
+from tests import forked_main
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -98,7 +98,7 @@ def bert(bert_path):
 
 
 def run_cli(argv: list[str]) -> int:
-    """Run ``launch/vocab_report.py`` in this process (the subprocess test covers the real entry)."""
+    """Run ``launch/vocab_report.py`` in this process (test_cli_writes_report_files runs the script itself)."""
     module = sys.modules.get("vocab_report_cli")
     if module is None:
         spec = importlib.util.spec_from_file_location("vocab_report_cli", CLI)
@@ -377,11 +377,10 @@ def test_cli_writes_report_files(toy_dir, tmp_path):
     terms.write_text("cats\tanimal\ndoggy\n")
     ner = tmp_path / "ner.tsv"
     ner.write_text("The\tO\ncats\tO\n\nA\tO\ndog\tO\n")
-    result = subprocess.run(
+    result = forked_main.run_command(
         [sys.executable, str(CLI), "--tokenizers", f"a={toy_dir / 'a_vocab.txt'}", f"b={toy_dir / 'b_vocab.txt'}",
          "--terms", str(terms), "--corpus", f"toy={toy_dir / 'corpus.txt'}", "--datasets", f"ner={ner}",
-         "--output-dir", str(out), "--max-inputs", "2"],
-        cwd=REPO, capture_output=True, text=True, timeout=120)
+         "--output-dir", str(out), "--max-inputs", "2"], timeout=120)
     assert result.returncode == 0, result.stderr
     assert {"report.md", "report.json", "terms_pieces.png", "pieces_per_word_toy.png",
             "pieces_per_word_ner.png"} <= {p.name for p in out.iterdir()}

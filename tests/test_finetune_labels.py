@@ -27,6 +27,7 @@ from biomed_lm.errors import InputError  # noqa: E402
 from biomed_lm.finetune.datasets import DatasetFormatError, load_generic_dataset  # noqa: E402
 from biomed_lm.finetune.readers import RARE_LABEL_COUNT  # noqa: E402
 from biomed_lm.finetune.trainer import RUN_RECORD  # noqa: E402
+from tests import forked_main
 from tests.conftest import REPO  # noqa: E402
 
 
@@ -54,8 +55,8 @@ COMMON = ["yes", "no", "maybe"] * RARE_LABEL_COUNT  # every label seen RARE_LABE
 
 def _launch(*flags: str, as_process: bool = False) -> subprocess.CompletedProcess:
     if as_process:
-        return subprocess.run([sys.executable, str(REPO / "launch" / "finetune.py"), *flags], cwd=REPO,
-                              capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        return forked_main.run_command([sys.executable, str(REPO / "launch" / "finetune.py"), *flags],
+                                       env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=600)
     from biomed_lm.launch.finetune import main
 
     stdout, stderr = io.StringIO(), io.StringIO()

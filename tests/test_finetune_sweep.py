@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from biomed_lm.finetune.datasets import blurb_spec  # noqa: E402
 from biomed_lm.finetune.metrics import BLURB_DATASETS  # noqa: E402
 from biomed_lm.finetune.sweep import PROTOCOL, SweepArgs, collect_runs, format_table, plan_sweep, run_sweep, summarize  # noqa: E402
 from biomed_lm.finetune.trainer import RUN_RECORD, FinetuneArgs, run_finetune  # noqa: E402
+from tests import forked_main
 from tests.conftest import ncbi_slice  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -197,8 +197,7 @@ def test_failed_dataset_is_recorded_and_others_go_on(tiny_bert, tmp_path):
 
 
 def test_launch_blurb_bad_option_exits_2(tmp_path):
-    proc = subprocess.run([sys.executable, str(REPO / "launch" / "blurb.py"), "--model", "m", "--output_dir",
-                           str(tmp_path), "--datasets", "ncbi-disease", "not-a-dataset"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    proc = forked_main.run_command([sys.executable, str(REPO / "launch" / "blurb.py"), "--model", "m", "--output_dir",
+                                    str(tmp_path), "--datasets", "ncbi-disease", "not-a-dataset"],
+                                   env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
     assert proc.returncode == 2 and "not-a-dataset" in proc.stderr

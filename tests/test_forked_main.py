@@ -8,6 +8,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -44,6 +46,38 @@ def test_os_environ_itself_is_the_childs_environment(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     done = forked_main.run(_environment, (), ["probe"], os.environ, timeout=60)
     assert done.returncode == 0 and done.stdout == "kept 1\n", done.stderr
+
+
+def _hang_with_a_child(pid_file: str) -> int:
+    grandchild = os.fork()
+    if grandchild == 0:  # in the child's group, as a DataLoader worker is
+        time.sleep(600)
+        os._exit(0)
+    Path(pid_file).write_text(f"{os.getpgid(0) == os.getpid()} {grandchild}")
+    time.sleep(600)
+    return 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_new_session_is_its_own_group_and_a_timeout_kills_all_of_it(tmp_path):
+    pid_file = tmp_path / "pids"
+    with pytest.raises(subprocess.TimeoutExpired):
+        forked_main.run(_hang_with_a_child, (str(pid_file),), ["probe"], dict(os.environ), timeout=3, new_session=True)
+    leads_its_group, grandchild = pid_file.read_text().split()
+    assert leads_its_group == "True"
+    deadline = time.monotonic() + 10
+    while _alive(int(grandchild)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    survived = _alive(int(grandchild))
+    if survived:
+        os.kill(int(grandchild), signal.SIGKILL)
+    assert not survived, "the timeout left the child's child running"
 
 
 def _die(how: str) -> int:

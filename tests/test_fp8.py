@@ -17,7 +17,6 @@ import dataclasses
 import importlib.machinery
 import logging
 import os
-import subprocess
 import sys
 import types
 from types import SimpleNamespace
@@ -31,6 +30,7 @@ from biomed_lm.pretrain.config import (DataArguments, ModelArguments, PretrainCo
                                        create_ds_config, load_model_preset)
 from biomed_lm.pretrain.families import get_family
 from biomed_lm.pretrain.flops import device_peak, normalise_precision, peak_flops
+from tests import forked_main
 from tests.conftest import REPO
 
 T = 1e12
@@ -123,9 +123,9 @@ def test_cli_refuses_fp8_on_cpu_with_exit_2_before_the_run_directory_exists(tmp_
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env.update(HF_HUB_OFFLINE="1", CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
-    done = subprocess.run([sys.executable, str(REPO / "launch" / "pretrain.py"), "--config", "configs/pretrain/demo.yaml",
-                           "--precision", "fp8", "--output-dir", str(out)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    done = forked_main.run_command([sys.executable, str(REPO / "launch" / "pretrain.py"), "--config",
+                                    "configs/pretrain/demo.yaml", "--precision", "fp8", "--output-dir", str(out)],
+                                   env=env, timeout=300)
     assert done.returncode == 2, done.stderr[-3000:]
     assert "pretrain: error: --precision fp8 (torchao float8 training) cannot run here" in done.stderr
     assert "compute capability 8.9" in done.stderr and "trains on the CPU" in done.stderr

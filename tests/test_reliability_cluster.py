@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests import forked_main
 from tests.conftest import REPO
 from tests.pretrain_runs import STEPS, env, group_ended, losses, pretrain_args, pretrain_command, run, with_option
 
@@ -27,9 +28,17 @@ PROMPT_EXIT_SECONDS = 120  # a whole 20-step run takes ~15 s here; the old hang 
 
 
 def run_bounded(args: list[str], hooks: dict | None = None) -> tuple[subprocess.CompletedProcess, float]:
-    """Run to the end within :data:`PROMPT_EXIT_SECONDS`; a hang fails the test (and its whole
-    process group, DataLoader workers included, is killed)."""
+    """Run to the end within :data:`PROMPT_EXIT_SECONDS` as a process group of its own (forked from
+    this process where it can be: :mod:`tests.forked_main`); a hang fails the test (and the whole
+    group, DataLoader workers included, is killed)."""
     started = time.monotonic()
+    if forked_main.can_fork():
+        try:
+            done = forked_main.run_script(pretrain_command(args, hooks), env(), PROMPT_EXIT_SECONDS, new_session=True)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the run did not exit within {PROMPT_EXIT_SECONDS} s (hung)")
+        assert group_ended(done.pid, timeout=10), "a process of the run (a DataLoader worker?) outlived it"
+        return done, time.monotonic() - started
     process = subprocess.Popen(pretrain_command(args, hooks), cwd=REPO, env=env(), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

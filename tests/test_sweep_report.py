@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from biomed_lm.finetune.sweep import SweepArgs, run_sweep  # noqa: E402
 from biomed_lm.finetune.sweep_report import (FIGURES_DIR, MIB, REPORT_FILE, REPORT_JSON, SweepReportError,  # noqa: E402
                                              collect_study, dev_grid, grid_cells, parse_sweep_specs, write_sweep_report)
+from tests import forked_main
 from tests.conftest import ncbi_slice  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -221,7 +221,7 @@ def test_entry_script_exits_2_naming_the_bad_record(tmp_path):
     bad = _record(1e-5, 8, 1, 0.5, 0.5)
     del bad["seed"]
     path = _write(tmp_path / "s", bad)
-    proc = subprocess.run([sys.executable, str(LAUNCH), "--sweeps", f"m={tmp_path / 's'}", "--output_dir",
-                           str(tmp_path / "out")], cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = forked_main.run_command([sys.executable, str(LAUNCH), "--sweeps", f"m={tmp_path / 's'}", "--output_dir",
+                                    str(tmp_path / "out")], timeout=120)
     assert proc.returncode == 2 and str(path) in proc.stderr and "'seed'" in proc.stderr
     assert not (tmp_path / "out" / REPORT_FILE).exists()
