@@ -71,19 +71,66 @@ def run(target: Callable[..., int], args: Sequence[Any], command: list[str], env
     only what the result reports; its ``pid`` is the child's). With ``new_session`` the child leads a
     process group of its own (``start_new_session=True``: its pid is the group's id), and a timeout
     kills the whole group."""
-    with tempfile.TemporaryDirectory(prefix="forked_main-") as tmp:
-        out, err = (Path(tmp) / "stdout", Path(tmp) / "stderr") if capture else (None, None)
+    process = ForkedProcess(target, args, command, environment, capture, cwd, new_session)
+    try:
+        stdout, stderr = process.communicate(timeout)
+    except subprocess.TimeoutExpired:
+        _kill(process.pid, new_session)
+        process.communicate()
+        raise subprocess.TimeoutExpired(command, timeout) from None
+    done = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+    done.pid = process.pid
+    return done
+
+
+class ForkedProcess:
+    """``target(*args)`` started in a forked child (as :func:`run` runs it), seen as
+    ``subprocess.Popen`` shows a process: ``pid``, ``returncode``, ``poll``, ``wait``,
+    ``send_signal``, ``kill`` and ``communicate`` (its captured stdout and stderr)."""
+
+    def __init__(self, target: Callable[..., int], args: Sequence[Any], command: list[str],
+                 environment: Mapping[str, str], capture: bool = True, cwd: str | Path = REPO,
+                 new_session: bool = False) -> None:
+        self.args, self.returncode = command, None
+        self._folder = tempfile.TemporaryDirectory(prefix="forked_main-")
+        folder = Path(self._folder.name)
+        self._out, self._err = (folder / "stdout", folder / "stderr") if capture else (None, None)
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            _child(target, args, environment, cwd, out, err, new_session)  # never returns
-        status = _wait(pid, timeout, command, new_session)
-        done = subprocess.CompletedProcess(command, os.waitstatus_to_exitcode(status))
-        if capture:
-            done.stdout, done.stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
-        done.pid = pid
-        return done
+        self.pid = os.fork()
+        if self.pid == 0:
+            _child(target, args, environment, cwd, self._out, self._err, new_session)  # never returns
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+            if done:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The exit status; past ``timeout`` seconds ``subprocess.TimeoutExpired``, the child left running."""
+        if timeout is None and self.returncode is None:
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        deadline = time.monotonic() + (timeout or 0)
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, timeout: float | None = None) -> tuple[str | None, str | None]:
+        self.wait(timeout)
+        outputs = tuple(path.read_text(errors="replace") if path else None for path in (self._out, self._err))
+        self._folder.cleanup()
+        return outputs
 
 
 def run_script(command: list[str], environment: Mapping[str, str], timeout: float | None = None,
@@ -101,6 +148,18 @@ def run_command(command: list[str], env: Mapping[str, str] | None = None, cwd: s
     if forkable_script(command):
         return run_script(command, environment, timeout, cwd=cwd)
     return subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=timeout)
+
+
+def start_command(command: list[str], env: Mapping[str, str], new_session: bool = False
+                  ) -> "ForkedProcess | subprocess.Popen":
+    """``command`` started and left running, as ``subprocess.Popen(command, stdout=DEVNULL,
+    stderr=PIPE, text=True, start_new_session=new_session)`` starts it: a forked child
+    (:class:`ForkedProcess`) where ``command`` runs a Python script, a new process otherwise.
+    ``communicate()`` gives its stderr second."""
+    if forkable_script(command):
+        return ForkedProcess(_script_main, (command[1], command[2:]), command, dict(env), new_session=new_session)
+    return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=new_session)
 
 
 def forkable_script(command: Sequence[str]) -> bool:
@@ -140,21 +199,6 @@ def _script_main(script: str, args: list[str]) -> int:
     sys.path[0:0] = [str(Path(script).resolve().parent)]  # as the interpreter puts the script's folder first
     runpy.run_path(script, run_name="__main__")
     return 0
-
-
-def _wait(pid: int, timeout: float | None, command: list[str], group: bool) -> int:
-    if timeout is None:
-        return os.waitpid(pid, 0)[1]
-    deadline = time.monotonic() + timeout
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status
-        if time.monotonic() > deadline:
-            _kill(pid, group)
-            os.waitpid(pid, 0)
-            raise subprocess.TimeoutExpired(command, timeout)
-        time.sleep(0.02)
 
 
 def _kill(pid: int, group: bool) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import forked_main
 from tests.conftest import REPO, SAMPLE_DIR
 from tests.pretrain_runs import PYTHON, STEPS, deepspeed_launcher, env, losses, pretrain_args, run
 
@@ -109,8 +110,7 @@ def test_bf16_autocasts_and_keeps_fp32_weights(straight_run, pretraining_inputs,
 
 
 def kill_after_first_checkpoint_and_resume(args: list[str], out: Path, first_tag: str) -> subprocess.CompletedProcess:
-    process = subprocess.Popen([PYTHON, str(REPO / "launch" / "pretrain.py"), *args],
-                               cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = forked_main.start_command([PYTHON, str(REPO / "launch" / "pretrain.py"), *args], env())
     latest = out / "checkpoints" / "latest"
     deadline = time.time() + 240
     while not latest.exists() and process.poll() is None and time.time() < deadline:

@@ -104,8 +104,7 @@ def test_a_second_run_on_a_directory_in_use_is_refused_and_a_dead_holder_blocks_
         pretraining_inputs, straight_run, tmp_path):
     out = tmp_path / "run"
     args = with_option(pretrain_args(pretraining_inputs, out), "--num-workers", "1")
-    holder = subprocess.Popen(pretrain_command(args, hooks={"sleep_per_step": 0.5}), cwd=REPO, env=env(),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    holder = forked_main.start_command(pretrain_command(args, hooks={"sleep_per_step": 0.5}), env(), new_session=True)
     try:
         wait_for_steps(out, 2, holder)
         for second in (args, with_option(args, "--seed", "7")):  # the same run twice, and another run

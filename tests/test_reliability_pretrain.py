@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import forked_main
 from tests.conftest import REPO
 from tests.pretrain_runs import (STEPS, copy_run, env, group_ended, losses, pretrain_args, pretrain_command, run,
                                  with_option)
@@ -260,8 +261,7 @@ def test_preemption_with_workers_checkpoints_and_resumes_exactly(how, pretrainin
     out = tmp_path / "run"
     args = with_option(pretrain_args(pretraining_inputs, out), "--num-workers", "2")
     first = args + (["--stop-after-hours", str(2.0 / 3600)] if how == "time budget" else [])
-    process = subprocess.Popen(pretrain_command(first, hooks={"sleep_per_step": 0.3}), cwd=REPO, env=env(),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process = forked_main.start_command(pretrain_command(first, hooks={"sleep_per_step": 0.3}), env(), new_session=True)
     if how == "SIGUSR1":
         wait_for_metrics(out, 3, process)
         process.send_signal(signal.SIGUSR1)
