@@ -9,8 +9,10 @@ monkeypatched modules are its own, and nothing it does reaches the test process.
 
 The child is made to look like a fresh interpreter where the test process differs from one:
 default signal handlers, no pytest log handlers or warning filters, no faulthandler, the given
-environment, torch's thread count from it, and no compiled-graph caches. Tests that need a new
-interpreter (the reference runs, signals to a process group, launchers) start one themselves.
+environment, torch's thread count from it, and no compiled-graph caches. A child can lead a process
+group of its own (``new_session``), and be left running as a ``subprocess.Popen``-like handle
+(:class:`ForkedProcess`) for a test to signal. Tests that need a new interpreter (the reference
+runs, the ``deepspeed`` launcher's) start one themselves.
 """
 
 from __future__ import annotations
