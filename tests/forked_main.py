@@ -77,9 +77,8 @@ def run(target: Callable[..., int], args: Sequence[Any], command: list[str], env
         new_session: bool = False) -> subprocess.CompletedProcess:
     """``target(*args)``'s exit status, and its stdout and stderr (``capture``; else they are this
     process's), run in a forked child as ``command`` would run as a new process (``command`` is
-    only what the result reports; its ``pid`` is the child's). With ``new_session`` the child leads a
-    process group of its own (``start_new_session=True``: its pid is the group's id), and a timeout
-    kills the whole group."""
+    only what the result reports). With ``new_session`` the child leads a process group of its own
+    (``start_new_session=True``: its pid is the group's id), and a timeout kills the whole group."""
     process = ForkedProcess(target, args, command, environment, capture, cwd, new_session)
     try:
         stdout, stderr = process.communicate(timeout)
@@ -87,9 +86,7 @@ def run(target: Callable[..., int], args: Sequence[Any], command: list[str], env
         _kill(process.pid, new_session)
         process.communicate()
         raise subprocess.TimeoutExpired(command, timeout) from None
-    done = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
-    done.pid = process.pid
-    return done
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 class ForkedProcess:
@@ -144,10 +141,10 @@ class ForkedProcess:
 
 
 def run_script(command: list[str], environment: Mapping[str, str], timeout: float | None = None,
-               capture: bool = True, cwd: str | Path = REPO, new_session: bool = False) -> subprocess.CompletedProcess:
+               capture: bool = True, cwd: str | Path = REPO) -> subprocess.CompletedProcess:
     """``command`` (``[python, script.py, *args]``) forked from this process: the script run as
     ``__main__`` with its arguments, as ``python script.py ...`` runs it."""
-    return run(_script_main, (command[1], command[2:]), command, environment, timeout, capture, cwd, new_session)
+    return run(_script_main, (command[1], command[2:]), command, environment, timeout, capture, cwd)
 
 
 def run_command(command: list[str], env: Mapping[str, str] | None = None, cwd: str | Path = REPO,
@@ -167,7 +164,7 @@ def start_command(command: list[str], env: Mapping[str, str], new_session: bool 
     (:class:`ForkedProcess`) where ``command`` runs a Python script, a new process otherwise.
     ``communicate()`` gives its stderr second."""
     if forkable_script(command):
-        return ForkedProcess(_script_main, (command[1], command[2:]), command, dict(env), new_session=new_session)
+        return ForkedProcess(_script_main, (command[1], command[2:]), command, env, new_session=new_session)
     return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=new_session)
 

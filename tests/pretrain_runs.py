@@ -68,12 +68,13 @@ def pretrain_command(args: list[str], hooks: dict | None = None) -> list[str]:
 def run(args: list[str], hooks: dict | None = None, timeout: int = 300,
         fresh: bool = False) -> subprocess.CompletedProcess:
     """launch/pretrain.py with ``args`` (and test ``hooks``) as its own process: forked from this
-    one (:mod:`tests.forked_main`: the same ``main`` in a child process, without the 10-15 s of
-    imports a fresh interpreter spends here), or with ``fresh`` a new interpreter, as a user starts it."""
-    if not fresh and forked_main.can_fork():
-        return forked_main.run_script(pretrain_command(args, hooks), env(), timeout)
-    return subprocess.run(pretrain_command(args, hooks), cwd=REPO, env=env(), capture_output=True, text=True,
-                          timeout=timeout)
+    one where it can be (:mod:`tests.forked_main`: the same script in a child process, without the
+    10-15 s of imports a fresh interpreter spends here), or with ``fresh`` a new interpreter, as a
+    user starts it."""
+    if fresh:
+        return subprocess.run(pretrain_command(args, hooks), cwd=REPO, env=env(), capture_output=True, text=True,
+                              timeout=timeout)
+    return forked_main.run_command(pretrain_command(args, hooks), env(), timeout=timeout)
 
 
 def deepspeed_launcher() -> str | None:

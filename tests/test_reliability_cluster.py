@@ -32,23 +32,15 @@ def run_bounded(args: list[str], hooks: dict | None = None) -> tuple[subprocess.
     this process where it can be: :mod:`tests.forked_main`); a hang fails the test (and the whole
     group, DataLoader workers included, is killed)."""
     started = time.monotonic()
-    if forked_main.can_fork():
-        try:
-            done = forked_main.run_script(pretrain_command(args, hooks), env(), PROMPT_EXIT_SECONDS, new_session=True)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"the run did not exit within {PROMPT_EXIT_SECONDS} s (hung)")
-        assert group_ended(done.pid, timeout=10), "a process of the run (a DataLoader worker?) outlived it"
-        return done, time.monotonic() - started
-    process = subprocess.Popen(pretrain_command(args, hooks), cwd=REPO, env=env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process = forked_main.start_command(pretrain_command(args, hooks), env(), new_session=True)
     try:
-        stdout, stderr = process.communicate(timeout=PROMPT_EXIT_SECONDS)
+        _, stderr = process.communicate(timeout=PROMPT_EXIT_SECONDS)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
         pytest.fail(f"the run did not exit within {PROMPT_EXIT_SECONDS} s (hung)")
     assert group_ended(process.pid, timeout=10), "a process of the run (a DataLoader worker?) outlived it"
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), time.monotonic() - started
+    return subprocess.CompletedProcess(process.args, process.returncode, None, stderr), time.monotonic() - started
 
 
 def records(run_dir: Path) -> dict[int, dict]:
