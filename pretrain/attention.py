@@ -166,7 +166,10 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqs: Sequences, d
     called directly)."""
     from biomed_lm.pretrain.flash_varlen import attention  # imported by why_not before any compiling
 
-    q, k, v = (t.contiguous() for t in (q, k, v))  # views of one projection (unpadded.project_qkv)
+    # q, k and v are views of one projection (unpadded.project_qkv): the flash kernels take each tensor's
+    # row and head strides (only the head dimension must be contiguous), so no copy is made of them here.
+    # Copying them cost a read and a write of the projection's output in every layer (about 1.3% of an
+    # H200 step at 128, by run C's profile).
     return attention(q, k, v, seqs.cu_seqlens, seqs.max_length, dropout_p, scale)
 
 

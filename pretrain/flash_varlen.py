@@ -25,7 +25,8 @@ if not hasattr(torch.ops.aten, "_flash_attention_forward"):  # makes the module 
 
 def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seqlens: torch.Tensor,
               max_length: int, dropout_p: float, scale: float) -> torch.Tensor:
-    """Flash attention within each sequence of ``(total_tokens, heads, head_dim)`` inputs, contiguous;
+    """Flash attention within each sequence of ``(total_tokens, heads, head_dim)`` inputs whose head
+    dimension is contiguous (views of one packed projection are taken as they are, strides and all);
     ``cu_seqlens`` (int32) marks where each sequence starts. No dropout: PyTorch's public
     ``varlen_attn``; with it, :func:`flash_varlen_dropout`."""
     if not dropout_p:

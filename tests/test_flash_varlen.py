@@ -4,6 +4,8 @@ dropout included, tests/test_gpu.py checks on CUDA."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -87,3 +89,31 @@ def test_on_cpu_it_refuses_rather_than_computing_something_else(dropout_p):
     q, k, v = (torch.zeros(TOKENS, HEADS, HEAD_DIM, dtype=torch.bfloat16) for _ in range(3))
     with pytest.raises((RuntimeError, NotImplementedError)):
         flash_varlen.attention(q, k, v, torch.tensor([0, 4, TOKENS], dtype=torch.int32), 6, dropout_p, 0.25)
+
+
+@pytest.mark.parametrize("dropout_p", [0.1, 0.0])
+def test_the_varlen_kernel_takes_the_packed_projections_views_without_copying_them(dropout_p):
+    """``attention.varlen`` hands the kernel q, k and v as ``unpadded.project_qkv`` makes them: strided
+    views of one matrix multiply's output (the flash kernels need only the head dimension contiguous),
+    not copies, which cost a read and a write of that output in every layer; the gradients flow back
+    into the one projection."""
+    from torch import nn
+
+    from biomed_lm.pretrain.attention import Sequences, attend
+    from biomed_lm.pretrain.unpadded import project_qkv
+
+    projections = tuple(nn.Linear(HEADS * HEAD_DIM, HEADS * HEAD_DIM, device="meta", dtype=torch.bfloat16)
+                        for _ in range(3))
+    sequences = dataclasses.replace(Sequences.from_offsets([0, 4, TOKENS]), cu_seqlens=meta(3, dtype=torch.int32))
+
+    def layer(hidden):
+        q, k, v = project_qkv(projections, hidden, (TOKENS, HEADS, HEAD_DIM))
+        out = attend("varlen", q, k, v, sequences, dropout_p, 0.25)
+        return torch.autograd.grad(out.float().sum(), (hidden, *(p.weight for p in projections)))
+
+    graph = make_fx(layer)(meta(TOKENS, HEADS * HEAD_DIM, grad=True))
+    (kernel,) = calls(graph, "flash_varlen_dropout.default" if dropout_p else "torch_attn._varlen_attn.default")
+    q, k, v = kernel.args[:3]
+    (split,) = {node.args[0] for node in (q, k, v)}  # the three views of the one product
+    assert split.target is torch.ops.aten.unbind.int
+    assert not calls(graph, "aten.clone") and not calls(graph, "aten.contiguous")
