@@ -667,7 +667,7 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(2) from None
     dtype = torch.bfloat16 if args.precision in ("bf16", "fp8") else torch.float32
     compile_ = (args.compile or ("on" if device.type == "cuda" else "off")) == "on"
-    print(f"device {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, model {args.model}, "
+    print(f"device {device_name(device)}, model {args.model}, "
           f"{dtype}{' (ours also with fp8 encoder Linear layers)' if fp8 else ''}, compile ours {compile_}, "
           f"backend {args.compile_backend}, {args.warmup} warm-up steps then one window of {args.steps}")
     results, dropout, hours = [], None, None
@@ -682,7 +682,8 @@ def main(argv: list[str] | None = None) -> None:
         best = max(real_data, key=lambda r: r["tokens_per_s"])
         hours = PAPER_TOKENS / best["tokens_per_s"] / 3600
         print(f"paper budget (65.5B tokens at seq {best['seq']}) with {best['system']}: {hours:,.0f} device-hours here")
-    report = {"device": str(device), "architecture": family.name, "model": args.model,
+    report = {"device": str(device), "device_name": device_name(device), "torch": torch.__version__,
+              "architecture": family.name, "model": args.model,
               "vocab_size": model_vocab(args, family),
               "dtype": str(dtype), "precision": args.precision,
               "compile": compile_ and family.unpadded,
@@ -761,6 +762,11 @@ def measure_length(args: argparse.Namespace, bert, device: torch.device, dtype, 
         if row is not None and row["system"] in profiles:
             print_profile(row, profiles[row["system"]])
     return rows + failed
+
+
+def device_name(device: torch.device) -> str:
+    """The GPU's name (what benchmarks/README.md records each figure with), or "cpu"."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
 def failed_row(system: System, error: Exception, max_length: int, batch_size: int) -> dict:

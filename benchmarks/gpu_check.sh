@@ -12,7 +12,8 @@
 # included) fits two calls on one warm machine: `STAGES="bert tests" TEST_TIMEOUT=200` (about 450 s,
 # estimated), then `STAGES="launch fp8"` (about 210 s); families and finetune in a later lease.
 # Results go to $RESULTS (default /tmp/gpu_check) and, when $OUT is set (the lent machine's return
-# folder, which takes at most 8 files), into $OUT/gpu_check.tgz with the whole log beside it.
+# folder, which takes at most 8 files), into $OUT/gpu_check.tgz with the whole log beside it. Last,
+# benchmarks/gpu_goals.py judges issue 23's goals from them: goals.md (a verdict per goal, every row).
 #   bert      bench_gpu.py, BERT-base: transformers eager / compiled / full-length rows against ours
 #             (attention sdpa_padded, and varlen: PyTorch's flash kernels with BERT's dropout), compiled
 #             by layer, each with the residual stream in fp32 and in bf16 (--residual-stream half), seq 128
@@ -103,10 +104,13 @@ pretrain() {  # pretrain NAME ROW STEPS SKIP ARGS...
     --system "$row" --out "$RESULTS/${name}_vs_bench.json"
 }
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2> /dev/null || echo "no nvidia-smi"
-"$PY" -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
+{  # the machine, the versions and the commit, kept beside the results (gpu_goals.py heads its report with them)
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2> /dev/null || echo "no nvidia-smi"
+  "$PY" -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
 'transformers', transformers.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
-git -C "$REPO" log -1 --format='commit %h %s' 2> /dev/null | cut -c1-100
+  git -C "$REPO" log -1 --format='commit %h %s' 2> /dev/null | cut -c1-100
+  echo "stages: $STAGES"
+} 2>&1 | tee "$RESULTS/environment.txt"
 
 COMPILED="ours [sdpa_padded, compiled by layer]" GRAPHED="ours [sdpa_padded, compiled by layer, CUDA graphs]"
 if stage bert; then  # each of ours with the residual stream in fp32 and in bf16, then 300 steps of each stream
@@ -178,6 +182,7 @@ if stage whole; then  # varlen, whole forward, CUDA graphs: one region call a mi
 fi
 
 echo "== done ($(date +%T))"
+"$PY" benchmarks/gpu_goals.py "$RESULTS" --out "$RESULTS/goals.md"  # a verdict per goal, then every row
 if [ -n "${OUT:-}" ]; then
   tar czf "$OUT/gpu_check.tgz" -C "$RESULTS" . && echo "results: \$OUT/gpu_check.tgz"
 fi

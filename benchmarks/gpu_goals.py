@@ -1,0 +1,235 @@
+#!/usr/bin/env python
+"""Issue 23's goals judged from one ``gpu_check.sh`` run: what each stage measured, in tables ready for
+``benchmarks/README.md``.
+
+    python benchmarks/gpu_goals.py /tmp/gpu_check            # the results folder (gpu_check.tgz unpacked)
+    python benchmarks/gpu_goals.py RESULTS --out goals.md
+
+Prints, in markdown: the machine (``environment.txt``), each goal with what was measured, its
+threshold and a verdict (met, missed, or not measured and why: the stage did not run, its system
+failed, or a figure is missing), the rows of every ``bench_gpu.py`` result (tokens/s, MFU, ratios,
+memory, warm-up, spread), the fine-tuning rows, and the ``gpu`` tests' outcome. It reads only what
+the stages wrote; nothing is run again. ``gpu_check.sh`` runs it last, so the lease's returned
+archive carries ``goals.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+#: A figure and how it was read (which row, which file), or why there is none.
+Reading = tuple[float | None, str]
+
+
+@dataclass(frozen=True)
+class Goal:
+    """One of the issue's goals: its words, what it needs (``value >= threshold``), how the value
+    is written (``×`` for a ratio, ``%`` for MFU, ``pass`` for a check) and how it is read."""
+
+    text: str
+    threshold: float
+    unit: str
+    read: Callable[[Path], Reading]
+
+
+def load(results: Path, name: str) -> dict | None:
+    path = results / name
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def fastest_ours(report: dict, precision: str = "bf16") -> dict | None:
+    """The fastest of our rows in ``precision`` that ran (a failed system has role ``failed``)."""
+    rows = [r for r in report["results"] if r.get("role") == "ours" and r.get("precision") == precision]
+    return max(rows, key=lambda r: r["tokens_per_s"]) if rows else None
+
+
+def failures(report: dict) -> str:
+    failed = [f"{r['system']}: {r.get('error', '?')[:120]}" for r in report["results"] if r.get("role") == "failed"]
+    return f"; failed: {' | '.join(failed)}" if failed else ""
+
+
+def ours_figure(name: str, figure: str, precision: str = "bf16") -> Callable[[Path], Reading]:
+    """A figure of the fastest of our rows in ``name``: ``ratio`` (to transformers compiled) or ``mfu``."""
+    def read(results: Path) -> Reading:
+        report = load(results, name)
+        if report is None:
+            return None, f"{name} missing (stage not run)"
+        row = fastest_ours(report, precision)
+        if row is None:
+            return None, f"{name}: no row of ours ran{failures(report)}"
+        value = row.get(figure)
+        if value is None:
+            why = "no known peak for the device" if figure == "mfu" else "no transformers compiled row in the run"
+            return None, f"{name}: {row['system']} has no {figure} ({why})"
+        scale = 100.0 if figure == "mfu" else 1.0
+        return value * scale, f"{row['system']}, {row['tokens_per_s']:,.0f} tok/s ({name})"
+    return read
+
+
+def fp8_speedup(results: Path) -> Reading:
+    report = load(results, "fp8.json")
+    if report is None:
+        return None, "fp8.json missing (stage not run)"
+    row = fastest_ours(report, "fp8")
+    if row is None or row.get("ratio_vs_our_bf16") is None:
+        return None, f"fp8.json: no fp8 row beside a bf16 one{failures(report)}"
+    return row["ratio_vs_our_bf16"], f"{row['system']}, {row['tokens_per_s']:,.0f} tok/s (fp8.json)"
+
+
+def convergence_check(name: str, part: str | None = None) -> Callable[[Path], Reading]:
+    """``convergence.passed`` of ``name`` (or of its sub-check ``part``): 1 passed, 0 failed."""
+    def read(results: Path) -> Reading:
+        report = load(results, name)
+        check = (report or {}).get("convergence") or {}
+        check = check.get(part) or {} if part else check
+        if check.get("passed") is None:
+            return None, f"{name}: no convergence result{' (' + part + ')' if part else ''}"
+        difference = check.get("relative_difference")
+        detail = f"final losses {difference:+.2%} apart" if difference is not None else "passed" if check["passed"] else ""
+        return float(bool(check["passed"])), f"{detail} ({name})"
+    return read
+
+
+def launch_pace(results: Path) -> Reading:
+    report = load(results, "launch_vs_bench.json")
+    if report is None:
+        return None, "launch_vs_bench.json missing (stage not run, or the run wrote no metrics)"
+    run, bench = report["run"], report["bench"]
+    return report["ratio"], (f"{run['tokens_per_s']:,.0f} tok/s over {run['steps']} logged steps from step "
+                             f"{run['first_step']} vs {bench['tokens_per_s']:,.0f} (launch_vs_bench.json)")
+
+
+def finetune_ratio(results: Path) -> Reading:
+    """The lower of the tasks' examples/s ratios (ours / HF Trainer's default), each task's F1 beside it."""
+    report = load(results, "finetune.json")
+    if report is None or not report.get("tasks"):
+        return None, "finetune.json missing (stage not run)"
+    tasks = report["tasks"]
+    parts = [f"{name} ×{task['ratio_examples_per_s']:.2f}, test F1 {task['f1_diff_test']:+.3f}"
+             for name, task in tasks.items()]
+    return min(task["ratio_examples_per_s"] for task in tasks.values()), "; ".join(parts) + " (finetune.json)"
+
+
+GOALS = (
+    Goal("seq 128: ×1.5 of transformers + torch.compile", 1.5, "×", ours_figure("bert128.json", "ratio")),
+    Goal("seq 128: MFU ≥ 40%", 40.0, "%", ours_figure("bert128.json", "mfu")),
+    Goal("seq 512: ×1.8 of transformers + torch.compile", 1.8, "×", ours_figure("bert512.json", "ratio")),
+    Goal("seq 512: MFU ≥ 40%", 40.0, "%", ours_figure("bert512.json", "mfu")),
+    Goal("FP8: ×1.3 of our bf16 step", 1.3, "×", fp8_speedup),
+    Goal("FP8: 300-step convergence check", 1.0, "pass", convergence_check("fp8.json")),
+    Goal("bf16 residual stream: 300-step convergence check", 1.0, "pass", convergence_check("bert128.json", "half_stream")),
+    Goal("launch/pretrain.py ≥ 95% of the bench", 0.95, "×", launch_pace),
+    Goal("RoBERTa: ×1.3 of its transformers class compiled", 1.3, "×", ours_figure("roberta.json", "ratio")),
+    Goal("ALBERT: ×1.3 of its transformers class compiled", 1.3, "×", ours_figure("albert.json", "ratio")),
+    Goal("fine-tuning: ×1.2 of HF Trainer at equal F1", 1.2, "×", finetune_ratio),
+)
+
+
+def shown(value: float, unit: str) -> str:
+    return {"×": f"×{value:.3f}", "%": f"{value:.1f}%", "pass": "passed" if value else "failed"}[unit]
+
+
+def goals_table(results: Path) -> list[str]:
+    lines = ["| goal | measured | verdict | from |", "| --- | ---: | --- | --- |"]
+    for goal in GOALS:
+        try:
+            value, detail = goal.read(results)
+        except (KeyError, TypeError, ValueError) as error:  # a result file of another shape: say so, go on
+            value, detail = None, f"unreadable: {type(error).__name__}: {error}"
+        verdict = "not measured" if value is None else "met" if value >= goal.threshold else "missed"
+        figure = "" if value is None else shown(value, goal.unit)
+        lines.append(f"| {goal.text} | {figure} | {verdict} | {detail} |")
+    return lines
+
+
+def bench_tables(results: Path) -> list[str]:
+    """Every bench_gpu.py result's rows, as the README's run tables have them."""
+    lines = []
+    for path in sorted(results.glob("*.json")):
+        report = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(report, dict) or "results" not in report or "architecture" not in report:
+            continue
+        lines += ["", f"**{path.name}** ({report.get('device_name', report.get('device'))}, "
+                      f"{report['architecture']}, {report.get('model')}, {report.get('precision')}; "
+                      f"{report.get('warmup_steps')} warm-up steps, windows of {report.get('timed_steps')})", "",
+                  "| system | seq × batch | tokens/s | MFU | ×HFc | ×HFe | other | peak GiB | warm-up | spread |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
+        for row in report["results"]:
+            lines.append(bench_row(row))
+    return lines
+
+
+def bench_row(row: dict) -> str:
+    if row.get("role") == "failed":
+        return f"| {row['system']} | {row.get('seq')} × {row.get('batch')} | failed: {row.get('error', '')[:160]} " \
+               "| | | | | | | |"
+
+    def number(key: str, form: str, scale: float = 1.0) -> str:
+        return "" if row.get(key) is None else format(row[key] * scale, form)
+
+    other = "; ".join(f"{key} ×{row[key]:.3f}" for key in ("ratio_vs_our_bf16", "ratio_vs_fp32_stream") if key in row)
+    mfu = "" if row.get("mfu") is None else f"{row['mfu']:.1%}" + (" (fp8 peak)" if row.get("mfu_peak") == "fp8" else "")
+    return (f"| {row['system']} | {row['seq']} × {row['batch']} | {number('tokens_per_s', ',.0f')} | {mfu} "
+            f"| {number('ratio', '.2f')} | {number('ratio_vs_eager', '.2f')} | {other} "
+            f"| {number('peak_memory_gib', '.1f')} | {number('warmup_seconds', '.0f')} s "
+            f"| {number('window_spread', '.1%')} |")
+
+
+def finetune_table(results: Path) -> list[str]:
+    report = load(results, "finetune.json")
+    if not report or not report.get("tasks"):
+        return []
+    lines = ["", f"**finetune.json** ({report.get('device_name')}, {report.get('precision')})", "",
+             "| task | method | examples/s (steady) | dev F1 | test F1 |", "| --- | --- | ---: | ---: | ---: |"]
+    for name, task in report["tasks"].items():
+        for method, row in task["results"].items():
+            lines.append(f"| {name} | {method} | {row['examples_per_s_steady']:.1f} | {row['dev_f1']:.3f} "
+                         f"| {row['test_f1']:.3f} |")
+    return lines
+
+
+def tests_outcome(results: Path) -> list[str]:
+    """The ``gpu`` tests' outcome from pytest's verbose log: counts, and each failure's name."""
+    path = results / "gpu_tests.log"
+    if not path.is_file():
+        return ["", "`gpu` tests: gpu_tests.log missing (stage not run)"]
+    outcomes = re.findall(r"^(tests/\S+) (PASSED|FAILED|SKIPPED|ERROR)", path.read_text(encoding="utf-8"), re.M)
+    counts = {kind: sum(1 for _, outcome in outcomes if outcome == kind) for kind in ("PASSED", "FAILED", "SKIPPED",
+                                                                                     "ERROR")}
+    lines = ["", "`gpu` tests: " + ", ".join(f"{n} {kind.lower()}" for kind, n in counts.items() if n)
+             + ("" if outcomes else "no test outcome in gpu_tests.log (cut off before the first?)")]
+    lines += [f"- {outcome}: `{name}`" for name, outcome in outcomes if outcome in ("FAILED", "ERROR")]
+    return lines
+
+
+def report(results: Path) -> str:
+    environment = results / "environment.txt"
+    lines = [f"# issue 23's goals from {results}", ""]
+    if environment.is_file():
+        lines += ["```", environment.read_text(encoding="utf-8").strip(), "```", ""]
+    lines += goals_table(results) + bench_tables(results) + finetune_table(results) + tests_outcome(results)
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results", type=Path, nargs="?", default=Path("/tmp/gpu_check"),
+                        help="gpu_check.sh's results folder (default /tmp/gpu_check)")
+    parser.add_argument("--out", type=Path, default=None, help="also write the markdown here")
+    args = parser.parse_args(argv)
+    if not args.results.is_dir():
+        parser.error(f"{args.results}: no such folder (gpu_check.sh's RESULTS, or its gpu_check.tgz unpacked)")
+    text = report(args.results)
+    if args.out:
+        args.out.write_text(text, encoding="utf-8")
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,125 @@
+"""benchmarks/gpu_goals.py: issue 23's goals judged from a gpu_check.sh results folder (result files
+written here in the stages' own shapes)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_goals.py"
+
+
+@pytest.fixture
+def gpu_goals(monkeypatch):
+    spec = importlib.util.spec_from_file_location("gpu_goals", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "gpu_goals", module)  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def row(system: str, role: str, tokens: float, **figures) -> dict:
+    return {"system": system, "role": role, "precision": "bf16", "seq": 128, "batch": 256, "tokens_per_s": tokens,
+            "mfu": None, "ratio": None, **figures}
+
+
+def bench(architecture: str, *rows: dict, **extra) -> dict:
+    return {"device": "cuda", "device_name": "NVIDIA H200", "architecture": architecture, "model": "bert-base",
+            "precision": "bf16", "warmup_steps": 3, "timed_steps": 30, "results": list(rows), **extra}
+
+
+def write(folder: Path, name: str, content) -> None:
+    (folder / name).write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
+
+
+def verdicts(gpu_goals, folder: Path) -> dict[str, tuple[str, str, str]]:
+    """Each goal's (measured, verdict, from) cells."""
+    lines = gpu_goals.goals_table(folder)[2:]
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+    return {goal: (measured, verdict, source) for goal, measured, verdict, source in cells}
+
+
+@pytest.fixture
+def results(tmp_path: Path) -> Path:
+    """A run in which some goals are met, some missed, one stage failed and others did not run."""
+    compiled = row("transformers BertForPreTraining (torch.compile)", "hf_compiled", 476_007.0, ratio=1.0, mfu=0.262)
+    write(tmp_path, "bert128.json", bench(
+        "bert", compiled,
+        row("ours [varlen, compiled by layer]", "ours", 598_482.0, ratio=1.257, mfu=0.329),
+        row("ours [sdpa_padded, compiled by layer]", "ours", 579_222.0, ratio=1.217, mfu=0.319),
+        convergence={"half_stream": {"passed": True, "relative_difference": 0.0012}}))
+    write(tmp_path, "fp8.json", bench(
+        "bert", row("ours [sdpa_padded]", "ours", 581_832.0, mfu=0.32),
+        row("ours [sdpa_padded, fp8]", "ours", 359_836.0, precision="fp8", mfu=0.099, mfu_peak="fp8",
+            ratio_vs_our_bf16=0.618),
+        convergence={"passed": False, "relative_difference": 0.013}))
+    write(tmp_path, "albert.json", bench(
+        "albert", row("transformers AlbertForPreTraining (torch.compile)", "hf_compiled", 586_293.0, ratio=1.0),
+        {"system": "ours [sdpa_padded, compiled by layer]", "role": "failed", "failed_role": "ours", "seq": 128,
+         "batch": 256, "error": "RuntimeError: CUDA out of memory"}))
+    write(tmp_path, "launch_vs_bench.json", {
+        "run": {"steps": 7, "first_step": 40, "tokens_per_s": 560_000.0, "mfu": 0.3},
+        "bench": {"system": "ours [sdpa_padded", "tokens_per_s": 579_222.0}, "ratio": 0.967, "goal": 0.95})
+    write(tmp_path, "environment.txt", "NVIDIA H200, 143771 MiB\ncommit be8bb1a varlen\n")
+    return tmp_path
+
+
+def test_each_goal_is_met_missed_or_not_measured_with_where_its_figure_comes_from(gpu_goals, results):
+    table = verdicts(gpu_goals, results)
+    assert table["seq 128: ×1.5 of transformers + torch.compile"] == (
+        "×1.257", "missed", "ours [varlen, compiled by layer], 598,482 tok/s (bert128.json)")  # the fastest of ours
+    assert table["seq 128: MFU ≥ 40%"][:2] == ("32.9%", "missed")
+    assert table["launch/pretrain.py ≥ 95% of the bench"][:2] == ("×0.967", "met")
+    assert table["FP8: ×1.3 of our bf16 step"][:2] == ("×0.618", "missed")
+    assert table["FP8: 300-step convergence check"][:2] == ("failed", "missed")
+    assert table["bf16 residual stream: 300-step convergence check"] == (
+        "passed", "met", "final losses +0.12% apart (bert128.json)")
+    assert table["seq 512: ×1.8 of transformers + torch.compile"] == (
+        "", "not measured", "bert512.json missing (stage not run)")
+    measured, verdict, source = table["ALBERT: ×1.3 of its transformers class compiled"]
+    assert (measured, verdict) == ("", "not measured") and "CUDA out of memory" in source
+    assert table["fine-tuning: ×1.2 of HF Trainer at equal F1"][1] == "not measured"
+
+
+def test_fine_tuning_is_judged_by_its_slower_task_with_each_tasks_f1_beside_it(gpu_goals, tmp_path):
+    task = {"ratio_examples_per_s": 1.65, "f1_diff_test": -0.008,
+            "results": {"hf_trainer": {"examples_per_s_steady": 34.4, "dev_f1": 0.33, "test_f1": 0.293},
+                        "ours": {"examples_per_s_steady": 56.7, "dev_f1": 0.32, "test_f1": 0.285}}}
+    write(tmp_path, "finetune.json", {"device_name": "NVIDIA H200", "precision": "bf16",
+                                      "tasks": {"ner": task, "relation": task | {"ratio_examples_per_s": 1.1}}})
+    measured, verdict, source = verdicts(gpu_goals, tmp_path)["fine-tuning: ×1.2 of HF Trainer at equal F1"]
+    assert (measured, verdict) == ("×1.100", "missed")
+    assert "ner ×1.65, test F1 -0.008" in source and "relation ×1.10" in source
+    assert "| ner | ours | 56.7 | 0.320 | 0.285 |" in gpu_goals.report(tmp_path)
+
+
+def test_the_report_holds_the_machine_every_bench_row_and_the_gpu_tests_failures(gpu_goals, results):
+    write(results, "gpu_tests.log", "tests/test_gpu.py::test_varlen_dropout PASSED [ 10%]\n"
+                                    "tests/test_gpu.py::test_flex_compiled FAILED [ 20%]\n"
+                                    "tests/test_gpu.py::test_two_gpus SKIPPED (one GPU) [ 30%]\n")
+    text = gpu_goals.report(results)
+    assert "commit be8bb1a varlen" in text
+    assert "| ours [varlen, compiled by layer] | 128 × 256 | 598,482 | 32.9% | 1.26 |" in text
+    assert "| ours [sdpa_padded, fp8] | 128 × 256 | 359,836 | 9.9% (fp8 peak) |" in text
+    assert "ratio_vs_our_bf16 ×0.618" in text
+    assert "failed: RuntimeError: CUDA out of memory" in text
+    assert "`gpu` tests: 1 passed, 1 failed, 1 skipped" in text
+    assert "- FAILED: `tests/test_gpu.py::test_flex_compiled`" in text
+
+
+def test_a_result_file_of_another_shape_is_named_not_fatal(gpu_goals, tmp_path):
+    write(tmp_path, "launch_vs_bench.json", {"ratio": 0.9})  # no "run": an older or broken file
+    measured, verdict, source = verdicts(gpu_goals, tmp_path)["launch/pretrain.py ≥ 95% of the bench"]
+    assert verdict == "not measured" and source.startswith("unreadable: KeyError")
+
+
+def test_the_cli_writes_the_report_and_refuses_a_missing_folder(gpu_goals, results, tmp_path, capsys):
+    assert gpu_goals.main([str(results), "--out", str(tmp_path / "goals.md")]) == 0
+    assert (tmp_path / "goals.md").read_text(encoding="utf-8") == capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        gpu_goals.main([str(tmp_path / "nowhere")])
+    assert exit_.value.code == 2 and "nowhere: no such folder" in capsys.readouterr().err
