@@ -86,11 +86,11 @@ def convergence_check(name: str, part: str | None = None) -> Callable[[Path], Re
     def read(results: Path) -> Reading:
         report = load(results, name)
         check = (report or {}).get("convergence") or {}
-        check = check.get(part) or {} if part else check
+        check = (check.get(part) or {}) if part else check
         if check.get("passed") is None:
             return None, f"{name}: no convergence result{' (' + part + ')' if part else ''}"
         difference = check.get("relative_difference")
-        detail = f"final losses {difference:+.2%} apart" if difference is not None else "passed" if check["passed"] else ""
+        detail = f"final losses {difference:+.2%} apart" if difference is not None else "no loss difference recorded"
         return float(bool(check["passed"])), f"{detail} ({name})"
     return read
 
@@ -104,15 +104,18 @@ def launch_pace(results: Path) -> Reading:
                              f"{run['first_step']} vs {bench['tokens_per_s']:,.0f} (launch_vs_bench.json)")
 
 
-def finetune_ratio(results: Path) -> Reading:
-    """The lower of the tasks' examples/s ratios (ours / HF Trainer's default), each task's F1 beside it."""
-    report = load(results, "finetune.json")
-    if report is None or not report.get("tasks"):
-        return None, "finetune.json missing (stage not run)"
-    tasks = report["tasks"]
-    parts = [f"{name} ×{task['ratio_examples_per_s']:.2f}, test F1 {task['f1_diff_test']:+.3f}"
-             for name, task in tasks.items()]
-    return min(task["ratio_examples_per_s"] for task in tasks.values()), "; ".join(parts) + " (finetune.json)"
+def finetune_figure(key: str) -> Callable[[Path], Reading]:
+    """The lowest over the fine-tuning tasks of ``key``: ``ratio_examples_per_s`` (ours / HF Trainer's
+    default) or ``f1_diff_test`` (ours - HF's test F1), every task's two figures beside it."""
+    def read(results: Path) -> Reading:
+        report = load(results, "finetune.json")
+        if report is None or not report.get("tasks"):
+            return None, "finetune.json missing (stage not run)"
+        tasks = report["tasks"]
+        parts = [f"{name} ×{task['ratio_examples_per_s']:.2f}, test F1 {task['f1_diff_test']:+.3f}"
+                 for name, task in tasks.items()]
+        return min(task[key] for task in tasks.values()), "; ".join(parts) + " (finetune.json)"
+    return read
 
 
 GOALS = (
@@ -126,12 +129,15 @@ GOALS = (
     Goal("launch/pretrain.py ≥ 95% of the bench", 0.95, "×", launch_pace),
     Goal("RoBERTa: ×1.3 of its transformers class compiled", 1.3, "×", ours_figure("roberta.json", "ratio")),
     Goal("ALBERT: ×1.3 of its transformers class compiled", 1.3, "×", ours_figure("albert.json", "ratio")),
-    Goal("fine-tuning: ×1.2 of HF Trainer at equal F1", 1.2, "×", finetune_ratio),
+    Goal("fine-tuning: ×1.2 of HF Trainer's examples/s", 1.2, "×", finetune_figure("ratio_examples_per_s")),
+    # "at equal F1": one seed's test F1 of a short run moves by points between seeds (benchmarks/README.md)
+    Goal("fine-tuning: at equal F1 (test F1 at most 0.02 below HF's)", -0.02, "F1", finetune_figure("f1_diff_test")),
 )
 
 
 def shown(value: float, unit: str) -> str:
-    return {"×": f"×{value:.3f}", "%": f"{value:.1f}%", "pass": "passed" if value else "failed"}[unit]
+    return {"×": f"×{value:.3f}", "%": f"{value:.1f}%", "F1": f"{value:+.3f}",
+            "pass": "passed" if value else "failed"}[unit]
 
 
 def goals_table(results: Path) -> list[str]:
