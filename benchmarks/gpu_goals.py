@@ -42,6 +42,12 @@ def load(results: Path, name: str) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
+def off_gpu(report: dict, name: str) -> str | None:
+    """Why a result judges no goal: it was measured on the CPU (``SMOKE=1``, a tiny model), or None."""
+    device = str(report.get("device", "cuda"))
+    return None if device.startswith("cuda") else f"{name}: measured on {device}, not a GPU"
+
+
 def fastest_ours(report: dict, precision: str = "bf16") -> dict | None:
     """The fastest of our rows in ``precision`` that ran (a failed system has role ``failed``)."""
     rows = [r for r in report["results"] if r.get("role") == "ours" and r.get("precision") == precision]
@@ -59,6 +65,8 @@ def ours_figure(name: str, figure: str, precision: str = "bf16") -> Callable[[Pa
         report = load(results, name)
         if report is None:
             return None, f"{name} missing (stage not run)"
+        if (why := off_gpu(report, name)):
+            return None, why
         row = fastest_ours(report, precision)
         if row is None:
             return None, f"{name}: no row of ours ran{failures(report)}"
@@ -75,6 +83,8 @@ def fp8_speedup(results: Path) -> Reading:
     report = load(results, "fp8.json")
     if report is None:
         return None, "fp8.json missing (stage not run)"
+    if (why := off_gpu(report, "fp8.json")):
+        return None, why
     row = fastest_ours(report, "fp8")
     if row is None or row.get("ratio_vs_our_bf16") is None:
         return None, f"fp8.json: no fp8 row beside a bf16 one{failures(report)}"
@@ -85,6 +95,8 @@ def convergence_check(name: str, part: str | None = None) -> Callable[[Path], Re
     """``convergence.passed`` of ``name`` (or of its sub-check ``part``): 1 passed, 0 failed."""
     def read(results: Path) -> Reading:
         report = load(results, name)
+        if report and (why := off_gpu(report, name)):
+            return None, why
         check = (report or {}).get("convergence") or {}
         check = (check.get(part) or {}) if part else check
         if check.get("passed") is None:
@@ -99,6 +111,9 @@ def launch_pace(results: Path) -> Reading:
     report = load(results, "launch_vs_bench.json")
     if report is None:
         return None, "launch_vs_bench.json missing (stage not run, or the run wrote no metrics)"
+    bench_report = load(results, "bert128.json")  # the row it is measured against, and where that ran
+    if bench_report and (why := off_gpu(bench_report, "bert128.json")):
+        return None, why
     run, bench = report["run"], report["bench"]
     return report["ratio"], (f"{run['tokens_per_s']:,.0f} tok/s over {run['steps']} logged steps from step "
                              f"{run['first_step']} vs {bench['tokens_per_s']:,.0f} (launch_vs_bench.json)")
@@ -111,6 +126,8 @@ def finetune_figure(key: str) -> Callable[[Path], Reading]:
         report = load(results, "finetune.json")
         if report is None or not report.get("tasks"):
             return None, "finetune.json missing (stage not run)"
+        if (why := off_gpu(report, "finetune.json")):
+            return None, why
         tasks = report["tasks"]
         parts = [f"{name} ×{task['ratio_examples_per_s']:.2f}, test F1 {task['f1_diff_test']:+.3f}"
                  for name, task in tasks.items()]
@@ -199,6 +216,22 @@ def finetune_table(results: Path) -> list[str]:
     return lines
 
 
+def recipe_mfus(results: Path) -> list[str]:
+    """The measured MFUs ``experiments/recipes.MEASURED_MFU`` projects the recipes' costs from: BERT at 128
+    as ``launch/pretrain.py`` ran (the launch stage), the other lengths and families from the bench's
+    fastest row of ours in bf16."""
+    found = []
+    launch = load(results, "launch_vs_bench.json")
+    if launch and launch.get("run", {}).get("mfu") is not None:
+        found.append(f"bert 128: {launch['run']['mfu']:.3f} (launch/pretrain.py, launch_vs_bench.json)")
+    for family, name in (("bert", "bert512.json"), ("roberta", "roberta.json"), ("albert", "albert.json")):
+        report = load(results, name)
+        row = fastest_ours(report) if report else None
+        if row is not None and row.get("mfu") is not None:
+            found.append(f"{family} {row['seq']}: {row['mfu']:.3f} ({row['system']}, {name})")
+    return ["", "MFUs for `experiments/recipes.MEASURED_MFU`: " + ("; ".join(found) if found else "none measured")]
+
+
 def tests_outcome(results: Path) -> list[str]:
     """The ``gpu`` tests' outcome from pytest's verbose log: counts, and each failure's name."""
     path = results / "gpu_tests.log"
@@ -218,7 +251,8 @@ def report(results: Path) -> str:
     lines = [f"# issue 23's goals from {results}", ""]
     if environment.is_file():
         lines += ["```", environment.read_text(encoding="utf-8").strip(), "```", ""]
-    lines += goals_table(results) + bench_tables(results) + finetune_table(results) + tests_outcome(results)
+    lines += goals_table(results) + recipe_mfus(results) + bench_tables(results) + finetune_table(results) \
+        + tests_outcome(results)
     return "\n".join(lines) + "\n"
 
 

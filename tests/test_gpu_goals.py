@@ -111,6 +111,21 @@ def test_the_report_holds_the_machine_every_bench_row_and_the_gpu_tests_failures
     assert "failed: RuntimeError: CUDA out of memory" in text
     assert "`gpu` tests: 1 passed, 1 failed, 1 skipped" in text
     assert "- FAILED: `tests/test_gpu.py::test_flex_compiled`" in text
+    assert "MFUs for `experiments/recipes.MEASURED_MFU`: bert 128: 0.300 (launch/pretrain.py" in text
+    assert "albert" not in text.split("MFUs for")[1].splitlines()[0]  # its row of ours failed: nothing to use
+
+
+def test_results_measured_on_the_cpu_judge_no_goal(gpu_goals, results):
+    """gpu_check.sh's SMOKE=1 (tiny models on the CPU) writes the same files: their ratios say nothing of
+    the goals."""
+    for name in ("bert128.json", "fp8.json"):
+        report = json.loads((results / name).read_text(encoding="utf-8"))
+        write(results, name, report | {"device": "cpu"})
+    table = verdicts(gpu_goals, results)
+    for goal in ("seq 128: ×1.5 of transformers + torch.compile", "FP8: ×1.3 of our bf16 step",
+                 "bf16 residual stream: 300-step convergence check", "launch/pretrain.py ≥ 95% of the bench"):
+        assert table[goal][1:] == ("not measured", f"{'fp8' if 'FP8' in goal else 'bert128'}.json: measured on "
+                                                   "cpu, not a GPU"), goal
 
 
 def test_a_result_file_of_another_shape_is_named_not_fatal(gpu_goals, tmp_path):
