@@ -53,6 +53,37 @@ def test_each_cuda_kernel_matches_eager_attention_in_bf16(kernel):
         assert torch.allclose(got.float(), want.float(), atol=0.1, rtol=BF16_TOLERANCE)
 
 
+@pytest.mark.parametrize("kernel", ["varlen", "flash_attn"])
+@pytest.mark.parametrize("dropout_p", [0.0, 0.1])
+def test_flash_kernels_take_the_packed_projections_views_as_its_copies(kernel, dropout_p):
+    """q, k and v as ``unpadded.project_qkv`` hands them over, strided views of one (tokens, 3, heads,
+    head size) product, give what contiguous copies of them give: the same output, dropout included (the
+    generator reset before each), and the same gradients up to the order of the backward's atomic adds
+    (flash's dq accumulates across key blocks nondeterministically): a kernel reading the wrong rows or
+    heads would be far off."""
+    reason = why_not(kernel, torch.device("cuda"), torch.bfloat16, dropout_p)
+    if reason is not None:
+        pytest.skip(f"{kernel} {reason}")
+    seqs = _sequences([128, 1, 77, 300])
+    g = torch.Generator(device="cuda").manual_seed(0)
+    packed = torch.randn(seqs.offsets[-1], 3, 12, 64, generator=g, device="cuda", dtype=torch.bfloat16)
+    grad_out = torch.randn(seqs.offsets[-1], 12, 64, generator=g, device="cuda", dtype=torch.bfloat16)
+
+    def run(contiguous: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        source = packed.clone().requires_grad_()
+        q, k, v = source.unbind(1)
+        if contiguous:
+            q, k, v = (t.contiguous() for t in (q, k, v))
+        torch.cuda.manual_seed(7)
+        out = attend(kernel, q, k, v, seqs, dropout_p)
+        (grad,) = torch.autograd.grad(out, source, grad_out)
+        return out, grad
+
+    (out, grad), (want_out, want_grad) = run(contiguous=False), run(contiguous=True)
+    assert torch.equal(out, want_out)
+    torch.testing.assert_close(grad, want_grad, atol=1e-2, rtol=1e-2)
+
+
 @pytest.mark.parametrize("kernel", [name for name, spec in KERNELS.items() if spec.dropout])
 def test_each_cuda_kernel_with_attention_dropout_drops_what_its_backward_replays(kernel):
     """Attention dropout inside a kernel: given the random numbers the forward drew, its output is
