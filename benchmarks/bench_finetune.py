@@ -572,6 +572,10 @@ def parse_args(argv):
         args.learning_rate = 1e-3 if args.model == "tiny" else 1e-4 if args.model == "bert-base" else 5e-5
     if args.warmup_steps is None:
         args.warmup_steps = 5 if cuda else 1
+    if str(args.relation_data) == "derived":
+        args.relation_data = None  # the set derived from NCBI-disease, as with no --relation-data
+    if args.relation_data is not None and not args.relation_data.is_dir():
+        parser.error(f"--relation-data {args.relation_data} is not a directory")
     args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     if not args.tasks or any(t not in TASKS for t in args.tasks):
         parser.error(f"--tasks: choose from {', '.join(TASKS)}")
@@ -600,127 +604,120 @@ def parse_args(argv):
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    try:
-        import accelerate  # noqa: F401  (transformers' Trainer needs it; not a dependency of this project)
-    except ImportError:
-        print("bench_finetune: error: the hf_trainer baseline needs accelerate (transformers' Trainer requires it); "
-              "install it with: .venv/bin/pip install -c requirements/cpu.lock accelerate", file=sys.stderr)
-        return 2
-    import transformers
-
-    from biomed_lm.finetune.blurb import TRAIN
-    from biomed_lm.finetune.trainer import FinetuneArgs, _prepare_data
-
-    transformers.logging.set_verbosity_error()  # "newly initialized classifier" etc.
-    # "cuda" names the current device; the trainer reports it with its index (cuda:0)
-    device = torch.device("cuda", torch.cuda.current_device()) if args.device == "cuda" else torch.device(args.device)
-    bf16 = args.precision == "bf16"
-    tmp = tempfile.TemporaryDirectory(prefix="bench_finetune_")
-    root = Path(tmp.name)
-    started = time.perf_counter()
-
-    # ---- the tasks' data directories
-    specs = {}
+def task_specs(args, root: Path) -> tuple[dict[str, dict], str | None]:
+    """Each task's dataset for ``FinetuneArgs``, and where the relation task's examples come from: GAD
+    from ``--relation-data``, or pairs derived from NCBI-disease where none is given."""
+    specs, relation_source = {}, None
     if "ner" in args.tasks:
         specs["ner"] = dict(dataset="ncbi-disease", data_dir=str(args.ner_data))
-    relation_source = None
-    if "relation" in args.tasks:
-        gad = args.relation_data or Path("derived")
-        if str(gad) != "derived" and not gad.is_dir():
-            print(f"bench_finetune: error: --relation-data {gad} is not a directory", file=sys.stderr)
-            return 2
-        if str(gad) != "derived" and gad.is_dir():
-            specs["relation"] = dict(dataset="gad", data_dir=str(gad))
-            relation_source = f"GAD ({gad})"
+    if "relation" not in args.tasks:
+        return specs, relation_source
+    if args.relation_data is not None:
+        specs["relation"] = dict(dataset="gad", data_dir=str(args.relation_data))
+        return specs, f"GAD ({args.relation_data})"
+    limits = [n for n in (args.train_examples, args.eval_examples) if n is not None]
+    counts = derived_relation_data(args.ner_data, root / "ncbi_pairs", max(limits) if len(limits) == 2 else None)
+    specs["relation"] = dict(dataset="ncbi-pairs", data_dir=str(root / "ncbi_pairs"), task_type="relation",
+                             negative_label="0")
+    relation_source = (f"derived from NCBI-disease ({args.ner_data}): consecutive disease-mention pairs, "
+                       f"label 1 when at most 2 words apart; rows {counts}")
+    log(f"relation data: {relation_source}")
+    return specs, relation_source
+
+
+def training_texts(specs: dict[str, dict]):
+    """The tasks' training texts (what a tokenizer trained for the benchmark learns from)."""
+    from biomed_lm.finetune.blurb import TRAIN
+    from biomed_lm.finetune.readers import load_blurb_dataset, load_generic_dataset
+
+    for spec in specs.values():
+        if "task_type" in spec:
+            dataset = load_generic_dataset("relation", spec["data_dir"], None, name=spec["dataset"],
+                                           negative_label="0")
         else:
-            limits = [n for n in (args.train_examples, args.eval_examples) if n is not None]
-            counts = derived_relation_data(args.ner_data, root / "ncbi_pairs",
-                                           max(limits) if len(limits) == 2 else None)
-            specs["relation"] = dict(dataset="ncbi-pairs", data_dir=str(root / "ncbi_pairs"), task_type="relation",
-                                     negative_label="0")
-            relation_source = (f"derived from NCBI-disease ({args.ner_data}): consecutive disease-mention pairs, "
-                               f"label 1 when at most 2 words apart; rows {counts}")
-            log(f"relation data: {relation_source}")
+            dataset = load_blurb_dataset(spec["dataset"], spec["data_dir"])
+        for e in dataset.splits[TRAIN]:
+            yield " ".join(e.tokens) if hasattr(e, "tokens") else e.text
 
-    def training_texts():
-        from biomed_lm.finetune.readers import load_blurb_dataset, load_generic_dataset
 
-        for spec in specs.values():
-            if "task_type" in spec:
-                dataset = load_generic_dataset("relation", spec["data_dir"], None, name=spec["dataset"],
-                                               negative_label="0")
-            else:
-                dataset = load_blurb_dataset(spec["dataset"], spec["data_dir"])
-            for e in dataset.splits[TRAIN]:
-                yield " ".join(e.tokens) if hasattr(e, "tokens") else e.text
-
-    model_dir, model_info = make_model_dir(args, root, training_texts)
-    cfg = TaskConfig(args.batch_size, args.epochs, args.learning_rate)
-    if device.type == "cuda":  # CUDA context and cuBLAS handles before anything is timed
-        x = torch.randn(256, 256, device=device)
+def warm_up_cuda(device: torch.device) -> None:
+    """The CUDA context and cuBLAS handles (fp32 and bf16) made before anything is timed."""
+    if device.type != "cuda":
+        return
+    x = torch.randn(256, 256, device=device)
+    (x @ x).sum().item()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
         (x @ x).sum().item()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            (x @ x).sum().item()
 
-    tasks = {}
-    for name, spec in specs.items():
-        print(f"== {name}: {spec['dataset']}", file=sys.stderr, flush=True)
-        fargs = FinetuneArgs(model=model_dir, output_dir=str(root / f"ours_{name}"), learning_rate=cfg.learning_rate,
-                             batch_size=cfg.batch_size, epochs=cfg.epochs, seed=args.seed, max_length=args.max_length,
-                             warmup_ratio=WARMUP_RATIO, weight_decay=WEIGHT_DECAY, dropout=0.1,
-                             max_train_examples=args.train_examples, max_eval_examples=args.eval_examples,
-                             deepspeed=args.engine == "deepspeed", precision="bf16" if args.engine == "deepspeed"
-                             else "fp32", group_by_length=args.group_by_length, **spec)
-        data = _prepare_data(fargs, log)
-        baselines = {}
-        for grouped in (False, True) if args.grouped_baseline else (False,):
-            hf = run_hf(args, cfg, data, model_dir, device, bf16, group_by_length=grouped)
-            log(f"{hf['method']}: {hf['examples_per_s_steady']:.1f} examples/s, test F1 {hf['test_f1']:.4f}")
-            baselines[hf["method"]] = hf
-            gc.collect()
-        hf = baselines[BASELINE]
-        try:
-            ours = run_ours(args, cfg, fargs, data, device, args.engine)
-        except Exception as error:  # noqa: BLE001  a one-shot GPU check still gets numbers, and says why
-            if args.engine != "deepspeed" or not bf16:
-                raise
-            reason = f"{type(error).__name__}: {error}"
-            print(f"bench_finetune: our DeepSpeed bf16 run failed ({reason}); running ours as bf16 autocast",
-                  file=sys.stderr)
-            gc.collect()
-            fargs = dataclasses.replace(fargs, deepspeed=False, precision="fp32")
-            ours = run_ours(args, cfg, fargs, data, device, "autocast") | {"engine_fallback_reason": reason}
-        log(f"ours: {ours['examples_per_s_steady']:.1f} examples/s, test F1 {ours['test_f1']:.4f}")
+
+def measure_task(args, cfg: TaskConfig, name: str, spec: dict, model_dir: str, root: Path,
+                 device: torch.device) -> dict:
+    """One task: HF ``Trainer`` (and its grouped variant with ``--grouped-baseline``), then ours on the same
+    examples; every method's row and the ratios ours / HF."""
+    from biomed_lm.finetune.trainer import FinetuneArgs, _prepare_data
+
+    print(f"== {name}: {spec['dataset']}", file=sys.stderr, flush=True)
+    bf16 = args.precision == "bf16"
+    fargs = FinetuneArgs(model=model_dir, output_dir=str(root / f"ours_{name}"), learning_rate=cfg.learning_rate,
+                         batch_size=cfg.batch_size, epochs=cfg.epochs, seed=args.seed, max_length=args.max_length,
+                         warmup_ratio=WARMUP_RATIO, weight_decay=WEIGHT_DECAY, dropout=0.1,
+                         max_train_examples=args.train_examples, max_eval_examples=args.eval_examples,
+                         deepspeed=args.engine == "deepspeed", precision="bf16" if args.engine == "deepspeed"
+                         else "fp32", group_by_length=args.group_by_length, **spec)
+    data = _prepare_data(fargs, log)
+    baselines = {}
+    for grouped in (False, True) if args.grouped_baseline else (False,):
+        hf = run_hf(args, cfg, data, model_dir, device, bf16, group_by_length=grouped)
+        log(f"{hf['method']}: {hf['examples_per_s_steady']:.1f} examples/s, test F1 {hf['test_f1']:.4f}")
+        baselines[hf["method"]] = hf
         gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-        memory_key = "peak_memory_bytes"
-        summary = {
-            "ratio_examples_per_s": ours["examples_per_s_steady"] / hf["examples_per_s_steady"],
-            "ratio_examples_per_s_all_steps": ours["examples_per_s"] / hf["examples_per_s"],
-            "ratio_peak_memory": ours[memory_key] / hf[memory_key],
-            "ratio_peak_rss_growth": (ours["peak_rss_growth_bytes"] / hf["peak_rss_growth_bytes"]
-                                      if hf["peak_rss_growth_bytes"] > 0 else None),
-            "f1_diff_dev": ours["dev_f1"] - hf["dev_f1"], "f1_diff_test": ours["test_f1"] - hf["test_f1"],
-        }
-        if GROUPED_BASELINE in baselines:
-            grouped = baselines[GROUPED_BASELINE]
-            summary |= {"ratio_examples_per_s_vs_grouped": ours["examples_per_s_steady"]
-                        / grouped["examples_per_s_steady"],
-                        "f1_diff_test_vs_grouped": ours["test_f1"] - grouped["test_f1"]}
-        tasks[name] = {"dataset": data.dataset.name, "metric": data.dataset.metric,
-                       "max_length": data.task.max_length,
-                       "examples": {split: len(exs) for split, exs in data.examples.items()},
-                       "results": {**baselines, OURS: ours}, **summary}
-        del data
+    ours = run_ours_or_fall_back(args, cfg, fargs, data, device)
+    log(f"ours: {ours['examples_per_s_steady']:.1f} examples/s, test F1 {ours['test_f1']:.4f}")
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return {"dataset": data.dataset.name, "metric": data.dataset.metric, "max_length": data.task.max_length,
+            "examples": {split: len(exs) for split, exs in data.examples.items()},
+            "results": {**baselines, OURS: ours}, **task_ratios(ours, baselines)}
 
-    # ---- table
-    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{os.cpu_count()} CPUs"
-    print(f"\n{model_info['model']}; {args.device} ({gpu}), {args.precision}; batch {args.batch_size}, "
+
+def run_ours_or_fall_back(args, cfg: TaskConfig, fargs, data, device: torch.device) -> dict:
+    """Ours with ``args.engine``; a DeepSpeed bf16 run that fails falls back to plain bf16 autocast, the
+    reason kept in the row, so a one-shot GPU check still gets numbers."""
+    try:
+        return run_ours(args, cfg, fargs, data, device, args.engine)
+    except Exception as error:  # noqa: BLE001  a one-shot GPU check still gets numbers, and says why
+        if args.engine != "deepspeed" or args.precision != "bf16":
+            raise
+        reason = f"{type(error).__name__}: {error}"
+    print(f"bench_finetune: our DeepSpeed bf16 run failed ({reason}); running ours as bf16 autocast", file=sys.stderr)
+    gc.collect()
+    fargs = dataclasses.replace(fargs, deepspeed=False, precision="fp32")
+    return run_ours(args, cfg, fargs, data, device, "autocast") | {"engine_fallback_reason": reason}
+
+
+def task_ratios(ours: dict, baselines: dict[str, dict]) -> dict:
+    """Ours / HF ``Trainer`` (examples/s, memory) and ours - HF (F1), against its grouped run too where measured."""
+    hf = baselines[BASELINE]
+    ratios = {
+        "ratio_examples_per_s": ours["examples_per_s_steady"] / hf["examples_per_s_steady"],
+        "ratio_examples_per_s_all_steps": ours["examples_per_s"] / hf["examples_per_s"],
+        "ratio_peak_memory": ours["peak_memory_bytes"] / hf["peak_memory_bytes"],
+        "ratio_peak_rss_growth": (ours["peak_rss_growth_bytes"] / hf["peak_rss_growth_bytes"]
+                                  if hf["peak_rss_growth_bytes"] > 0 else None),
+        "f1_diff_dev": ours["dev_f1"] - hf["dev_f1"], "f1_diff_test": ours["test_f1"] - hf["test_f1"],
+    }
+    if GROUPED_BASELINE in baselines:
+        grouped = baselines[GROUPED_BASELINE]
+        ratios |= {"ratio_examples_per_s_vs_grouped": ours["examples_per_s_steady"] / grouped["examples_per_s_steady"],
+                   "f1_diff_test_vs_grouped": ours["test_f1"] - grouped["test_f1"]}
+    return ratios
+
+
+def print_table(args, tasks: dict[str, dict], model_info: dict, device: torch.device, device_name: str) -> None:
+    import transformers
+
+    print(f"\n{model_info['model']}; {args.device} ({device_name}), {args.precision}; batch {args.batch_size}, "
           f"{args.epochs} epoch(s), lr {args.learning_rate:g} (10% warm-up, linear decay); ours: {args.engine}; "
           f"torch {torch.__version__}, transformers {transformers.__version__}")
     memory_label = "peak alloc MiB" if device.type == "cuda" else "peak RSS MiB"
@@ -739,8 +736,35 @@ def main(argv: list[str] | None = None) -> int:
     print("examples/s: steady state (first --warmup-steps steps of each method left out); ratios ours / hf_trainer "
           "(examples/s above 1 = ours faster; memory below 1 = ours smaller); F1 rows: ours - hf_trainer")
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        import accelerate  # noqa: F401  (transformers' Trainer needs it; not a dependency of this project)
+    except ImportError:
+        print("bench_finetune: error: the hf_trainer baseline needs accelerate (transformers' Trainer requires it); "
+              "install it with: .venv/bin/pip install -c requirements/cpu.lock accelerate", file=sys.stderr)
+        return 2
+    import transformers
+
+    transformers.logging.set_verbosity_error()  # "newly initialized classifier" etc.
+    # "cuda" names the current device; the trainer reports it with its index (cuda:0)
+    device = torch.device("cuda", torch.cuda.current_device()) if args.device == "cuda" else torch.device(args.device)
+    tmp = tempfile.TemporaryDirectory(prefix="bench_finetune_")
+    root = Path(tmp.name)
+    started = time.perf_counter()
+    specs, relation_source = task_specs(args, root)
+    model_dir, model_info = make_model_dir(args, root, lambda: training_texts(specs))
+    cfg = TaskConfig(args.batch_size, args.epochs, args.learning_rate)
+    warm_up_cuda(device)
+    tasks = {name: measure_task(args, cfg, name, spec, model_dir, root, device) for name, spec in specs.items()}
+
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{os.cpu_count()} CPUs"
+    print_table(args, tasks, model_info, device, device_name)
     result = {
-        "benchmark": "finetune", "device": args.device, "device_name": gpu, "precision": args.precision,
+        "benchmark": "finetune", "device": args.device, "device_name": device_name, "precision": args.precision,
         "ours_engine": args.engine, "quick": args.quick, **model_info, "model_dir": model_dir,
         "relation_source": relation_source, "batch_size": args.batch_size, "epochs": args.epochs,
         "learning_rate": args.learning_rate, "warmup_ratio": WARMUP_RATIO, "weight_decay": WEIGHT_DECAY,
