@@ -311,6 +311,7 @@ def run_system(system: System, cpu_batches: list[dict], warmup: int, device: tor
     function and the device batches (for a profile right after, while the model is warm)."""
     from biomed_lm.pretrain.compiling import compiled_graphs, cudagraph_skips
     from biomed_lm.pretrain.flops import peak_flops
+    from biomed_lm.pretrain.metrics import cuda_allocator_counts
     from biomed_lm.optim import build_optimizer
 
     counts = window_counts(cpu_batches[warmup:], config, system.computed_positions)
@@ -324,7 +325,7 @@ def run_system(system: System, cpu_batches: list[dict], warmup: int, device: tor
     warmup_start = time.perf_counter()
     for batch in warmup_batches(device_batches, warmup, cuda_graphs):
         step(batch)
-    graphs_before = compiled_graphs()
+    graphs_before, allocator_before = compiled_graphs(), cuda_allocator_counts(device)
     window_seconds = [time_window(step, device_batches[warmup:], sync) for _ in range(windows)]
     # the first window's opening sync ends the warm-up
     warmup_seconds = time.perf_counter() - warmup_start - sum(window_seconds)
@@ -342,6 +343,9 @@ def run_system(system: System, cpu_batches: list[dict], warmup: int, device: tor
            "mfu_peak": precision,
            "padding_fraction": 1 - counts.tokens / counts.positions, "peak_memory_gib": _peak_memory(device),
            "graphs_compiled_in_window": compiled_graphs() - graphs_before, "warmup_seconds": warmup_seconds}
+    for key, after in cuda_allocator_counts(device).items():  # the trainer's metrics log the same counts
+        if key != "peak_memory_gib":  # the row has the peak since the warm-up began
+            row[f"{key}_in_windows"] = after - allocator_before[key]
     if cuda_graphs:  # compiled graphs inductor ran without CUDA graphs (TORCH_LOGS=cudagraphs: why)
         row["cudagraph_skips"] = cudagraph_skips() - skips_before
     mfu = f"{row['mfu']:.1%}" if row["mfu"] is not None else "n/a"

@@ -115,8 +115,11 @@ def launch_pace(results: Path) -> Reading:
     if bench_report and (why := off_gpu(bench_report, "bert128.json")):
         return None, why
     run, bench = report["run"], report["bench"]
+    retries = ("" if run.get("cuda_alloc_retries_in_window") is None else
+               f", {run['cuda_alloc_retries_in_window']} allocator retries and {run['cuda_mallocs_in_window']} "
+               "cudaMallocs in those steps")
     return report["ratio"], (f"{run['tokens_per_s']:,.0f} tok/s over {run['steps']} logged steps from step "
-                             f"{run['first_step']} vs {bench['tokens_per_s']:,.0f} (launch_vs_bench.json)")
+                             f"{run['first_step']} vs {bench['tokens_per_s']:,.0f}{retries} (launch_vs_bench.json)")
 
 
 def finetune_figure(key: str) -> Callable[[Path], Reading]:
@@ -195,10 +198,12 @@ def bench_row(row: dict) -> str:
     def number(key: str, form: str, scale: float = 1.0) -> str:
         return "" if row.get(key) is None else format(row[key] * scale, form)
 
-    other = "; ".join(f"{key} ×{row[key]:.3f}" for key in ("ratio_vs_our_bf16", "ratio_vs_fp32_stream") if key in row)
+    other = [f"{key} ×{row[key]:.3f}" for key in ("ratio_vs_our_bf16", "ratio_vs_fp32_stream") if key in row]
+    if row.get("cuda_alloc_retries_in_windows"):  # each a synchronize and cudaFree inside the timed windows
+        other.append(f"allocator retries {row['cuda_alloc_retries_in_windows']}")
     mfu = "" if row.get("mfu") is None else f"{row['mfu']:.1%}" + (" (fp8 peak)" if row.get("mfu_peak") == "fp8" else "")
     return (f"| {row['system']} | {row['seq']} × {row['batch']} | {number('tokens_per_s', ',.0f')} | {mfu} "
-            f"| {number('ratio', '.2f')} | {number('ratio_vs_eager', '.2f')} | {other} "
+            f"| {number('ratio', '.2f')} | {number('ratio_vs_eager', '.2f')} | {'; '.join(other)} "
             f"| {number('peak_memory_gib', '.1f')} | {number('warmup_seconds', '.0f')} s "
             f"| {number('window_spread', '.1%')} |")
 

@@ -27,8 +27,14 @@ def run_pace(metrics: Path, skip: int) -> dict:
     seconds = sum(r["step_seconds"] for r in steps)
     tokens = sum(r["tokens_per_s"] * r["step_seconds"] for r in steps)
     mfus = [r["mfu"] for r in steps if r.get("mfu") is not None]
-    return {"steps": len(steps), "first_step": steps[0]["step"], "tokens_per_s": tokens / seconds,
+    pace = {"steps": len(steps), "first_step": steps[0]["step"], "tokens_per_s": tokens / seconds,
             "mfu": sum(mfus) / len(mfus) if mfus else None}
+    counted = [r for r in records if r.get("step", 0) <= skip and "cuda_alloc_retries" in r][-1:] + \
+        [r for r in steps if "cuda_alloc_retries" in r]
+    if len(counted) > 1:  # the CUDA allocator's counters (cumulative) grew by this over the timed steps
+        for key in ("cuda_alloc_retries", "cuda_mallocs"):
+            pace[f"{key}_in_window"] = counted[-1][key] - counted[0][key]
+    return pace
 
 
 def bench_pace(bench: Path, system: str | None) -> dict:

@@ -96,6 +96,22 @@ def _stable_run_id(run_dir: Path) -> str:
     return hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:16]
 
 
+def cuda_allocator_counts(device) -> dict[str, float]:
+    """The CUDA caching allocator's counts so far on ``device`` (none elsewhere): ``cuda_alloc_retries``,
+    the times it freed its cache and retried an allocation that did not fit (each a device-wide
+    synchronize and cudaFree: shapes that change every step can fragment the cache until this happens),
+    ``cuda_mallocs``, its cudaMalloc calls (flat after warm-up when the cache serves every step), and the
+    peak of allocated memory. Host-side bookkeeping: reading them waits for nothing on the device."""
+    if getattr(device, "type", None) != "cuda":
+        return {}
+    import torch
+
+    stats = torch.cuda.memory_stats(device)
+    return {"cuda_alloc_retries": stats.get("num_alloc_retries", 0),
+            "cuda_mallocs": stats.get("num_device_alloc", 0),
+            "peak_memory_gib": stats.get("allocated_bytes.all.peak", 0) / 2 ** 30}
+
+
 def read_metrics_file(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
     """The records of a metrics file (old keys read as the current ones: :data:`RENAMED_KEYS`) and
     the numbers of its unreadable lines."""

@@ -61,7 +61,7 @@ from biomed_lm.pretrain.divergence import (UNHEALTHY_WEIGHTS, DivergenceGuard, S
 from biomed_lm.pretrain.families import ModelFamily, family_of, get_family, resolve_pair_objective
 from biomed_lm.pretrain.flops import mfu, peak_flops, step_flops_from_counts
 from biomed_lm.pretrain.layout import Layout, PaddedBatch, VarlenBatch
-from biomed_lm.pretrain.metrics import MetricsLogger
+from biomed_lm.pretrain.metrics import MetricsLogger, cuda_allocator_counts
 from biomed_lm.pretrain.modeling import PretrainingModel, count_parameters, hf_attention
 from biomed_lm.pretrain.preemption import StopRequests, ignore_stop_signals, stop_workers
 from biomed_lm.pretrain.profiling import StepProfiler
@@ -893,6 +893,7 @@ def _metrics_record(run: Run, done: StepResult) -> dict[str, Any]:
         record["compiled_graphs"] = run.graphs.made.total
     if run.model.cuda_graphs:
         record["cudagraph_skips"] = run.graphs.cudagraph_skips.total
+    record.update(cuda_allocator_counts(run.device))
     if run.peak and elapsed > 0:  # model FLOPs of the real tokens and the masked positions only
         flops = step_flops_from_counts(run.hf_model.config, totals["tokens"], totals["attention_pairs"],
                                        totals["mlm_count"], totals["pair_count"])

@@ -78,3 +78,18 @@ def test_a_named_bench_row_and_a_run_too_short_are_told_apart(tmp_path):
         launch_vs_bench.main([str(metrics), str(bench), "--skip", "5"])
     with pytest.raises(SystemExit, match="no 'ours' row named 'ours \\[flex'"):
         launch_vs_bench.main([str(metrics), str(bench), "--skip", "0", "--system", "ours [flex"])
+
+
+def test_the_runs_allocator_counts_over_the_timed_steps(tmp_path):
+    """The CUDA allocator's cumulative counters in metrics.jsonl: their growth from the last record at or
+    before --skip to the last step is what the timed steps cost (a retry is a synchronize and cudaFree)."""
+    counters = [(0, 10), (1, 12), (1, 12), (3, 15)]  # (alloc retries, cudaMallocs) so far at steps 1-4
+    lines = [json.dumps({"step": step, "tokens_per_s": 900.0, "step_seconds": 1.0, "cuda_alloc_retries": retries,
+                         "cuda_mallocs": mallocs}) for step, (retries, mallocs) in enumerate(counters, start=1)]
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("\n".join(lines) + "\n")
+    result = launch_vs_bench.main([str(metrics), str(_bench(tmp_path / "bench.json")), "--skip", "2"])
+    assert result["run"]["cuda_alloc_retries_in_window"] == 2 and result["run"]["cuda_mallocs_in_window"] == 3
+    plain = launch_vs_bench.main([str(_metrics(tmp_path / "plain.jsonl", [(900.0, 1.0)] * 3)),
+                                  str(tmp_path / "bench.json"), "--skip", "1"])
+    assert "cuda_alloc_retries_in_window" not in plain["run"]  # a CPU run logs no allocator counts

@@ -140,3 +140,16 @@ def test_the_cli_writes_the_report_and_refuses_a_missing_folder(gpu_goals, resul
     with pytest.raises(SystemExit) as exit_:
         gpu_goals.main([str(tmp_path / "nowhere")])
     assert exit_.value.code == 2 and "nowhere: no such folder" in capsys.readouterr().err
+
+
+def test_allocator_retries_show_beside_the_launch_pace_and_in_a_bench_row(gpu_goals, results):
+    launch = json.loads((results / "launch_vs_bench.json").read_text(encoding="utf-8"))
+    launch["run"] |= {"cuda_alloc_retries_in_window": 4, "cuda_mallocs_in_window": 9}
+    write(results, "launch_vs_bench.json", launch)
+    bench_report = json.loads((results / "bert128.json").read_text(encoding="utf-8"))
+    bench_report["results"][1]["cuda_alloc_retries_in_windows"] = 2
+    write(results, "bert128.json", bench_report)
+    assert "4 allocator retries and 9 cudaMallocs in those steps" in \
+        verdicts(gpu_goals, results)["launch/pretrain.py ≥ 95% of the bench"][2]
+    text = gpu_goals.report(results)
+    assert "| ours [varlen, compiled by layer] | 128 × 256 | 598,482 | 32.9% | 1.26 |  | allocator retries 2 |" in text

@@ -35,7 +35,7 @@ from biomed_lm.pretrain.checkpoint import (DAMAGED_PREFIX, LATEST, MANIFEST, Che
                                            verify_checkpoint, write_manifest)
 from biomed_lm.pretrain.config import DataArguments, ModelArguments, TrainArguments
 from biomed_lm.pretrain.divergence import DivergenceGuard, Verdict
-from biomed_lm.pretrain.metrics import MetricsLogger, read_metrics_file
+from biomed_lm.pretrain.metrics import MetricsLogger, cuda_allocator_counts, read_metrics_file
 from biomed_lm.optim import SCHEDULE_NAMES, ScheduleConfig, build_lr_scheduler
 from biomed_lm.pretrain.preemption import STOP_SIGNALS, StopRequests, ignore_stop_signals
 from biomed_lm.pretrain.resume import ConfigChangeRefused, apply_learning_rate, compare_signatures, run_signature
@@ -1025,6 +1025,16 @@ def test_invalid_utf8_is_a_bad_line_not_a_crash(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(json.dumps(record(1)).encode() + b"\n\xff\xfe{\"step\n" + json.dumps(record(2)).encode() + b"\n")
     assert read_metrics_file(path) == ([record(1), record(2)], [2])
+
+
+def test_the_cuda_allocators_counts_are_logged_on_cuda_only(monkeypatch):
+    """What metrics.jsonl gets from the CUDA caching allocator each logged step: retries (a synchronize and
+    cudaFree each), cudaMalloc calls and the peak allocated; nothing on the CPU."""
+    assert cuda_allocator_counts(torch.device("cpu")) == {}
+    stats = {"num_alloc_retries": 3, "num_device_alloc": 41, "allocated_bytes.all.peak": 3 * 2 ** 30}
+    monkeypatch.setattr(torch.cuda, "memory_stats", lambda device: stats)
+    assert cuda_allocator_counts(torch.device("cuda", 0)) == {"cuda_alloc_retries": 3, "cuda_mallocs": 41,
+                                                               "peak_memory_gib": 3.0}
 
 
 @pytest.mark.parametrize("initial_step", [0, 3, 6, 100])
