@@ -118,8 +118,12 @@ def launch_pace(results: Path) -> Reading:
     retries = ("" if run.get("cuda_alloc_retries_in_window") is None else
                f", {run['cuda_alloc_retries_in_window']} allocator retries and {run['cuda_mallocs_in_window']} "
                "cudaMallocs in those steps")
+    expandable = load(results, "launch_expandable_vs_bench.json")  # the rerun where the allocator retried
+    rerun = ("" if expandable is None else
+             f"; with expandable segments ×{expandable['ratio']:.3f} (launch_expandable_vs_bench.json)")
     return report["ratio"], (f"{run['tokens_per_s']:,.0f} tok/s over {run['steps']} logged steps from step "
-                             f"{run['first_step']} vs {bench['tokens_per_s']:,.0f}{retries} (launch_vs_bench.json)")
+                             f"{run['first_step']} vs {bench['tokens_per_s']:,.0f}{retries} (launch_vs_bench.json)"
+                             f"{rerun}")
 
 
 def finetune_figure(key: str) -> Callable[[Path], Reading]:
