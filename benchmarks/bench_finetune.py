@@ -728,8 +728,9 @@ def print_table(args, tasks: dict[str, dict], model_info: dict, device: torch.de
             print(f"{name:<9} {row['method']:<11} {row['examples_per_s_steady']:10.1f} {row['examples_per_s']:9.1f} "
                   f"{row['steps']:5d} {row['peak_memory_bytes'] / 2 ** 20:14.0f} "
                   f"{row['peak_rss_growth_bytes'] / 2 ** 20:8.0f} {row['dev_f1']:7.4f} {row['test_f1']:7.4f}")
-        print(f"{name:<9} {'ours/hf':<11} {task['ratio_examples_per_s']:9.2f}x {task['ratio_examples_per_s_all_steps']:8.2f}x "
-              f"{'':5} {task['ratio_peak_memory']:13.2f}x {'':8} {task['f1_diff_dev']:+7.4f} {task['f1_diff_test']:+7.4f}")
+        print(f"{name:<9} {'ours/hf':<11} {task['ratio_examples_per_s']:9.2f}x "
+              f"{task['ratio_examples_per_s_all_steps']:8.2f}x {'':5} {task['ratio_peak_memory']:13.2f}x {'':8} "
+              f"{task['f1_diff_dev']:+7.4f} {task['f1_diff_test']:+7.4f}")
         if "ratio_examples_per_s_vs_grouped" in task:
             print(f"{name:<9} {'ours/hf_grp':<11} {task['ratio_examples_per_s_vs_grouped']:9.2f}x "
                   f"{'':9} {'':5} {'':14} {'':8} {'':7} {task['f1_diff_test_vs_grouped']:+7.4f}")

@@ -490,7 +490,7 @@ def check_bad_inputs(summary: dict, planted: dict, clean_ids: set[int], bad_ids:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", nargs="+", type=parse_size, default=[parse_size(s) for s in ("10MB", "50MB")],
                         help="uncompressed XML bytes of each synthetic release (e.g. 100MB 1GB 5GB)")
@@ -507,13 +507,79 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", "--out", default=str(REPO / "benchmarks" / "results" / "scale.json"))
     parser.add_argument("--summarize", metavar="JSON", default=None,
                         help="only recompute the exponents and the projection of an earlier result file")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def measure_stage(args, stage: str, release: Path, work: Path, info: dict, cores: int) -> dict:
+    """One stage on one size's release: its row (time, CPU, memory, throughput per core), printed as it lands;
+    ``prepare_corpus`` also adds the corpus' counts to the release's ``info``."""
+    argv_, out_dir = stage_argv(stage, release, work, args.num_proc, args.min_words)
+    row = run_stage(stage, argv_, out_dir, work / "logs") | {"size": info["size"], "target_bytes": info["target_bytes"]}
+    if stage == "prepare_corpus":
+        summary = json.loads((work / "corpus" / "summary.json").read_text())
+        info |= corpus_stats(work / "corpus")
+        info |= {"funnel": summary["funnel"], "dropped": summary["dropped"], "problems": len(summary["problems"])}
+        row |= {"input_mb": info["xml_bytes"] / 1e6, "input_docs": info["citations"]}
+    else:
+        row |= {"input_mb": info["text_bytes"] / 1e6, "input_docs": info["documents"]}
+    if "_drp_" in stage and row["exit_status"] == 0:  # the link index it built and drew from
+        made = json.loads((out_dir / "pretraining_data.json").read_text())["summary"]
+        row |= {"links": made["links"], "pair_labels": made["pair_labels"]}
+    row["mb_per_s"] = row["input_mb"] / row["seconds"]
+    row["docs_per_s"] = row["input_docs"] / row["seconds"]
+    row["mb_per_s_per_core"] = row["mb_per_s"] / cores
+    row["docs_per_s_per_core"] = row["docs_per_s"] / cores
+    print(f"{info['size']:>7} {stage:<28} {row['seconds']:8.1f} s  cpu {row['cpu_seconds']:8.1f} s  "
+          f"{row['mb_per_s']:7.2f} MB/s {row['docs_per_s']:8.0f} docs/s  "
+          f"peak main {row['peak_rss_main_mib']:7.0f} MiB children {row['peak_rss_children_mib']:7.0f} "
+          f"MiB  disk {row['bytes_written'] / 1e6:8.1f} MB  exit {row['exit_status']}", flush=True)
+    if row["exit_status"] != 0:
+        print(f"  stage failed; see {row['log']}", flush=True)
+    return row
+
+
+def measure_bad_inputs(args, work: Path, templates, file_bytes: int, label: str) -> dict:
+    """The release again with bad files planted: prepare_corpus must name each and keep every good citation."""
+    planted = plant_bad_files(work / "release", work / "release_bad", templates, file_bytes)
+    argv_, _ = stage_argv("prepare_corpus", work / "release_bad", work / "bad", args.num_proc, args.min_words)
+    row = run_stage("prepare_corpus_bad_inputs", argv_, work / "bad" / "corpus", work / "logs")
+    summary = json.loads((work / "bad" / "corpus" / "summary.json").read_text())
+    bad_check = check_bad_inputs(summary, planted, corpus_ids(work / "corpus"), corpus_ids(work / "bad" / "corpus"))
+    bad_check |= {"size": label, "exit_status": row["exit_status"], "seconds": row["seconds"]}
+    print(f"{label:>7} bad inputs: {json.dumps(bad_check)}", flush=True)
+    return bad_check
+
+
+def measure_size(args, size: int, root: Path, templates, cores: int, with_bad_inputs: bool
+                 ) -> tuple[list[dict], dict, dict | None]:
+    """One synthetic release of ``size`` bytes through every stage: the rows, the release's counts, and the
+    bad-input check where this size carries it."""
+    label = size_label(size)
+    work = root / label
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "logs").mkdir(parents=True)
+    file_bytes = int(max(1e5, min(args.file_mb * 1e6, size / 4)))
+    started = time.perf_counter()
+    info = build_release(templates, size, work / "release", file_bytes)
+    info |= {"size": label, "target_bytes": size, "generate_seconds": time.perf_counter() - started}
+    rows = [measure_stage(args, stage, work / "release", work, info, cores) for stage in args.stages]
+    bad_check = None
+    if with_bad_inputs and "prepare_corpus" in args.stages:
+        bad_check = measure_bad_inputs(args, work, templates, file_bytes, label)
+    if not args.work_dir:
+        for stale in ("release", "release_bad", "bad"):
+            shutil.rmtree(work / stale, ignore_errors=True)
+    return rows, info, bad_check
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.summarize:
         earlier = json.loads(Path(args.summarize).read_text())
         args.num_proc, args.stages = earlier["machine"]["num_proc"], list(earlier["exponents"])
         cores = min(args.num_proc, earlier["machine"]["cpus"])
         summarize(args, cores, [""] * earlier["templates"], earlier["rows"], earlier["releases"],
-                           earlier["bad_inputs"])
+                  earlier["bad_inputs"])
         return 0
 
     sizes = sorted(args.sizes)
@@ -522,73 +588,22 @@ def main(argv: list[str] | None = None) -> int:
     templates = load_templates(SAMPLE + [Path(s) for s in args.sources])
     print(f"{len(templates)} citation templates; sizes {' '.join(map(size_label, sizes))}; "
           f"num_proc {args.num_proc} on {os.cpu_count()} CPUs", flush=True)
-    tmp = None
-    if args.work_dir:
-        root = Path(args.work_dir)
-        root.mkdir(parents=True, exist_ok=True)
-    else:
-        tmp = tempfile.TemporaryDirectory(prefix="bench_scale-")
-        root = Path(tmp.name)
-
+    tmp = None if args.work_dir else tempfile.TemporaryDirectory(prefix="bench_scale-")
+    root = Path(args.work_dir or tmp.name)
+    root.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
     releases: list[dict] = []
     bad_check = None
     try:
         for size in sizes:
-            label = size_label(size)
-            work = root / label
-            shutil.rmtree(work, ignore_errors=True)
-            (work / "logs").mkdir(parents=True)
-            release = work / "release"
-            file_bytes = int(max(1e5, min(args.file_mb * 1e6, size / 4)))
-            started = time.perf_counter()
-            info = build_release(templates, size, release, file_bytes)
-            info |= {"size": label, "target_bytes": size, "generate_seconds": time.perf_counter() - started}
-            for stage in args.stages:
-                argv_, out_dir = stage_argv(stage, release, work, args.num_proc, args.min_words)
-                row = run_stage(stage, argv_, out_dir, work / "logs")
-                row |= {"size": label, "target_bytes": size}
-                if stage == "prepare_corpus":
-                    summary = json.loads((work / "corpus" / "summary.json").read_text())
-                    info |= corpus_stats(work / "corpus")
-                    info |= {"funnel": summary["funnel"], "dropped": summary["dropped"],
-                             "problems": len(summary["problems"])}
-                    row |= {"input_mb": info["xml_bytes"] / 1e6, "input_docs": info["citations"]}
-                else:
-                    row |= {"input_mb": info["text_bytes"] / 1e6, "input_docs": info["documents"]}
-                if "_drp_" in stage and row["exit_status"] == 0:  # the link index it built and drew from
-                    made = json.loads((out_dir / "pretraining_data.json").read_text())["summary"]
-                    row |= {"links": made["links"], "pair_labels": made["pair_labels"]}
-                row["mb_per_s"] = row["input_mb"] / row["seconds"]
-                row["docs_per_s"] = row["input_docs"] / row["seconds"]
-                row["mb_per_s_per_core"] = row["mb_per_s"] / cores
-                row["docs_per_s_per_core"] = row["docs_per_s"] / cores
-                rows.append(row)
-                print(f"{label:>7} {stage:<28} {row['seconds']:8.1f} s  cpu {row['cpu_seconds']:8.1f} s  "
-                      f"{row['mb_per_s']:7.2f} MB/s {row['docs_per_s']:8.0f} docs/s  "
-                      f"peak main {row['peak_rss_main_mib']:7.0f} MiB children {row['peak_rss_children_mib']:7.0f} "
-                      f"MiB  disk {row['bytes_written'] / 1e6:8.1f} MB  exit {row['exit_status']}", flush=True)
-                if row["exit_status"] != 0:
-                    print(f"  stage failed; see {row['log']}", flush=True)
+            size_rows, info, size_bad_check = measure_size(args, size, root, templates, cores, size == bad_at)
+            rows += size_rows
             releases.append(info)
-            if size == bad_at and "prepare_corpus" in args.stages:
-                planted = plant_bad_files(release, work / "release_bad", templates, file_bytes)
-                argv_, _ = stage_argv("prepare_corpus", work / "release_bad", work / "bad", args.num_proc,
-                                      args.min_words)
-                row = run_stage("prepare_corpus_bad_inputs", argv_, work / "bad" / "corpus", work / "logs")
-                summary = json.loads((work / "bad" / "corpus" / "summary.json").read_text())
-                bad_check = check_bad_inputs(summary, planted, corpus_ids(work / "corpus"),
-                                             corpus_ids(work / "bad" / "corpus"))
-                bad_check |= {"size": label, "exit_status": row["exit_status"], "seconds": row["seconds"]}
-                print(f"{label:>7} bad inputs: {json.dumps(bad_check)}", flush=True)
-            for stale in ("release", "release_bad", "bad"):
-                if not args.work_dir:
-                    shutil.rmtree(work / stale, ignore_errors=True)
+            bad_check = size_bad_check or bad_check
             summarize(args, cores, templates, rows, releases, bad_check, quiet=size != sizes[-1])
     finally:
         if tmp is not None:
             tmp.cleanup()
-
     failed = [r for r in rows if r["exit_status"] != 0]
     return 1 if failed else 0
 

@@ -149,7 +149,8 @@ GOALS = (
     Goal("seq 512: MFU ≥ 40%", 40.0, "%", ours_figure("bert512.json", "mfu")),
     Goal("FP8: ×1.3 of our bf16 step", 1.3, "×", fp8_speedup),
     Goal("FP8: 300-step convergence check", 1.0, "pass", convergence_check("fp8.json")),
-    Goal("bf16 residual stream: 300-step convergence check", 1.0, "pass", convergence_check("bert128.json", "half_stream")),
+    Goal("bf16 residual stream: 300-step convergence check", 1.0, "pass",
+         convergence_check("bert128.json", "half_stream")),
     Goal("launch/pretrain.py ≥ 95% of the bench", 0.95, "×", launch_pace),
     Goal("RoBERTa: ×1.3 of its transformers class compiled", 1.3, "×", ours_figure("roberta.json", "ratio")),
     Goal("ALBERT: ×1.3 of its transformers class compiled", 1.3, "×", ours_figure("albert.json", "ratio")),
@@ -205,7 +206,8 @@ def bench_row(row: dict) -> str:
     other = [f"{key} ×{row[key]:.3f}" for key in ("ratio_vs_our_bf16", "ratio_vs_fp32_stream") if key in row]
     if row.get("cuda_alloc_retries_in_windows"):  # each a synchronize and cudaFree inside the timed windows
         other.append(f"allocator retries {row['cuda_alloc_retries_in_windows']}")
-    mfu = "" if row.get("mfu") is None else f"{row['mfu']:.1%}" + (" (fp8 peak)" if row.get("mfu_peak") == "fp8" else "")
+    mfu = "" if row.get("mfu") is None else f"{row['mfu']:.1%}"
+    mfu += " (fp8 peak)" if mfu and row.get("mfu_peak") == "fp8" else ""
     return (f"| {row['system']} | {row['seq']} × {row['batch']} | {number('tokens_per_s', ',.0f')} | {mfu} "
             f"| {number('ratio', '.2f')} | {number('ratio_vs_eager', '.2f')} | {'; '.join(other)} "
             f"| {number('peak_memory_gib', '.1f')} | {number('warmup_seconds', '.0f')} s "
