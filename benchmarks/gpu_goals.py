@@ -38,8 +38,17 @@ class Goal:
 
 
 def load(results: Path, name: str) -> dict | None:
+    """A stage's JSON result, None where the stage wrote none; a file cut short raises ValueError (the
+    goals' table says "unreadable" for its goals, the other sections leave it out)."""
     path = results / name
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def load_or_none(results: Path, name: str) -> dict | None:
+    try:
+        return load(results, name)
+    except ValueError:
+        return None
 
 
 def off_gpu(report: dict, name: str) -> str | None:
@@ -182,7 +191,7 @@ def bench_tables(results: Path) -> list[str]:
     """Every bench_gpu.py result's rows, as the README's run tables have them."""
     lines = []
     for path in sorted(results.glob("*.json")):
-        report = json.loads(path.read_text(encoding="utf-8"))
+        report = load_or_none(results, path.name)
         if not isinstance(report, dict) or "results" not in report or "architecture" not in report:
             continue
         lines += ["", f"**{path.name}** ({report.get('device_name', report.get('device'))}, "
@@ -215,7 +224,7 @@ def bench_row(row: dict) -> str:
 
 
 def finetune_table(results: Path) -> list[str]:
-    report = load(results, "finetune.json")
+    report = load_or_none(results, "finetune.json")
     if not report or not report.get("tasks"):
         return []
     lines = ["", f"**finetune.json** ({report.get('device_name')}, {report.get('precision')})", "",
@@ -232,11 +241,11 @@ def recipe_mfus(results: Path) -> list[str]:
     as ``launch/pretrain.py`` ran (the launch stage), the other lengths and families from the bench's
     fastest row of ours in bf16."""
     found = []
-    launch = load(results, "launch_vs_bench.json")
+    launch = load_or_none(results, "launch_vs_bench.json")
     if launch and launch.get("run", {}).get("mfu") is not None:
         found.append(f"bert 128: {launch['run']['mfu']:.3f} (launch/pretrain.py, launch_vs_bench.json)")
     for family, name in (("bert", "bert512.json"), ("roberta", "roberta.json"), ("albert", "albert.json")):
-        report = load(results, name)
+        report = load_or_none(results, name)
         row = fastest_ours(report) if report else None
         if row is not None and row.get("mfu") is not None:
             found.append(f"{family} {row['seq']}: {row['mfu']:.3f} ({row['system']}, {name})")

@@ -128,10 +128,15 @@ def test_results_measured_on_the_cpu_judge_no_goal(gpu_goals, results):
                                                    "cpu, not a GPU"), goal
 
 
-def test_a_result_file_of_another_shape_is_named_not_fatal(gpu_goals, tmp_path):
+def test_a_result_file_of_another_shape_or_cut_short_is_named_not_fatal(gpu_goals, tmp_path):
     write(tmp_path, "launch_vs_bench.json", {"ratio": 0.9})  # no "run": an older or broken file
-    measured, verdict, source = verdicts(gpu_goals, tmp_path)["launch/pretrain.py ≥ 95% of the bench"]
-    assert verdict == "not measured" and source.startswith("unreadable: KeyError")
+    write(tmp_path, "bert128.json", '{"device": "cuda", "results": [')  # a stage killed while writing
+    table = verdicts(gpu_goals, tmp_path)
+    measured, verdict, source = table["launch/pretrain.py ≥ 95% of the bench"]
+    assert verdict == "not measured" and source.startswith("unreadable: ")
+    _, verdict, source = table["seq 128: MFU ≥ 40%"]
+    assert verdict == "not measured" and source.startswith("unreadable: JSONDecodeError")
+    assert "MFUs for `experiments/recipes.MEASURED_MFU`: none measured" in gpu_goals.report(tmp_path)
 
 
 def test_the_cli_writes_the_report_and_refuses_a_missing_folder(gpu_goals, results, tmp_path, capsys):
