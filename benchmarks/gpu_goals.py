@@ -57,6 +57,15 @@ def off_gpu(report: dict, name: str) -> str | None:
     return None if device.startswith("cuda") else f"{name}: measured on {device}, not a GPU"
 
 
+def gpu_result(results: Path, name: str) -> tuple[dict | None, str | None]:
+    """A stage's result measured on a GPU, or None and why there is none (stage not run, or run on the CPU)."""
+    report = load(results, name)
+    if report is None:
+        return None, f"{name} missing (stage not run)"
+    why = off_gpu(report, name)
+    return (None, why) if why else (report, None)
+
+
 def fastest_ours(report: dict, precision: str = "bf16") -> dict | None:
     """The fastest of our rows in ``precision`` that ran (a failed system has role ``failed``)."""
     rows = [r for r in report["results"] if r.get("role") == "ours" and r.get("precision") == precision]
@@ -71,10 +80,8 @@ def failures(report: dict) -> str:
 def ours_figure(name: str, figure: str, precision: str = "bf16") -> Callable[[Path], Reading]:
     """A figure of the fastest of our rows in ``name``: ``ratio`` (to transformers compiled) or ``mfu``."""
     def read(results: Path) -> Reading:
-        report = load(results, name)
+        report, why = gpu_result(results, name)
         if report is None:
-            return None, f"{name} missing (stage not run)"
-        if (why := off_gpu(report, name)):
             return None, why
         row = fastest_ours(report, precision)
         if row is None:
@@ -89,10 +96,8 @@ def ours_figure(name: str, figure: str, precision: str = "bf16") -> Callable[[Pa
 
 
 def fp8_speedup(results: Path) -> Reading:
-    report = load(results, "fp8.json")
+    report, why = gpu_result(results, "fp8.json")
     if report is None:
-        return None, "fp8.json missing (stage not run)"
-    if (why := off_gpu(report, "fp8.json")):
         return None, why
     row = fastest_ours(report, "fp8")
     if row is None or row.get("ratio_vs_our_bf16") is None:
@@ -139,11 +144,9 @@ def finetune_figure(key: str) -> Callable[[Path], Reading]:
     """The lowest over the fine-tuning tasks of ``key``: ``ratio_examples_per_s`` (ours / HF Trainer's
     default) or ``f1_diff_test`` (ours - HF's test F1), every task's two figures beside it."""
     def read(results: Path) -> Reading:
-        report = load(results, "finetune.json")
+        report, why = gpu_result(results, "finetune.json")
         if report is None or not report.get("tasks"):
-            return None, "finetune.json missing (stage not run)"
-        if (why := off_gpu(report, "finetune.json")):
-            return None, why
+            return None, why or "finetune.json: no task ran"
         tasks = report["tasks"]
         parts = [f"{name} ×{task['ratio_examples_per_s']:.2f}, test F1 {task['f1_diff_test']:+.3f}"
                  for name, task in tasks.items()]

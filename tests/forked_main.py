@@ -117,9 +117,11 @@ class ForkedProcess:
 
     def wait(self, timeout: float | None = None) -> int:
         """The exit status; past ``timeout`` seconds ``subprocess.TimeoutExpired``, the child left running."""
-        if timeout is None and self.returncode is None:
-            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
-        deadline = time.monotonic() + (timeout or 0)
+        if timeout is None:
+            if self.returncode is None:
+                self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+            return self.returncode
+        deadline = time.monotonic() + timeout
         while self.poll() is None:
             if time.monotonic() > deadline:
                 raise subprocess.TimeoutExpired(self.args, timeout)
