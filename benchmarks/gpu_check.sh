@@ -44,12 +44,14 @@
 #   batch512  ours alone at micro-batch 512 on the same instances: the step's launch-bound share
 #   whole     ours alone, the whole forward one region (--compile-scope whole) replayed as CUDA graphs:
 #             the fewest launches, after the longest compile (over 100 s on an H200 when last tried)
+#   fp8large  BERT-large (1,024 and 4,096 wide) in fp8 against bf16 at seq 128 x 128, profiled: where FP8's
+#             GEMMs are large enough to pay for the scaling (torchao's tables), which BERT-base's are not
 #
 # SMOKE=1 runs the stages' commands on this CPU instead, each with a tiny model and a few steps (bench_gpu.py
 # --quick, aot_eager, bf16; launch/pretrain.py on bert-tiny, uncompiled, where gpu_prepare.sh made the
 # instances): a command line that a change broke fails here, not in a GPU lease. The tests stage skips its
 # GPU tests here, and finetune needs the GPU. `SMOKE=1 PYTHON=.venv/bin/python STAGES="bert launch fp8
-# families bert512 autotune graphs blocks batch512 whole" bash benchmarks/gpu_check.sh`.
+# families bert512 autotune graphs blocks batch512 whole fp8large" bash benchmarks/gpu_check.sh`.
 #
 # Packages the machine lacks sit as wheels in .whl/ and are installed into /tmp/site, not the
 # system. Where the toolkit is not installed it is made importable as biomed_lm for the run: links in
@@ -58,7 +60,7 @@ set -uo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 RESULTS="${RESULTS:-/tmp/gpu_check}"; mkdir -p "$RESULTS"
 PY="${PYTHON:-python3}"
-STAGES="${STAGES:-bert tests launch fp8 families finetune bert512 autotune graphs blocks batch512 whole}"
+STAGES="${STAGES:-bert tests launch fp8 families finetune bert512 autotune graphs blocks batch512 whole fp8large}"
 INPUTS="$REPO/.gpu_inputs"
 cd "$REPO"
 
@@ -186,6 +188,11 @@ fi
 if stage whole; then  # varlen, whole forward, CUDA graphs: one region call a micro-batch
   bench whole "${WHOLE_TIMEOUT:-300}" --seq-lengths 128 --batch 256 --kernels varlen --compile-scope whole \
     --compile-mode reduce-overhead --bucket-tokens 256 --no-baselines "${REAL[@]}"
+fi
+
+if stage fp8large; then  # FP8 where the GEMMs are wider: BERT-large, bf16 then fp8, no convergence runs
+  bench fp8large "${FP8_TIMEOUT:-300}" --model bert-large --seq-lengths 128 --batch 128 --kernels sdpa_padded \
+    --precision fp8 --no-baselines --bucket-tokens 256 --profile "${REAL[@]}"
 fi
 
 echo "== done ($(date +%T))"
