@@ -99,7 +99,7 @@ def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="bert-base")
     parser.add_argument("--rounds", type=int, default=3)
@@ -107,63 +107,81 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--workdir", default=tempfile.gettempdir(),
                         help="where the checkpoints are written (default: the system temp dir)")
-    args = parser.parse_args()
-    load_before = os.getloadavg()
+    return parser.parse_args()
+
+
+def build_saving(args):
+    """The one-rank engine and the export the trainer passes to a save (bert-base-uncased's tokenizer, as a run's
+    export carries). The rank's environment is set before torch and the toolkit are imported."""
     _single_rank_env()
     import torch
 
-    from biomed_lm.pretrain.checkpoint import file_checksum, verify_checkpoint
     from biomed_lm.pretrain.trainer import _export_hf
     from biomed_lm.reference_models import general_bert_dir
     from biomed_lm.tokenization.tokenizer_io import load_tokenizer
 
     torch.set_num_threads(args.threads)
     engine, bert = build_engine(args.model)
-    tokenizer = load_tokenizer(general_bert_dir())  # bert-base-uncased, as a run's export carries
+    tokenizer = load_tokenizer(general_bert_dir())
     export = lambda path: _export_hf(bert, tokenizer, path)  # noqa: E731  (what the trainer passes)
-    work = Path(tempfile.mkdtemp(prefix="bench_checkpoint_", dir=args.workdir))
+    return engine, export
+
+
+def measure_save(method: str, engine, export, work: Path, step: int, times: dict[str, list[float]]) -> int:
+    """One save by ``method`` (``baseline`` or ``verified``), timed into ``times``; after the verified one, also
+    what a resume adds and the checksum alone, on the same bytes. Returns the checkpoint's bytes."""
+    from biomed_lm.pretrain.checkpoint import file_checksum, verify_checkpoint
+
+    # Start every save from a clean page cache: delete the other folders and flush (untimed).
+    # Otherwise the first save's 1.8 GB of dirty pages push the second past the kernel's
+    # background-writeback threshold (10% of RAM by default), and that one pays for flushing both.
+    # In training, the previous checkpoint was written back long before the next save.
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    target = work / method
+    (target / "checkpoints").mkdir(parents=True)
+    os.sync()
+    started = time.perf_counter()
+    if method == "baseline":
+        folder = save_baseline(engine, export, target / "checkpoints", step)
+    else:
+        folder = save_verified(engine, export, target, step)
+    times[method].append(time.perf_counter() - started)
+    size = folder_bytes(folder)
+    if method == "verified":
+        started = time.perf_counter()
+        verify_checkpoint(folder)
+        times["verify"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        for path in (p for p in folder.rglob("*") if p.is_file()):
+            file_checksum(path)
+        times["checksum_only"].append(time.perf_counter() - started)
+    return size
+
+
+def measure_rounds(args, engine, export, work: Path) -> tuple[dict[str, list[float]], int]:
+    """``--warmup`` rounds (printed, then forgotten) and ``--rounds`` counted ones: the seconds of every
+    measurement of the counted rounds, and the bytes of the last checkpoint saved."""
     times = {"baseline": [], "verified": [], "verify": [], "checksum_only": []}
     size = 0
-    try:
-        for round_ in range(-args.warmup, args.rounds):
-            # Alternate which goes first, and start every save from a clean page cache: delete the
-            # other folders and flush (untimed). Otherwise the first save's 1.8 GB of dirty pages
-            # push the second past the kernel's background-writeback threshold (10% of RAM by
-            # default), and that one pays for flushing both. In training, the previous checkpoint
-            # was written back long before the next save.
-            order = ("baseline", "verified") if round_ % 2 == 0 else ("verified", "baseline")
-            for method in order:
-                shutil.rmtree(work, ignore_errors=True)
-                work.mkdir()
-                target = work / method
-                (target / "checkpoints").mkdir(parents=True)
-                os.sync()
-                started = time.perf_counter()
-                if method == "baseline":
-                    folder = save_baseline(engine, export, target / "checkpoints", round_ + 1 + args.warmup)
-                else:
-                    folder = save_verified(engine, export, target, round_ + 1 + args.warmup)
-                times[method].append(time.perf_counter() - started)
-                size = folder_bytes(folder)
-                if method == "verified":  # what a resume adds, and the checksum alone, on the same bytes
-                    started = time.perf_counter()
-                    verify_checkpoint(folder)
-                    times["verify"].append(time.perf_counter() - started)
-                    started = time.perf_counter()
-                    for path in (p for p in folder.rglob("*") if p.is_file()):
-                        file_checksum(path)
-                    times["checksum_only"].append(time.perf_counter() - started)
-            figures = ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items())
-            print(f"round {round_ + 1} ({order[0]} first): {figures}", flush=True)
-            if round_ < 0:  # warm-up: forget it
-                print("  (warm-up, not counted)", flush=True)
-                times = {k: [] for k in times}
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    for round_ in range(-args.warmup, args.rounds):
+        # Alternate which goes first, so drift in machine speed hits both alike.
+        order = ("baseline", "verified") if round_ % 2 == 0 else ("verified", "baseline")
+        for method in order:
+            size = measure_save(method, engine, export, work, round_ + 1 + args.warmup, times)
+        figures = ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items())
+        print(f"round {round_ + 1} ({order[0]} first): {figures}", flush=True)
+        if round_ < 0:  # warm-up: forget it
+            print("  (warm-up, not counted)", flush=True)
+            times = {k: [] for k in times}
+    return times, size
 
+
+def summarize(args, times: dict[str, list[float]], size: int, load_before: tuple[float, ...]) -> dict:
+    """The JSON result: medians and bests of the counted rounds, their ratios and the checksum's rate."""
     median = {k: statistics.median(v) for k, v in times.items()}
     best = {k: min(v) for k, v in times.items()}
-    result = {
+    return {
         "model": args.model, "rounds": args.rounds, "warmup_rounds": args.warmup, "threads": args.threads,
         "checkpoint_mb": size / 1e6,
         "seconds_median": median, "seconds_best": best, "seconds_all": times,
@@ -173,6 +191,10 @@ def main() -> int:
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
     }
+
+
+def print_summary(args, result: dict, size: int, load_before: tuple[float, ...], files_in: Path) -> None:
+    median, best = result["seconds_median"], result["seconds_best"]
     print(f"\n{args.model}: checkpoint {size / 1e6:,.0f} MB (weights, Adam moments, RNG, export)")
     print(f"save baseline {median['baseline']:.2f} s | verified {median['verified']:.2f} s | "
           f"ratio ×{result['ratio_verified_to_baseline']:.3f} (medians)")
@@ -181,7 +203,20 @@ def main() -> int:
     print(f"verify on resume {median['verify']:.2f} s | checksum alone {median['checksum_only']:.2f} s "
           f"({result['checksum_gb_per_s']:.1f} GB/s)")
     print(f"load average (1 min) before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}; {args.rounds} rounds, "
-          f"{args.threads} threads, files in {work.parent}")
+          f"{args.threads} threads, files in {files_in}")
+
+
+def main() -> int:
+    args = parse_args()
+    load_before = os.getloadavg()
+    engine, export = build_saving(args)
+    work = Path(tempfile.mkdtemp(prefix="bench_checkpoint_", dir=args.workdir))
+    try:
+        times, size = measure_rounds(args, engine, export, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result = summarize(args, times, size, load_before)
+    print_summary(args, result, size, load_before, work.parent)
     write_results(REPO / "benchmarks" / "results" / "checkpoint.json", result)
     return 0
 

@@ -26,17 +26,19 @@ first batch in the rank, with the import and open parts), sequences/s over ``--w
 micro-batches after ``--warmup``, the CPU seconds the rank and its workers spent per sequence in
 the window (× 6,000: the cores the goal rate needs, a figure a contended machine does not skew),
 peak RSS (``VmHWM``) of the rank and of each worker, their PSS (all pages, and anonymous pages only:
-the private memory, which adds up over the forked processes) and file-backed RSS, and the instance indices the rank's workers read (recorded by a
-thin wrapper around the dataset, with times): the ranks' shares must be disjoint and together be
-the first global batches of the epoch's permutation (all of the epoch when the run reaches its end),
-and before the first batch a rank must have read at most what the workers prefetch (and the micro-batch
-the DataLoader requests as it hands the first over), not the data.
+the private memory, which adds up over the forked processes) and file-backed RSS, and the instance
+indices the rank's workers read (recorded by a thin wrapper around the dataset, with times): the
+ranks' shares must be disjoint and together be the first global batches of the epoch's permutation
+(all of the epoch when the run reaches its end), and before the first batch a rank must have read at
+most what the workers prefetch (and the micro-batch the DataLoader requests as it hands the first
+over), not the data.
 Results go to ``benchmarks/results/loader.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -156,16 +158,15 @@ def cpu_seconds(pids: list[int]) -> float:
 
 
 def rank_main(args) -> dict:
-    """One rank's loader, as the trainer builds it; prints its measurements as one JSON line."""
+    """One rank's loader, as the trainer builds it; its measurements (``main`` prints them as one JSON line)."""
     t0 = args.t0
     import torch
 
-    from biomed_lm.pretrain.config import DataArguments, TrainArguments
     from biomed_lm.pretrain.data import load_pretraining_data
-    from biomed_lm.pretrain.layout import Layout
-    from biomed_lm.pretrain.sampler import BatchPlan
-    from biomed_lm.pretrain.trainer import _batches
     from biomed_lm.tokenization.tokenizer_io import load_tokenizer
+
+    # The trainer's modules (config, layout, sampler) load here, before the clock's ``imported``: import_s.
+    importlib.import_module("biomed_lm.pretrain.trainer")
 
     torch.set_num_threads(1)
     imported = time.time()
@@ -173,21 +174,43 @@ def rank_main(args) -> dict:
     tokenizer = load_tokenizer(args.tokenizer)
     dataset, _ = load_pretraining_data(args.data, tokenizer=tokenizer, max_position_embeddings=512)
     opened = time.time()
-    steps = args.steps
+    plan, batches = trainer_batches(args, dataset, tokenizer, rank, world)
+    stream = consume(batches, args.warmup, args.steps)
+    clock = {"t0": t0, "imported": imported, "opened": opened}
+    return rank_result(stream, clock, rank=rank, world=world, instances=len(dataset), steps=args.steps,
+                       steps_per_epoch=plan.steps_per_epoch)
+
+
+def trainer_batches(args, dataset, tokenizer, rank: int, world: int):
+    """The batch plan and the trainer's micro-batch stream over ``dataset`` (wrapped to record its reads):
+    whole-word masking at 15%, unpadded layout bucketed to ``--bucket-tokens``, one micro-batch a step."""
+    import torch
+
+    from biomed_lm.pretrain.config import DataArguments, TrainArguments
+    from biomed_lm.pretrain.layout import Layout
+    from biomed_lm.pretrain.sampler import BatchPlan
+    from biomed_lm.pretrain.trainer import _batches
+
     data_args = DataArguments(data_dir=args.data, tokenizer=args.tokenizer, num_workers=args.workers,
                               whole_word_masking=True, mlm_probability=0.15)
-    train_args = TrainArguments(max_steps=steps, micro_batch_size=args.micro_batch, gradient_accumulation_steps=1,
-                                seed=SEED)
+    train_args = TrainArguments(max_steps=args.steps, micro_batch_size=args.micro_batch,
+                                gradient_accumulation_steps=1, seed=SEED)
     plan = BatchPlan(len(dataset), args.micro_batch, 1, world, rank, SEED)
     layout = Layout(unpadded=True, pad_to_multiple_of=args.bucket_tokens, pad_token_id=tokenizer.pad_token_id or 0)
     recorded = RecordingDataset(dataset, args.log_dir, rank)
-    batches = _batches(recorded, plan, data_args, train_args, tokenizer, 0, layout, torch.device("cpu"))
+    return plan, _batches(recorded, plan, data_args, train_args, tokenizer, 0, layout, torch.device("cpu"))
+
+
+def consume(batches, warmup: int, steps: int) -> dict:
+    """Every micro-batch of ``batches``, taken as fast as it comes: when each came and what it held, the
+    memory of the DataLoader's workers and the CPU seconds of the rank and its workers at the window's
+    start (``w0``), halfway and near the end, and the rank's own memory at the end."""
     first = next(batches)
     first_at = time.time()
     sequences, tokens, times = [first["prepared"].num_sequences], [first["prepared"].real_tokens], [first_at]
     pids = [worker.pid for worker in getattr(batches, "_workers", [])]  # the DataLoader's worker processes
     workers = {pid: memory(pid) for pid in pids}
-    w0 = min(args.warmup, steps - 1)
+    w0 = min(warmup, steps - 1)
     samples = {w0, steps // 2, steps - 2}  # VmHWM only grows: the latest reading of each worker counts
     processes = [os.getpid(), *pids]
     cpu = {w0: cpu_seconds(processes)} if w0 == 0 else {}
@@ -198,13 +221,22 @@ def rank_main(args) -> dict:
         if len(times) - 1 in samples:
             workers.update({pid: reading for pid in pids if (reading := memory(pid))})
             cpu[len(times) - 1] = cpu_seconds(processes)  # the rank and its workers, while they all run
-    main_memory = memory(os.getpid())
+    return {"first_at": first_at, "sequences": sequences, "tokens": tokens, "times": times, "w0": w0,
+            "cpu": cpu, "workers": workers, "main_memory": memory(os.getpid())}
+
+
+def rank_result(stream: dict, clock: dict, *, rank: int, world: int, instances: int, steps: int,
+                steps_per_epoch: int) -> dict:
+    """The rank's JSON: start-up split into import, open and first batch; rates and CPU per sequence over
+    the window after the warm-up; memory."""
+    sequences, tokens, times, cpu, w0 = (stream[k] for k in ("sequences", "tokens", "times", "cpu", "w0"))
+    t0, imported, opened, first_at = clock["t0"], clock["imported"], clock["opened"], stream["first_at"]
     window = times[-1] - times[w0]
     cpu_end = max(cpu)
     cpu_per_sequence = ((cpu[cpu_end] - cpu[w0]) / sum(sequences[w0 + 1:cpu_end + 1])
                         if w0 in cpu and cpu_end > w0 else None)
-    return {"rank": rank, "world_size": world, "instances": len(dataset), "steps": steps,
-            "steps_per_epoch": plan.steps_per_epoch, "t0": t0, "first_batch_at": first_at,
+    return {"rank": rank, "world_size": world, "instances": instances, "steps": steps,
+            "steps_per_epoch": steps_per_epoch, "t0": t0, "first_batch_at": first_at,
             "startup_s": round(first_at - t0, 3), "import_s": round(imported - t0, 3),
             "open_s": round(opened - imported, 3), "first_batch_s": round(first_at - opened, 3),
             "window_micro_batches": len(times) - 1 - w0, "window_s": round(window, 3),
@@ -212,7 +244,7 @@ def rank_main(args) -> dict:
             "tokens_per_s": round(sum(tokens[w0 + 1:]) / window, 1) if window > 0 else None,
             "cpu_ms_per_sequence": round(cpu_per_sequence * 1e3, 4) if cpu_per_sequence else None,
             "cores_for_goal": round(cpu_per_sequence * GOAL, 2) if cpu_per_sequence else None,
-            "main_memory_mib": main_memory, "worker_memory_mib": list(workers.values())}
+            "main_memory_mib": stream["main_memory"], "worker_memory_mib": list(stream["workers"].values())}
 
 
 # ----------------------------------------------------------------------------- the sampler alone
@@ -315,7 +347,7 @@ def summarize(size: dict) -> dict:
             "covers_epoch": size["covers_epoch"]}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--instances", type=Path, help="seq-128 pretraining instances (default: built here)")
     parser.add_argument("--tokenizer", type=Path, help="their tokenizer (with --instances)")
@@ -337,34 +369,48 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-dir", help=argparse.SUPPRESS)
     parser.add_argument("--t0", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if not args.rank_worker and (args.instances is None) != (args.tokenizer is None):
+        parser.error("give both --instances and --tokenizer, or neither")
+    return args
+
+
+def loader_inputs(args, work: Path) -> tuple[Path, Path]:
+    """The instances and their tokenizer: ``--instances``/``--tokenizer``, else those an earlier run left in
+    ``work``, else built there from the embedded sample."""
+    if args.instances:
+        return args.instances, args.tokenizer
+    if (work / "instances").is_dir() and (work / "vocab").is_dir():
+        return work / "instances", work / "vocab"
+    return build_instances(work)
+
+
+def measure_size(args, replicas: int, instances: Path, tokenizer: Path, work: Path) -> dict:
+    """The instances ``replicas`` times over (replicated in ``work`` unless already there), all ranks at once;
+    prints the summary line."""
+    data = work / f"x{replicas}"
+    if not data.is_dir():
+        replicate(instances, replicas, data)
+    size = run_size(data, tokenizer, args, work)
+    size["replicas"] = replicas
+    size["summary"] = summarize(size)
+    print(json.dumps({"replicas": replicas, **size["summary"]}), flush=True)
+    return size
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.rank_worker:
         print("RESULT " + json.dumps(rank_main(args)), flush=True)
         return 0
-    if (args.instances is None) != (args.tokenizer is None):
-        parser.error("give both --instances and --tokenizer, or neither")
 
     import datasets
 
     work = args.work or Path(tempfile.mkdtemp(prefix="bench_loader_"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        if args.instances:
-            instances, tokenizer = args.instances, args.tokenizer
-        elif (work / "instances").is_dir() and (work / "vocab").is_dir():
-            instances, tokenizer = work / "instances", work / "vocab"
-        else:
-            instances, tokenizer = build_instances(work)
+        instances, tokenizer = loader_inputs(args, work)
         base = len(datasets.load_from_disk(str(instances)))
-        sizes = []
-        for k in args.replicas:
-            data = work / f"x{k}"
-            if not data.is_dir():
-                replicate(instances, k, data)
-            size = run_size(data, tokenizer, args, work)
-            size["replicas"] = k
-            size["summary"] = summarize(size)
-            sizes.append(size)
-            print(json.dumps({"replicas": k, **size["summary"]}), flush=True)
+        sizes = [measure_size(args, k, instances, tokenizer, work) for k in args.replicas]
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -374,9 +420,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"batch plan, {row['instances']:,} instances: first step {row['plan_first_step_ms']} ms; a full "
               f"permutation (the plan before) {row['full_permutation_s']} s, "
               f"{row['full_permutation_mib']} MiB per worker")
+    write_results(args.output, result_json(args, base, sizes, sampler))
+    return 0
+
+
+def result_json(args, base: int, sizes: list[dict], sampler: list[dict]) -> dict:
+    import datasets
     import torch
 
-    write_results(args.output, {
+    return {
         "benchmark": "loader", "goal_sequences_per_s": GOAL, "base_instances": base,
         "config": {"ranks": args.ranks, "workers": args.workers, "micro_batch": args.micro_batch, "max_seq_length": 128,
                    "whole_word_masking": True, "layout": f"unpadded, tokens bucketed to {args.bucket_tokens}",
@@ -384,8 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                     "oversubscribed": args.ranks * (args.workers + 1) > (os.cpu_count() or 1)},
         "versions": {"torch": torch.__version__, "datasets": datasets.__version__, "numpy": np.__version__},
-        "sizes": sizes, "sampler_startup": sampler})
-    return 0
+        "sizes": sizes, "sampler_startup": sampler}
 
 
 COLUMNS = (("instances", "instances"), ("seq/s/rank", "seq_per_s_per_rank"), ("x goal", "goal_ratio"),

@@ -50,19 +50,43 @@ METHODS = (BASELINE, "ours_np1", "ours_np2")
 # ----------------------------------------------------------------------------- the baseline
 
 def hf_loop(corpus_dir: str, tokenizer_dir: str, output_dir: str, max_seq_length: int, seed: int) -> dict:
+    """The obvious Hugging Face way (the module docstring's ``hf_loop``): tokenize per document, Google's
+    instance loop over Python lists, ``Dataset.from_dict(...).save_to_disk``."""
     import datasets
 
     from biomed_lm.tokenization.tokenizer_io import load_tokenizer
 
     tokenizer = load_tokenizer(tokenizer_dir)
-    corpus = datasets.load_from_disk(corpus_dir)
+    documents = tokenize_per_document(tokenizer, datasets.load_from_disk(corpus_dir))
+    columns = nsp_instances(documents, tokenizer, max_seq_length, random.Random(seed))
+    features = datasets.Features({"input_ids": datasets.List(datasets.Value("int32")),
+                                  "token_type_ids": datasets.List(datasets.Value("int8")),
+                                  "next_sentence_label": datasets.Value("int8"),
+                                  "word_starts": datasets.List(datasets.Value("int8"))})
+    dataset = datasets.Dataset.from_dict(columns, features=features)
+    dataset.save_to_disk(output_dir)
+    lengths = [len(ids) for ids in columns["input_ids"]]
+    return {"instances": len(lengths), "tokens": sum(lengths),
+            "not_next_fraction": sum(columns["next_sentence_label"]) / max(1, len(lengths))}
+
+
+def tokenize_per_document(tokenizer, corpus) -> list[list[list[int]]]:
+    """Each document's sentences as token ids, one tokenizer call per document; empty sentences and
+    documents left out. The whole tokenized corpus stays in Python lists."""
     documents = []
     for row in corpus:
         ids = tokenizer(row["sentences"], add_special_tokens=False)["input_ids"] if row["sentences"] else []
         document = [sentence for sentence in ids if sentence]
         if document:
             documents.append(document)
-    rng = random.Random(seed)
+    return documents
+
+
+def nsp_instances(documents: list[list[list[int]]], tokenizer, max_seq_length: int,
+                  rng: random.Random) -> dict[str, list]:
+    """Google's instance loop: chunks of sentences up to a target length (a shorter one time in ten), each
+    split into A and B, where B is the rest of the chunk or (for a one-sentence chunk always, else half the
+    time; label 1) drawn from another document, the chunk's unused sentences then put back."""
     columns = {"input_ids": [], "token_type_ids": [], "next_sentence_label": [], "word_starts": []}
     max_num_tokens = max_seq_length - 3
     for index, document in enumerate(documents):
@@ -74,46 +98,55 @@ def hf_loop(corpus_dir: str, tokenizer_dir: str, output_dir: str, max_seq_length
             if i == len(document) - 1 or length >= target:
                 a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
                 tokens_a = [t for sentence in chunk[:a_end] for t in sentence]
-                tokens_b = []
                 if len(chunk) == 1 or rng.random() < 0.5:
                     label = 1
-                    other = index
-                    while other == index:
-                        other = rng.randint(0, len(documents) - 1)
-                    random_document = documents[other]
-                    for sentence in random_document[rng.randint(0, len(random_document) - 1):]:
-                        tokens_b.extend(sentence)
-                        if len(tokens_b) >= target - len(tokens_a):
-                            break
+                    tokens_b = random_next(documents, index, target - len(tokens_a), rng)
                     i -= len(chunk) - a_end
                 else:
                     label = 0
                     tokens_b = [t for sentence in chunk[a_end:] for t in sentence]
-                while len(tokens_a) + len(tokens_b) > max_num_tokens:
-                    longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
-                    if rng.random() < 0.5:
-                        del longer[0]
-                    else:
-                        longer.pop()
-                input_ids = [tokenizer.cls_token_id, *tokens_a, tokenizer.sep_token_id, *tokens_b,
-                             tokenizer.sep_token_id]
-                pieces = tokenizer.convert_ids_to_tokens(input_ids)
-                columns["input_ids"].append(input_ids)
-                columns["token_type_ids"].append([0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1))
-                columns["next_sentence_label"].append(label)
-                columns["word_starts"].append([0 if p in ("[CLS]", "[SEP]") or p.startswith("##") else 1
-                                               for p in pieces])
+                truncate_pair(tokens_a, tokens_b, max_num_tokens, rng)
+                append_instance(columns, tokenizer, tokens_a, tokens_b, label)
                 chunk, length = [], 0
             i += 1
-    features = datasets.Features({"input_ids": datasets.List(datasets.Value("int32")),
-                                  "token_type_ids": datasets.List(datasets.Value("int8")),
-                                  "next_sentence_label": datasets.Value("int8"),
-                                  "word_starts": datasets.List(datasets.Value("int8"))})
-    dataset = datasets.Dataset.from_dict(columns, features=features)
-    dataset.save_to_disk(output_dir)
-    lengths = [len(ids) for ids in columns["input_ids"]]
-    return {"instances": len(lengths), "tokens": sum(lengths),
-            "not_next_fraction": sum(columns["next_sentence_label"]) / max(1, len(lengths))}
+    return columns
+
+
+def random_next(documents: list[list[list[int]]], index: int, target_b: int, rng: random.Random) -> list[int]:
+    """Segment B from a random document other than ``documents[index]``: its sentences from a random one
+    on, until ``target_b`` tokens are reached."""
+    tokens_b = []
+    other = index
+    while other == index:
+        other = rng.randint(0, len(documents) - 1)
+    random_document = documents[other]
+    for sentence in random_document[rng.randint(0, len(random_document) - 1):]:
+        tokens_b.extend(sentence)
+        if len(tokens_b) >= target_b:
+            break
+    return tokens_b
+
+
+def truncate_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int, rng: random.Random) -> None:
+    """Per-token truncation, in place: a token off the front or the back of the longer segment at a time."""
+    while len(tokens_a) + len(tokens_b) > max_num_tokens:
+        longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+        if rng.random() < 0.5:
+            del longer[0]
+        else:
+            longer.pop()
+
+
+def append_instance(columns: dict[str, list], tokenizer, tokens_a: list[int], tokens_b: list[int],
+                    label: int) -> None:
+    """One instance's columns: special tokens and segment ids added here, word starts from
+    ``convert_ids_to_tokens``."""
+    input_ids = [tokenizer.cls_token_id, *tokens_a, tokenizer.sep_token_id, *tokens_b, tokenizer.sep_token_id]
+    pieces = tokenizer.convert_ids_to_tokens(input_ids)
+    columns["input_ids"].append(input_ids)
+    columns["token_type_ids"].append([0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1))
+    columns["next_sentence_label"].append(label)
+    columns["word_starts"].append([0 if p in ("[CLS]", "[SEP]") or p.startswith("##") else 1 for p in pieces])
 
 
 def ours(corpus_dir: str, tokenizer_dir: str, output_dir: str, max_seq_length: int, seed: int,
@@ -177,7 +210,7 @@ def replicate(corpus: Path, replicas: int, out: Path) -> Path:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=Path, help="prepared corpus (default: the demo corpus, built here)")
     parser.add_argument("--tokenizer", type=Path, help="tokenizer directory (default: the demo vocabulary)")
@@ -189,43 +222,43 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "pretraining_data.json")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: run one measurement, print JSON
     args = parser.parse_args(argv)
-
-    if args.worker:
-        print(json.dumps(run_one(args.worker, str(args.corpus), str(args.tokenizer), args.max_seq_lengths[0],
-                                 args.seed)))
-        return 0
-    if (args.corpus is None) != (args.tokenizer is None):
+    if not args.worker and (args.corpus is None) != (args.tokenizer is None):
         parser.error("give both --corpus and --tokenizer, or neither")
+    return args
 
-    import datasets
 
-    with tempfile.TemporaryDirectory(prefix="bench_pretraining_data_") as tmp:
-        work = Path(tmp)
-        corpus, tokenizer = (args.corpus, args.tokenizer) if args.corpus else demo_inputs(work)
-        corpus = replicate(corpus, args.replicas, work / "replicated")
-        documents = len(datasets.load_from_disk(str(corpus)))
-        rows = []
-        for max_seq_length in args.max_seq_lengths:
-            runs: dict[str, list[dict]] = {m: [] for m in args.methods}
-            for _ in range(args.repeats):
-                for method in args.methods:  # round-robin, so drift in machine speed hits every method alike
-                    command = [sys.executable, __file__, "--worker", method, "--corpus", str(corpus),
-                               "--tokenizer", str(tokenizer), "--max-seq-lengths", str(max_seq_length),
-                               "--seed", str(args.seed)]
-                    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=True)
-                    runs[method].append(json.loads(done.stdout.strip().splitlines()[-1]))
-            for method in args.methods:
-                best = min(runs[method], key=lambda r: r["seconds"])
-                rows.append({"max_seq_length": max_seq_length, "method": method, "documents": documents,
-                             "seconds_best": best["seconds"],
-                             "seconds_all": [round(r["seconds"], 3) for r in runs[method]],
-                             "instances": best["instances"], "tokens": best["tokens"],
-                             "instances_per_s": best["instances"] / best["seconds"],
-                             "tokens_per_s": best["tokens"] / best["seconds"],
-                             "documents_per_s": documents / best["seconds"],
-                             "not_next_fraction": best["not_next_fraction"],
-                             "peak_rss_mib": max(r["peak_rss_mib"] for r in runs[method])})
+def measure_once(method: str, corpus: Path, tokenizer: Path, max_seq_length: int, seed: int) -> dict:
+    """One measurement of ``method``, in a fresh process (this script with ``--worker``)."""
+    command = [sys.executable, __file__, "--worker", method, "--corpus", str(corpus),
+               "--tokenizer", str(tokenizer), "--max-seq-lengths", str(max_seq_length),
+               "--seed", str(seed)]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
+
+def measure_length(args, corpus: Path, tokenizer: Path, max_seq_length: int, documents: int) -> list[dict]:
+    """Every method ``--repeats`` times at one sequence length: a row per method, from its best run."""
+    runs: dict[str, list[dict]] = {m: [] for m in args.methods}
+    for _ in range(args.repeats):
+        for method in args.methods:  # round-robin, so drift in machine speed hits every method alike
+            runs[method].append(measure_once(method, corpus, tokenizer, max_seq_length, args.seed))
+    rows = []
+    for method in args.methods:
+        best = min(runs[method], key=lambda r: r["seconds"])
+        rows.append({"max_seq_length": max_seq_length, "method": method, "documents": documents,
+                     "seconds_best": best["seconds"],
+                     "seconds_all": [round(r["seconds"], 3) for r in runs[method]],
+                     "instances": best["instances"], "tokens": best["tokens"],
+                     "instances_per_s": best["instances"] / best["seconds"],
+                     "tokens_per_s": best["tokens"] / best["seconds"],
+                     "documents_per_s": documents / best["seconds"],
+                     "not_next_fraction": best["not_next_fraction"],
+                     "peak_rss_mib": max(r["peak_rss_mib"] for r in runs[method])})
+    return rows
+
+
+def throughput_ratios(rows: list[dict]) -> dict[str, float]:
+    """Instances/s of each of our methods over the baseline's, per sequence length."""
     ratios = {}
     for row in rows:
         base = next((r for r in rows if r["method"] == BASELINE and r["max_seq_length"] == row["max_seq_length"]),
@@ -233,7 +266,10 @@ def main(argv: list[str] | None = None) -> int:
         if base and row["method"] != BASELINE:
             ratios[f"{row['method']}/{BASELINE}@{row['max_seq_length']}"] = \
                 row["instances_per_s"] / base["instances_per_s"]
+    return ratios
 
+
+def print_table(args, documents: int, rows: list[dict], ratios: dict[str, float]) -> None:
     print(f"corpus: {documents:,} documents ({args.replicas} x {args.corpus or 'the demo corpus'}), "
           f"best of {args.repeats}, {os.cpu_count()} CPUs")
     print(f"{'len':>4} {'method':<9} {'best s':>7} {'instances':>9} {'inst/s':>8} {'tokens/s':>9} {'docs/s':>7} "
@@ -245,15 +281,38 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in ratios.items():
         print(f"throughput {name}: x{value:.2f}")
 
+
+def result_json(args, documents: int, rows: list[dict], ratios: dict[str, float]) -> dict:
+    import datasets
     import tokenizers
     import transformers
 
-    result = {"documents": documents, "replicas": args.replicas, "repeats": args.repeats, "seed": args.seed,
-              "cpu_count": os.cpu_count(), "python": platform.python_version(),
-              "versions": {"datasets": datasets.__version__, "tokenizers": tokenizers.__version__,
-                           "transformers": transformers.__version__},
-              "results": rows, "ratios": ratios}
-    write_results(args.output, result)
+    return {"documents": documents, "replicas": args.replicas, "repeats": args.repeats, "seed": args.seed,
+            "cpu_count": os.cpu_count(), "python": platform.python_version(),
+            "versions": {"datasets": datasets.__version__, "tokenizers": tokenizers.__version__,
+                         "transformers": transformers.__version__},
+            "results": rows, "ratios": ratios}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        print(json.dumps(run_one(args.worker, str(args.corpus), str(args.tokenizer), args.max_seq_lengths[0],
+                                 args.seed)))
+        return 0
+
+    import datasets
+
+    with tempfile.TemporaryDirectory(prefix="bench_pretraining_data_") as tmp:
+        work = Path(tmp)
+        corpus, tokenizer = (args.corpus, args.tokenizer) if args.corpus else demo_inputs(work)
+        corpus = replicate(corpus, args.replicas, work / "replicated")
+        documents = len(datasets.load_from_disk(str(corpus)))
+        rows = [row for max_seq_length in args.max_seq_lengths
+                for row in measure_length(args, corpus, tokenizer, max_seq_length, documents)]
+    ratios = throughput_ratios(rows)
+    print_table(args, documents, rows, ratios)
+    write_results(args.output, result_json(args, documents, rows, ratios))
     return 0
 
 
