@@ -369,39 +369,30 @@ def hf_sampling(group_by_length: bool) -> dict:
     return {"group_by_length": group_by_length}
 
 
-def run_hf(args, cfg, data, model_dir: str, device: torch.device, bf16: bool, group_by_length: bool = False) -> dict:
-    import transformers
-    from transformers import (AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer,
-                              DataCollatorForTokenClassification, DataCollatorWithPadding, Trainer, TrainerCallback,
-                              TrainingArguments)
-
+def hf_features(data, tokenizer, labels: list[str], ner: bool) -> tuple[dict[str, list[dict]], dict[str, int]]:
+    """Every split's features the HF way (NER: with each sentence's word count, which scoring needs), and
+    how many examples truncation cut in each split."""
     from biomed_lm.finetune.blurb import DEV, TEST, TRAIN
-    from biomed_lm.finetune.metrics import compute_metric
 
-    task, ner = data.task, data.dataset.task_type == "ner"
-    labels = list(task.labels)
     label_index = {label: i for i, label in enumerate(labels)}
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    max_length = task.max_length
+    max_length = data.task.max_length
     features, truncated = {}, {}
     for split in (TRAIN, DEV, TEST):
         examples = data.examples[split]
         if ner:
             features[split], truncated[split] = hf_token_features(examples, tokenizer, label_index, max_length,
-                                                                  task.gold(examples))
+                                                                  data.task.gold(examples))
             for f, e in zip(features[split], examples):
                 f["num_words"] = len(e.tokens)
         else:
             features[split], truncated[split] = hf_sequence_features(examples, tokenizer, label_index, max_length)
-    train = [{k: v for k, v in f.items() if k not in ("word_ids", "num_words")} for f in features[TRAIN]]
-    collator = (DataCollatorForTokenClassification(tokenizer) if ner else DataCollatorWithPadding(tokenizer))
+    return features, truncated
 
-    memory = MemoryWindow(device)
-    memory.start()
-    model_class = AutoModelForTokenClassification if ner else AutoModelForSequenceClassification
-    model = model_class.from_pretrained(model_dir, num_labels=len(labels), id2label=dict(enumerate(labels)),
-                                        label2id=label_index)
-    clock = StepClock(device, args.warmup_steps)
+
+def clock_callback(clock: StepClock):
+    """A ``TrainerCallback`` that reports HF's training to ``clock``: its total steps, each epoch's start and
+    each step's end."""
+    from transformers import TrainerCallback
 
     class Clock(TrainerCallback):
         def on_train_begin(self, _args, state, control, **kwargs):
@@ -413,6 +404,23 @@ def run_hf(args, cfg, data, model_dir: str, device: torch.device, bf16: bool, gr
         def on_step_end(self, _args, state, control, **kwargs):
             clock.step_done()
 
+    return Clock()
+
+
+def train_hf(args, cfg, model_dir: str, labels: list[str], ner: bool, train: list[dict], collator,
+             device: torch.device, bf16: bool, group_by_length: bool) -> tuple[object, StepClock, dict]:
+    """The HF model built and trained by ``Trainer`` within one :class:`MemoryWindow`, its steps on a
+    :class:`StepClock`. Returns the trained model, the clock and what the row reports of the run."""
+    # Imported before the window opens, so that loading these modules does not count as the method's memory.
+    from transformers import (AutoModelForSequenceClassification, AutoModelForTokenClassification, Trainer,
+                              TrainingArguments)
+
+    memory = MemoryWindow(device)
+    memory.start()
+    model_class = AutoModelForTokenClassification if ner else AutoModelForSequenceClassification
+    model = model_class.from_pretrained(model_dir, num_labels=len(labels), id2label=dict(enumerate(labels)),
+                                        label2id={label: i for i, label in enumerate(labels)})
+    clock = StepClock(device, args.warmup_steps)
     with tempfile.TemporaryDirectory(prefix="bench_finetune_hf_") as tmp, hidden_launcher_variables():
         training_args = TrainingArguments(
             output_dir=tmp, per_device_train_batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
@@ -421,29 +429,58 @@ def run_hf(args, cfg, data, model_dir: str, device: torch.device, bf16: bool, gr
             report_to="none", save_strategy="no", eval_strategy="no", logging_strategy="no",
             dataloader_num_workers=0, disable_tqdm=True, seed=args.seed, **hf_sampling(group_by_length))
         trainer = Trainer(model=model, args=training_args, train_dataset=train, data_collator=collator,
-                          callbacks=[Clock()])
+                          callbacks=[clock_callback(clock)])
         started = time.perf_counter()
         output = trainer.train()
         call_s = time.perf_counter() - started
         peak = memory.stop()
-        world_size = training_args.world_size
+        world_size = training_args.world_size  # read while the launcher variables are still hidden
         wrapped = type(trainer.model_wrapped).__name__
         optimizer = trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer") else trainer.optimizer
-        optimizer_name = type(optimizer).__name__
+    trained = {"optimizer": type(optimizer).__name__, "world_size": world_size, "wrapped_model": wrapped,
+               "train_call_seconds": call_s, "mean_training_loss": output.training_loss, "peak": peak}
+    return model, clock, trained
+
+
+def hf_scores(data, model, features: dict[str, list[dict]], collator, batch_size: int, device: torch.device,
+              bf16: bool, labels: list[str], ner: bool) -> dict[str, float]:
+    """The trained HF model's dev and test F1, with the same gold and metric as ours."""
+    from biomed_lm.finetune.blurb import DEV, TEST
+    from biomed_lm.finetune.metrics import compute_metric
+
     scores = {}
     for split in (DEV, TEST):
-        predicted = hf_predict(model, features[split], collator, cfg.batch_size, device, bf16, labels, ner)
-        scores[split] = compute_metric(data.dataset.metric, task.gold(data.examples[split]), predicted,
-                                       **task.metric_kwargs())["score"]
+        predicted = hf_predict(model, features[split], collator, batch_size, device, bf16, labels, ner)
+        scores[split] = compute_metric(data.dataset.metric, data.task.gold(data.examples[split]), predicted,
+                                       **data.task.metric_kwargs())["score"]
+    return {"dev_f1": scores[DEV], "test_f1": scores[TEST]}
+
+
+def run_hf(args, cfg, data, model_dir: str, device: torch.device, bf16: bool, group_by_length: bool = False) -> dict:
+    """HF ``Trainer`` on the task's examples, featurized the HF way (``group_by_length``: in transformers'
+    length-grouped order): its row, with examples/s, peak memory and dev/test F1."""
+    import transformers
+    from transformers import AutoTokenizer, DataCollatorForTokenClassification, DataCollatorWithPadding
+
+    from biomed_lm.finetune.blurb import TRAIN
+
+    ner = data.dataset.task_type == "ner"
+    labels = list(data.task.labels)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    features, truncated = hf_features(data, tokenizer, labels, ner)
+    train = [{k: v for k, v in f.items() if k not in ("word_ids", "num_words")} for f in features[TRAIN]]
+    collator = (DataCollatorForTokenClassification(tokenizer) if ner else DataCollatorWithPadding(tokenizer))
+    model, clock, trained = train_hf(args, cfg, model_dir, labels, ner, train, collator, device, bf16, group_by_length)
+    scores = hf_scores(data, model, features, collator, cfg.batch_size, device, bf16, labels, ner)
     row = {"method": GROUPED_BASELINE if group_by_length else BASELINE, "group_by_length": group_by_length,
            "sequences_per_epoch": len(train), "truncated_examples": truncated,
-           "optimizer": optimizer_name, "world_size": world_size, "wrapped_model": wrapped,
+           "optimizer": trained["optimizer"], "world_size": trained["world_size"],
+           "wrapped_model": trained["wrapped_model"],
            "precision": "bf16 autocast (fp32 weights)" if bf16 else "fp32",
-           "train_call_seconds": call_s, "mean_training_loss": output.training_loss,
+           "train_call_seconds": trained["train_call_seconds"], "mean_training_loss": trained["mean_training_loss"],
            "transformers": transformers.__version__}
     row |= timing(clock, cfg, len(data.examples[TRAIN]), len(train), args.warmup_steps)
-    row |= peak | {"dev_f1": scores[DEV], "test_f1": scores[TEST]}
-    del trainer, model, output
+    row |= trained["peak"] | scores
     return row
 
 

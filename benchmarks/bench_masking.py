@@ -195,7 +195,7 @@ def bench_shape(tokenizer, stream, batch_size: int, length: int, n_batches: int,
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--input", type=Path, default=DEFAULT_INPUT, help="plain text, one document per line")
     parser.add_argument("--shapes", nargs="+", default=["32x128", "8x512"], help="BATCHxLENGTH")
@@ -206,36 +206,27 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch threads (1: what a DataLoader worker runs with; 0: torch's default)")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "masking.json")
-    args = parser.parse_args(argv)
-    if not args.input.is_file():
-        print(f"bench_masking: error: input not found: {args.input}", file=sys.stderr)
-        return 2
+    return parser.parse_args(argv)
 
-    import torch
-    import transformers
-    from transformers import AutoTokenizer
 
-    from biomed_lm.reference_models import general_bert_dir
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    tokenizer = AutoTokenizer.from_pretrained(str(general_bert_dir()))
-    stream = token_stream(tokenizer, args.input)
-    rows = []
-    for shape in args.shapes:
-        batch_size, length = (int(x) for x in shape.lower().split("x"))
-        rows += bench_shape(tokenizer, stream, batch_size, length, args.batches, args.repeats, args.seed, args.methods)
-
+def shape_ratios(shapes: list[str], rows: list[dict]) -> dict[str, float]:
+    """Per shape and timing (collate, mask): batches/s of each of ours over its HF counterpart's."""
     ratios = {}
-    for shape in args.shapes:
+    for shape in shapes:
         by = {r["method"]: r for r in rows if r["shape"] == shape.lower()}
         for ours, baseline in PAIRS.items():
             if ours in by and baseline in by:
                 for kind in ("collate", "mask"):
                     ratios[f"{shape}/{kind}/{ours}/{baseline}"] = (by[ours][f"{kind}_batches_per_s"]
                                                                    / by[baseline][f"{kind}_batches_per_s"])
+    return ratios
 
-    print(f"input {args.input} ({len(stream[0]):,} bert-base-uncased tokens), {args.batches} batches per shape, "
+
+def print_table(args, tokens_in_input: int, rows: list[dict], ratios: dict[str, float]) -> None:
+    import torch
+    import transformers
+
+    print(f"input {args.input} ({tokens_in_input:,} bert-base-uncased tokens), {args.batches} batches per shape, "
           f"best of {args.repeats}, torch {torch.__version__} ({torch.get_num_threads()} threads), "
           f"transformers {transformers.__version__}, {os.cpu_count()} CPUs")
     print(f"{'shape':<7} {'method':<11} {'collate b/s':>11} {'collate tok/s':>14} {'mask b/s':>9} "
@@ -248,12 +239,41 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in ratios.items():
         print(f"throughput {name}: x{value:.2f}")
 
-    result = {"input": str(args.input), "tokens_in_input": len(stream[0]), "batches_per_shape": args.batches,
-              "repeats": args.repeats, "seed": args.seed, "cpu_count": os.cpu_count(),
-              "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
-              "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-              "results": rows, "ratios": ratios}
-    write_results(args.output, result)
+
+def summarize(args, tokens_in_input: int, rows: list[dict], ratios: dict[str, float]) -> dict:
+    """The JSON result: the run's settings and machine, the libraries' versions, the rows and the ratios."""
+    import torch
+    import transformers
+
+    return {"input": str(args.input), "tokens_in_input": tokens_in_input, "batches_per_shape": args.batches,
+            "repeats": args.repeats, "seed": args.seed, "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
+            "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+            "results": rows, "ratios": ratios}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not args.input.is_file():
+        print(f"bench_masking: error: input not found: {args.input}", file=sys.stderr)
+        return 2
+
+    import torch
+    from transformers import AutoTokenizer
+
+    from biomed_lm.reference_models import general_bert_dir
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    tokenizer = AutoTokenizer.from_pretrained(str(general_bert_dir()))
+    stream = token_stream(tokenizer, args.input)
+    rows = []
+    for shape in args.shapes:
+        batch_size, length = (int(x) for x in shape.lower().split("x"))
+        rows += bench_shape(tokenizer, stream, batch_size, length, args.batches, args.repeats, args.seed, args.methods)
+    ratios = shape_ratios(args.shapes, rows)
+    print_table(args, len(stream[0]), rows, ratios)
+    write_results(args.output, summarize(args, len(stream[0]), rows, ratios))
     return 0
 
 

@@ -102,7 +102,7 @@ def vocab_of(tokenizer) -> set[str]:
     return {tokenizer.id_to_piece(i) for i in range(tokenizer.get_piece_size())}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--input", type=Path, default=DEFAULT_INPUT, help="plain text, one document per line")
     parser.add_argument("--vocab-size", type=int, default=30522)
@@ -111,46 +111,53 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "vocab.json")
-    args = parser.parse_args(argv)
-    if not args.input.is_file():
-        print(f"bench_vocab: error: input not found: {args.input}", file=sys.stderr)
-        return 2
+    return parser.parse_args(argv)
 
-    from biomed_lm.tokenization.sources import iter_texts
 
-    texts = list(iter_texts(args.input))
-    mb = args.input.stat().st_size / 1e6
+def measure_methods(args) -> tuple[dict[str, list[float]], dict[str, object]]:
+    """Every method ``--repeats`` times: the seconds of each run, and each method's tokenizer of the last repeat."""
     times: dict[str, list[float]] = {m: [] for m in args.methods}
-    last: dict[str, object] = {}
+    last_trained: dict[str, object] = {}
     for _ in range(args.repeats):
         for method in args.methods:  # round-robin, so drift in machine speed hits every method alike
             start = time.perf_counter()
-            last[method] = METHODS[method](args.input, args.vocab_size, args.min_frequency, args.limit_alphabet)
+            last_trained[method] = METHODS[method](args.input, args.vocab_size, args.min_frequency,
+                                                   args.limit_alphabet)
             times[method].append(time.perf_counter() - start)
+    return times, last_trained
 
+
+def method_rows(args, times: dict[str, list[float]], last_trained: dict[str, object], mb: float, texts: list[str]
+                ) -> list[dict]:
+    """One row per method: its throughput (best run) and what its vocabulary learnt, against the baseline's."""
     rows = []
-    baseline_vocab = vocab_of(last[BASELINE]) if BASELINE in last else None
+    baseline_vocab = vocab_of(last_trained[BASELINE]) if BASELINE in last_trained else None
     for method in args.methods:
         best = min(times[method])
-        vocab = vocab_of(last[method])
+        vocab = vocab_of(last_trained[method])
         shared = None
         if baseline_vocab and method != "spm_unigram":  # spm pieces are not in ## form
             shared = len(vocab & baseline_vocab) / len(baseline_vocab)
         rows.append({"method": method, "role": ROLES[method], "seconds_best": best,
                      "seconds_median": statistics.median(times[method]), "mb_per_s": mb / best,
                      "vocab_size": len(vocab), "shared_with_baseline": shared,
-                     "subwords_per_word": subwords_per_word(last[method], texts)})
+                     "subwords_per_word": subwords_per_word(last_trained[method], texts)})
+    return rows
+
+
+def throughput_ratios(methods: list[str], rows: list[dict]) -> dict[str, float]:
+    """Throughput of each of ours over the baseline's, and the unigram one's over SentencePiece's too."""
     by = {r["method"]: r for r in rows}
     ratios = {}
-    for method in args.methods:
+    for method in methods:
         if ROLES[method] == "ours":
             for reference in (BASELINE, "spm_unigram" if method == "ours_unigram" else None):
                 if reference in by:
                     ratios[f"{method}/{reference}"] = by[method]["mb_per_s"] / by[reference]["mb_per_s"]
+    return ratios
 
-    import sentencepiece
-    import tokenizers
 
+def print_table(args, mb: float, texts: list[str], rows: list[dict], ratios: dict[str, float]) -> None:
     print(f"input {args.input} ({mb:.2f} MB, {len(texts)} documents), vocab_size {args.vocab_size}, "
           f"best of {args.repeats}, {os.cpu_count()} CPUs")
     print(f"{'method':<18} {'role':<9} {'best s':>8} {'median s':>9} {'MB/s':>7} {'vocab':>6} "
@@ -163,12 +170,34 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in ratios.items():
         print(f"throughput {name}: x{value:.2f}")
 
-    result = {"input": str(args.input), "input_mb": mb, "documents": len(texts), "vocab_size": args.vocab_size,
-              "min_frequency": args.min_frequency, "limit_alphabet": args.limit_alphabet, "repeats": args.repeats,
-              "cpu_count": os.cpu_count(), "python": platform.python_version(),
-              "versions": {"tokenizers": tokenizers.__version__, "sentencepiece": sentencepiece.__version__},
-              "results": rows, "ratios": ratios}
-    write_results(args.output, result)
+
+def summarize(args, mb: float, texts: list[str], rows: list[dict], ratios: dict[str, float]) -> dict:
+    """The JSON result: the run's settings and machine, the libraries' versions, the rows and the ratios."""
+    import sentencepiece
+    import tokenizers
+
+    return {"input": str(args.input), "input_mb": mb, "documents": len(texts), "vocab_size": args.vocab_size,
+            "min_frequency": args.min_frequency, "limit_alphabet": args.limit_alphabet, "repeats": args.repeats,
+            "cpu_count": os.cpu_count(), "python": platform.python_version(),
+            "versions": {"tokenizers": tokenizers.__version__, "sentencepiece": sentencepiece.__version__},
+            "results": rows, "ratios": ratios}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not args.input.is_file():
+        print(f"bench_vocab: error: input not found: {args.input}", file=sys.stderr)
+        return 2
+
+    from biomed_lm.tokenization.sources import iter_texts
+
+    texts = list(iter_texts(args.input))
+    mb = args.input.stat().st_size / 1e6
+    times, last_trained = measure_methods(args)
+    rows = method_rows(args, times, last_trained, mb, texts)
+    ratios = throughput_ratios(args.methods, rows)
+    print_table(args, mb, texts, rows, ratios)
+    write_results(args.output, summarize(args, mb, texts, rows, ratios))
     return 0
 
 
