@@ -6,7 +6,7 @@
 
 For each size (uncompressed XML bytes) it writes a synthetic PubMed release of .xml.gz files:
 baseline files made of the real citations of the embedded sample (``data/sample``: 604 MEDLINE
-citations, and the 724 plain-text abstracts wrapped as citations) plus whatever ``--sources``
+citations, and the 725 plain-text abstracts wrapped as citations) plus whatever ``--sources``
 names (PubMed XML or text files, or directories of them), each copy with new PMIDs; then update
 files that revise (same PMID, a later file wins) and delete (``<DeleteCitation>``) a share of the
 earlier citations. Then each stage runs in a fresh subprocess, exactly as a user would run it:

@@ -84,8 +84,13 @@ def analyse_runs(rows: pd.DataFrame, factors: Mapping[str, str], specification: 
     if specification == "checkpoints":
         try:
             return fit_checkpoint_model(rows, factors, **fit_options)
-        except CheckpointsConfounded:
-            result = fit_multilevel(rows, factors, **fit_options)
+        except CheckpointsConfounded as confounded:
+            try:
+                result = fit_multilevel(rows, factors, **fit_options)
+            except AnalysisError as err:  # the confounding is the cause to report, not the fallback's failure
+                raise CheckpointsConfounded(f"{confounded}; paper 000's model (model-dataset-groups), which "
+                                            f"would describe these runs instead, cannot be fitted either: {err}"
+                                            ) from err
             result.factor_tests, result.caveat = False, CONFOUNDED_CAVEAT
             result.notes.append("specification 'checkpoints' needs at least two checkpoints per variant; paper "
                                 "000's model (model-dataset-groups) describes these runs instead")

@@ -540,7 +540,7 @@ class BlurbScore:
         if not self.is_partial:
             return "BLURB score"
         return (f"partial BLURB score ({len(self.dataset_scores)}/{len(BLURB_DATASETS)} datasets, "
-                f"{len(self.task_scores)}/{len(BLURB_TASK_TYPES)} task types; missing: "
+                f"{len(self.task_scores)}/{len(BLURB_TASK_TYPES)} task types; not scored: "
                 f"{', '.join(self.missing_datasets)})")
 
     def format(self, scale: float = 100.0, digits: int = 2) -> str:

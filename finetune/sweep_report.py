@@ -120,14 +120,16 @@ def _field(record: Mapping[str, Any], dotted: str, path: Path, kind: type | tupl
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, kind):
-        raise SweepReportError(f"{path}: field {dotted!r} is {value!r}, not a {_kind_name(kind)}")
+        raise SweepReportError(f"{path}: field {dotted!r} is {value!r}, not {_kind_name(kind)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise SweepReportError(f"{path}: field {dotted!r} is {value!r}, not a finite number")
     return value
 
 
 def _kind_name(kind: type | tuple) -> str:
-    return " or ".join(k.__name__ for k in kind) if isinstance(kind, tuple) else kind.__name__
+    """``an int or float``, ``a str``: the expected type as the error's sentence names it."""
+    names = " or ".join(k.__name__ for k in kind) if isinstance(kind, tuple) else kind.__name__
+    return ("an " if names[0] in "aeiou" else "a ") + names
 
 
 def _positive(value: float, dotted: str, path: Path) -> float:

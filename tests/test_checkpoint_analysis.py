@@ -60,6 +60,17 @@ def test_one_checkpoint_per_variant_is_confounded_and_said_so():
         assert result.to_dict()["factor_tests"] is False
 
 
+def test_one_checkpoint_per_variant_too_few_for_the_fallback_says_the_confounding_first():
+    """Two variants pretrained once, one dataset: paper 000's model, which would describe the runs, has too
+    few groups too; the error names the cause the user can act on (pretrain_seeds), not only the fallback's."""
+    variants = ({"vocabulary": "general"}, {"vocabulary": "in-domain"})
+    design = AblationDesign("t", variants, {"vocabulary": "general"}, 1, {"d0": 3}, ((1e-5, 16), (3e-5, 16)))
+    rows = simulate_runs(design, QUIET, effect=1.0, rng=np.random.default_rng(3))
+    with pytest.raises(CheckpointsConfounded, match=r"one checkpoint per variant.*pretrain_seeds ≥ 2.*"
+                                                    r"cannot be fitted either: too few groups"):
+        analyse_runs(rows, {"vocabulary": "general"}, "checkpoints")
+
+
 def test_paper000_model_by_name_groups_checkpoint_by_dataset():
     design = _design(checkpoints=2)
     rows = simulate_runs(design, QUIET, effect=0.0, rng=np.random.default_rng(2))

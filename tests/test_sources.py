@@ -60,6 +60,10 @@ def test_iter_jsonl_and_iter_texts(tmp_path):
     items = list(iter_jsonl(path, "text"))
     assert items[0] == (1, {"text": "one"})
     assert [(p.reason, p.line) for p in items[1:]] == [("invalid_json", 2), ("missing_field", 4)]
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"text": "cut\n{"text": 1,}\n')  # json's own messages, each read as one sentence
+    assert [p.message for p in iter_jsonl(broken, "text")] == [
+        "Unterminated string starting at column 10", "Expecting property name enclosed in double quotes at column 12"]
     text = tmp_path / "t.txt"
     text.write_text("alpha\n\nbeta\n")
     assert list(iter_texts([str(path), str(text)])) == ["one", "alpha", "beta"]

@@ -187,6 +187,15 @@ def test_a_bad_record_is_an_error_naming_the_file_and_field(tmp_path, change, fi
     assert str(path) in str(err.value) and repr(field) in str(err.value)
 
 
+def test_a_field_of_the_wrong_type_names_the_type_expected(tmp_path):
+    path = _write(tmp_path / "s", _record(1e-5, 16, 1, 0.5, 0.5))
+    bad = json.loads(path.read_text())
+    bad["hyperparameters"]["learning_rate"] = "fast"
+    path.write_text(json.dumps(bad))
+    with pytest.raises(SweepReportError, match=r"'hyperparameters.learning_rate' is 'fast', not an int or float$"):
+        collect_study([("m", tmp_path / "s")])
+
+
 def test_unusable_sweeps_are_refused_with_the_reason(tmp_path):
     with pytest.raises(SweepReportError, match="not a directory"):
         collect_study([("m", tmp_path / "nowhere")])

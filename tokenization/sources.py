@@ -202,7 +202,8 @@ def iter_jsonl(path: str | os.PathLike, text_field: str) -> Iterator[tuple[int, 
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
-            yield Problem(spath, "invalid_json", f"{err.msg} at column {err.colno}", line=line_no)
+            at = "" if err.msg.endswith(" at") else " at"  # json's "Unterminated string starting at" says it
+            yield Problem(spath, "invalid_json", f"{err.msg}{at} column {err.colno}", line=line_no)
             continue
         if not isinstance(record, dict):
             yield Problem(spath, "invalid_json", f"the line is {json_type(record)}, expected a JSON object",
