@@ -22,6 +22,9 @@ def open_corpus(path: str | os.PathLike):
     p = Path(path)
     if not p.exists():
         raise PretrainingDataError(f"corpus not found: {p}")
+    if not p.is_dir():  # e.g. the raw text or XML itself, before prepare_corpus made a corpus of it
+        raise PretrainingDataError(f"{p} is a file, not a prepared corpus (a folder); build one from it with "
+                                   "launch/prepare_corpus.py")
     try:
         corpus = datasets.load_from_disk(str(p))
     except Exception as err:  # datasets raises FileNotFoundError or others for a non-dataset folder

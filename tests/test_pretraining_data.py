@@ -472,6 +472,9 @@ def test_cli_errors_name_the_path(work, corpus, tokenizer_dir, capsys):
     (not_corpus / "notes.txt").write_text("hello")
     assert cli(["--corpus", str(not_corpus), "--tokenizer", str(tokenizer_dir), "--output-dir", str(work / "c1")]) == 2
     assert f"{not_corpus} is not a prepared corpus" in capsys.readouterr().err
+    raw_text = not_corpus / "notes.txt"
+    assert cli(["--corpus", str(raw_text), "--tokenizer", str(tokenizer_dir), "--output-dir", str(work / "c1")]) == 2
+    assert f"{raw_text} is a file, not a prepared corpus (a folder); build one from it with" in capsys.readouterr().err
 
     assert cli(["--corpus", str(corpus), "--tokenizer", str(tokenizer_dir), "--output-dir", str(work / "c1"),
                 "--max-seq-length", "4"]) == 2
