@@ -51,6 +51,7 @@ from biomed_lm.pretrain.instance_recipe import (LINKED_DOCUMENT, NO_PAIR_LABEL, 
                                                 continuation_end, continuation_start, pack_documents, plan_document,
                                                 truncation_cuts, word_boundary_markers, word_start_table)
 from biomed_lm.pretrain.prepared_corpus import PretrainingDataError, files_identity, open_corpus
+from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
 
 WORK_DIR = "_work"
 TOKENIZED_COLUMN = "sentence_ids"  # the tokenized corpus: per document, its usable sentences' token ids
@@ -731,11 +732,17 @@ def _pair_description(metadata: Mapping[str, Any]) -> str:
 
 def create_pretraining_data(config: PretrainingDataConfig, progress: bool = True) -> dict:
     """Build the instances and ``pretraining_data.json``; returns the metadata (summary included)."""
+    config.validate()
+    out = Path(config.output_dir)
+    with acquire_run_lock(out, ARTIFACT_LOCK_FILE):  # before anything in out is read: a second build into it is refused
+        return _create_pretraining_data(config, out, progress)
+
+
+def _create_pretraining_data(config: PretrainingDataConfig, out: Path, progress: bool) -> dict:
+    """:func:`create_pretraining_data` into ``out``, whose lock this process holds."""
     import datasets
 
-    config.validate()
     started = time.perf_counter()
-    out = Path(config.output_dir)
     corpus, mixed = _checked_corpus(config, out)
     corpus_name = mixed.record["corpus"] if mixed else config.corpus
     info = load_tokenizer_info(config.tokenizer)

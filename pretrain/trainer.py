@@ -49,7 +49,7 @@ import numpy as np
 import torch
 
 from biomed_lm.backend import initialize_engine, start_distributed  # one definition, shared with fine-tuning
-from biomed_lm.errors import PretrainError
+from biomed_lm.errors import BiomedLMError
 from biomed_lm.pretrain.attention import KERNELS, PADDED
 from biomed_lm.pretrain.checkpoint import (Selection, checkpoint_tags, checkpoints_root, latest_tag, load_checkpoint,
                                            save_checkpoint, select_checkpoint, set_aside_diverged)
@@ -66,7 +66,7 @@ from biomed_lm.pretrain.modeling import PretrainingModel, count_parameters, hf_a
 from biomed_lm.pretrain.preemption import StopRequests, ignore_stop_signals, stop_workers
 from biomed_lm.pretrain.profiling import StepProfiler
 from biomed_lm.pretrain.resume import apply_learning_rate, compare_continuation, compare_signatures, run_signature
-from biomed_lm.pretrain.run_lock import RunLock, acquire_run_lock
+from biomed_lm.run_lock import RunLock, acquire_run_lock
 from biomed_lm.pretrain.sampler import BatchPlan
 from biomed_lm.pretrain.trainer_state import TrainerState, VariantState
 
@@ -596,7 +596,7 @@ def _select_resume_checkpoint(run_dir: Path, train_args: TrainArguments, rank: i
 
 
 def _take_run_directory(run_dir: Path, rank: int) -> RunLock | None:
-    """Rank 0 locks ``run_dir`` (:mod:`pretrain.run_lock`) and checks that checkpoints can go where
+    """Rank 0 locks ``run_dir`` (:mod:`biomed_lm.run_lock`) and checks that checkpoints can go where
     they will; every rank raises the same error when the directory is another run's or unusable."""
     def take() -> RunLock:
         lock = acquire_run_lock(run_dir)
@@ -611,8 +611,9 @@ def _take_run_directory(run_dir: Path, rank: int) -> RunLock | None:
 
 
 def _decided_on_rank0(rank: int, decide, share: bool = True):
-    """``decide()`` run on rank 0 alone. Its :class:`PretrainError` reaches every rank, which raise
-    it together; its result reaches them too with ``share`` (otherwise they get None)."""
+    """``decide()`` run on rank 0 alone. Its error for the user (:class:`BiomedLMError`: a
+    ``PretrainError``, the run lock's refusal) reaches every rank, which raise it together; its
+    result reaches them too with ``share`` (otherwise they get None)."""
     import torch.distributed as dist
 
     result, outcome = None, [None, None]  # [error, shared result]
@@ -620,7 +621,7 @@ def _decided_on_rank0(rank: int, decide, share: bool = True):
         try:
             result = decide()
             outcome[1] = result if share else None
-        except PretrainError as err:
+        except BiomedLMError as err:
             outcome[0] = err
     dist.broadcast_object_list(outcome, src=0)
     if outcome[0] is not None:

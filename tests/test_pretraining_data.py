@@ -496,8 +496,8 @@ def test_cli_config_file_overwrite_and_no_nsp(work, corpus, tokenizer_dir, capsy
     assert cli(["--config", str(config), "--pair-task", "none", "--overwrite"]) == 0
     _, metadata = load_pretraining_data(out)
     assert metadata["nsp"] is False and metadata["max_seq_length"] == 64
-    assert sorted(p.name for p in out.iterdir()) == ["data-00000-of-00001.arrow", "dataset_info.json",
-                                                    METADATA_FILE, "state.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".run.lock", "data-00000-of-00001.arrow", "dataset_info.json",
+                                                    METADATA_FILE, "state.json"]  # the lock: biomed_lm.run_lock
 
 
 def test_cli_runs_as_a_script_from_the_repo_root(work, corpus, tokenizer_dir):

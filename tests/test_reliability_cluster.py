@@ -173,8 +173,8 @@ def test_resume_lr_scale_on_a_fresh_run_applies_from_step_1_and_says_so(pretrain
 
 HOLD_LOCK = """
 import os, sys, time
-from biomed_lm.pretrain.run_lock import acquire_run_lock
-lock = acquire_run_lock(sys.argv[1])
+from biomed_lm.run_lock import acquire_run_lock
+lock = acquire_run_lock(sys.argv[1], *sys.argv[3:])
 if sys.argv[2] == "fork" and os.fork() == 0:  # a child that outlives its parent, as a DataLoader worker can
     time.sleep(60)
     os._exit(0)
@@ -183,16 +183,16 @@ time.sleep(60)
 """
 
 
-def hold_lock(run_dir: Path, fork: bool) -> subprocess.Popen:
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(run_dir), "fork" if fork else "-"], cwd=REPO,
-                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+def hold_lock(run_dir: Path, fork: bool, *lock_file: str) -> subprocess.Popen:
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(run_dir), "fork" if fork else "-", *lock_file],
+                              cwd=REPO, stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert holder.stdout.readline().strip() == "held"
     return holder
 
 
 @pytest.mark.parametrize("fork", [False, True], ids=["holder alone", "holder with a forked child"])
 def test_the_lock_names_its_holder_and_dies_with_it(fork, tmp_path):
-    from biomed_lm.pretrain.run_lock import RunDirectoryLocked, acquire_run_lock
+    from biomed_lm.run_lock import RunDirectoryLocked, acquire_run_lock
 
     holder = hold_lock(tmp_path, fork)
     try:
@@ -210,11 +210,50 @@ def test_the_lock_names_its_holder_and_dies_with_it(fork, tmp_path):
             pass
 
 
+def _prepare_corpus_into(out: Path) -> None:
+    from biomed_lm.tokenization.corpus import CorpusConfig, prepare_corpus
+
+    prepare_corpus(CorpusConfig(inputs=[str(REPO / "data" / "sample")], output_dir=str(out)))
+
+
+def _build_vocab_into(out: Path) -> None:
+    from biomed_lm.tokenization.vocab import VocabConfig, build_vocab
+
+    build_vocab([REPO / "data" / "sample"], out, VocabConfig(vocab_size=2000))
+
+
+def _create_pretraining_data_into(out: Path) -> None:
+    from biomed_lm.pretrain.instance_builder import PretrainingDataConfig, create_pretraining_data
+    from biomed_lm.reference_models import general_bert_dir
+
+    config = PretrainingDataConfig(corpus=str(REPO / "data" / "sample"), tokenizer=str(general_bert_dir()),
+                                   output_dir=str(out))
+    create_pretraining_data(config, progress=False)
+
+
+@pytest.mark.parametrize("build", [_prepare_corpus_into, _build_vocab_into, _create_pretraining_data_into],
+                         ids=["prepare_corpus", "build_vocab", "create_pretraining_data"])
+def test_a_second_data_build_into_a_folder_in_use_is_refused_before_it_touches_it(build, tmp_path):
+    """Two corpus builds on one folder left a corpus of a fifth of its documents with exit 0; two vocabulary
+    builds both said they wrote theirs. The second one now stops at once, naming the first."""
+    from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, RunDirectoryLocked
+
+    out = tmp_path / "out"
+    holder = hold_lock(out, False, ARTIFACT_LOCK_FILE)
+    try:
+        with pytest.raises(RunDirectoryLocked, match=rf"{out} is in use by another run \(pid {holder.pid} on host "):
+            build(out)
+        assert [p.name for p in out.iterdir()] == [ARTIFACT_LOCK_FILE]  # nothing read or written
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+
+
 def test_a_filesystem_without_locks_warns_and_runs(tmp_path, monkeypatch):
     import errno
     import fcntl
 
-    from biomed_lm.pretrain.run_lock import acquire_run_lock
+    from biomed_lm.run_lock import acquire_run_lock
 
     def no_locks(*_args):
         raise OSError(errno.ENOLCK, "No locks available")
@@ -225,11 +264,10 @@ def test_a_filesystem_without_locks_warns_and_runs(tmp_path, monkeypatch):
 
 
 def test_an_output_dir_that_is_a_file_is_refused(tmp_path):
-    from biomed_lm.errors import PretrainError
-    from biomed_lm.pretrain.run_lock import acquire_run_lock
+    from biomed_lm.run_lock import RunDirectoryError, acquire_run_lock
 
     (tmp_path / "run").write_text("a file\n")
-    with pytest.raises(PretrainError, match="exists and is not a directory"):
+    with pytest.raises(RunDirectoryError, match="exists and is not a directory"):
         acquire_run_lock(tmp_path / "run")
 
 
@@ -295,9 +333,8 @@ def test_workers_that_ignore_sigterm_are_stopped_and_joined():
 
 
 def test_an_output_dir_that_cannot_be_created_is_named(tmp_path):
-    from biomed_lm.errors import PretrainError
-    from biomed_lm.pretrain.run_lock import acquire_run_lock
+    from biomed_lm.run_lock import RunDirectoryError, acquire_run_lock
 
     (tmp_path / "a file").write_text("x")
-    with pytest.raises(PretrainError, match=r"output_dir .*/a file/run: cannot create .*run.lock: Not a directory"):
+    with pytest.raises(RunDirectoryError, match=r"output_dir .*/a file/run: cannot create .*run.lock: Not a directory"):
         acquire_run_lock(tmp_path / "a file" / "run")

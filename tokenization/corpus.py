@@ -53,6 +53,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from biomed_lm.errors import TokenizationError
+from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
 from biomed_lm.tokenization.pubmed_xml import CITATION_LINK_TYPES, Deletion, canonical_pmid, iter_pubmed_records
 from biomed_lm.tokenization.sources import (JSONL, TEXT, XML, Problem, accepted_suffixes, expand_inputs, input_format,
                                             iter_jsonl, iter_lines, json_type, sniff_binary, suffix_of)
@@ -626,8 +627,14 @@ def prepare_corpus(config: CorpusConfig) -> dict:
         raise TokenizationError("no output_dir given")
     _check_shard_size(config.max_shard_size)
     out = Path(config.output_dir)
-    if (out / "state.json").exists() and not config.overwrite:
-        raise FileExistsError(f"{out} already holds a prepared corpus; pass --overwrite to rebuild it")
+    with acquire_run_lock(out, ARTIFACT_LOCK_FILE):  # before anything in out is read: a second run on it is refused
+        if (out / "state.json").exists() and not config.overwrite:
+            raise FileExistsError(f"{out} already holds a prepared corpus; pass --overwrite to rebuild it")
+        return _prepare_corpus(config, out)
+
+
+def _prepare_corpus(config: CorpusConfig, out: Path) -> dict:
+    """The three stages into ``out``, whose lock this process holds."""
     work = out / "_work"
     started = time.perf_counter()
 

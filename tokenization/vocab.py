@@ -100,6 +100,7 @@ from pathlib import Path
 from typing import Any, Collection, Iterable, Iterator, Literal, Mapping, Sequence, get_args
 
 from biomed_lm.errors import TokenizationError
+from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
 from biomed_lm.tokenization.sources import expand_inputs, is_prepared_corpus, iter_texts
 from biomed_lm.tokenization.tokenizer_io import (ALBERT_SPECIAL_TOKENS, ROBERTA_SPECIAL_TOKENS,
                                                  SENTENCEPIECE_MODEL_FILE, SPECIAL_TOKENS, VOCAB_CARD, albert_preprocessor,
@@ -781,9 +782,10 @@ def build_vocab(inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLi
     """Learn a vocabulary from prepared corpora or raw text/JSONL/PubMed XML files and write it
     as a tokenizer directory (``AutoTokenizer``-loadable, casing recorded, vocabulary card).
 
-    Everything that can be checked before the long read is checked first: the inputs exist and
-    the output directory is empty (or ``overwrite`` is set, which replaces the tokenizer files
-    listed in ``OUTPUT_FILES`` and leaves any other file alone).
+    Everything that can be checked before the long read is checked first: the inputs exist, no
+    other build holds the output directory (:mod:`biomed_lm.run_lock`), and it is empty but for
+    that lock (or ``overwrite`` is set, which replaces the tokenizer files listed in
+    ``OUTPUT_FILES`` and leaves any other file alone).
     """
     config = config or VocabConfig()
     names = [str(p) for p in inputs]
@@ -791,18 +793,19 @@ def build_vocab(inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLi
         raise EmptyCorpusError("no inputs given")
     _check_inputs(names)
     out = Path(output_dir)
-    _check_output_dir(out, overwrite)
-    try:
-        trained = train_vocab(iter_texts(names, text_field=text_field), config, progress=progress)
-    except EmptyCorpusError as err:
-        raise EmptyCorpusError(f"no text to learn from in {', '.join(names)} "
-                               f"(text field {text_field!r}): {err}") from err
-    if out.is_dir():
+    _check_output_dir(out, overwrite)  # a file in its place is refused before the lock would make the folder
+    with acquire_run_lock(out, ARTIFACT_LOCK_FILE):  # a second build into out is refused until this one ends
+        _check_output_dir(out, overwrite)  # again: another build may have finished into it meanwhile
+        try:
+            trained = train_vocab(iter_texts(names, text_field=text_field), config, progress=progress)
+        except EmptyCorpusError as err:
+            raise EmptyCorpusError(f"no text to learn from in {', '.join(names)} "
+                                   f"(text field {text_field!r}): {err}") from err
         for name in OUTPUT_FILES:
             (out / name).unlink(missing_ok=True)
-    card = {**trained.card(), "inputs": names, "text_field": text_field,
-            "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
-    save_trained(trained, out, card)
+        card = {**trained.card(), "inputs": names, "text_field": text_field,
+                "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+        save_trained(trained, out, card)
     return VocabBuildResult(output_dir=out, trained=trained)
 
 
@@ -968,7 +971,7 @@ def _check_inputs(names: Sequence[str]) -> None:
 def _check_output_dir(out: Path, overwrite: bool) -> None:
     if out.exists() and not out.is_dir():
         raise OutputExistsError(f"output path {out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
+    if out.is_dir() and any(p.name != ARTIFACT_LOCK_FILE for p in out.iterdir()) and not overwrite:
         raise OutputExistsError(f"output directory {out} exists and is not empty; "
                                 "pass --overwrite to replace the tokenizer files in it")
 

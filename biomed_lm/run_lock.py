@@ -1,9 +1,13 @@
-"""One run directory, one run: an advisory lock on ``<output_dir>/run.lock``, held by rank 0.
+"""One output directory, one run: an advisory lock on ``<output_dir>/run.lock`` (``.run.lock`` for the
+data stages' folders).
 
-Two runs started on one ``--output-dir`` would interleave their checkpoints, prune each other's and
-rewrite each other's ``metrics.jsonl``; the second one to start must stop before it touches anything.
-Rank 0 takes the lock before it reads or writes anything of the run (checkpoint selection, metrics,
-``run_config.json``) and holds it until the process ends; the other ranks learn the outcome from it.
+Two runs started on one ``--output-dir`` would interleave what they write: two pretraining runs each
+other's checkpoints and ``metrics.jsonl``; two corpus, vocabulary or instance builds each other's work
+files and results, one of them ending with a result that is not what it printed. The second one to
+start must stop before it touches anything. Each stage that writes an output directory
+(``prepare_corpus``, ``build_vocab``, ``create_pretraining_data``, ``pretrain``: rank 0, whose other
+ranks learn the outcome from it) takes the lock before it reads or writes anything there and holds it
+until it ends.
 
 The lock is a POSIX record lock (``fcntl.lockf``), not ``flock``, for two reasons: the kernel drops it
 when the holding process dies however it dies (``kill -9`` included), and it is not inherited by
@@ -30,13 +34,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from biomed_lm.errors import PretrainError
+from biomed_lm.errors import BiomedLMError
 
 LOCK_FILE = "run.lock"
+#: The data stages' lock: hidden, so that a corpus, vocabulary or instance folder lists only what it holds
+#: (input scanners and tokenizer loaders pass over dot files).
+ARTIFACT_LOCK_FILE = ".run.lock"
 _UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 
 
-class RunDirectoryLocked(PretrainError, RuntimeError):
+class RunDirectoryError(BiomedLMError):
+    """An output directory that cannot be used (not a directory, or no lock file can be made in it)."""
+
+
+class RunDirectoryLocked(RunDirectoryError, RuntimeError):
     """Another live process holds the run directory; the message names it."""
 
 
@@ -53,19 +64,25 @@ class RunLock:
             self.handle.close()  # closing the descriptor drops a POSIX lock
             self.handle = None
 
+    def __enter__(self) -> "RunLock":
+        return self
 
-def acquire_run_lock(run_dir: str | os.PathLike) -> RunLock:
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+
+
+def acquire_run_lock(run_dir: str | os.PathLike, lock_file: str = LOCK_FILE) -> RunLock:
     """Take ``run_dir``'s lock (creating the directory), or raise :class:`RunDirectoryLocked`
     naming the holder. Nothing else in the directory is read or written."""
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
-        raise PretrainError(f"output_dir {run_dir} exists and is not a directory")
-    path = run_dir / LOCK_FILE
+        raise RunDirectoryError(f"output_dir {run_dir} exists and is not a directory")
+    path = run_dir / lock_file
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         handle = open(path, "a+", encoding="utf-8")  # never truncates: the holder's record stays readable
     except OSError as err:
-        raise PretrainError(f"output_dir {run_dir}: cannot create {path}: {err.strerror}") from err
+        raise RunDirectoryError(f"output_dir {run_dir}: cannot create {path}: {err.strerror}") from err
     try:
         fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as err:
