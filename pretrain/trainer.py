@@ -367,7 +367,13 @@ def _load_data(data_args: DataArguments, max_positions: int, family: ModelFamily
     from biomed_lm.pretrain.data import load_pretraining_data
     from biomed_lm.tokenization.tokenizer_io import load_tokenizer
 
-    tokenizer = load_tokenizer(data_args.tokenizer)
+    try:
+        tokenizer = load_tokenizer(data_args.tokenizer)
+    except BiomedLMError:
+        raise
+    except Exception as err:  # transformers and tokenizers raise many kinds for a damaged or foreign folder
+        raise PretrainConfigError(f"cannot load the tokenizer at {data_args.tokenizer}: "
+                                  f"{type(err).__name__}: {err}") from err
     dataset, data_meta = load_pretraining_data(data_args.data_dir, tokenizer=tokenizer,
                                                max_position_embeddings=max_positions,
                                                expect_pair=data_args.train_pair and family.pair_head is not None)

@@ -259,3 +259,21 @@ def test_the_step_profiler_is_off_without_steps_and_covers_its_window(tmp_path):
     assert reports == [None, None, tmp_path / "profile.txt", None]  # steps 2-3
     text = (tmp_path / "profile.txt").read_text()
     assert text.startswith("a run, steps 2-3: top ") and "aten::mm" in text
+
+
+def test_a_damaged_tokenizer_is_refused_naming_it(tmp_path):
+    """QA (2026-11-28): a truncated tokenizer.json ended the run with a raw JSONDecodeError traceback
+    naming no folder; create_pretraining_data and finetune already named it."""
+    import shutil
+
+    from biomed_lm.pretrain.config import DataArguments, PretrainConfigError
+    from biomed_lm.pretrain.families import get_family
+    from biomed_lm.pretrain.trainer import _load_data
+    from biomed_lm.reference_models import general_bert_dir
+
+    damaged = tmp_path / "tokenizer"
+    shutil.copytree(general_bert_dir(), damaged)
+    text = (damaged / "tokenizer.json").read_text(encoding="utf-8")
+    (damaged / "tokenizer.json").write_text(text[:len(text) // 2], encoding="utf-8")
+    with pytest.raises(PretrainConfigError, match=rf"cannot load the tokenizer at {damaged}: JSONDecodeError: "):
+        _load_data(DataArguments(data_dir=str(tmp_path / "data"), tokenizer=str(damaged)), 512, get_family("bert"))
