@@ -88,3 +88,16 @@ def test_the_readers_import_no_circle():
         imported = {node.module for node in ast.walk(ast.parse(inspect.getsource(module)))
                     if isinstance(node, ast.ImportFrom) and node.module}
         assert "biomed_lm.tokenization.sources" not in imported, module.__name__
+
+
+def test_a_damaged_prepared_corpus_is_named(tmp_path):
+    """QA (2026-11-28): build_vocab on a corpus with a truncated shard ended in pyarrow's traceback
+    ("Expected to be able to read N bytes"), which names no file."""
+    import datasets
+
+    corpus = tmp_path / "corpus"
+    datasets.Dataset.from_dict({"text": [f"document {i} " * 50 for i in range(2000)]}).save_to_disk(str(corpus))
+    (shard,) = corpus.glob("data-*.arrow")
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    with pytest.raises(InputError, match=rf"{corpus}: prepared corpus cannot be read \(a damaged or truncated"):
+        list(iter_texts([str(corpus)]))

@@ -231,6 +231,25 @@ def json_type(value: object) -> str:
     return "a list" if isinstance(value, list) else "an object"
 
 
+def _prepared_corpus_texts(spec: str, text_field: str, batch_size: int) -> Iterator[str]:
+    """The ``text_field`` column of the prepared corpus at ``spec``; a damaged shard (pyarrow's
+    OSError, which names no file) is reported as an :class:`InputError` naming the corpus."""
+    from datasets import load_from_disk
+
+    try:
+        dataset = load_from_disk(spec)
+        if text_field not in dataset.column_names:
+            raise InputError(f"{spec}: prepared corpus has no column {text_field!r} "
+                             f"(columns: {', '.join(dataset.column_names)})")
+        for batch in dataset.select_columns([text_field]).iter(batch_size=batch_size):
+            yield from batch[text_field]
+    except OSError as err:
+        if isinstance(err, FileNotFoundError):
+            raise
+        raise InputError(f"{spec}: prepared corpus cannot be read (a damaged or truncated shard? rebuild it with "
+                         f"launch/prepare_corpus.py): {err}") from err
+
+
 def iter_texts(specs: str | os.PathLike | Iterable[str | os.PathLike], text_field: str = "text",
                batch_size: int = 1000) -> Iterator[str]:
     """Yield document texts from prepared corpora, text, JSONL or PubMed XML inputs (for training
@@ -242,12 +261,7 @@ def iter_texts(specs: str | os.PathLike | Iterable[str | os.PathLike], text_fiel
         if is_prepared_corpus(spec):
             from datasets import load_from_disk
 
-            dataset = load_from_disk(spec)
-            if text_field not in dataset.column_names:
-                raise InputError(f"{spec}: prepared corpus has no column {text_field!r} "
-                                 f"(columns: {', '.join(dataset.column_names)})")
-            for batch in dataset.select_columns([text_field]).iter(batch_size=batch_size):
-                yield from batch[text_field]
+            yield from _prepared_corpus_texts(spec, text_field, batch_size)
             continue
         files, problems = expand_inputs([spec])
         if problems:
