@@ -13,6 +13,8 @@ import sys
 
 #: The exit status of every entry script for unusable options or inputs (nothing was done).
 EXIT_BAD_INPUT = 2
+#: The exit status of a stage stopped part-way by the filesystem (a full disk, a folder that turned read-only).
+EXIT_IO_FAILURE = 1
 
 
 class BiomedLMError(Exception):
@@ -47,3 +49,14 @@ def bad_input(program: str, err: BaseException) -> int:
     """Print ``err`` as ``program: error: ...`` on stderr and return :data:`EXIT_BAD_INPUT`."""
     print(f"{program}: error: {err}", file=sys.stderr)
     return EXIT_BAD_INPUT
+
+
+def io_failure(program: str, err: OSError, output: object = None) -> int:
+    """Print an ``OSError`` that stopped a stage part-way as one line, ``program: error: <the OS's reason>:
+    <the file it names>`` (where it names none, as a full disk often does not: the stage's ``output``),
+    and return :data:`EXIT_IO_FAILURE`. What was written stays: the same command resumes where the
+    stage can."""
+    reason = err.strerror or str(err) or type(err).__name__
+    where = err.filename or (f"while writing under {output}" if output else "")
+    print(f"{program}: error: {reason}{': ' + str(where) if where else ''}", file=sys.stderr)
+    return EXIT_IO_FAILURE

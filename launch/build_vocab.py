@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from biomed_lm.config import parse_config
-from biomed_lm.errors import BiomedLMError, bad_input
+from biomed_lm.errors import BiomedLMError, bad_input, io_failure
 from biomed_lm.tokenization.vocab import VocabConfig, build_vocab
 
 
@@ -44,13 +44,17 @@ class BuildVocabArgs:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    output_dir = None  # named in a filesystem error, once the options are read
     try:
         args, config = parse_config([BuildVocabArgs, VocabConfig], argv, description=__doc__.split("\n")[0])
+        output_dir = args.output_dir
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         result = build_vocab(args.inputs, args.output_dir, config, text_field=args.text_field,
                              overwrite=args.overwrite, progress=args.progress)
     except (BiomedLMError, FileNotFoundError) as err:
         return bad_input("build_vocab", err)
+    except OSError as err:  # a full disk, a read-only folder, part-way
+        return io_failure("build_vocab", err, output_dir)
     print(result.summary())
     return 0
 

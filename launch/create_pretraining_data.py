@@ -25,17 +25,21 @@ import sys
 from typing import Sequence
 
 from biomed_lm.config import parse_config
-from biomed_lm.errors import BiomedLMError, bad_input
+from biomed_lm.errors import BiomedLMError, bad_input, io_failure
 from biomed_lm.pretrain.instance_builder import PretrainingDataConfig, create_pretraining_data, format_summary
 from biomed_lm.pretrain.mixture import format_mixture
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    output_dir = None  # named in a filesystem error, once the options are read
     try:
         (config,) = parse_config([PretrainingDataConfig], argv, description=__doc__)
+        output_dir = config.output_dir
         metadata = create_pretraining_data(config)
     except (BiomedLMError, FileNotFoundError) as err:
         return bad_input("create_pretraining_data", err)
+    except OSError as err:  # a full disk, a read-only folder, part-way
+        return io_failure("create_pretraining_data", err, output_dir)
     print(format_summary(metadata))
     if metadata.get("mixture"):
         print(format_mixture(metadata["mixture"]))

@@ -24,7 +24,7 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # checkpoints are local directories; never reach a hub
 
 from biomed_lm.config import parse_config
-from biomed_lm.errors import BiomedLMError, bad_input
+from biomed_lm.errors import BiomedLMError, bad_input, io_failure
 from biomed_lm.finetune.trainer import FinetuneArgs, run_finetune
 
 
@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
         result = run_finetune(args, log=lambda message: print(message, file=sys.stderr))
     except (BiomedLMError, FileNotFoundError) as err:
         return bad_input("finetune", err)
+    except OSError as err:  # a full disk, a read-only folder, part-way
+        return io_failure("finetune", err)
     record = result.record
     print(f"{record['dataset']} {record['metric']} test score: {record['test']['score']:.4f}"
           f"{' (skipped: already complete)' if result.skipped else ''}")

@@ -15,13 +15,15 @@ import json
 import sys
 
 from biomed_lm.config import parse_config
-from biomed_lm.errors import BiomedLMError, bad_input
+from biomed_lm.errors import BiomedLMError, bad_input, io_failure
 from biomed_lm.tokenization.corpus import CorpusConfig, NoUsableInput, prepare_corpus
 
 
 def main(argv: list[str] | None = None) -> int:
+    output_dir = None  # named in a filesystem error, once the options are read
     try:
         (config,) = parse_config([CorpusConfig], argv, description=__doc__)
+        output_dir = config.output_dir
         summary = prepare_corpus(config)
     except NoUsableInput as err:
         _report_problems(err.summary["problems"])
@@ -29,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (BiomedLMError, FileNotFoundError, FileExistsError) as err:
         return bad_input("prepare_corpus", err)
+    except OSError as err:  # a full disk, a read-only folder, part-way
+        return io_failure("prepare_corpus", err, output_dir)
     problems = summary["problems"]
     _report_problems(problems)
     for duplicate in summary.get("duplicate_files", []):
