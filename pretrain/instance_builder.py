@@ -52,6 +52,7 @@ from biomed_lm.pretrain.instance_recipe import (LINKED_DOCUMENT, NO_PAIR_LABEL, 
                                                 truncation_cuts, word_boundary_markers, word_start_table)
 from biomed_lm.pretrain.prepared_corpus import PretrainingDataError, files_identity, open_corpus
 from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
+from biomed_lm.worker_lifetime import workers_die_with_this_process
 
 WORK_DIR = "_work"
 TOKENIZED_COLUMN = "sentence_ids"  # the tokenized corpus: per document, its usable sentences' token ids
@@ -734,6 +735,7 @@ def create_pretraining_data(config: PretrainingDataConfig, progress: bool = True
     """Build the instances and ``pretraining_data.json``; returns the metadata (summary included)."""
     config.validate()
     out = Path(config.output_dir)
+    workers_die_with_this_process()  # a killed build leaves no tokenizing or instance worker behind
     with acquire_run_lock(out, ARTIFACT_LOCK_FILE):  # before anything in out is read: a second build into it is refused
         return _create_pretraining_data(config, out, progress)
 

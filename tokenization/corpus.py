@@ -57,6 +57,7 @@ from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
 from biomed_lm.tokenization.pubmed_xml import CITATION_LINK_TYPES, Deletion, canonical_pmid, iter_pubmed_records
 from biomed_lm.tokenization.sources import (JSONL, TEXT, XML, Problem, accepted_suffixes, expand_inputs, input_format,
                                             iter_jsonl, iter_lines, json_type, sniff_binary, suffix_of)
+from biomed_lm.worker_lifetime import workers_die_with_this_process
 
 PARSED_SCHEMA = pa.schema([
     ("key", pa.int64()),          # PMID, or a negative 63-bit text hash for documents without one
@@ -627,6 +628,7 @@ def prepare_corpus(config: CorpusConfig) -> dict:
         raise TokenizationError("no output_dir given")
     _check_shard_size(config.max_shard_size)
     out = Path(config.output_dir)
+    workers_die_with_this_process()  # a killed run leaves no parsing or splitting worker behind
     with acquire_run_lock(out, ARTIFACT_LOCK_FILE):  # before anything in out is read: a second run on it is refused
         if (out / "state.json").exists() and not config.overwrite:
             raise FileExistsError(f"{out} already holds a prepared corpus; pass --overwrite to rebuild it")
