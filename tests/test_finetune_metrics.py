@@ -514,7 +514,8 @@ def test_partial_blurb_score_is_labelled():
     assert set(result.missing_datasets) == set(BLURB_DATASETS) - {"bc5-chem", "bc5-disease",
                                                                   "jnlpba"}
     assert "pico" in result.missing_tasks and "ner" not in result.missing_tasks
-    assert result.label.startswith("partial BLURB score (3/13 datasets, 1/6 task types; not scored: ncbi-disease, bc2gm, ")
+    assert result.label.startswith("partial BLURB score (3/13 datasets, 1/6 task types; "
+                                   "not scored: ncbi-disease, bc2gm, ")
     assert str(result).startswith("partial BLURB score") and str(result).endswith("86.02")
     assert result.to_dict()["partial"] is True
     with pytest.raises(ValueError, match="incomplete BLURB results"):
