@@ -243,9 +243,9 @@ def _prepared_corpus_texts(spec: str, text_field: str, batch_size: int) -> Itera
                              f"(columns: {', '.join(dataset.column_names)})")
         for batch in dataset.select_columns([text_field]).iter(batch_size=batch_size):
             yield from batch[text_field]
+    except FileNotFoundError:
+        raise
     except OSError as err:
-        if isinstance(err, FileNotFoundError):
-            raise
         raise InputError(f"{spec}: prepared corpus cannot be read (a damaged or truncated shard? rebuild it with "
                          f"launch/prepare_corpus.py): {err}") from err
 
