@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Callable, Literal, get_args
+
+from biomed_lm.errors import BiomedLMError
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = ["Precision", "PRECISIONS", "ZeroStage", "OptimizerName", "ScheduleName", "ds_config",
            "initialize_engine", "ensure_distributed_env", "DistributedContext", "start_distributed", "local_device",
-           "release_shm_buffer_name"]
+           "decided_on_rank0", "end_distributed", "release_shm_buffer_name"]
 
 #: The precisions a run trains in through this backend (pretraining's fp8 runs DeepSpeed in bf16).
 Precision = Literal["fp32", "bf16", "fp16"]
@@ -133,6 +135,27 @@ def start_distributed(deepspeed: bool = True) -> DistributedContext:
         dist.barrier()  # every rank has mapped its peers' all-reduce buffers: the names can go
         release_shm_buffer_name(dist.get_rank())
     return DistributedContext(dist.get_rank(), dist.get_world_size(), device, True)
+
+
+def decided_on_rank0(rank: int, decide: Callable[[], Any], share: bool = True) -> Any:
+    """``decide()`` run on rank 0 alone (the process group joined). Its error for the user
+    (:class:`BiomedLMError`: a bad option, the run lock's refusal) reaches every rank, which raise it
+    together rather than leave rank 0's peers waiting in a collective; its result reaches them too with
+    ``share`` (otherwise they get None)."""
+    import torch.distributed as dist
+
+    result, outcome = None, [None, None]  # [error, shared result]
+    if rank == 0:
+        try:
+            result = decide()
+            outcome[1] = result if share else None
+        except BiomedLMError as err:
+            outcome[0] = err
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.broadcast_object_list(outcome, src=0)
+    if outcome[0] is not None:
+        raise outcome[0]
+    return result if rank == 0 else outcome[1]
 
 
 def end_distributed() -> None:

@@ -9,12 +9,16 @@ outside this tree.
 
 from __future__ import annotations
 
+import functools
 import sys
+from typing import Callable
 
 #: The exit status of every entry script for unusable options or inputs (nothing was done).
 EXIT_BAD_INPUT = 2
 #: The exit status of a stage stopped part-way by the filesystem (a full disk, a folder that turned read-only).
 EXIT_IO_FAILURE = 1
+#: The exit status of a stage stopped by Ctrl-C (SIGINT), 128 + 2, as a shell reports a process SIGINT ended.
+EXIT_INTERRUPTED = 130
 
 
 class BiomedLMError(Exception):
@@ -60,3 +64,34 @@ def io_failure(program: str, err: OSError, output: object = None) -> int:
     where = err.filename or (f"while writing under {output}" if output else "")
     print(f"{program}: error: {reason}{': ' + str(where) if where else ''}", file=sys.stderr)
     return EXIT_IO_FAILURE
+
+
+def exits_cleanly_on_interrupt(program: str, kept: str = "the same command starts it again"
+                               ) -> Callable[[Callable[..., int]], Callable[..., int]]:
+    """Wrap an entry script's ``main``: Ctrl-C ends it with one line, ``program: interrupted (Ctrl-C): <kept>``
+    (what was kept and how to go on), and :data:`EXIT_INTERRUPTED`, instead of a traceback."""
+    def wrap(main: Callable[..., int]) -> Callable[..., int]:
+        @functools.wraps(main)
+        def run(*args, **kwargs) -> int:
+            try:
+                return main(*args, **kwargs)
+            except BaseException as err:  # noqa: BLE001 - re-raised unless Ctrl-C is behind it
+                if not caused_by_interrupt(err):
+                    raise
+                print(f"{program}: interrupted (Ctrl-C): {kept}", file=sys.stderr)
+                return EXIT_INTERRUPTED
+        return run
+    return wrap
+
+
+def caused_by_interrupt(err: BaseException | None) -> bool:
+    """Whether ``err`` is a ``KeyboardInterrupt`` or was raised while one was being handled. A process
+    pool's clean-up replaces the interrupt with its own error (``datasets``' ``map(num_proc=...)`` raises
+    ``multiprocess``'s ``TimeoutError`` from its ``finally``), so the chain of contexts is searched."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, KeyboardInterrupt):
+            return True
+        seen.add(id(err))
+        err = err.__context__ or err.__cause__
+    return False

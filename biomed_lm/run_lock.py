@@ -13,7 +13,8 @@ The lock is a POSIX record lock (``fcntl.lockf``), not ``flock``, for two reason
 when the holding process dies however it dies (``kill -9`` included), and it is not inherited by
 forked children, so a DataLoader worker that outlives its parent for a few seconds never keeps the
 directory locked against the resume. It also works across the nodes of an NFS filesystem (through
-its lock manager). A filesystem without locking support is reported and the run goes on unlocked.
+its lock manager). A filesystem without locking support is reported (a warning when a data stage enters the
+lock as a context; pretraining logs it) and the run goes on unlocked.
 
 The lock file itself is never deleted (deleting a lock file races with a process about to take it);
 it holds the holder's host, pid, start time and command line, which a refused run prints. (A POSIX
@@ -26,6 +27,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import logging
 import os
 import socket
 import sys
@@ -65,6 +67,8 @@ class RunLock:
             self.handle = None
 
     def __enter__(self) -> "RunLock":
+        if self.note:  # the data stages hold the lock as a context: this is where their user learns it is not held
+            logging.getLogger(__name__).warning(self.note)
         return self
 
     def __exit__(self, *exc_info) -> None:

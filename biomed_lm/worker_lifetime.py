@@ -11,6 +11,10 @@ idle workers of 130 MB each per killed run, still there minutes later.
 process's main thread, Linux's ``PR_SET_PDEATHSIG`` has the kernel send it SIGKILL when this process
 dies, however it dies. Workers forked from another thread are left alone (the signal follows the
 forking *thread*, which could end while its workers still work). Elsewhere than Linux it does nothing.
+
+The same workers ignore SIGINT. Ctrl-C reaches every process of the terminal's foreground group: each
+worker used to print its own ``KeyboardInterrupt`` traceback, one per worker, around the stage's one
+line. The stage's process takes the interrupt alone, and its pool's clean-up ends the workers.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ _REGISTERED: dict[int, _Parent] = {}
 
 
 def workers_die_with_this_process() -> None:
-    """Have every worker this process forks (from its main thread) killed when this process dies."""
+    """Have every worker this process forks (from its main thread) killed when this process dies, and
+    leave Ctrl-C to this process."""
     if not sys.platform.startswith("linux") or os.getpid() in _REGISTERED:
         return
     parent = _REGISTERED[os.getpid()] = _Parent()
@@ -61,6 +66,7 @@ def _die_with_parent(process_module, parent: _Parent) -> None:
     started_by = process_module.parent_process()
     if started_by is None or started_by.pid != parent.pid or threading.get_ident() != parent.main_thread:
         return  # a grandchild, or forked from another thread of the parent
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle (module docstring)
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent.pid:  # the parent died before the request took effect
         os._exit(1)

@@ -29,6 +29,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping
 
+from biomed_lm.backend import decided_on_rank0, start_distributed
 from biomed_lm.errors import ConfigError, InputError
 from biomed_lm.finetune.blurb import (BLURB, BLURB_DATASETS, BLURB_TASK_OF, BLURB_TASK_TYPES, UnknownDatasetError,
                                       canonical_dataset_name, default_max_length)
@@ -36,6 +37,7 @@ from biomed_lm.finetune.metrics import MeanStd, blurb_score, mean_std
 from biomed_lm.finetune.model_check import check_model
 from biomed_lm.finetune.trainer import RUN_RECORD, FinetuneArgs, RunOptions, is_complete_run, run_finetune
 from biomed_lm.resources import resolve_path
+from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
 
 __all__ = ["DatasetProtocol", "PROTOCOL", "SweepArgs", "SweepPlan", "PlannedRun", "run_options", "plan_sweep",
            "run_sweep", "collect_runs", "summarize", "format_table", "find_dataset_dir", "SUMMARY_FILE", "TABLE_FILE"]
@@ -197,7 +199,22 @@ def run_sweep(args: SweepArgs, log: Callable[[str], None] = print, progress: boo
     The model is checked first (:func:`finetune.model_check.check_model`; InputError if unusable).
     A failed run (bad data, out of memory, ...) is recorded in the summary with its error and the
     rest of its dataset is not attempted; the other datasets go on (``stop_on_error`` re-raises).
+    One sweep at a time owns ``output_dir`` (:mod:`biomed_lm.run_lock`): a second one is refused
+    (``RunDirectoryLocked``) before it reads or writes anything there.
     """
+    # Under the deepspeed launcher every rank runs the sweep (each run is one job of all ranks): rank 0
+    # holds the lock, and a refusal reaches every rank (decided_on_rank0) rather than leave rank 0's peers
+    # waiting in the first run's collectives.
+    rank = start_distributed(args.deepspeed).rank
+    lock = decided_on_rank0(rank, lambda: acquire_run_lock(args.output_dir, ARTIFACT_LOCK_FILE), share=False)
+    try:
+        return _run_sweep(args, log, progress)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run_sweep(args: SweepArgs, log: Callable[[str], None], progress: bool) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     # Once, before any run: a model every run would fail on is the sweep's error, not each run's.

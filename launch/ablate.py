@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from biomed_lm.config import parse_config
-from biomed_lm.errors import BiomedLMError, bad_input
+from biomed_lm.errors import BiomedLMError, bad_input, exits_cleanly_on_interrupt
 from biomed_lm.experiments.ablation import StepFailed, load_ablation_config, run_ablation
 
 
@@ -30,6 +30,8 @@ class AblateArgs:
     no_report: bool = field(default=False, metadata={"help": "skip launch/report.py's report at the end"})
 
 
+@exits_cleanly_on_interrupt("ablate",
+                            "finished steps and runs are kept: the same command continues")
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--config" not in argv:

@@ -19,13 +19,16 @@ import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # checkpoints are local directories; never reach a hub
 
+from biomed_lm.backend import end_distributed
 from biomed_lm.config import parse_config
-from biomed_lm.errors import BiomedLMError, bad_input
+from biomed_lm.errors import BiomedLMError, bad_input, exits_cleanly_on_interrupt
 from biomed_lm.finetune.sweep import SweepArgs, format_table, run_sweep
 
 EXIT_FAILED_RUNS = 1
 
 
+@exits_cleanly_on_interrupt("blurb",
+                            "finished runs are kept: the same command skips them and goes on")
 def main(argv: list[str] | None = None) -> int:
     # The deepspeed launcher appends --local_rank=N; LOCAL_RANK in the environment says the same.
     argv = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("--local_rank")]
@@ -33,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         (args,) = parse_config([SweepArgs], argv, description=__doc__)
         summary = run_sweep(args, log=lambda message: print(message, file=sys.stderr))
     except (BiomedLMError, FileNotFoundError) as err:
+        end_distributed()  # every rank raises these together (a lock refusal too): none is left in a collective
         return bad_input("blurb", err)
     print(format_table(summary))
     return EXIT_FAILED_RUNS if summary["failed"] else 0

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from biomed_lm.config import parse_config
-from biomed_lm.errors import BiomedLMError, bad_input, io_failure
+from biomed_lm.errors import BiomedLMError, bad_input, exits_cleanly_on_interrupt, io_failure
 from biomed_lm.tokenization.vocab import VocabConfig, build_vocab
 
 
@@ -43,6 +43,8 @@ class BuildVocabArgs:
     progress: bool = field(default=True, metadata={"help": "show a progress bar while reading"})
 
 
+@exits_cleanly_on_interrupt("build_vocab",
+                            "no vocabulary was written: the same command starts it again")
 def main(argv: Sequence[str] | None = None) -> int:
     output_dir = None  # named in a filesystem error, once the options are read
     try:

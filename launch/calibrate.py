@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from biomed_lm.config import parse_config
-from biomed_lm.errors import BiomedLMError, ConfigError, bad_input
+from biomed_lm.errors import BiomedLMError, ConfigError, bad_input, exits_cleanly_on_interrupt
 from biomed_lm.experiments.choices import Specification
 
 SHIPPED = ["configs/ablation/demo.yaml", "configs/ablation/demo.yaml:2", "configs/ablation/tiny.yaml",
@@ -85,6 +85,7 @@ def _run_one(design, components, args: CalibrateArgs, specification: str, effect
     return result
 
 
+@exits_cleanly_on_interrupt("calibrate")
 def main(argv: list[str] | None = None) -> int:
     try:
         (args,) = parse_config([CalibrateArgs], argv, description=__doc__)

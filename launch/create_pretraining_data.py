@@ -25,11 +25,13 @@ import sys
 from typing import Sequence
 
 from biomed_lm.config import parse_config
-from biomed_lm.errors import BiomedLMError, bad_input, io_failure
+from biomed_lm.errors import BiomedLMError, bad_input, exits_cleanly_on_interrupt, io_failure
 from biomed_lm.pretrain.instance_builder import PretrainingDataConfig, create_pretraining_data, format_summary
 from biomed_lm.pretrain.mixture import format_mixture
 
 
+@exits_cleanly_on_interrupt("create_pretraining_data",
+                            "finished worker shards stay cached in the output folder: the same command reuses them")
 def main(argv: Sequence[str] | None = None) -> int:
     output_dir = None  # named in a filesystem error, once the options are read
     try:

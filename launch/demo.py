@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from biomed_lm.config import parse_config
-from biomed_lm.errors import BiomedLMError, bad_input
+from biomed_lm.errors import BiomedLMError, bad_input, exits_cleanly_on_interrupt
 from biomed_lm.reference_models import general_bert_dir
 
 LAUNCH_DIR = Path(__file__).resolve().parent
@@ -63,6 +63,8 @@ def scaled(config, scale: float):
     return dataclasses.replace(config, finetune=finetune)
 
 
+@exits_cleanly_on_interrupt("demo",
+                            "finished steps are kept: the same command skips them and goes on")
 def main(argv: list[str] | None = None) -> int:
     from biomed_lm.experiments.ablation import load_ablation_config, run_ablation
 

@@ -24,10 +24,12 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # checkpoints are local directories; never reach a hub
 
 from biomed_lm.config import parse_config
-from biomed_lm.errors import BiomedLMError, bad_input, io_failure
+from biomed_lm.errors import BiomedLMError, bad_input, exits_cleanly_on_interrupt, io_failure
 from biomed_lm.finetune.trainer import FinetuneArgs, run_finetune
 
 
+@exits_cleanly_on_interrupt("finetune",
+                            "the run did not finish and is not recorded: the same command starts it again")
 def main(argv: list[str] | None = None) -> int:
     try:
         (args,) = parse_config([FinetuneArgs], argv, description=__doc__)

@@ -15,10 +15,13 @@ import json
 import sys
 
 from biomed_lm.config import parse_config
-from biomed_lm.errors import BiomedLMError, bad_input, io_failure
+from biomed_lm.errors import BiomedLMError, bad_input, exits_cleanly_on_interrupt, io_failure
 from biomed_lm.tokenization.corpus import CorpusConfig, NoUsableInput, prepare_corpus
 
 
+@exits_cleanly_on_interrupt("prepare_corpus",
+                            "the stages already finished are kept in the output folder's _work/: "
+                            "the same command resumes from them")
 def main(argv: list[str] | None = None) -> int:
     output_dir = None  # named in a filesystem error, once the options are read
     try:

@@ -26,13 +26,15 @@ import sys
 
 from biomed_lm.backend import end_distributed
 from biomed_lm.config import parse_config
-from biomed_lm.errors import BiomedLMError, bad_input
+from biomed_lm.errors import BiomedLMError, bad_input, exits_cleanly_on_interrupt
 from biomed_lm.pretrain.adversarial import AdversarialConfig
 from biomed_lm.pretrain.checkpoint import CheckpointSaveError
 from biomed_lm.pretrain.config import DataArguments, ModelArguments, TrainArguments
 from biomed_lm.pretrain.trainer import EXIT_DIVERGED, DivergenceAbort, train
 
 
+@exits_cleanly_on_interrupt("pretrain",
+                            "checkpoints already written are kept: the same command resumes from the newest")
 def main(argv: list[str] | None = None) -> int:
     # The deepspeed launcher appends --local_rank=N; LOCAL_RANK in the environment says the same.
     argv = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("--local_rank")]

@@ -23,7 +23,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from biomed_lm.config import parse_config
-from biomed_lm.errors import BiomedLMError, bad_input
+from biomed_lm.errors import BiomedLMError, bad_input, exits_cleanly_on_interrupt
 from biomed_lm.experiments.ablation import StepFailed, run_ablation
 from biomed_lm.experiments.recipes import load_recipe, recipe_names, recipe_table
 
@@ -42,6 +42,8 @@ class RecipeArgs:
         "help": "print the README's comparison table (each recipe's system and projected cost) and exit"})
 
 
+@exits_cleanly_on_interrupt("recipe",
+                            "finished steps and runs are kept: the same command continues")
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and not argv[0].startswith("-"):  # `recipe.py NAME ...`

@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, field
 
 from biomed_lm.config import parse_config
-from biomed_lm.errors import BiomedLMError, ConfigError, bad_input
+from biomed_lm.errors import BiomedLMError, ConfigError, bad_input, exits_cleanly_on_interrupt
 from biomed_lm.experiments.choices import Specification
 from biomed_lm.experiments.report import write_report
 
@@ -38,6 +38,7 @@ class ReportArgs:
             raise ConfigError("ablation_dir is required")
 
 
+@exits_cleanly_on_interrupt("report")
 def main(argv: list[str] | None = None) -> int:
     try:
         (args,) = parse_config([ReportArgs], argv, description=__doc__)

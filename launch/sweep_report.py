@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, field
 
 from biomed_lm.config import parse_config
-from biomed_lm.errors import BiomedLMError, ConfigError, bad_input
+from biomed_lm.errors import BiomedLMError, ConfigError, bad_input, exits_cleanly_on_interrupt
 from biomed_lm.finetune.sweep_report import parse_sweep_specs, write_sweep_report
 
 
@@ -36,6 +36,7 @@ class SweepReportArgs:
             raise ConfigError("output_dir is required")
 
 
+@exits_cleanly_on_interrupt("sweep_report")
 def main(argv: list[str] | None = None) -> int:
     try:
         (args,) = parse_config([SweepReportArgs], argv, description=__doc__)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from biomed_lm.config import parse_config
-from biomed_lm.errors import BiomedLMError, InputError, bad_input
+from biomed_lm.errors import BiomedLMError, InputError, bad_input, exits_cleanly_on_interrupt
 from biomed_lm.finetune.blurb import FORMER_LAYOUT_NAMES, file_layout_name
 from biomed_lm.resources import resolve_path
 from biomed_lm.tokenization.coverage import ReportSettings, build_report, load_vocabulary, read_terms, write_report
@@ -144,6 +144,7 @@ def run(args: VocabReportArguments) -> int:
     return 0
 
 
+@exits_cleanly_on_interrupt("vocab_report")
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:

@@ -18,9 +18,11 @@ from typing import Any, Mapping
 
 import pyarrow as pa
 
+from biomed_lm.errors import BiomedLMError
 from biomed_lm.pretrain.instance_recipe import PAIR_LABELS
 from biomed_lm.pretrain.prepared_corpus import PretrainingDataError
 from biomed_lm.resources import read_json_object
+from biomed_lm.tokenization.sources import damaged_arrow_file
 
 FORMAT_VERSION = 1  # bump when the instances or their metadata change meaning
 METADATA_FILE = "pretraining_data.json"
@@ -122,7 +124,10 @@ def _open_instances(p: Path, recorded: int | None):
     try:
         dataset = datasets.load_from_disk(str(p))
     except Exception as err:
-        raise PretrainingDataError(f"{p}: cannot load the dataset: {type(err).__name__}: {err}") from err
+        shard = damaged_arrow_file(p)  # pyarrow's error on a truncated shard names no file
+        damage = f"its shard {shard.name} is damaged or truncated (rebuild it with " \
+                 "launch/create_pretraining_data.py): " if shard else ""
+        raise PretrainingDataError(f"{p}: cannot load the dataset: {damage}{type(err).__name__}: {err}") from err
     if not isinstance(dataset, datasets.Dataset):
         raise PretrainingDataError(f"{p} holds several splits ({', '.join(dataset)}), not one instance dataset")
     _check_schema(dataset.features, p)
@@ -157,15 +162,25 @@ def _check_schema(features, origin: Path) -> None:
             raise PretrainingDataError(f"{origin}: column '{name}' must hold {kind}, not {feature}")
 
 
+def load_tokenizer_or_fail(path: str | os.PathLike, error: type[BiomedLMError]):
+    """The tokenizer at ``path`` (:func:`tokenization.tokenizer_io.load_tokenizer`), or ``error``
+    "cannot load the tokenizer at {path}: {ErrorType}: {message}": transformers and tokenizers raise many
+    kinds for a damaged or foreign folder (a JSONDecodeError, a plain Exception), and a user fixes each by
+    the path. The toolkit's own errors already say what is wrong there and pass as they are."""
+    from biomed_lm.tokenization.tokenizer_io import load_tokenizer
+
+    try:
+        return load_tokenizer(path)
+    except BiomedLMError:
+        raise
+    except Exception as err:
+        raise error(f"cannot load the tokenizer at {path}: {type(err).__name__}: {err}") from err
+
+
 def _check_tokenizer(p: Path, metadata: dict, tokenizer) -> None:
     """Refuse a tokenizer (loaded, or a path) with another vocabulary or casing than the data's."""
     if isinstance(tokenizer, (str, os.PathLike)):
-        from biomed_lm.tokenization.tokenizer_io import load_tokenizer
-
-        try:
-            tokenizer = load_tokenizer(tokenizer)
-        except Exception as err:
-            raise PretrainingDataError(f"cannot load the tokenizer at {tokenizer}: {err}") from err
+        tokenizer = load_tokenizer_or_fail(tokenizer, PretrainingDataError)
     fingerprint = vocabulary_fingerprint(tokenizer)
     if fingerprint != metadata["vocab_sha256"]:
         raise PretrainingDataError(

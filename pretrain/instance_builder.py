@@ -44,8 +44,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from biomed_lm.pretrain.data import (DOCUMENT_COLUMN, FORMAT_VERSION, INSTANCE_SCHEMA, METADATA_FILE, pair_task_of,
-                                     vocabulary_fingerprint)
+from biomed_lm.pretrain.data import (DOCUMENT_COLUMN, FORMAT_VERSION, INSTANCE_SCHEMA, METADATA_FILE,
+                                     load_tokenizer_or_fail, pair_task_of, vocabulary_fingerprint)
 from biomed_lm.pretrain.instance_recipe import (LINKED_DOCUMENT, NO_PAIR_LABEL, NOT_NEXT, PAIR_LABELS,
                                                 RANDOM_DOCUMENT, InstancePlan, Packing, PairTask,
                                                 continuation_end, continuation_start, pack_documents, plan_document,
@@ -216,16 +216,10 @@ def describe_tokenizer(tokenizer, path: str = "") -> TokenizerInfo:
 
 
 def load_tokenizer_info(path: str | os.PathLike) -> TokenizerInfo:
-    from biomed_lm.tokenization.tokenizer_io import load_tokenizer
-
     p = Path(path)
     if not p.exists():
         raise PretrainingDataError(f"tokenizer not found: {p}")
-    try:
-        tokenizer = load_tokenizer(p)
-    except Exception as err:
-        raise PretrainingDataError(f"cannot load the tokenizer at {p}: {err}") from err
-    return describe_tokenizer(tokenizer, str(p))
+    return describe_tokenizer(load_tokenizer_or_fail(p, PretrainingDataError), str(p))
 
 
 # ------------------------------------------------------------------ stage 1: tokenization

@@ -48,8 +48,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, TypedDict
 import numpy as np
 import torch
 
-from biomed_lm.backend import initialize_engine, start_distributed  # one definition, shared with fine-tuning
-from biomed_lm.errors import BiomedLMError
+from biomed_lm.backend import decided_on_rank0, initialize_engine, start_distributed  # shared with fine-tuning
 from biomed_lm.pretrain.attention import KERNELS, PADDED
 from biomed_lm.pretrain.checkpoint import (Selection, checkpoint_tags, checkpoints_root, latest_tag, load_checkpoint,
                                            save_checkpoint, select_checkpoint, set_aside_diverged)
@@ -364,16 +363,9 @@ def _start_distributed(train_args: TrainArguments) -> tuple[int, int, torch.devi
 def _load_data(data_args: DataArguments, max_positions: int, family: ModelFamily):
     """The tokenizer, the instances, their metadata (checked against the tokenizer and model) and
     the pair objective the run trains (checked against the family's head)."""
-    from biomed_lm.pretrain.data import load_pretraining_data
-    from biomed_lm.tokenization.tokenizer_io import load_tokenizer
+    from biomed_lm.pretrain.data import load_pretraining_data, load_tokenizer_or_fail
 
-    try:
-        tokenizer = load_tokenizer(data_args.tokenizer)
-    except BiomedLMError:
-        raise
-    except Exception as err:  # transformers and tokenizers raise many kinds for a damaged or foreign folder
-        raise PretrainConfigError(f"cannot load the tokenizer at {data_args.tokenizer}: "
-                                  f"{type(err).__name__}: {err}") from err
+    tokenizer = load_tokenizer_or_fail(data_args.tokenizer, PretrainConfigError)
     dataset, data_meta = load_pretraining_data(data_args.data_dir, tokenizer=tokenizer,
                                                max_position_embeddings=max_positions,
                                                expect_pair=data_args.train_pair and family.pair_head is not None)
@@ -598,7 +590,7 @@ def _select_resume_checkpoint(run_dir: Path, train_args: TrainArguments, rank: i
             raise PretrainConfigError(f"{run_dir} already has checkpoints and resume is off: starting over would "
                                       "overwrite them; use a new --output-dir")
         return Selection()
-    return _decided_on_rank0(rank, lambda: select_checkpoint(run_dir))  # damaged ones are moved by rank 0 alone
+    return decided_on_rank0(rank, lambda: select_checkpoint(run_dir))  # damaged ones are moved by rank 0 alone
 
 
 def _take_run_directory(run_dir: Path, rank: int) -> RunLock | None:
@@ -613,26 +605,7 @@ def _take_run_directory(run_dir: Path, rank: int) -> RunLock | None:
                                       "(move it away, or use another --output-dir)")
         return lock
 
-    return _decided_on_rank0(rank, take, share=False)  # the lock (an open file) stays on rank 0
-
-
-def _decided_on_rank0(rank: int, decide, share: bool = True):
-    """``decide()`` run on rank 0 alone. Its error for the user (:class:`BiomedLMError`: a
-    ``PretrainError``, the run lock's refusal) reaches every rank, which raise it together; its
-    result reaches them too with ``share`` (otherwise they get None)."""
-    import torch.distributed as dist
-
-    result, outcome = None, [None, None]  # [error, shared result]
-    if rank == 0:
-        try:
-            result = decide()
-            outcome[1] = result if share else None
-        except BiomedLMError as err:
-            outcome[0] = err
-    dist.broadcast_object_list(outcome, src=0)
-    if outcome[0] is not None:
-        raise outcome[0]
-    return result if rank == 0 else outcome[1]
+    return decided_on_rank0(rank, take, share=False)  # the lock (an open file) stays on rank 0
 
 
 def _build_engine(model, train_args: TrainArguments, world_size: int, device: torch.device):

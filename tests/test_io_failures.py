@@ -55,3 +55,33 @@ def test_finetune_names_the_file_the_os_named(monkeypatch, capsys):
     monkeypatch.setattr(module, "run_finetune", _read_only)
     assert module.main(["--dataset", "ncbi-disease", "--data-dir", "d", "--model", "m", "--output-dir", "o"]) == 1
     assert capsys.readouterr().err.strip() == "finetune: error: Read-only file system: /data/out/shard.arrow"
+
+
+def test_build_vocab_on_a_full_disk_names_the_tokenizer_file(tmp_path, monkeypatch, capsys):
+    """QA (2026-11-28): the ``tokenizers`` library reports a full disk as a plain ``Exception``, which
+    build_vocab let through as a traceback; it is the OSError it is, naming the file being written."""
+    from biomed_lm.tokenization import vocab
+
+    def tokenizers_full_disk(*args, **kwargs):
+        raise Exception("No space left on device (os error 28)")
+
+    monkeypatch.setattr(vocab, "save_tokenizer_dir", tokenizers_full_disk)
+    corpus = tmp_path / "docs.txt"
+    corpus.write_text("".join(f"Protein kinase {i} binds DNA in cell line {i % 7}.\n" for i in range(40)))
+    out = tmp_path / "out"
+    argv = ["--inputs", str(corpus), "--output-dir", str(out), "--vocab-size", "300", "--progress", "false"]
+    assert _launch("build_vocab").main(argv) == 1
+    err = capsys.readouterr().err
+    assert err == f"build_vocab: error: No space left on device: {out / 'tokenizer.json'}\n"
+
+
+def test_a_tokenizers_failure_without_an_os_error_code_keeps_its_message_and_other_errors_pass():
+    from biomed_lm.tokenization.vocab import tokenizers_write
+
+    with pytest.raises(OSError) as caught, tokenizers_write("/out/tokenizer.json"):
+        raise Exception("serialization failed")
+    assert (caught.value.errno, caught.value.strerror, caught.value.filename) == \
+        (None, "serialization failed", "/out/tokenizer.json")
+    assert str(caught.value.__cause__) == "serialization failed"
+    with pytest.raises(ValueError, match="lacks the special token"), tokenizers_write("/out/tokenizer.json"):
+        raise ValueError("tokenizer lacks the special token(s) ['[CLS]']")

@@ -231,8 +231,17 @@ def _create_pretraining_data_into(out: Path) -> None:
     create_pretraining_data(config, progress=False)
 
 
-@pytest.mark.parametrize("build", [_prepare_corpus_into, _build_vocab_into, _create_pretraining_data_into],
-                         ids=["prepare_corpus", "build_vocab", "create_pretraining_data"])
+def _blurb_sweep_into(out: Path) -> None:
+    from biomed_lm.finetune.sweep import SweepArgs, run_sweep
+    from biomed_lm.reference_models import general_bert_dir
+
+    run_sweep(SweepArgs(model=str(general_bert_dir()), output_dir=str(out), data_root=str(REPO / "data" / "blurb"),
+                        datasets=["ncbi-disease"]), log=lambda _message: None, progress=False)
+
+
+@pytest.mark.parametrize("build", [_prepare_corpus_into, _build_vocab_into, _create_pretraining_data_into,
+                                   _blurb_sweep_into],
+                         ids=["prepare_corpus", "build_vocab", "create_pretraining_data", "blurb"])
 def test_a_second_data_build_into_a_folder_in_use_is_refused_before_it_touches_it(build, tmp_path):
     """Two corpus builds on one folder left a corpus of a fifth of its documents with exit 0; two vocabulary
     builds both said they wrote theirs. The second one now stops at once, naming the first."""
@@ -249,11 +258,37 @@ def test_a_second_data_build_into_a_folder_in_use_is_refused_before_it_touches_i
         holder.wait()
 
 
-def test_a_filesystem_without_locks_warns_and_runs(tmp_path, monkeypatch):
+def test_a_two_rank_blurb_sweep_on_a_folder_in_use_is_refused_on_every_rank_without_a_hang(tmp_path):
+    """Under the deepspeed launcher every rank runs the sweep; rank 0 alone holds the lock, and its refusal
+    reaches the other rank, which would otherwise wait in the first run's collectives."""
+    from biomed_lm.reference_models import general_bert_dir
+    from biomed_lm.run_lock import ARTIFACT_LOCK_FILE
+    from tests.conftest import free_port
+    from tests.pretrain_runs import deepspeed_launcher
+
+    launcher = deepspeed_launcher()
+    if launcher is None:
+        pytest.skip("the deepspeed launcher is not installed")
+    out = tmp_path / "sweep"
+    holder = hold_lock(out, False, ARTIFACT_LOCK_FILE)
+    try:
+        refused = subprocess.run(
+            [launcher, "--num_gpus", "2", "--master_port", str(free_port()), "launch/blurb.py", "--deepspeed",
+             "--model", str(general_bert_dir()), "--output_dir", str(out), "--data_root", str(REPO / "data" / "blurb"),
+             "--datasets", "ncbi-disease"], cwd=REPO, env=env(), capture_output=True, text=True, timeout=240)
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert refused.stderr.count(f"blurb: error: {out} is in use by another run (pid {holder.pid} on host") == 2
+    assert [p.name for p in out.iterdir()] == [ARTIFACT_LOCK_FILE]
+
+
+def test_a_filesystem_without_locks_warns_and_runs(tmp_path, monkeypatch, caplog):
     import errno
     import fcntl
 
-    from biomed_lm.run_lock import acquire_run_lock
+    from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
 
     def no_locks(*_args):
         raise OSError(errno.ENOLCK, "No locks available")
@@ -261,6 +296,12 @@ def test_a_filesystem_without_locks_warns_and_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(fcntl, "lockf", no_locks)
     lock = acquire_run_lock(tmp_path / "run")
     assert lock.handle is None and "does not support file locks" in lock.note
+    with caplog.at_level("WARNING", logger="biomed_lm.run_lock"):  # as a data stage holds it: the user is told
+        with acquire_run_lock(tmp_path / "corpus", ARTIFACT_LOCK_FILE):
+            pass
+    assert [r.getMessage() for r in caplog.records] == [
+        f"warning: {tmp_path / 'corpus'}'s filesystem does not support file locks (No locks available): nothing "
+        "stops a second run from using this directory at the same time"]
 
 
 def test_an_output_dir_that_is_a_file_is_refused(tmp_path):

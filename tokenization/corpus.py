@@ -328,11 +328,25 @@ def parse_inputs(files: list[Path], work_dir: Path, config: CorpusConfig) -> lis
                 docs += summary["citations"] + summary["documents"]
                 bar.set_postfix(docs=docs, problems=sum(len(s["problems"]) for s in summaries.values()))
                 bar.update()
+        except BaseException:
+            if workers > 1:
+                _stop_workers(pool)
+            raise
         finally:
             bar.close()
-            if workers > 1:
-                pool.shutdown()
+        if workers > 1:
+            pool.shutdown()
     return [(shard, summaries[shard]) for shard in shards]
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """End a pool now, on Ctrl-C or a failure: ``shutdown()`` would parse every file still queued first
+    (its workers ignore SIGINT: ``biomed_lm.worker_lifetime``). A file cut off is parsed again next time
+    (its shard is written whole or not at all)."""
+    processes = list((pool._processes or {}).values())  # private, but Python 3.11 has no terminate_workers()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
 
 
 # --------------------------------------------------------------------------- stage 2: resolve

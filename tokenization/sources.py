@@ -231,9 +231,26 @@ def json_type(value: object) -> str:
     return "a list" if isinstance(value, list) else "an object"
 
 
+def damaged_arrow_file(folder: str | os.PathLike) -> Path | None:
+    """The first ``*.arrow`` file of ``folder`` (a saved ``datasets`` dataset) that pyarrow cannot read to
+    the end, or None: what a loader names after ``load_from_disk`` failed, as pyarrow's error ("Expected to
+    be able to read N bytes for message body") names no file. ``datasets`` writes the Arrow stream format;
+    memory-mapped, the batches are checked without reading their bodies into memory."""
+    import pyarrow as pa
+
+    for path in sorted(Path(folder).glob("*.arrow")):
+        try:
+            with pa.memory_map(str(path)) as source:
+                for _ in pa.ipc.open_stream(source):
+                    pass
+        except (pa.ArrowException, OSError):
+            return path
+    return None
+
+
 def _prepared_corpus_texts(spec: str, text_field: str, batch_size: int) -> Iterator[str]:
     """The ``text_field`` column of the prepared corpus at ``spec``; a damaged shard (pyarrow's
-    OSError, which names no file) is reported as an :class:`InputError` naming the corpus."""
+    OSError, which names no file) is reported as an :class:`InputError` naming the corpus and the shard."""
     from datasets import load_from_disk
 
     try:
@@ -246,8 +263,10 @@ def _prepared_corpus_texts(spec: str, text_field: str, batch_size: int) -> Itera
     except FileNotFoundError:
         raise
     except OSError as err:
-        raise InputError(f"{spec}: prepared corpus cannot be read (a damaged or truncated shard? rebuild it with "
-                         f"launch/prepare_corpus.py): {err}") from err
+        shard = damaged_arrow_file(spec)
+        which = f", {shard.name}:" if shard else "?"
+        raise InputError(f"{spec}: prepared corpus cannot be read (a damaged or truncated shard{which} rebuild it "
+                         f"with launch/prepare_corpus.py): {err}") from err
 
 
 def iter_texts(specs: str | os.PathLike | Iterable[str | os.PathLike], text_field: str = "text",

@@ -95,6 +95,7 @@ import re
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Collection, Iterable, Iterator, Literal, Mapping, Sequence, get_args
@@ -815,20 +816,43 @@ def save_trained(trained: TrainedVocab, out: Path, card: dict[str, Any]) -> None
     if cfg.format == "wordpiece":
         if trained.unigram_model is not None:
             card["unigram_model"] = UNIGRAM_MODEL_FILE
-        save_tokenizer_dir(trained.tokenizer, out, lowercase=cfg.lowercase, card=card)
+        with tokenizers_write(out / "tokenizer.json"):
+            save_tokenizer_dir(trained.tokenizer, out, lowercase=cfg.lowercase, card=card)
         if trained.unigram_model is not None:
             (out / UNIGRAM_MODEL_FILE).write_bytes(trained.unigram_model)
     elif cfg.format == "sentencepiece":
         fast = albert_tokenizer(trained.unigram_model, lowercase=cfg.lowercase)
-        save_transformers_dir(fast, out, cfg.lowercase, ALBERT_SPECIALS, card)
+        with tokenizers_write(out / "tokenizer.json"):
+            save_transformers_dir(fast, out, cfg.lowercase, ALBERT_SPECIALS, card)
         (out / SENTENCEPIECE_MODEL_FILE).write_bytes(trained.unigram_model)
     else:
         from tokenizers import Tokenizer
 
         fast = roberta_tokenizer(Tokenizer.from_str(trained.tokenizer.to_str()), lowercase=cfg.lowercase,
                                  add_prefix_space=cfg.add_prefix_space)
-        save_transformers_dir(fast, out, cfg.lowercase, ROBERTA_SPECIALS, card)
-        fast.backend_tokenizer.model.save(str(out))  # vocab.json, merges.txt
+        with tokenizers_write(out / "tokenizer.json"):
+            save_transformers_dir(fast, out, cfg.lowercase, ROBERTA_SPECIALS, card)
+        with tokenizers_write(f"{out / 'vocab.json'} or {out / 'merges.txt'}"):  # it does not say which
+            fast.backend_tokenizer.model.save(str(out))  # vocab.json, merges.txt
+
+
+_OS_ERROR_CODE = re.compile(r"os error (\d+)")
+
+
+@contextmanager
+def tokenizers_write(target: str | os.PathLike) -> Iterator[None]:
+    """Around a save through the ``tokenizers`` library: it reports a failed write (a full disk) as a plain
+    ``Exception``, "No space left on device (os error 28)", which the entry scripts would let through as a
+    traceback. Re-raise it as the ``OSError`` it is, naming ``target``, the file being written; the
+    toolkit's own errors, ``ValueError`` and a real ``OSError`` pass unchanged."""
+    try:
+        yield
+    except Exception as err:
+        if type(err) is not Exception:
+            raise
+        code = _OS_ERROR_CODE.search(str(err))
+        number = int(code.group(1)) if code else None
+        raise OSError(number, os.strerror(number) if number is not None else str(err), str(target)) from err
 
 
 # --- internals -------------------------------------------------------------------------------

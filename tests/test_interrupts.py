@@ -1,0 +1,110 @@
+"""Ctrl-C in an entry script (QA, 2026-11-28: prepare_corpus and create_pretraining_data ended in chained
+tracebacks, one more per pool worker, the last one multiprocess's TimeoutError with exit 1; build_vocab,
+finetune and ablate in a bare KeyboardInterrupt traceback): one line saying what was kept, exit 130, no
+worker left behind, and no wait for the work still queued."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from biomed_lm.errors import EXIT_INTERRUPTED, caused_by_interrupt, exits_cleanly_on_interrupt
+from tests.conftest import REPO
+
+
+def _pool_clean_up_replaced(interrupt: BaseException) -> BaseException:
+    """What datasets' map(num_proc=...) raises on Ctrl-C: its finally's own error, the interrupt its context."""
+    try:
+        try:
+            raise interrupt
+        finally:
+            raise TimeoutError("multiprocess.context.TimeoutError")
+    except TimeoutError as err:
+        return err
+
+
+def test_an_interrupt_is_found_behind_the_error_a_pool_clean_up_raised_and_nothing_else_counts():
+    assert caused_by_interrupt(KeyboardInterrupt())
+    assert caused_by_interrupt(_pool_clean_up_replaced(KeyboardInterrupt()))
+    assert not caused_by_interrupt(_pool_clean_up_replaced(ValueError("bad row")))
+    assert not caused_by_interrupt(None)
+    looped = ValueError("a")
+    looped.__context__ = looped
+    assert not caused_by_interrupt(looped)
+
+
+def test_a_wrapped_main_turns_ctrl_c_into_one_line_and_exit_130_and_lets_other_errors_through(capsys):
+    @exits_cleanly_on_interrupt("stage", "what was finished is kept")
+    def interrupted(argv=None) -> int:
+        raise _pool_clean_up_replaced(KeyboardInterrupt())
+
+    @exits_cleanly_on_interrupt("stage")
+    def failing(argv=None) -> int:
+        raise RuntimeError("a bug")
+
+    assert interrupted([]) == EXIT_INTERRUPTED == 130
+    assert capsys.readouterr().err == "stage: interrupted (Ctrl-C): what was finished is kept\n"
+    with pytest.raises(RuntimeError, match="a bug"):
+        failing([])
+
+
+# prepare_corpus over three files with two workers, each file's parse slowed to a minute; the markers tell the
+# test that both workers are inside a parse.
+SLOW_PARSE = """
+import os, sys, time
+from pathlib import Path
+import biomed_lm.tokenization.corpus as corpus
+
+def slow_parse(path, shard, config):
+    Path(sys.argv[1], f"{os.getpid()}.started").touch()
+    time.sleep(60)
+    raise AssertionError("not interrupted")
+
+corpus.parse_file = slow_parse  # the workers are forked: they see it too
+from biomed_lm.launch.prepare_corpus import main
+sys.exit(main(["--inputs", *sys.argv[2:], "--output-dir", str(Path(sys.argv[1]) / "out"), "--num-proc", "2"]))
+"""
+
+
+def _group_alive(group: int) -> list[int]:
+    alive = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == group:  # state, ppid, pgrp
+            alive.append(int(entry))
+    return alive
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_in_prepare_corpus_with_a_pool_is_one_line_exit_130_and_leaves_no_worker(tmp_path):
+    inputs = []
+    for i in range(3):
+        inputs.append(tmp_path / f"part{i}.txt")
+        inputs[-1].write_text(f"document {i} " * 200 + "\n", encoding="utf-8")
+    stage = subprocess.Popen([sys.executable, "-c", SLOW_PARSE, str(tmp_path), *map(str, inputs)], cwd=REPO,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("*.started"))) < 2 and time.monotonic() < deadline and stage.poll() is None:
+        time.sleep(0.1)
+    assert len(list(tmp_path.glob("*.started"))) == 2, stage.stderr.read() if stage.poll() is not None else ""
+    os.killpg(stage.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to every process of the group
+    try:
+        _, err = stage.communicate(timeout=30)  # not the minute each queued parse would take
+    finally:
+        leftovers = _group_alive(stage.pid)
+        for pid in leftovers:
+            os.kill(pid, signal.SIGKILL)
+    assert stage.returncode == EXIT_INTERRUPTED
+    lines = [line for line in err.splitlines() if "interrupted" in line or "Traceback" in line]
+    assert lines == ["prepare_corpus: interrupted (Ctrl-C): the stages already finished are kept in the output "
+                     "folder's _work/: the same command resumes from them"], err
+    assert leftovers == []
