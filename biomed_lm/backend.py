@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Precision", "PRECISIONS", "ZeroStage", "OptimizerName", "ScheduleName", "ds_config",
            "initialize_engine", "ensure_distributed_env", "DistributedContext", "start_distributed", "local_device",
-           "decided_on_rank0", "end_distributed", "release_shm_buffer_name"]
+           "decided_on_rank0", "lost_peer_reason", "end_distributed", "release_shm_buffer_name"]
 
 #: The precisions a run trains in through this backend (pretraining's fp8 runs DeepSpeed in bf16).
 Precision = Literal["fp32", "bf16", "fp16"]
@@ -156,6 +156,29 @@ def decided_on_rank0(rank: int, decide: Callable[[], Any], share: bool = True) -
     if outcome[0] is not None:
         raise outcome[0]
     return result if rank == 0 else outcome[1]
+
+
+#: What gloo and NCCL say when a collective's peer is gone (killed, out of memory, crashed): the
+#: connection to it ended, or the communicator was aborted.
+_LOST_PEER_SIGNS = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "remote process exited",
+                    "NCCL communicator was aborted", "ncclRemoteError")
+
+
+def lost_peer_reason(err: BaseException) -> str | None:
+    """The transport's own words (gloo's or NCCL's first line, without its source location) when ``err``
+    is a collective that failed because another rank is gone, else None: a failure of this rank's own
+    code is not one, and keeps its traceback."""
+    import re
+
+    import torch
+
+    if not isinstance(err, (RuntimeError, torch.distributed.DistError)):
+        return None
+    first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    if not any(sign in first_line for sign in _LOST_PEER_SIGNS):
+        return None
+    reason = re.sub(r"^\[[^\]]*\]\s*", "", first_line)  # "[.../gloo/transport/tcp/pair.cc:537] Read error ..."
+    return reason.split(". This is typically")[0][:300]
 
 
 def end_distributed() -> None:

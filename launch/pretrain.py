@@ -12,7 +12,8 @@ re-running the same command resumes from the newest verified checkpoint. One run
 it (``run.lock``): a second run on the same directory is refused. Exit status: 0 finished, or
 stopped cleanly by SIGTERM/SIGUSR1/SIGINT or the time budget (checkpoint written); 1 a checkpoint
 could not be written (the message names the folder and why: disk full, file too large,
-permission) or another failure during training (the previous checkpoints are kept); 2 unusable
+permission), another rank is gone (killed, out of memory: the message names the checkpoint to resume
+from) or another failure during training (the previous checkpoints are kept); 2 unusable
 options or inputs, a run directory in use by another run, no verified checkpoint to resume from,
 or settings that differ from the checkpoint's (nothing was trained); 3 aborted after too many
 skipped (non-finite or spiking) steps in a row, or on a last step whose loss shows broken weights
@@ -30,7 +31,7 @@ from biomed_lm.errors import BiomedLMError, bad_input, exits_cleanly_on_interrup
 from biomed_lm.pretrain.adversarial import AdversarialConfig
 from biomed_lm.pretrain.checkpoint import CheckpointSaveError
 from biomed_lm.pretrain.config import DataArguments, ModelArguments, TrainArguments
-from biomed_lm.pretrain.trainer import EXIT_DIVERGED, DivergenceAbort, train
+from biomed_lm.pretrain.trainer import EXIT_DIVERGED, DivergenceAbort, LostRank, train
 
 
 @exits_cleanly_on_interrupt("pretrain",
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     except DivergenceAbort as err:
         print(f"pretrain: aborted: {err}", file=sys.stderr)
         return EXIT_DIVERGED
-    except CheckpointSaveError as err:
+    except (CheckpointSaveError, LostRank) as err:
         print(f"pretrain: error: {err}", file=sys.stderr)
         return 1
     except (BiomedLMError, FileNotFoundError) as err:

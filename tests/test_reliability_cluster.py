@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -118,6 +119,58 @@ def test_a_second_run_on_a_directory_in_use_is_refused_and_a_dead_holder_blocks_
     resumed, _ = run_bounded(args)  # the dead holder's lock is gone with it
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert losses(out) == losses(straight_run)
+
+
+def _rank_pid(group: int, rank: int) -> int | None:
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                words = cmdline.read().decode(errors="replace").split("\0")
+            if os.getpgid(int(entry)) == group and f"--local_rank={rank}" in words:
+                return int(entry)
+        except (OSError, ProcessLookupError):
+            continue
+    return None
+
+
+def test_a_rank_killed_mid_run_ends_the_other_with_one_line_naming_the_checkpoint(pretraining_inputs, tmp_path):
+    """kill -9 of one rank of two: the other's collective fails. It used to print a page of DeepSpeed's
+    all-reduce traceback ending in gloo's "Connection reset by peer"; now one line that says another rank is
+    gone, where to look and which checkpoint the same command resumes from."""
+    from tests.chaos import launch
+    from tests.pretrain_runs import deepspeed_launcher
+
+    if deepspeed_launcher() is None:
+        pytest.skip("the deepspeed launcher is not installed")
+    out = tmp_path / "run"
+    job = launch(with_option(pretrain_args(pretraining_inputs, out), "--max-steps", "400"), {"sleep_per_step": 0.1})
+    try:
+        wait_for_steps(out, 12, job)  # past the checkpoint of step 10
+        os.kill(_rank_pid(job.pid, 1), signal.SIGKILL)
+        _, stderr = job.communicate(timeout=120)
+    finally:
+        assert group_ended(job.pid, 30)
+    lost = [line for line in stderr.splitlines() if "another rank" in line]
+    assert len(lost) == 1 and lost[0].startswith("pretrain: error: rank 0: another rank of the 2 is gone ("), stderr
+    assert re.search(rf"resumes from the newest verified checkpoint \({out}/checkpoints/step-000000[1-9]0\)$",
+                     lost[0]), lost[0]
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("error, reason", [
+    (RuntimeError("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
+                  "[127.0.0.1]:19146: Connection reset by peer. This is typically caused by a remote worker hanging"),
+     "Read error [127.0.0.1]:19146: Connection reset by peer"),
+    (torch.distributed.DistBackendError("NCCL communicator was aborted on rank 0.\nmore"),
+     "NCCL communicator was aborted on rank 0."),
+    (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), None),  # this rank's own failure
+    (ValueError("Connection reset by peer"), None),  # not a collective's error
+    (RuntimeError(""), None),
+])
+def test_only_a_collective_that_lost_its_peer_is_reported_as_a_lost_rank(error, reason):
+    from biomed_lm.backend import lost_peer_reason
+
+    assert lost_peer_reason(error) == reason
 
 
 # --- divergence inside the spike warm-up, and the advice after it -------------------------------
