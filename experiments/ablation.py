@@ -80,6 +80,7 @@ from biomed_lm.experiments.ablation_record import (ABLATION_FILE, AblationRecord
                                                   run_suffix, write_ablation_record)
 from biomed_lm.experiments.choices import FACTOR_LEVELS, FACTORS, GENERAL, SPECIFICATIONS, Specification
 from biomed_lm.resources import entry_script, resolve_path
+from biomed_lm.step_process import run_step_process, wait_for_interrupted
 
 __all__ = ["run_suffix", "AblationConfig", "PretrainBudget", "PretrainPhase", "Variant", "plan_variants",
            "load_ablation_config", "ablation_config_from", "run_ablation", "StepFailed", "FACTORS", "FACTOR_LEVELS",
@@ -423,8 +424,9 @@ def _run(title: str, command: list[str], log: Callable[[str], None], env: Mappin
 
 
 def _execute(command: list[str], env: Mapping[str, str]) -> int:
-    """One step's process, its output on this one's; its exit status."""
-    return subprocess.run(command, env=env).returncode
+    """One step's process, its output on this one's; its exit status. On Ctrl-C the step, which had it too,
+    stops on its own before this one does (:mod:`biomed_lm.step_process`)."""
+    return run_step_process(command, env)
 
 
 def _python(script: str, *args: str) -> list[str]:
@@ -504,18 +506,22 @@ def _run_parallel(jobs: list[tuple[str, list[str]]], parallel: int, log: Callabl
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
     running: list[tuple[str, subprocess.Popen]] = []
     failed, queue = [], list(jobs)
-    while queue or running:
-        while queue and len(running) < parallel:
-            title, command = queue.pop(0)
-            log(f"\n=== {title} (in parallel)\n$ {shlex.join(command)}")
-            running.append((title, subprocess.Popen(command, env=env)))
-        time.sleep(1.0)
-        for item in list(running):
-            if item[1].poll() is not None:
-                running.remove(item)
-                if item[1].returncode != 0:
-                    log(f"{item[0]} failed with exit status {item[1].returncode}")
-                    failed.append(item[0])
+    try:
+        while queue or running:
+            while queue and len(running) < parallel:
+                title, command = queue.pop(0)
+                log(f"\n=== {title} (in parallel)\n$ {shlex.join(command)}")
+                running.append((title, subprocess.Popen(command, env=env)))
+            time.sleep(1.0)
+            for item in list(running):
+                if item[1].poll() is not None:
+                    running.remove(item)
+                    if item[1].returncode != 0:
+                        log(f"{item[0]} failed with exit status {item[1].returncode}")
+                        failed.append(item[0])
+    except KeyboardInterrupt:
+        wait_for_interrupted([process for _, process in running])  # each stops on its own, as one step does
+        raise
     return failed
 
 

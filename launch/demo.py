@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from pathlib import Path
 from biomed_lm.config import parse_config
 from biomed_lm.errors import BiomedLMError, bad_input, exits_cleanly_on_interrupt
 from biomed_lm.reference_models import general_bert_dir
+from biomed_lm.step_process import run_step_process
 
 LAUNCH_DIR = Path(__file__).resolve().parent
 DEMO_CONFIG = "configs/ablation/demo.yaml"  # shipped: found from any directory
@@ -46,9 +46,9 @@ def run_step(title: str, script: str, args: list[str]) -> None:
     """Run launch/<script> with ``args`` (the launch/ folder of this checkout or installed package)."""
     print(f"\n=== {title}\n$ {shlex.join(['python', f'launch/{script}', *args])}", flush=True)
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, str(LAUNCH_DIR / script), *args])
-    if result.returncode != 0:
-        raise SystemExit(f"demo: step '{title}' failed with exit status {result.returncode}")
+    returncode = run_step_process([sys.executable, str(LAUNCH_DIR / script), *args])  # Ctrl-C: the step stops first
+    if returncode != 0:
+        raise SystemExit(f"demo: step '{title}' failed with exit status {returncode}")
     print(f"--- {title}: {time.perf_counter() - started:.1f} s", flush=True)
 
 

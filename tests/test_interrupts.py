@@ -108,3 +108,53 @@ def test_ctrl_c_in_prepare_corpus_with_a_pool_is_one_line_exit_130_and_leaves_no
     assert lines == ["prepare_corpus: interrupted (Ctrl-C): the stages already finished are kept in the output "
                      "folder's _work/: the same command resumes from them"], err
     assert leftovers == []
+
+
+# A pipeline (ablate, recipe, demo) runs each step as its own process. The step below takes 2 s to stop on
+# Ctrl-C (as pretraining finishes its step and writes a checkpoint), or with "stubborn" ignores it.
+STEP = """
+import signal, sys, time
+from pathlib import Path
+def stop(*_):
+    time.sleep(2)
+    Path(sys.argv[1], "stopped cleanly").touch()
+    sys.exit(130)
+signal.signal(signal.SIGINT, signal.SIG_IGN if sys.argv[2] == "stubborn" else stop)
+Path(sys.argv[1], "step started").touch()
+time.sleep(60)
+"""
+PIPELINE = """
+import sys
+from pathlib import Path
+from biomed_lm.step_process import run_step_process
+try:
+    run_step_process([sys.executable, "-c", sys.argv[1], *sys.argv[2:]])
+except KeyboardInterrupt:
+    Path(sys.argv[2], "pipeline saw the step end" if Path(sys.argv[2], "stopped cleanly").exists()
+         else "pipeline ended first").touch()
+    sys.exit(130)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("step", ["stops in 2 s", "stubborn"])
+def test_a_pipeline_waits_for_its_interrupted_step_to_stop_and_a_second_ctrl_c_kills_it(step, tmp_path):
+    pipeline = subprocess.Popen([sys.executable, "-c", PIPELINE, STEP, str(tmp_path), step.split()[0]], cwd=REPO,
+                                start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "step started").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(pipeline.pid, signal.SIGINT)
+    if step == "stubborn":
+        time.sleep(1)
+        assert pipeline.poll() is None  # still waiting for its step
+        os.killpg(pipeline.pid, signal.SIGINT)  # the second Ctrl-C
+    try:
+        assert pipeline.wait(timeout=30) == EXIT_INTERRUPTED
+    finally:
+        leftovers = _group_alive(pipeline.pid)
+        for pid in leftovers:
+            os.kill(pid, signal.SIGKILL)
+    assert leftovers == []
+    expected = "pipeline saw the step end" if step == "stops in 2 s" else "pipeline ended first"
+    assert (tmp_path / expected).exists()  # subprocess.run killed the step after 0.25 s: "pipeline ended first"
