@@ -73,7 +73,13 @@ def load_yaml_mapping(path: str | Path) -> dict[str, Any]:
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Show defaults, and keep the description's line breaks (scripts put usage examples there)."""
+    """Show defaults, and keep the description's line breaks (scripts put usage examples there). A
+    ``--no_<name>`` flag's default is its ``--<name>``'s, shown there."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if isinstance(action, argparse._StoreFalseAction):
+            return action.help
+        return super()._get_help_string(action)
 
 
 # ------------------------------------------------------------------------------ value checks
@@ -295,6 +301,10 @@ def _parser_class() -> type:
                 metadata["aliases"] = [*metadata.get("aliases", ()), *_flags(old)]
             field.metadata = types.MappingProxyType(metadata)
             HfArgumentParser._parse_dataclass_field(parser, field)
+            if field.default is True:  # HfArgumentParser gives its --no_<name> the field's own help, word for word
+                for action in parser._actions:
+                    if f"--no_{field.name}" in action.option_strings:
+                        action.help = f"the same as --{field.name} false"
             if old and field.default is True:  # HfArgumentParser's --no-<name> for the old name too
                 parser.add_argument(*_flags(f"no_{old}"), action="store_false", dest=field.name, help=argparse.SUPPRESS)
 

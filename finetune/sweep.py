@@ -229,6 +229,10 @@ def _run_sweep(args: SweepArgs, log: Callable[[str], None], progress: bool) -> d
     log(f"{len(plan.runs)} runs over {len({r.dataset for r in plan.runs})} datasets; {done} already complete")
     failed: dict[str, str] = {}
     bar = tqdm(plan.runs, desc="BLURB sweep", unit="run", dynamic_ncols=True, disable=not progress)
+
+    def say(message: str) -> None:  # on its own line, not after the bar's
+        with tqdm.external_write_mode():
+            log(message)
     for run in bar:
         if run.dataset in failed:
             continue
@@ -236,13 +240,13 @@ def _run_sweep(args: SweepArgs, log: Callable[[str], None], progress: bool) -> d
         try:
             result = run_finetune(run.args, log=lambda message: None)
             if not result.skipped:
-                log(f"{run.dataset} {run.grid_point} seed {run.seed}: dev {result.record['best_dev_score']:.4f}, "
+                say(f"{run.dataset} {run.grid_point} seed {run.seed}: dev {result.record['best_dev_score']:.4f}, "
                     f"test {result.record['test_score']:.4f} ({result.record['wall_time_s']:.0f} s)")
         except Exception as err:  # noqa: BLE001 - recorded and reported; one dataset's failure is not the sweep's
             if args.stop_on_error:
                 raise
             failed[run.dataset] = f"{type(err).__name__}: {err}"
-            log(f"{run.dataset}: run {run.grid_point}/seed{run.seed} failed: {failed[run.dataset]}")
+            say(f"{run.dataset}: run {run.grid_point}/seed{run.seed} failed: {failed[run.dataset]}")
             (Path(run.args.output_dir)).mkdir(parents=True, exist_ok=True)
             (Path(run.args.output_dir) / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
     bar.close()

@@ -249,8 +249,8 @@ def best_setting(cells: Mapping[tuple[float, int], Cell]) -> tuple[tuple[float, 
 def cost_row(model: str, dataset: str, runs: Sequence[SweepRun]) -> dict[str, Any]:
     """One row of the cost table: runs, time, throughput, peak memory, and the best grid point.
 
-    Peak memory is the largest over the runs. A run records its process's high-water mark, and a
-    sweep runs in one process, so this is the sweep's peak, not a single run's."""
+    Peak memory is the largest over the runs, each run's own where the system lets a run reset its
+    process's high-water mark (Linux: ``peak_rss_scope`` "run"), else the sweep process's so far."""
     cells = grid_cells(runs)
     (lr, batch), best = best_setting(cells)
     cuda = [r.cuda_peak_bytes for r in runs if r.cuda_peak_bytes is not None]
@@ -458,8 +458,10 @@ def _markdown(sweeps, rows, grids: Mapping[str, DatasetGrids], cost_figure: Path
              "Scores ×100, mean ± sample sd over seeds. *Best* is the grid point with the highest mean dev "
              "score; *test at best* is that point's test score. *Train examples/s* is training examples × "
              "epochs over each run's wall time (which also holds loading and evaluation), averaged over runs. "
-             "Peak memory is the largest high-water mark any run recorded: runs of one sweep share a "
-             "process, so it is the sweep's peak.", "",
+             "Peak memory is the largest peak any run recorded. Each run records its own: the runs of a "
+             "sweep share a process, whose high-water mark is reset as each run starts where the system "
+             "allows it (Linux; its `run.json` says `peak_rss_scope: run`), else it holds the earlier "
+             "runs' too (`process`).", "",
              f"![memory against time]({cost_figure.relative_to(out).as_posix()})", "",
              "## Dev score over learning rate × batch size", "",
              "Each cell: mean dev score ×100 over seeds, ± sample sd, n seeds; blank: no finished run. "

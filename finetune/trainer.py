@@ -16,6 +16,7 @@ loader and optimizer (:mod:`biomed_lm.backend`); epochs with dev selection; the 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import math
 import os
@@ -44,10 +45,12 @@ from biomed_lm.finetune.blurb import DEV, QA_MAX_LENGTH, TEST, TRAIN, TaskType, 
 from biomed_lm.finetune.metrics import DEFAULT_NER_F1_MODE, NerF1Mode, compute_metric
 from biomed_lm.finetune.model_check import CheckedModel, check_model
 from biomed_lm.finetune.modeling import Representation, TaggingLayer, load_encoder
-from biomed_lm.finetune.readers import RARE_LABEL_COUNT, BlurbDataset, load_blurb_dataset, load_generic_dataset
+from biomed_lm.finetune.readers import (GENERIC_FORMATS, RARE_LABEL_COUNT, BlurbDataset, expected_split_file,
+                                        load_blurb_dataset, load_generic_dataset)
 from biomed_lm.finetune.relation_inputs import Transformation
 from biomed_lm.finetune.tagging import SchemeName, normalize_scheme
 from biomed_lm.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
+from biomed_lm.resources import resolve_path
 
 __all__ = ["RunOptions", "FinetuneArgs", "RunResult", "run_finetune", "load_dataset_for", "word_windows",
            "is_complete_run", "train_epoch", "finetune_ds_config", "RUN_RECORD", "QA_MAX_LENGTH"]
@@ -255,7 +258,39 @@ def _jsonable(value: Any) -> Any:
 # ------------------------------------------------------------------------------- run record
 
 def _settings(args: FinetuneArgs) -> dict[str, Any]:
-    return {k: v for k, v in asdict(args).items() if k not in _NOT_RESULT_SETTINGS}
+    settings = {k: v for k, v in asdict(args).items() if k not in _NOT_RESULT_SETTINGS}
+    return {**settings, "model": _model_path(args.model)}
+
+
+def _model_path(model: Any) -> Any:
+    """The model folder as an absolute path with links resolved: the same checkpoint named from another
+    working directory, or through a link, is the same run's model."""
+    if not isinstance(model, str) or not model:
+        return model
+    path = resolve_path(model)
+    return str(path.resolve()) if path.exists() else model
+
+
+#: The suffixes of the files the dataset readers read (finetune/readers); a record holds their checksums.
+_DATA_SUFFIXES = (".tsv", ".txt", ".jsonl", ".json")
+
+
+def data_fingerprint(data_dir: str | os.PathLike) -> dict[str, str]:
+    """sha256 of each data file directly in ``data_dir``, by name (a README or a license is not data). A
+    finished run is skipped only over the same data: another folder holding the same files is the same."""
+    root = resolve_path(data_dir)
+    if not root.is_dir():
+        return {}
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.iterdir())
+            if p.is_file() and p.suffix.lower() in _DATA_SUFFIXES}
+
+
+def _changed_data(recorded: Mapping[str, str] | None, current: Mapping[str, str]) -> list[str]:
+    """The data files that differ from a record's (changed, added, removed); none for a record that
+    predates the checksums."""
+    if recorded is None:
+        return []
+    return sorted(name for name in set(recorded) | set(current) if recorded.get(name) != current.get(name))
 
 
 def _changed_settings(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
@@ -450,21 +485,38 @@ class _Selection:
     train_time_s: float = 0.0
 
 
-def _finished_run(args: FinetuneArgs, record_path: Path, log) -> RunResult | None:
-    """Stage 1: the recorded result when ``record_path`` holds a complete run with the same settings;
-    InputError when it holds one with other settings; None when there is none."""
+def _finished_run(args: FinetuneArgs, record_path: Path, data_files: Mapping[str, str], log) -> RunResult | None:
+    """Stage 1: the recorded result when ``record_path`` holds a complete run with the same settings over
+    the same data files; InputError when it holds one with other settings or data; None when there is none."""
     if not is_complete_run(record_path):
         return None
     record = json.loads(record_path.read_text(encoding="utf-8"))
     # max_length by the length a run used: a record's None meant the default of its day
     recorded = dict(record.get("settings") or {})
     recorded["max_length"] = (record.get("hyperparameters") or {}).get("max_length", recorded.get("max_length"))
+    recorded["model"] = _model_path(recorded.get("model"))  # a record of a relative path, from today's directory
     changed = _changed_settings(recorded, {**_settings(args), "max_length": args.effective_max_length()})
     if changed:
         raise InputError(f"{record_path} holds a finished run with different settings ({', '.join(changed)}); "
                          "use another output_dir")
+    changed = _changed_data(record.get("data_files"), data_files)
+    if changed:
+        raise InputError(f"{record_path} holds a finished run over other data: {', '.join(changed)} in "
+                         f"{args.data_dir} differ from the files it was trained and scored on; use another "
+                         f"output_dir, or delete {record_path} to run again")
     log(f"skipping: {record_path} is complete (test {record['test']['score']:.4f})")
     return RunResult(record, True, record_path)
+
+
+def _no_split(args: FinetuneArgs, dataset: str, split: str) -> str:
+    """A dataset without one of the three splits: fine-tuning keeps the epoch best on dev and scores it on
+    test. For a user's own files the message names the file it looked for."""
+    where = f"(in {args.data_dir})"
+    if args.task_type is not None:
+        extensions = GENERIC_FORMATS[args.task_type].extensions
+        where = f"expected {expected_split_file(resolve_path(args.data_dir), split, extensions)}"
+    return (f"dataset {dataset!r} has no {split} examples: {where}; fine-tuning keeps the epoch best on dev "
+            "and reports its test score, so it needs train, dev and test")
 
 
 def _prepare_data(args: FinetuneArgs, log) -> _Data:
@@ -473,7 +525,7 @@ def _prepare_data(args: FinetuneArgs, log) -> _Data:
     dataset = load_dataset_for(args)
     for split in (TRAIN, DEV, TEST):
         if not dataset.splits.get(split):
-            raise InputError(f"dataset {dataset.name!r} has no {split} examples (in {args.data_dir})")
+            raise InputError(_no_split(args, dataset.name, split))
     for warning in dataset.warnings:
         log(f"warning: {warning}")
     checked = check_model(args.model, resize_embeddings=args.resize_embeddings)
@@ -610,12 +662,13 @@ def _run_record(args: FinetuneArgs, data: _Data, run: _Training, selection: _Sel
 def run_finetune(args: FinetuneArgs, log=print) -> RunResult:
     """Fine-tune ``args.model`` on ``args.dataset`` once and write ``output_dir/run.json``.
 
-    Skips the run when ``run.json`` already records a complete run with the same settings, and
-    refuses (InputError) when it records one with different settings, so a sweep never mixes or
-    overwrites results.
+    Skips the run when ``run.json`` already records a complete run with the same settings over the same
+    data files, and refuses (InputError) when it records one with different settings or data, so a sweep
+    never mixes or overwrites results.
     """
     record_path = Path(args.output_dir) / RUN_RECORD
-    finished = _finished_run(args, record_path, log)
+    data_files = data_fingerprint(args.data_dir)
+    finished = _finished_run(args, record_path, data_files, log)
     if finished is not None:
         return finished
     started, rss_scope = time.time(), _reset_peak_rss()
@@ -627,7 +680,7 @@ def run_finetune(args: FinetuneArgs, log=print) -> RunResult:
     test = _evaluate(run.model, data.task, data.examples[TEST], data.features[TEST], args, data.dataset.metric,
                      run.distributed.device)
     log(f"test {data.dataset.metric} (epoch {selection.best_epoch}): {test['score']:.4f}")
-    record = _run_record(args, data, run, selection, test, started, rss_scope)
+    record = {**_run_record(args, data, run, selection, test, started, rss_scope), "data_files": data_files}
     if run.distributed.rank == 0:
         record_path.parent.mkdir(parents=True, exist_ok=True)
         _write_json(record_path, _jsonable(record))

@@ -11,6 +11,7 @@ script is ``biomed_lm.launch.cli:main``.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 from typing import Sequence
@@ -22,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "vocab-report": ("vocab_report", "vocabulary coverage: shattered terms, input lengths"),
     "data": ("create_pretraining_data", "turn a corpus into MLM + pair-objective (NSP, SOP, DRP) instances"),
     "pretrain": ("pretrain", "BERT pretraining (MLM + NSP) through DeepSpeed"),
-    "finetune": ("finetune", "fine-tune a checkpoint on one BLURB dataset with one seed"),
+    "finetune": ("finetune", "fine-tune a checkpoint on one dataset (BLURB's, or your own) with one seed"),
     "blurb": ("blurb", "fine-tune over the BLURB datasets (grid × seeds) and score"),
     "sweep-report": ("sweep_report", "compare several models' BLURB sweeps"),
     "ablate": ("ablate", "run an ablation grid: pretrain, fine-tune and report every variant"),
@@ -43,11 +44,13 @@ def usage() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(usage())
+        print(usage(), file=sys.stdout if argv else sys.stderr)  # no command is an error: its usage goes to stderr
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
-        print(f"biomed-lm: unknown command {command!r}\n\n{usage()}", file=sys.stderr)
+        near = difflib.get_close_matches(command, COMMANDS, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        print(f"biomed-lm: unknown command {command!r}{hint}\n\n{usage()}", file=sys.stderr)
         return 2
     module = importlib.import_module(f"biomed_lm.launch.{COMMANDS[command][0]}")
     sys.argv = [f"biomed-lm {command}", *rest]  # so argparse's usage line names the command

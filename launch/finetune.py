@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Fine-tune a checkpoint on one BLURB dataset once (one seed) and print its test score.
+"""Fine-tune a checkpoint on one dataset once (one seed) and print its test score: a BLURB dataset by name,
+or your own files with --task_type (their formats: docs/datasets.md, "Generic formats").
 
     python launch/finetune.py --config configs/finetune/ncbi_disease.yaml --model runs/my_bert/model
     python launch/finetune.py --config configs/finetune/ncbi_disease.yaml --seed 2 --output_dir runs/ft/ncbi/s2
@@ -11,8 +12,9 @@
 --labels states a generic dataset's label set (NER: its entity types) and the model's label order;
 without it the training file's labels are used and one seen fewer than 3 times is a warning.
 
-The run record is output_dir/run.json; a complete one with the same settings makes the command
-skip the run (and print the recorded score), so a sweep can simply be re-run to resume.
+The run record is output_dir/run.json; a complete one with the same settings over the same data files
+(their sha256 are recorded) makes the command skip the run (and print the recorded score), so a sweep
+can simply be re-run to resume; one over changed data is refused, naming the files.
 Exit status: 0 done (or skipped), 2 unusable options or inputs (the message names the problem).
 """
 

@@ -9,6 +9,8 @@ exported config.json."""
 
 from __future__ import annotations
 
+import re
+
 import importlib.util
 import os
 import sys
@@ -184,6 +186,9 @@ def test_help_lists_choices_and_ranges(capsys):
     assert "{constant,stepwise,linear}" in out and "{auto,flash_attn,varlen,sdpa_padded,flex,sdpa_nested,sdpa_loop,hf_sdpa,hf_eager}" in out and "{0,1,2}" in out
     assert "{fp32,fp16,bf16,fp8}" in out and "{bert,albert,roberta}" in out
     assert "in [0, 1)" in out and ">= 1" in out
+    # a --no_<name> flag says what it does (QA, 2026-11-28: it repeated --<name>'s help and its "(default: True)")
+    no_flag = re.search(r"--no_resume, --no-resume\s+(.*?)\n  --", out, re.S)
+    assert no_flag and " ".join(no_flag.group(1).split()) == "the same as --resume false"
 
 
 @settings(max_examples=60, deadline=None)

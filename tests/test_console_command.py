@@ -32,10 +32,15 @@ def test_help_lists_every_command(capsys):
 
 
 @pytest.mark.parametrize("argv", [[], ["no-such-command"]])
-def test_no_or_an_unknown_command_exits_2(argv, capsys):
+def test_no_or_an_unknown_command_exits_2_with_the_usage_on_stderr(argv, capsys):
     assert main(argv) == 2
     captured = capsys.readouterr()
-    assert "usage: biomed-lm <command>" in captured.out + captured.err
+    assert "usage: biomed-lm <command>" in captured.err and captured.out == ""
+
+
+def test_a_mistyped_command_gets_the_nearest_one(capsys):
+    assert main(["fintune"]) == 2
+    assert "biomed-lm: unknown command 'fintune'; did you mean 'finetune'?" in capsys.readouterr().err
 
 
 def test_a_command_runs_its_entry_script(capsys):

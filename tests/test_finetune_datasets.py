@@ -302,6 +302,9 @@ def test_ner_missing_file_names_the_expected_path(tmp_path):
         load_blurb_dataset("bc2gm", tmp_path)
     with pytest.raises(MissingDatasetFileError, match=r"no such directory"):
         load_blurb_dataset("bc2gm", tmp_path / "absent")
+    with pytest.raises(MissingDatasetFileError, match=rf"{re.escape(str(tmp_path / 'train.tsv'))} is a file; "
+                                                      "data_dir is the directory"):  # was "no such directory"
+        load_generic_dataset("ner", tmp_path / "train.tsv")
 
 
 def test_exact_split_names_win_and_ties_are_errors(tmp_path):
@@ -336,6 +339,21 @@ def test_generic_ner_infers_labels_or_takes_them(tmp_path):
     assert load_generic_dataset("ner", tmp_path, labels=fixed, name="mine").labels == fixed
     with pytest.raises(DatasetFormatError, match=format_error(tmp_path / "train.tsv", 3, "tag") + ".*'B-Chem'"):
         load_generic_dataset("ner", tmp_path, labels=["O", "B-Gene", "I-Gene"])
+
+
+def test_generic_ner_sentences_run_together_are_a_warning_naming_the_file(tmp_path):
+    """QA, 2026-11-28: a NER file without the blank lines between sentences trained and scored as one
+    sentence of 150 tokens, with no word about it."""
+    sentence = "".join(f"w{i}\t{'B-Gene' if i % 5 == 0 else 'O'}\n" for i in range(30))
+    write(tmp_path, "train.tsv", sentence * 5)  # 5 sentences of 30 tokens, blank lines missing
+    write(tmp_path, "dev.tsv", (sentence + "\n") * 11)  # 11 of 30, as they should be
+    write(tmp_path, "test.tsv", "".join(f"w{i}\tO\n" for i in range(301)))
+    warnings = load_generic_dataset("ner", tmp_path, labels=["Gene"]).warnings
+    assert warnings == [
+        f"{tmp_path / 'train.tsv'}: 1 sentence, the longest of 150 tokens (from line 1): are blank lines between "
+        "sentences missing? Each sentence ends with an empty line",
+        f"{tmp_path / 'test.tsv'}: 1 sentence, the longest of 301 tokens (from line 1): are blank lines between "
+        "sentences missing? Each sentence ends with an empty line"]
 
 
 # ========================================================================================= PICO
@@ -472,8 +490,18 @@ def test_ddi_malformed_record(tmp_path, change, field):
 def test_ddi_invalid_json_and_duplicate_id(tmp_path):
     root = ddi_dir(tmp_path, DDI_RECORD)
     write(root, "ddi_blurb_train.jsonl", jsonl([DDI_RECORD]) + '{"id": "d2", "sentence": \n')
-    with pytest.raises(DatasetFormatError, match=format_error(root / "ddi_blurb_train.jsonl", 2) + " not valid JSON"):
+    with pytest.raises(DatasetFormatError, match=format_error(root / "ddi_blurb_train.jsonl", 2)
+                       + r" not valid JSON \(Expecting value, column 26\)$"):
         load_blurb_dataset("ddi", root)
+    write(root, "ddi_blurb_train.jsonl", jsonl([DDI_RECORD]) + '{"id": "d2", "sentence": "open\n')
+    with pytest.raises(DatasetFormatError, match=format_error(root / "ddi_blurb_train.jsonl", 2)  # once "at at column"
+                       + r" not valid JSON \(Unterminated string starting at, column 26\)$"):
+        load_blurb_dataset("ddi", root)
+    for document in (json.dumps([DDI_RECORD]), json.dumps(DDI_RECORD, indent=2)):  # an array; pretty-printed
+        write(root, "ddi_blurb_train.jsonl", document + "\n")
+        with pytest.raises(DatasetFormatError, match=format_error(root / "ddi_blurb_train.jsonl", 1) + ".*; a JSON "
+                           "Lines file holds one JSON object per line, not a JSON array or an object spread over"):
+            load_blurb_dataset("ddi", root)
     write(root, "ddi_blurb_train.jsonl", jsonl([DDI_RECORD, DDI_RECORD]))
     with pytest.raises(DatasetFormatError, match=format_error(root / "ddi_blurb_train.jsonl", 2, "id")
                        + r" duplicate id 'd1' \(first on line 1\)"):

@@ -267,6 +267,17 @@ def test_ner_labels_come_from_the_training_files_entity_types(tmp_path):
         load_generic_dataset("ner", tmp_path / "ner")
 
 
+def test_fine_tuning_without_a_dev_file_names_the_file_it_looked_for(tmp_path):
+    """QA, 2026-11-28: "has no dev examples (in DIR)", while a missing train file named what to create."""
+    _write(tmp_path / "re" / "train.tsv", ["a @X$ b @Y$\tcause", "c @X$ d @Y$\tnone"])
+    _write(tmp_path / "re" / "test.tsv", ["e @X$ f @Y$\tnone"])
+    args = FinetuneArgs(model="unused", dataset="mine", task_type="relation", data_dir=str(tmp_path / "re"),
+                        output_dir=str(tmp_path / "out"))
+    with pytest.raises(InputError, match=rf"dataset 'mine' has no dev examples: expected {tmp_path / 're'}/dev.jsonl "
+                                         r"or .*; fine-tuning keeps the epoch best on dev and reports its test score"):
+        run_finetune(args, log=lambda _message: None)
+
+
 def test_an_unseen_classification_label_is_refused(tmp_path):
     _write(tmp_path / "doc" / "train.jsonl", [json.dumps({"text": "a", "labels": ["x"]}),
                                               json.dumps({"text": "b", "labels": ["y"]})])

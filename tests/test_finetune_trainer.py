@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -66,7 +67,7 @@ def test_long_sentence_is_windowed_without_losing_words(tiny_bert):
     assert [f["first_word"] for f in features] == sorted(f["first_word"] for f in features)
 
 
-def test_ner_end_to_end_record_and_skip(tiny_bert, tmp_path, capsys):
+def test_ner_end_to_end_record_and_skip(tiny_bert, tmp_path, capsys, monkeypatch):
     data = _ncbi_slice(tmp_path)
     out = tmp_path / "run"
     started = time.time()
@@ -88,6 +89,20 @@ def test_ner_end_to_end_record_and_skip(tiny_bert, tmp_path, capsys):
     assert again.skipped and again.record["test"] == record["test"]
     with pytest.raises(InputError, match="different settings"):
         run_finetune(_args(tiny_bert, data, out, max_length=16, seed=2), log=lambda m: None)
+
+    # QA, 2026-11-28: the same model named by a relative path (another working directory) was "different
+    # settings (model)"; the same files in another folder are the same data; changed data was skipped and
+    # its old score reported.
+    monkeypatch.chdir(tiny_bert.parent)
+    relative = Path(os.path.relpath(tiny_bert))
+    moved = Path(shutil.copytree(data, tmp_path / "moved"))
+    (moved / "README.md").write_text("not data\n")
+    assert run_finetune(_args(relative, moved, out, max_length=16), log=lambda m: None).skipped
+    assert sorted(record["data_files"]) == ["devel.tsv", "test.tsv", "train.tsv"]
+    (moved / "train.tsv").write_text((moved / "train.tsv").read_text().replace("\tB-Disease", "\tO", 1))
+    with pytest.raises(InputError, match=rf"{out / RUN_RECORD} holds a finished run over other data: train.tsv in "
+                                         rf"{moved} differ"):
+        run_finetune(_args(tiny_bert, moved, out, max_length=16), log=lambda m: None)
 
 
 def test_relation_generic_dataset(tiny_bert, tmp_path):

@@ -146,7 +146,9 @@ def test_a_rank_killed_mid_run_ends_the_other_with_one_line_naming_the_checkpoin
     job = launch(with_option(pretrain_args(pretraining_inputs, out), "--max-steps", "400"), {"sleep_per_step": 0.1})
     try:
         wait_for_steps(out, 12, job)  # past the checkpoint of step 10
-        os.kill(_rank_pid(job.pid, 1), signal.SIGKILL)
+        rank1 = _rank_pid(job.pid, 1)
+        assert rank1 is not None, "no process of the launch has --local_rank=1"
+        os.kill(rank1, signal.SIGKILL)
         _, stderr = job.communicate(timeout=120)
     finally:
         assert group_ended(job.pid, 30)

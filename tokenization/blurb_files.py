@@ -115,9 +115,11 @@ def json_lines(path: Path) -> Iterator[tuple[int, dict]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
-            raise DatasetFormatError(path, line_no, f"not valid JSON: {err.msg} at column {err.colno}") from None
+            raise DatasetFormatError(path, line_no, f"not valid JSON ({err.msg}, column {err.colno})"
+                                     f"{_one_object_per_line(line)}") from None
         if not isinstance(record, dict):
-            raise DatasetFormatError(path, line_no, f"expected a JSON object, got {type(record).__name__}")
+            raise DatasetFormatError(path, line_no, f"expected a JSON object, got {type(record).__name__}"
+                                     f"{_one_object_per_line(line)}")
         yield line_no, record
 
 
@@ -127,7 +129,16 @@ def json_document(path: Path) -> tuple[object, list[str]]:
     try:
         return json.loads("\n".join(lines)), lines
     except json.JSONDecodeError as err:
-        raise DatasetFormatError(path, err.lineno, f"not valid JSON: {err.msg} at column {err.colno}") from None
+        raise DatasetFormatError(path, err.lineno, f"not valid JSON ({err.msg}, column {err.colno})") from None
+
+
+def _one_object_per_line(line: str) -> str:
+    """A hint where a JSON Lines line looks like the start of a JSON array or of an object spread over lines."""
+    start = line.strip()
+    if start.startswith("[") or start == "{":
+        return ("; a JSON Lines file holds one JSON object per line, not a JSON array or an object spread over "
+                "several lines")
+    return ""
 
 
 def key_lines(lines: Sequence[str], keys: Iterable[str]) -> dict[str, int]:

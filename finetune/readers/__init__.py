@@ -33,7 +33,8 @@ from biomed_lm.finetune.blurb import (CLASSIFICATION, DEV, MICRO_F1_POSITIVE, AC
 from biomed_lm.finetune.readers.base import (CARVED_DEV_FRACTION, DEFAULT_SPLIT_SEED, RARE_LABEL_COUNT,
                                              GenericFormat, Loader, MissingDatasetFileError,
                                              _check_dir, _correction_notes, _examples, _find_split_file, _finish,
-                                             _require, _Row, rare_label_warnings, seeded_partition)
+                                             _require, _Row, expected_split_file, rare_label_warnings,
+                                             seeded_partition)
 from biomed_lm.finetune.readers.classification import CLASSIFICATION_FORMAT, load_hallmarks
 from biomed_lm.finetune.readers.examples import (BlurbDataset, DocumentExample, Entity, Example, PicoExample,
                                                  QAExample, RelationExample, SentencePairExample, TokenTaggingExample)
@@ -44,6 +45,7 @@ from biomed_lm.finetune.readers.tagging import NER_FORMAT, PICO_FORMAT, load_ebm
 from biomed_lm.tokenization.blurb_files import DatasetFormatError
 
 __all__ = ["LOADERS", "GENERIC_FORMATS", "load_blurb_dataset", "load_generic_dataset", "seeded_partition",
+           "expected_split_file",
            "DatasetFormatError", "MissingDatasetFileError", "DEFAULT_SPLIT_SEED", "CARVED_DEV_FRACTION",
            "RARE_LABEL_COUNT",
            "MAX_OFFSET_SHIFT", "BlurbDataset", "Example", "TokenTaggingExample", "PicoExample", "Entity",
@@ -126,8 +128,8 @@ def load_generic_dataset(task_type: str, data_dir: str | Path, labels: Sequence[
                          name: str | None = None, negative_label: str | None = None) -> BlurbDataset:
     """Read a user's dataset in the generic format of ``task_type`` from ``data_dir``.
 
-    Files: ``train`` is required, ``dev`` (or ``devel``) and ``test`` are optional, each
-    ``<split>.tsv`` or ``<split>.jsonl`` by task (``docs/datasets.md``). ``labels`` fixes the label
+    Files: ``train`` is required, ``dev`` (or ``devel``) and ``test`` are read where present (fine-tuning
+    needs both), each ``<split>.tsv`` or ``<split>.jsonl`` by task (``docs/datasets.md``). ``labels`` fixes the label
     order and rejects any other label in any split (with its file and line); for NER it names the
     entity types (their tags follow, in that order), or every tag including ``O``. Without it the
     labels are those of the training file, sorted (``O`` first for NER), a dev/test label outside
@@ -149,6 +151,7 @@ def load_generic_dataset(task_type: str, data_dir: str | Path, labels: Sequence[
     rows, labels = _read_generic_splits(form, paths, labels)
     # a stated label set is not second-guessed; one read from the training file may hold a typo
     warnings = [] if stated or not form.takes_labels else rare_label_warnings(form, paths[TRAIN], rows[TRAIN])
+    warnings += [w for s, p in paths.items() for w in form.shape_warnings(p, rows[s])]
     metric, metric_notes = _generic_metric(form, labels, negative_label)
     notes = [f"generic {task_type} format: {', '.join(f'{s}: {p.name}' for s, p in paths.items())}"]
     notes.extend(n for s, p in paths.items() for n in _correction_notes(p, rows[s]))

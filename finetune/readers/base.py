@@ -163,7 +163,7 @@ def _find_split_file(data_dir: Path, split: str, extensions: Sequence[str]) -> P
     return None
 
 
-def _expected(data_dir: Path, split: str, extensions: Sequence[str]) -> str:
+def expected_split_file(data_dir: Path, split: str, extensions: Sequence[str]) -> str:
     stems = _SPLIT_STEMS[split]
     options = " or ".join(f"{data_dir / f'{s}.{e}'}" for s in stems for e in extensions)
     return f"{options} (or a file named *_{stems[0]}.{extensions[0]})"
@@ -172,7 +172,7 @@ def _expected(data_dir: Path, split: str, extensions: Sequence[str]) -> str:
 def _require(data_dir: Path, split: str, extensions: Sequence[str], dataset: str) -> Path:
     path = _find_split_file(data_dir, split, extensions)
     if path is None:
-        raise MissingDatasetFileError(f"{dataset}: no {split} file: expected {_expected(data_dir, split, extensions)}")
+        raise MissingDatasetFileError(f"{dataset}: no {split} file: expected {expected_split_file(data_dir, split, extensions)}")
     return path
 
 
@@ -184,6 +184,9 @@ def _require_file(path: Path, dataset: str) -> Path:
 
 def _check_dir(data_dir: str | Path, dataset: str) -> Path:
     path = resolve_path(data_dir)  # data/blurb/... is the shipped slice from any directory
+    if path.is_file():
+        raise MissingDatasetFileError(f"{dataset}: {path} is a file; data_dir is the directory that holds the "
+                                      "split files (train, dev, test)")
     if not path.is_dir():
         raise MissingDatasetFileError(f"{dataset}: no such directory: {path}")
     return path
@@ -284,6 +287,8 @@ class GenericFormat:
     read with given labels (those labels; NER given entity types: their tags). ``label_uses(row)``
     yields ``(label, line)`` for each use of a label that :func:`rare_label_warnings` counts, and
     ``counted`` names the label and the unit of a use in its warning (NER: an entity type per mention).
+    ``shape_warnings(path, rows)`` reports what in a split file's shape looks like a mistake (NER:
+    sentences run together where the blank lines between them are missing).
     """
 
     extensions: tuple[str, ...]
@@ -295,6 +300,7 @@ class GenericFormat:
     given_labels: Callable[[tuple[str, ...], Sequence[Example]], tuple[str, ...]] = lambda labels, examples: labels
     label_uses: Callable[[_Row], Iterable[tuple[str, int]]] = lambda row: [(row.example.label, row.line)]
     counted: tuple[str, str] = ("label", "example")
+    shape_warnings: Callable[[Path, Sequence[_Row]], list[str]] = lambda path, rows: []
 
 
 # A label the training file uses fewer times than this is reported (not refused: a rare class may be

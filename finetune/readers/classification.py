@@ -9,7 +9,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 from biomed_lm.finetune.blurb import DEV, HOC_BLURB_SIZES, HOC_HALLMARKS, MICRO_F1_MULTILABEL, SPLITS, TEST, TRAIN, \
     BlurbEntry
 from biomed_lm.finetune.readers.base import (GenericFormat, LabelCheck, MissingDatasetFileError, _carve,
-                                             _closed_labels, _examples, _expected, _find_split_file, _finish,
+                                             _closed_labels, _examples, expected_split_file, _find_split_file, _finish,
                                              _label_value, _open_labels, _proportional_size, _record_id,
                                              _require_file, _Row, _split_stem, make_dataset, seeded_partition)
 from biomed_lm.finetune.readers.examples import BlurbDataset, DocumentExample
@@ -98,7 +98,7 @@ def load_hallmarks(entry: BlurbEntry, data_dir: Path, seed: int, allow_missing_t
         missing = [s for s, p in given.items() if p is None]
         if missing:
             raise MissingDatasetFileError(f"{entry.name}: split files are incomplete: no {missing[0]} file: "
-                                          f"expected {_expected(data_dir, missing[0], ('jsonl',))}")
+                                          f"expected {expected_split_file(data_dir, missing[0], ('jsonl',))}")
         splits = {s: _examples(_finish(p, _read_documents(p, parse, read_sentences_jsonl))) for s, p in given.items()}
         return make_dataset(entry, splits, [f"splits as distributed: {', '.join(p.name for p in given.values())}",
                                        mapping_note])

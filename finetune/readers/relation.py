@@ -19,7 +19,7 @@ from typing import Callable, Mapping, Sequence
 from biomed_lm.errors import InputError
 from biomed_lm.finetune.blurb import SPLITS, BlurbEntry, PlaceholderPair
 from biomed_lm.finetune.readers.base import (GenericFormat, LabelCheck, MissingDatasetFileError, _closed_labels,
-                                             _correction_notes, _examples, _expected, _find_split_file, _finish,
+                                             _correction_notes, _examples, expected_split_file, _find_split_file, _finish,
                                              _label_value, _one_of, _open_labels, _record_id, _Row, _split_stem,
                                              listed_lines, make_dataset)
 from biomed_lm.finetune.readers.examples import BlurbDataset, Entity, FlaggedRows, RelationExample
@@ -254,7 +254,7 @@ def load_relation(entry: BlurbEntry, data_dir: Path, seed: int, allow_missing_tr
             raise InputError(f"{entry.name}: both {found[0].name} and {found[1].name} hold the {split} split; keep one")
         if not found:
             raise MissingDatasetFileError(f"{entry.name}: no {split} file: expected "
-                                          f"{_expected(data_dir, split, ('tsv', 'jsonl'))}")
+                                          f"{expected_split_file(data_dir, split, ('tsv', 'jsonl'))}")
         rows = _finish(found[0], _read_relation(found[0], check, sentence_check, entry.type_map))
         splits[split] = _examples(rows)
         names.append(found[0].name)

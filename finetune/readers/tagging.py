@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 from biomed_lm.errors import InputError
 from biomed_lm.finetune.blurb import DEV, ENTITY_F1, PICO_TOKEN_MACRO_F1, TEST, TRAIN, BlurbEntry
 from biomed_lm.finetune.readers.base import (CARVED_DEV_FRACTION, GenericFormat, LabelCheck, MissingDatasetFileError,
-                                             _carve, _closed_labels, _examples, _expected, _find_split_file, _finish,
+                                             _carve, _closed_labels, _examples, expected_split_file, _find_split_file, _finish,
                                              _proportional_size, _require, _Row, _split_stem, make_dataset,
                                              seeded_partition)
 from biomed_lm.finetune.readers.examples import BlurbDataset, Example, PicoExample, TokenTaggingExample
@@ -207,7 +207,7 @@ def load_token_tags(entry: BlurbEntry, data_dir: Path, seed: int, allow_missing_
         dev_path = _require(data_dir, DEV, ("tsv",), entry.name)
         _require(data_dir, TEST, ("tsv",), entry.name)
         raise MissingDatasetFileError(
-            f"{entry.name}: no train file: expected {_expected(data_dir, TRAIN, ('tsv',))}. "
+            f"{entry.name}: no train file: expected {expected_split_file(data_dir, TRAIN, ('tsv',))}. "
             f"Pass allow_missing_train=True to train on a seeded part of {dev_path.name} instead "
             "(scores are then not comparable to BLURB's)")
     splits, notes = _train_or_carved(entry, data_dir, ("tsv",), lambda path: _read_ner(path, check), seed,
@@ -308,10 +308,26 @@ def _generic_pico_reader(labels: Sequence[str] | None, from_training_file: bool)
     return lambda path: _read_pico(path, elements)
 
 
+#: Longer "sentences" than this in a NER file are most likely several run together (the longest in BLURB's
+#: NER files: 208 tokens, JNLPBA's test set); one sentence of more than RUN_ON_SINGLE in a whole file too.
+RUN_ON_TOKENS, RUN_ON_SINGLE = 300, 60
+
+
+def _run_on_sentences(path: Path, rows: Sequence[_Row]) -> list[str]:
+    """A warning when a NER file's sentences look run together: a sentence ends at a blank line, and a
+    file without them is read as one sentence, which trains and scores without a word otherwise."""
+    longest = max(rows, key=lambda row: len(row.example.tokens))
+    size = len(longest.example.tokens)
+    if size <= RUN_ON_TOKENS and not (len(rows) == 1 and size > RUN_ON_SINGLE):
+        return []
+    return [f"{path}: {len(rows)} sentence{'s' if len(rows) > 1 else ''}, the longest of {size} tokens (from line "
+            f"{longest.line}): are blank lines between sentences missing? Each sentence ends with an empty line"]
+
+
 NER_FORMAT = GenericFormat(("tsv",), _generic_ner_reader,
                            lambda examples: _tag_order(t for e in examples for t in e.tags), ENTITY_F1,
                            labels_from_all_splits=True, given_labels=_given_ner_labels, label_uses=_mention_starts,
-                           counted=("entity type", "mention"))
+                           counted=("entity type", "mention"), shape_warnings=_run_on_sentences)
 PICO_FORMAT = GenericFormat(("tsv",), _generic_pico_reader,
                             lambda examples: tuple(sorted({x for e in examples for s in e.elements for x in s})),
                             PICO_TOKEN_MACRO_F1, label_uses=_span_starts, counted=("element", "span"))
