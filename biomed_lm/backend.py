@@ -12,6 +12,7 @@ generated and checked without them.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Literal, get_args
 
@@ -168,8 +169,6 @@ def lost_peer_reason(err: BaseException) -> str | None:
     """The transport's own words (gloo's or NCCL's first line, without its source location) when ``err``
     is a collective that failed because another rank is gone, else None: a failure of this rank's own
     code is not one, and keeps its traceback."""
-    import re
-
     import torch
 
     if not isinstance(err, (RuntimeError, torch.distributed.DistError)):

@@ -172,7 +172,8 @@ def expected_split_file(data_dir: Path, split: str, extensions: Sequence[str]) -
 def _require(data_dir: Path, split: str, extensions: Sequence[str], dataset: str) -> Path:
     path = _find_split_file(data_dir, split, extensions)
     if path is None:
-        raise MissingDatasetFileError(f"{dataset}: no {split} file: expected {expected_split_file(data_dir, split, extensions)}")
+        raise MissingDatasetFileError(f"{dataset}: no {split} file: expected "
+                                      f"{expected_split_file(data_dir, split, extensions)}")
     return path
 
 

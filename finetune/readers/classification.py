@@ -9,9 +9,9 @@ from typing import Callable, Iterator, Mapping, Sequence
 from biomed_lm.finetune.blurb import DEV, HOC_BLURB_SIZES, HOC_HALLMARKS, MICRO_F1_MULTILABEL, SPLITS, TEST, TRAIN, \
     BlurbEntry
 from biomed_lm.finetune.readers.base import (GenericFormat, LabelCheck, MissingDatasetFileError, _carve,
-                                             _closed_labels, _examples, expected_split_file, _find_split_file, _finish,
-                                             _label_value, _open_labels, _proportional_size, _record_id,
-                                             _require_file, _Row, _split_stem, make_dataset, seeded_partition)
+                                             _closed_labels, _examples, _find_split_file, _finish, _label_value,
+                                             _open_labels, _proportional_size, _record_id, _require_file, _Row,
+                                             _split_stem, expected_split_file, make_dataset, seeded_partition)
 from biomed_lm.finetune.readers.examples import BlurbDataset, DocumentExample
 from biomed_lm.tokenization.blurb_files import FieldError, json_lines, read_sentences_jsonl, string_field, string_list
 

@@ -19,9 +19,9 @@ from typing import Callable, Mapping, Sequence
 from biomed_lm.errors import InputError
 from biomed_lm.finetune.blurb import SPLITS, BlurbEntry, PlaceholderPair
 from biomed_lm.finetune.readers.base import (GenericFormat, LabelCheck, MissingDatasetFileError, _closed_labels,
-                                             _correction_notes, _examples, expected_split_file, _find_split_file, _finish,
-                                             _label_value, _one_of, _open_labels, _record_id, _Row, _split_stem,
-                                             listed_lines, make_dataset)
+                                             _correction_notes, _examples, _find_split_file, _finish, _label_value,
+                                             _one_of, _open_labels, _record_id, _Row, _split_stem,
+                                             expected_split_file, listed_lines, make_dataset)
 from biomed_lm.finetune.readers.examples import BlurbDataset, Entity, FlaggedRows, RelationExample
 from biomed_lm.finetune.relation_inputs import (entities_from_placeholders, normalize_type,
                                                 pair_or_one_from_placeholders)

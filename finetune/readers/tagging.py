@@ -14,9 +14,9 @@ from typing import Callable, Iterable, Iterator, Sequence
 from biomed_lm.errors import InputError
 from biomed_lm.finetune.blurb import DEV, ENTITY_F1, PICO_TOKEN_MACRO_F1, TEST, TRAIN, BlurbEntry
 from biomed_lm.finetune.readers.base import (CARVED_DEV_FRACTION, GenericFormat, LabelCheck, MissingDatasetFileError,
-                                             _carve, _closed_labels, _examples, expected_split_file, _find_split_file, _finish,
-                                             _proportional_size, _require, _Row, _split_stem, make_dataset,
-                                             seeded_partition)
+                                             _carve, _closed_labels, _examples, _find_split_file, _finish,
+                                             _proportional_size, _require, _Row, _split_stem, expected_split_file,
+                                             make_dataset, seeded_partition)
 from biomed_lm.finetune.readers.examples import BlurbDataset, Example, PicoExample, TokenTaggingExample
 from biomed_lm.tokenization.blurb_files import (FieldError, read_token_sentences, token_pos_chunk_tag_fields,
                                                 token_tag_fields)
