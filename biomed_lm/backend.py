@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Literal, get_args
 
-from biomed_lm.errors import BiomedLMError
+from biomed_lm.errors import BiomedLMError, ConfigError
 
 if TYPE_CHECKING:
     import torch
@@ -125,6 +125,7 @@ def start_distributed(deepspeed: bool = True) -> DistributedContext:
     import torch
 
     if not deepspeed:
+        _refuse_launcher_without_deepspeed()
         return DistributedContext(0, 1, torch.device("cuda" if torch.cuda.is_available() else "cpu"), False)
     import deepspeed as ds
     import torch.distributed as dist
@@ -136,6 +137,16 @@ def start_distributed(deepspeed: bool = True) -> DistributedContext:
         dist.barrier()  # every rank has mapped its peers' all-reduce buffers: the names can go
         release_shm_buffer_name(dist.get_rank())
     return DistributedContext(dist.get_rank(), dist.get_world_size(), device, True)
+
+
+def _refuse_launcher_without_deepspeed() -> None:
+    """A launcher that started several ranks of a run that will not join them: each rank would train alone on the
+    same data and write the same output files (and each would take the run lock only one can hold)."""
+    world_size = os.environ.get("WORLD_SIZE", "1")
+    if world_size.isdigit() and int(world_size) > 1:
+        raise ConfigError(f"--deepspeed false, but a launcher started this run as {world_size} ranks "
+                          "(WORLD_SIZE): each rank would train alone and write the same files. Pass --deepspeed "
+                          "to train as one job on every rank, or run it with python as one process")
 
 
 def decided_on_rank0(rank: int, decide: Callable[[], Any], share: bool = True) -> Any:

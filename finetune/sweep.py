@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,13 +207,13 @@ def run_sweep(args: SweepArgs, log: Callable[[str], None] = print, progress: boo
     rank = start_distributed(args.deepspeed).rank
     lock = decided_on_rank0(rank, lambda: acquire_run_lock(args.output_dir, ARTIFACT_LOCK_FILE), share=False)
     try:
-        return _run_sweep(args, log, progress)
+        return _run_sweep(args, rank, log, progress)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _run_sweep(args: SweepArgs, log: Callable[[str], None], progress: bool) -> dict[str, Any]:
+def _run_sweep(args: SweepArgs, rank: int, log: Callable[[str], None], progress: bool) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     # Once, before any run: a model every run would fail on is the sweep's error, not each run's.
@@ -256,7 +255,7 @@ def _run_sweep(args: SweepArgs, log: Callable[[str], None], progress: bool) -> d
                         expected={d: sum(r.dataset == d for r in plan.runs) for d in args.datasets
                                   if d not in plan.absent})
     summary["sweep"] = dataclasses.asdict(args)
-    if int(os.environ.get("RANK", "0")) == 0:  # under the deepspeed launcher every rank runs the sweep
+    if rank == 0:  # under the deepspeed launcher every rank runs the sweep
         out = Path(args.output_dir)
         out.mkdir(parents=True, exist_ok=True)
         (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

@@ -35,8 +35,8 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sampler
 from tqdm.auto import tqdm
 
-from biomed_lm.backend import (DistributedContext, Precision, ZeroStage, ds_config, initialize_engine,
-                               start_distributed)
+from biomed_lm.backend import (DistributedContext, Precision, ZeroStage, decided_on_rank0, ds_config,
+                               initialize_engine, start_distributed)
 from biomed_lm.config import check_fields
 from biomed_lm.errors import ConfigError, InputError
 from biomed_lm.finetune.adapters import TaskAdapter, adapter_for
@@ -51,6 +51,7 @@ from biomed_lm.finetune.relation_inputs import Transformation
 from biomed_lm.finetune.tagging import SchemeName, normalize_scheme
 from biomed_lm.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
 from biomed_lm.resources import resolve_path
+from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
 
 __all__ = ["RunOptions", "FinetuneArgs", "RunResult", "run_finetune", "load_dataset_for", "word_windows",
            "is_complete_run", "train_epoch", "finetune_ds_config", "RUN_RECORD", "QA_MAX_LENGTH"]
@@ -543,10 +544,9 @@ def _prepare_data(args: FinetuneArgs, log) -> _Data:
     return _Data(dataset, checked, task, examples, features, generator)
 
 
-def _prepare_training(args: FinetuneArgs, data: _Data) -> _Training:
-    """Stage 3: the process group, the model, the shuffled (or distributed) loader, AdamW with the
-    slanted triangular schedule, and the stepper (plain PyTorch or a DeepSpeed engine)."""
-    distributed = start_distributed(args.deepspeed)
+def _prepare_training(args: FinetuneArgs, data: _Data, distributed: DistributedContext) -> _Training:
+    """Stage 3: the model, the shuffled (or distributed) loader, AdamW with the slanted triangular
+    schedule, and the stepper (plain PyTorch or a DeepSpeed engine)."""
     if distributed.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(distributed.device)
     model = _build_model(args, data.task, data.checked).to(distributed.device)
@@ -664,8 +664,20 @@ def run_finetune(args: FinetuneArgs, log=print) -> RunResult:
 
     Skips the run when ``run.json`` already records a complete run with the same settings over the same
     data files, and refuses (InputError) when it records one with different settings or data, so a sweep
-    never mixes or overwrites results.
+    never mixes or overwrites results. One run at a time owns ``output_dir`` (:mod:`biomed_lm.run_lock`,
+    held by rank 0): a second one is refused (``RunDirectoryLocked``) before it reads anything there.
     """
+    distributed = start_distributed(args.deepspeed)
+    lock = decided_on_rank0(distributed.rank, lambda: acquire_run_lock(args.output_dir, ARTIFACT_LOCK_FILE),
+                            share=False)
+    try:
+        return _run_finetune(args, distributed, log)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run_finetune(args: FinetuneArgs, distributed: DistributedContext, log) -> RunResult:
     record_path = Path(args.output_dir) / RUN_RECORD
     data_files = data_fingerprint(args.data_dir)
     finished = _finished_run(args, record_path, data_files, log)
@@ -673,7 +685,7 @@ def run_finetune(args: FinetuneArgs, log=print) -> RunResult:
         return finished
     started, rss_scope = time.time(), _reset_peak_rss()
     data = _prepare_data(args, log)
-    run = _prepare_training(args, data)
+    run = _prepare_training(args, data, distributed)
     log(f"{data.dataset.name} ({data.dataset.task_type}): {len(data.examples[TRAIN])} train / "
         f"{len(data.examples[DEV])} dev / {len(data.examples[TEST])} test examples, {run.total_steps} steps")
     selection = _train_and_select(args, data, run, log)

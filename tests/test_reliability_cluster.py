@@ -294,9 +294,17 @@ def _blurb_sweep_into(out: Path) -> None:
                         datasets=["ncbi-disease"]), log=lambda _message: None, progress=False)
 
 
+def _finetune_into(out: Path) -> None:
+    from biomed_lm.finetune.trainer import FinetuneArgs, run_finetune
+    from biomed_lm.reference_models import general_bert_dir
+
+    run_finetune(FinetuneArgs(model=str(general_bert_dir()), dataset="ncbi-disease", output_dir=str(out),
+                              data_dir=str(REPO / "data" / "blurb" / "NCBI-disease")), log=lambda _message: None)
+
+
 @pytest.mark.parametrize("build", [_prepare_corpus_into, _build_vocab_into, _create_pretraining_data_into,
-                                   _blurb_sweep_into],
-                         ids=["prepare_corpus", "build_vocab", "create_pretraining_data", "blurb"])
+                                   _blurb_sweep_into, _finetune_into],
+                         ids=["prepare_corpus", "build_vocab", "create_pretraining_data", "blurb", "finetune"])
 def test_a_second_data_build_into_a_folder_in_use_is_refused_before_it_touches_it(build, tmp_path):
     """Two corpus builds on one folder left a corpus of a fifth of its documents with exit 0; two vocabulary
     builds both said they wrote theirs. The second one now stops at once, naming the first."""
@@ -337,6 +345,18 @@ def test_a_two_rank_blurb_sweep_on_a_folder_in_use_is_refused_on_every_rank_with
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert refused.stderr.count(f"blurb: error: {out} is in use by another run (pid {holder.pid} on host") == 2
     assert [p.name for p in out.iterdir()] == [ARTIFACT_LOCK_FILE]
+
+
+def test_a_launcher_of_several_ranks_with_deepspeed_off_is_refused(monkeypatch):
+    """Each rank would fine-tune alone on the same data and write the same files."""
+    from biomed_lm.backend import start_distributed
+    from biomed_lm.errors import ConfigError
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match=r"--deepspeed false, but a launcher started this run as 2 ranks"):
+        start_distributed(deepspeed=False)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert start_distributed(deepspeed=False).world_size == 1
 
 
 def test_a_filesystem_without_locks_warns_and_runs(tmp_path, monkeypatch, caplog):
