@@ -22,7 +22,7 @@ from biomed_lm.errors import BiomedLMError
 from biomed_lm.pretrain.instance_recipe import PAIR_LABELS
 from biomed_lm.pretrain.prepared_corpus import PretrainingDataError
 from biomed_lm.resources import read_json_object
-from biomed_lm.tokenization.sources import damaged_arrow_file
+from biomed_lm.tokenization.sources import damaged_arrow_file, damaged_shard_message
 
 FORMAT_VERSION = 1  # bump when the instances or their metadata change meaning
 METADATA_FILE = "pretraining_data.json"
@@ -124,10 +124,10 @@ def _open_instances(p: Path, recorded: int | None):
     try:
         dataset = datasets.load_from_disk(str(p))
     except Exception as err:
-        shard = damaged_arrow_file(p)  # pyarrow's error on a truncated shard names no file
-        damage = f"its shard {shard.name} is damaged or truncated (rebuild it with " \
-                 "launch/create_pretraining_data.py): " if shard else ""
-        raise PretrainingDataError(f"{p}: cannot load the dataset: {damage}{type(err).__name__}: {err}") from err
+        if damaged_arrow_file(p) is None:
+            raise PretrainingDataError(f"{p}: cannot load the instance dataset: {type(err).__name__}: {err}") from err
+        raise PretrainingDataError(damaged_shard_message(p, "instance dataset", "launch/create_pretraining_data.py",
+                                                         err)) from err
     if not isinstance(dataset, datasets.Dataset):
         raise PretrainingDataError(f"{p} holds several splits ({', '.join(dataset)}), not one instance dataset")
     _check_schema(dataset.features, p)

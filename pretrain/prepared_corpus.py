@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from biomed_lm.errors import PretrainError
-from biomed_lm.tokenization.sources import damaged_arrow_file
+from biomed_lm.tokenization.sources import damaged_arrow_file, damaged_shard_message
 
 
 class PretrainingDataError(PretrainError, ValueError):
@@ -29,10 +29,9 @@ def open_corpus(path: str | os.PathLike):
     try:
         corpus = datasets.load_from_disk(str(p))
     except Exception as err:  # datasets raises FileNotFoundError or others for a non-dataset folder
-        shard = damaged_arrow_file(p)  # pyarrow's error on a truncated shard names no file
-        if shard is not None:
-            raise PretrainingDataError(f"{p}: prepared corpus cannot be read: its shard {shard.name} is damaged or "
-                                       f"truncated ({err}); rebuild it with launch/prepare_corpus.py") from err
+        if damaged_arrow_file(p) is not None:
+            raise PretrainingDataError(damaged_shard_message(p, "prepared corpus", "launch/prepare_corpus.py",
+                                                             err)) from err
         raise PretrainingDataError(f"{p} is not a prepared corpus ({err}); build one with "
                                    "launch/prepare_corpus.py") from err
     if not isinstance(corpus, datasets.Dataset):

@@ -1,6 +1,7 @@
-"""A damaged ``.arrow`` shard of a prepared corpus or of pretraining instances is named (QA, 2026-11-28:
-create_pretraining_data called a corpus with one truncated shard "not a prepared corpus", and pretrain named
-only the folder, with pyarrow's "Expected to be able to read N bytes for message body")."""
+"""A damaged ``.arrow`` shard of a prepared corpus or of pretraining instances is named, in the same words by
+every stage (QA, 2026-11-28: create_pretraining_data called a corpus with one truncated shard "not a prepared
+corpus", and pretrain named only the folder, with pyarrow's "Expected to be able to read N bytes for message
+body")."""
 
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ def test_create_pretraining_data_names_the_damaged_corpus_shard(sources, work, c
     assert main(["--corpus", str(shard.parent), "--tokenizer", str(tokenizer), "--output-dir", str(work / "out"),
                  "--num-proc", "1"]) == 2
     err = capsys.readouterr().err
-    assert f"{shard.parent}: prepared corpus cannot be read: its shard {shard.name} is damaged" in err
+    assert f"{shard.parent}: prepared corpus cannot be read: its shard {shard.name} is damaged or truncated; " \
+           "rebuild it with launch/prepare_corpus.py (" in err
     assert "not a prepared corpus" not in err
 
 
@@ -61,13 +63,15 @@ def test_pretrain_names_the_damaged_instance_shard(sources, work):
     create_pretraining_data(PretrainingDataConfig(corpus=str(corpus), tokenizer=str(tokenizer),
                                                   output_dir=str(instances), num_proc=1), progress=False)
     shard = truncated_copy(instances, work / "damaged_instances", shard_index=0)
-    with pytest.raises(PretrainingDataError, match=rf"{shard.parent}: cannot load the dataset: its shard "
-                                                   rf"{shard.name} is damaged or truncated"):
+    with pytest.raises(PretrainingDataError, match=rf"{shard.parent}: instance dataset cannot be read: its shard "
+                                                   rf"{shard.name} is damaged or truncated; rebuild it with "
+                                                   r"launch/create_pretraining_data.py \("):
         load_pretraining_data(shard.parent)
 
 
 def test_build_vocab_names_the_damaged_corpus_shard(sources, work):
     shard = truncated_copy(sources[0], work / "damaged_for_vocab", shard_index=1)
-    with pytest.raises(InputError, match=rf"{shard.parent}: prepared corpus cannot be read \(a damaged or "
-                                         rf"truncated shard, {shard.name}: rebuild it"):
+    with pytest.raises(InputError, match=rf"{shard.parent}: prepared corpus cannot be read: its shard "
+                                         rf"{shard.name} is damaged or truncated; rebuild it with "
+                                         r"launch/prepare_corpus.py \("):
         list(iter_texts([str(shard.parent)]))

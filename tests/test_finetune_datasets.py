@@ -491,11 +491,11 @@ def test_ddi_invalid_json_and_duplicate_id(tmp_path):
     root = ddi_dir(tmp_path, DDI_RECORD)
     write(root, "ddi_blurb_train.jsonl", jsonl([DDI_RECORD]) + '{"id": "d2", "sentence": \n')
     with pytest.raises(DatasetFormatError, match=format_error(root / "ddi_blurb_train.jsonl", 2)
-                       + r" not valid JSON \(Expecting value, column 26\)$"):
+                       + r" not valid JSON: Expecting value at column 26$"):
         load_blurb_dataset("ddi", root)
     write(root, "ddi_blurb_train.jsonl", jsonl([DDI_RECORD]) + '{"id": "d2", "sentence": "open\n')
     with pytest.raises(DatasetFormatError, match=format_error(root / "ddi_blurb_train.jsonl", 2)  # once "at at column"
-                       + r" not valid JSON \(Unterminated string starting at, column 26\)$"):
+                       + r" not valid JSON: Unterminated string starting at column 26$"):
         load_blurb_dataset("ddi", root)
     for document in (json.dumps([DDI_RECORD]), json.dumps(DDI_RECORD, indent=2)):  # an array; pretty-printed
         write(root, "ddi_blurb_train.jsonl", document + "\n")

@@ -99,5 +99,5 @@ def test_a_damaged_prepared_corpus_is_named(tmp_path):
     datasets.Dataset.from_dict({"text": [f"document {i} " * 50 for i in range(2000)]}).save_to_disk(str(corpus))
     (shard,) = corpus.glob("data-*.arrow")
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
-    with pytest.raises(InputError, match=rf"{corpus}: prepared corpus cannot be read \(a damaged or truncated"):
+    with pytest.raises(InputError, match=rf"{corpus}: prepared corpus cannot be read: its shard data-"):
         list(iter_texts([str(corpus)]))

@@ -40,7 +40,7 @@ from types import MappingProxyType
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from biomed_lm.errors import InputError
-from biomed_lm.tokenization.sources import Problem, iter_lines
+from biomed_lm.tokenization.sources import Problem, iter_lines, json_error_words
 
 __all__ = [
     "TOKEN_TAGS", "TOKEN_POS_CHUNK_TAG", "SENTENCE_LABEL_TSV", "RELATION_JSONL", "SENTENCE_PAIR_TSV",
@@ -115,7 +115,7 @@ def json_lines(path: Path) -> Iterator[tuple[int, dict]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
-            raise DatasetFormatError(path, line_no, f"not valid JSON ({err.msg}, column {err.colno})"
+            raise DatasetFormatError(path, line_no, f"not valid JSON: {json_error_words(err)}"
                                      f"{_one_object_per_line(line)}") from None
         if not isinstance(record, dict):
             raise DatasetFormatError(path, line_no, f"expected a JSON object, got {type(record).__name__}"
@@ -129,7 +129,7 @@ def json_document(path: Path) -> tuple[object, list[str]]:
     try:
         return json.loads("\n".join(lines)), lines
     except json.JSONDecodeError as err:
-        raise DatasetFormatError(path, err.lineno, f"not valid JSON ({err.msg}, column {err.colno})") from None
+        raise DatasetFormatError(path, err.lineno, f"not valid JSON: {json_error_words(err)}") from None
 
 
 def _one_object_per_line(line: str) -> str:

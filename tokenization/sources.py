@@ -202,8 +202,7 @@ def iter_jsonl(path: str | os.PathLike, text_field: str) -> Iterator[tuple[int, 
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
-            at = "" if err.msg.endswith(" at") else " at"  # json's "Unterminated string starting at" says it
-            yield Problem(spath, "invalid_json", f"{err.msg}{at} column {err.colno}", line=line_no)
+            yield Problem(spath, "invalid_json", json_error_words(err), line=line_no)
             continue
         if not isinstance(record, dict):
             yield Problem(spath, "invalid_json", f"the line is {json_type(record)}, expected a JSON object",
@@ -216,6 +215,12 @@ def iter_jsonl(path: str | os.PathLike, text_field: str) -> Iterator[tuple[int, 
                           "expected a string", line=line_no)
         else:
             yield line_no, record
+
+
+def json_error_words(err: json.JSONDecodeError) -> str:
+    """json's reason and where on its line: ``Expecting value at column 26`` (every reader words it so)."""
+    at = "" if err.msg.endswith(" at") else " at"  # json's "Unterminated string starting at" says it
+    return f"{err.msg}{at} column {err.colno}"
 
 
 def json_type(value: object) -> str:
@@ -248,6 +253,15 @@ def damaged_arrow_file(folder: str | os.PathLike) -> Path | None:
     return None
 
 
+def damaged_shard_message(folder: str | os.PathLike, what: str, rebuild_with: str, err: BaseException) -> str:
+    """The one sentence every loader says when ``datasets`` cannot read the saved dataset ``folder`` (``what``:
+    "prepared corpus", "instance dataset"): the damaged shard named where one is found (pyarrow's error names no
+    file), the script that rebuilds it, and the library's own words last."""
+    shard = damaged_arrow_file(folder)
+    which = f"its shard {shard.name} is damaged or truncated" if shard else "a damaged or truncated shard?"
+    return f"{folder}: {what} cannot be read: {which}; rebuild it with {rebuild_with} ({type(err).__name__}: {err})"
+
+
 def _prepared_corpus_texts(spec: str, text_field: str, batch_size: int) -> Iterator[str]:
     """The ``text_field`` column of the prepared corpus at ``spec``; a damaged shard (pyarrow's
     OSError, which names no file) is reported as an :class:`InputError` naming the corpus and the shard."""
@@ -263,10 +277,7 @@ def _prepared_corpus_texts(spec: str, text_field: str, batch_size: int) -> Itera
     except FileNotFoundError:
         raise
     except OSError as err:
-        shard = damaged_arrow_file(spec)
-        which = f", {shard.name}:" if shard else "?"
-        raise InputError(f"{spec}: prepared corpus cannot be read (a damaged or truncated shard{which} rebuild it "
-                         f"with launch/prepare_corpus.py): {err}") from err
+        raise InputError(damaged_shard_message(spec, "prepared corpus", "launch/prepare_corpus.py", err)) from err
 
 
 def iter_texts(specs: str | os.PathLike | Iterable[str | os.PathLike], text_field: str = "text",
