@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, get_args
 
 from biomed_lm.errors import BiomedLMError, ConfigError
@@ -118,10 +120,10 @@ def local_device(local_rank: int) -> "torch.device":
     return torch.device("cpu")
 
 
-def start_distributed(deepspeed: bool = True) -> DistributedContext:
+def start_distributed(deepspeed: bool = True, program: str = "biomed-lm") -> DistributedContext:
     """Join the DeepSpeed process group (gloo on CPU, NCCL on GPUs; a single process without a
     launcher is rank 0 of 1), or with ``deepspeed=False`` run as one plain process on the GPU if
-    there is one."""
+    there is one. ``program`` names the stage in the line said before a start that builds DeepSpeed's op."""
     import torch
 
     if not deepspeed:
@@ -131,12 +133,65 @@ def start_distributed(deepspeed: bool = True) -> DistributedContext:
     import torch.distributed as dist
 
     ensure_distributed_env()
+    announce_op_build(program)
     ds.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo", verbose=False)
     device = local_device(int(os.environ.get("LOCAL_RANK", "0")))
     if device.type == "cpu" and dist.get_world_size() > 1:
         dist.barrier()  # every rank has mapped its peers' all-reduce buffers: the names can go
         release_shm_buffer_name(dist.get_rank())
     return DistributedContext(dist.get_rank(), dist.get_world_size(), device, True)
+
+
+#: DeepSpeed's shared-memory all-reduce op: its CPU accelerator JIT-builds it when the process group starts
+#: (75 s on 2 cores) unless this install's build is in torch's extension folder.
+SHM_COMM_OP = "deepspeed_shm_comm"
+
+
+def announce_op_build(program: str) -> None:
+    """One line from rank 0 before a start that builds DeepSpeed's CPU op: the build prints nothing for about
+    a minute, which looked like a hang (QA, 2026-11-28). Ranks are known from the launcher's RANK here."""
+    if os.environ.get("RANK", "0") != "0":
+        return
+    folder = _op_build_ahead()
+    if folder is not None:
+        print(f"{program}: starting DeepSpeed (the first launch with this install builds its CPU op {SHM_COMM_OP} "
+              f"in {folder}: about a minute)", file=sys.stderr, flush=True)
+
+
+def _op_build_ahead() -> Path | None:
+    """The folder DeepSpeed is about to build its CPU op in, or None when it will not build it: on a GPU, with
+    the op installed prebuilt, or with this install's build there. Ninja rebuilds when the last build was
+    another install's (another virtualenv sharing the folder), which its ``build.ninja`` names."""
+    import importlib.util
+
+    import torch
+
+    if torch.cuda.is_available() or sys.platform != "linux":
+        return None  # only the CPU accelerator uses the op, and only on Linux
+    from deepspeed.git_version_info import installed_ops
+
+    if installed_ops.get(SHM_COMM_OP):
+        return None
+    folder = _torch_extensions_dir() / SHM_COMM_OP
+    deepspeed_dir = Path(importlib.util.find_spec("deepspeed").origin).parent
+    try:
+        build_file = (folder / "build.ninja").read_text(encoding="utf-8")
+    except OSError:
+        return folder
+    ours = all(str(path) in build_file for path in (deepspeed_dir / "ops" / "csrc", Path(torch.__file__).parent))
+    return None if ours and (folder / f"{SHM_COMM_OP}.so").is_file() else folder
+
+
+def _torch_extensions_dir() -> Path:
+    """Where torch JIT-builds extensions (``torch.utils.cpp_extension``'s own rule, which it keeps private)."""
+    import torch
+    from torch.utils.cpp_extension import get_default_build_root
+
+    if os.environ.get("TORCH_EXTENSIONS_DIR") is not None:
+        return Path(os.environ["TORCH_EXTENSIONS_DIR"])
+    device = f"rocm{torch.version.hip.replace('.', '')}" if torch.version.hip else \
+        f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
+    return Path(get_default_build_root(), f"py{sys.version_info.major}{sys.version_info.minor}{sys.abiflags}_{device}")
 
 
 def _refuse_launcher_without_deepspeed() -> None:

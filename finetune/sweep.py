@@ -204,7 +204,7 @@ def run_sweep(args: SweepArgs, log: Callable[[str], None] = print, progress: boo
     # Under the deepspeed launcher every rank runs the sweep (each run is one job of all ranks): rank 0
     # holds the lock, and a refusal reaches every rank (decided_on_rank0) rather than leave rank 0's peers
     # waiting in the first run's collectives.
-    rank = start_distributed(args.deepspeed).rank
+    rank = start_distributed(args.deepspeed, "blurb").rank
     lock = decided_on_rank0(rank, lambda: acquire_run_lock(args.output_dir, ARTIFACT_LOCK_FILE), share=False)
     try:
         return _run_sweep(args, rank, log, progress)

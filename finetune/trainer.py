@@ -667,7 +667,7 @@ def run_finetune(args: FinetuneArgs, log=print) -> RunResult:
     never mixes or overwrites results. One run at a time owns ``output_dir`` (:mod:`biomed_lm.run_lock`,
     held by rank 0): a second one is refused (``RunDirectoryLocked``) before it reads anything there.
     """
-    distributed = start_distributed(args.deepspeed)
+    distributed = start_distributed(args.deepspeed, "finetune")
     lock = decided_on_rank0(distributed.rank, lambda: acquire_run_lock(args.output_dir, ARTIFACT_LOCK_FILE),
                             share=False)
     try:

@@ -372,7 +372,7 @@ def _check_arguments(model_args: ModelArguments, data_args: DataArguments, train
 
 def _start_distributed(train_args: TrainArguments) -> tuple[int, int, torch.device]:
     """Join the process group (the backend's, shared with fine-tuning); the batch is resolved for its size."""
-    context = start_distributed()
+    context = start_distributed(program="pretrain")
     resolve_batch(train_args, context.world_size)
     return context.rank, context.world_size, context.device
 

@@ -150,9 +150,9 @@ class BlurbDataset:
     ``negative_label`` is the "no relation" label that the relation metrics leave out (None for
     other tasks). ``notes`` says where each split came from and how it differs from BLURB's;
     ``warnings`` what in the data looks like a mistake but was read as written (a training label
-    seen too rarely to be a class). ``one_entity_rows`` (relation TSV files, per split) are the
-    sentences that mark only one entity of the pair; the relation adapter decides what to do with
-    them, by the run's representation.
+    seen too rarely to be a class, a BIO ``I-`` tag that continues no entity). ``one_entity_rows``
+    (relation TSV files, per split) are the sentences that mark only one entity of the pair; the
+    relation adapter decides what to do with them, by the run's representation.
     """
 
     name: str

@@ -18,6 +18,7 @@ from biomed_lm.finetune.readers.base import (CARVED_DEV_FRACTION, GenericFormat,
                                              _proportional_size, _require, _Row, _split_stem, expected_split_file,
                                              make_dataset, seeded_partition)
 from biomed_lm.finetune.readers.examples import BlurbDataset, Example, PicoExample, TokenTaggingExample
+from biomed_lm.finetune.tagging import TagSequenceError, validate_tags
 from biomed_lm.tokenization.blurb_files import (FieldError, read_token_sentences, token_pos_chunk_tag_fields,
                                                 token_tag_fields)
 
@@ -210,12 +211,18 @@ def load_token_tags(entry: BlurbEntry, data_dir: Path, seed: int, allow_missing_
             f"{entry.name}: no train file: expected {expected_split_file(data_dir, TRAIN, ('tsv',))}. "
             f"Pass allow_missing_train=True to train on a seeded part of {dev_path.name} instead "
             "(scores are then not comparable to BLURB's)")
-    splits, notes = _train_or_carved(entry, data_dir, ("tsv",), lambda path: _read_ner(path, check), seed,
-                                    _carved_by_document)
+    warnings: list[str] = []
+
+    def read(path: Path) -> list[_Row]:
+        rows = _read_ner(path, check)
+        warnings.extend(_orphan_inside_tags(path, rows))  # on the merged type: what is trained and scored
+        return rows
+
+    splits, notes = _train_or_carved(entry, data_dir, ("tsv",), read, seed, _carved_by_document)
     if len(source) > 1:
         notes.append(f"entity types {', '.join(sorted(source))} merged into one type '{entry.entity_type}', "
                      "as BLURB does (mention detection only)")
-    return make_dataset(entry, splits, notes)
+    return make_dataset(entry, splits, notes, warnings)
 
 
 def load_ebm_nlp(entry: BlurbEntry, data_dir: Path, seed: int, allow_missing_train: bool) -> BlurbDataset:
@@ -324,10 +331,46 @@ def _run_on_sentences(path: Path, rows: Sequence[_Row]) -> list[str]:
             f"{longest.line}): are blank lines between sentences missing? Each sentence ends with an empty line"]
 
 
+def _is_bio_file(rows: Sequence[_Row]) -> bool:
+    """Whether a NER file is written in BIO: some ``B-`` tag and no BIOES/BILOU prefix. A file without ``B-``
+    is IO, where every entity begins with ``I-``, so an ``I-`` after ``O`` is no irregularity there."""
+    prefixes = {tag.partition("-")[0] for row in rows for tag in row.example.tags}
+    return "B" in prefixes and not prefixes & {"E", "S", "L", "U"}
+
+
+def _orphan_inside_tags(path: Path, rows: Sequence[_Row]) -> list[str]:
+    """A warning when sentences of a BIO file have an ``I-X`` that continues no entity (after ``O``, the
+    sentence start or another type's tag): the gold is read as conlleval reads it, which a user who meant
+    something else would otherwise never learn. One warning per file, however many sentences."""
+    if not _is_bio_file(rows):
+        return []
+    found = []
+    for index, row in enumerate(rows):
+        try:
+            validate_tags(row.example.tags, "bio")
+        except TagSequenceError as err:
+            found.append((index, row, err.position))
+    if not found:
+        return []
+    index, row, position = found[0]
+    tag = row.example.tags[position]
+    after = repr(row.example.tags[position - 1]) if position else "the sentence start"
+    where = f"line {row.line + position}" if row.line is not None else \
+        f"sentence {index}, token {position} ({row.example.tokens[position]!r})"
+    plural = "s have" if len(found) > 1 else " has"
+    return [f"{path}: {len(found)} sentence{plural} an I- tag that continues no entity, the first at {where} "
+            f"({tag!r} after {after}); read as conlleval and seqeval read it, the I- tag begins a new entity, "
+            "so scores match the official scorer's"]
+
+
+def _ner_shape_warnings(path: Path, rows: Sequence[_Row]) -> list[str]:
+    return _run_on_sentences(path, rows) + _orphan_inside_tags(path, rows)
+
+
 NER_FORMAT = GenericFormat(("tsv",), _generic_ner_reader,
                            lambda examples: _tag_order(t for e in examples for t in e.tags), ENTITY_F1,
                            labels_from_all_splits=True, given_labels=_given_ner_labels, label_uses=_mention_starts,
-                           counted=("entity type", "mention"), shape_warnings=_run_on_sentences)
+                           counted=("entity type", "mention"), shape_warnings=_ner_shape_warnings)
 PICO_FORMAT = GenericFormat(("tsv",), _generic_pico_reader,
                             lambda examples: tuple(sorted({x for e in examples for s in e.elements for x in s})),
                             PICO_TOKEN_MACRO_F1, label_uses=_span_starts, counted=("element", "span"))

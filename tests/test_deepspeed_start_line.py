@@ -1,0 +1,91 @@
+"""The line a stage prints before DeepSpeed JIT-builds its CPU op (QA, 2026-11-28: a recipe's first
+pretraining step showed nothing for about a minute): printed by rank 0 when the build is ahead, not when
+this install's build is already in torch's extension folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from biomed_lm import backend
+from biomed_lm.backend import SHM_COMM_OP
+
+LINE = "pretrain: starting DeepSpeed (the first launch with this install builds its CPU op deepspeed_shm_comm in "
+
+
+@pytest.fixture
+def cpu_jit(monkeypatch, tmp_path) -> Path:
+    """A CPU machine whose DeepSpeed JIT-builds the op into an empty extension folder; that folder."""
+    from deepspeed.git_version_info import installed_ops
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setitem(installed_ops, SHM_COMM_OP, False)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.delenv("RANK", raising=False)
+    return tmp_path
+
+
+def write_build(root: Path, sources: Path, torch_dir: Path) -> None:
+    """What torch leaves in the op's folder after a build: its build.ninja (naming the install) and the .so."""
+    folder = root / SHM_COMM_OP
+    folder.mkdir()
+    (folder / "build.ninja").write_text(f"cflags = -isystem {torch_dir / 'include'}\n"
+                                        f"build shm.o: compile {sources / 'cpu' / 'comm' / 'shm.cpp'}\n",
+                                        encoding="utf-8")
+    (folder / f"{SHM_COMM_OP}.so").write_bytes(b"")
+
+
+def this_install() -> tuple[Path, Path]:
+    import deepspeed
+
+    return Path(deepspeed.__file__).parent / "ops" / "csrc", Path(torch.__file__).parent
+
+
+def test_a_build_ahead_is_announced_once_by_rank_0(cpu_jit, capsys):
+    backend.announce_op_build("pretrain")
+    assert capsys.readouterr().err == f"{LINE}{cpu_jit / SHM_COMM_OP}: about a minute)\n"
+
+
+def test_other_ranks_say_nothing(cpu_jit, capsys, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    backend.announce_op_build("pretrain")
+    assert capsys.readouterr().err == ""
+
+
+def test_this_installs_build_is_not_announced_another_installs_is(cpu_jit, capsys):
+    write_build(cpu_jit, *this_install())
+    backend.announce_op_build("pretrain")
+    assert capsys.readouterr().err == ""
+    (cpu_jit / SHM_COMM_OP / "build.ninja").write_text("build shm.o: compile /other/venv/deepspeed/ops/csrc/x.cpp\n",
+                                                       encoding="utf-8")
+    backend.announce_op_build("pretrain")  # ninja rebuilds for this install: announced
+    assert capsys.readouterr().err.startswith(LINE)
+
+
+def test_a_gpu_or_a_prebuilt_op_is_not_announced(cpu_jit, capsys, monkeypatch):
+    from deepspeed.git_version_info import installed_ops
+
+    monkeypatch.setitem(installed_ops, SHM_COMM_OP, True)
+    backend.announce_op_build("pretrain")
+    monkeypatch.setitem(installed_ops, SHM_COMM_OP, False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    backend.announce_op_build("pretrain")
+    assert capsys.readouterr().err == ""
+
+
+def test_the_line_comes_before_deepspeed_starts(cpu_jit, capsys, monkeypatch):
+    import deepspeed
+
+    seen = []
+
+    def init_distributed(**_kwargs):
+        seen.append(capsys.readouterr().err)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(deepspeed, "init_distributed", init_distributed)
+    monkeypatch.setattr(backend, "ensure_distributed_env", lambda: None)
+    with pytest.raises(RuntimeError, match="stop here"):
+        backend.start_distributed(program="finetune")
+    assert len(seen) == 1 and seen[0].startswith(LINE.replace("pretrain:", "finetune:"))
