@@ -499,7 +499,7 @@ def _finished_run(args: FinetuneArgs, record_path: Path, data_files: Mapping[str
     changed = _changed_settings(recorded, {**_settings(args), "max_length": args.effective_max_length()})
     if changed:
         raise InputError(f"{record_path} holds a finished run with different settings ({', '.join(changed)}); "
-                         "use another output_dir")
+                         f"use another output_dir, or delete {record_path} to run again with these settings")
     changed = _changed_data(record.get("data_files"), data_files)
     if changed:
         raise InputError(f"{record_path} holds a finished run over other data: {', '.join(changed)} in "
