@@ -151,12 +151,12 @@ class AblationConfig:
     pretrain: PretrainBudget
     finetune: dict[str, Any]                     # finetune.sweep.SweepArgs fields (not model/output_dir)
     vocab_config: str = "configs/vocab/demo.yaml"
-    vocab_size: int | None = None
+    vocab_size: int | None = field(default=None, metadata={"min": 1})
     continual_from: str = GENERAL                # "general" = all-MiniLM-L6-v2, or a checkpoint directory
     pretrain_seeds: int = 1                      # pretraining runs (checkpoints) per variant, seeds seed, seed+1, ...
     analysis: Specification = SPECIFICATIONS[0]  # the report's analysis (experiments.choices)
-    num_proc: int = 2
-    parallel_jobs: int = 1
+    num_proc: int = field(default=2, metadata={"min": 0})  # 0: all CPU cores (prepare_corpus, instances)
+    parallel_jobs: int = field(default=1, metadata={"min": 1})
     source: str = ""                             # the YAML file, for messages
     # mixture name -> {corpus name: {weight: W} or {epochs: E}}: more levels of the corpus factor
     mixtures: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
@@ -177,45 +177,81 @@ def ablation_config_from(values: Mapping[str, Any], where: str) -> AblationConfi
     """An :class:`AblationConfig` from an ablation mapping (a YAML file's, or a recipe's); ``where``
     names it in errors."""
     _check_top_keys(values, where)
-    if not isinstance(values["corpora"], dict):
+    corpora = values["corpora"]
+    if not isinstance(corpora, dict) or not all(isinstance(v, str) for v in corpora.values()):
         raise ConfigError(f"{where}: 'corpora' must map corpus names to launch/prepare_corpus.py configs")
-    vocab = values.get("vocab") or {}
-    bad = sorted(set(vocab) - {"config", "vocab_size"})
-    if bad:
-        raise ConfigError(f"{where}: unknown key(s) under vocab: {', '.join(bad)}; valid: config, vocab_size")
+    vocab = _section(values, "vocab", where)
+    _check_keys(vocab, {"config", "vocab_size"}, where, "vocab")
     mixtures = _mixtures(values, where)  # before the factors: a corpus level may name one
-    return AblationConfig(
-        name=str(values["name"]), output_dir=str(values["output_dir"]), corpora=dict(values["corpora"]),
+    keys = {"vocab_config": "vocab.config", "vocab_size": "vocab.vocab_size"}  # field -> its key in the YAML
+    scalars = check_fields(AblationConfig, {"num_proc": values.get("num_proc", 2),
+                                            "parallel_jobs": values.get("parallel_jobs", 1),
+                                            "vocab_config": vocab.get("config", AblationConfig.vocab_config),
+                                            "vocab_size": vocab.get("vocab_size")},
+                           lambda name: f"{where}: {keys.get(name, name)}")
+    config = AblationConfig(
+        name=str(values["name"]), output_dir=str(values["output_dir"]), corpora=dict(corpora),
         factors=_factor_levels(values, where), pretrain=_pretrain_budget(values, where),
         finetune=_finetune(values, where), pretrain_seeds=_pretrain_seeds(values, where),
-        analysis=_analysis_specification(values, where),
-        vocab_config=vocab.get("config", AblationConfig.vocab_config), vocab_size=vocab.get("vocab_size"),
-        continual_from=str(values.get("continual_from", GENERAL)), num_proc=int(values.get("num_proc", 2)),
-        parallel_jobs=int(values.get("parallel_jobs", 1)), source=where, mixtures=mixtures)
+        analysis=_analysis_specification(values, where), **scalars,
+        continual_from=str(values.get("continual_from", GENERAL)), source=where, mixtures=mixtures)
+    _check_config_files(config)
+    return config
 
 
 def _check_top_keys(values: Mapping[str, Any], where: str) -> None:
     top = ({f.name for f in dataclasses.fields(AblationConfig)} - {"source", "vocab_config", "vocab_size", "analysis"}
            | {"vocab", "analysis"})
-    unknown = sorted(set(values) - top)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(top))}")
+    _check_keys(values, top, where)
     for key in ("name", "output_dir", "corpora", "factors", "finetune"):
         if not values.get(key):
             raise ConfigError(f"{where}: '{key}' is required")
 
 
+def _check_keys(given: Mapping[str, Any], valid: set[str], where: str, section: str = "") -> None:
+    """Refuse keys of the top level (or of ``section``) that are not in ``valid``: each named, with
+    the nearest valid one when one is close (a typo), and the valid keys listed."""
+    import difflib
+
+    unknown = sorted(set(given) - valid, key=str)
+    if not unknown:
+        return
+    near = {key: difflib.get_close_matches(str(key), sorted(valid), n=1) for key in unknown}
+    named = ", ".join(f"{key} (did you mean {near[key][0]}?)" if near[key] else str(key) for key in unknown)
+    if section:
+        raise ConfigError(f"{where}: unknown key(s) under {section}: {named}; valid: {', '.join(sorted(valid))}")
+    raise ConfigError(f"{where}: unknown key(s) {named}; valid keys: {', '.join(sorted(valid))}")
+
+
+def _section(values: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+    """The mapping under ``key`` (empty when absent), refused when it is not a mapping."""
+    section = values.get(key) or {}
+    if not isinstance(section, dict):
+        raise ConfigError(f"{where}: '{key}' must be a mapping of keys to values, not {section!r}")
+    return dict(section)
+
+
+def _check_config_files(config: AblationConfig) -> None:
+    """The YAML files the steps read must exist now: found later, a missing one stops the run at its
+    step, after the steps before it have run (resolved as the steps resolve them: the shipped
+    configs/ from any directory)."""
+    files = {f"corpora.{name}": path for name, path in config.corpora.items()}
+    files["vocab.config"] = config.vocab_config
+    for key, phase in zip(("pretrain", "pretrain.phase2"), config.pretrain.phases()):
+        files.update({f"{key}.config": phase.config, f"{key}.data_config": phase.data_config})
+    for key, path in files.items():
+        if not resolve_path(path).is_file():
+            raise ConfigError(f"{config.source}: {key}: no such file: {path}")
+
+
 def _pretrain_budget(values: Mapping[str, Any], where: str) -> PretrainBudget:
     """``pretrain``: PretrainBudget fields (and ``phase2``: PretrainPhase fields), checked for their
     types and ranges as launch scripts check theirs (biomed_lm.config.check_fields)."""
-    pretrain_values = values.get("pretrain") or {}
+    pretrain_values = _section(values, "pretrain", where)
     for key, fields, known in (("pretrain", pretrain_values, PretrainBudget),
-                               ("pretrain.phase2", pretrain_values.get("phase2") or {}, PretrainPhase)):
-        names = {f.name for f in dataclasses.fields(known)}
-        bad = sorted(set(fields) - names)
-        if bad:
-            raise ConfigError(f"{where}: unknown key(s) under {key}: {', '.join(bad)}; valid: "
-                              f"{', '.join(sorted(names))}")
+                               ("pretrain.phase2", _section(pretrain_values, "phase2", f"{where}: pretrain"),
+                                PretrainPhase)):
+        _check_keys(fields, {f.name for f in dataclasses.fields(known)}, where, key)
     pretrain_values = check_fields(PretrainBudget, pretrain_values, f"{where}: pretrain")
     if pretrain_values.get("phase2"):
         pretrain_values["phase2"] = check_fields(PretrainPhase, pretrain_values["phase2"], f"{where}: pretrain.phase2")
@@ -281,10 +317,13 @@ def _finetune(values: Mapping[str, Any], where: str) -> dict[str, Any]:
     hours of pretraining (``model`` and ``output_dir`` are the ablation's, one per variant)."""
     from biomed_lm.finetune.sweep import SweepArgs
 
-    finetune = dict(values["finetune"])
+    finetune = _section(values, "finetune", where)
     for key in ("model", "output_dir"):
         if key in finetune:
             raise ConfigError(f"{where}: finetune.{key} is set by the ablation (one per variant)")
+    # named here: SweepArgs would say only "unexpected keyword argument", without the file or the valid keys
+    _check_keys(finetune, {f.name for f in dataclasses.fields(SweepArgs) if f.init} - {"model", "output_dir"},
+                where, "finetune")
     try:
         SweepArgs(model="-", output_dir="-", **finetune)
     except (TypeError, ConfigError, InputError) as err:  # SweepArgs: ConfigError names the field

@@ -12,9 +12,10 @@ The levels
       as fixed effects, *standardized* (centered on their mean and divided by their standard
       deviation; the learning rate on the log10 scale first), so their coefficients are points
       per one standard deviation; ``level1_scaling`` gives the means and SDs to convert back.
-    * **Level 2, the group** = one (variant, dataset) pair. Each group gets a random intercept
-      (and, where identifiable, random slopes for the level-1 variables): what this checkpoint on
-      this dataset does beyond what its factors and the dataset predict. The pretraining factors
+    * **Level 2, the group** = one (pretrained model, dataset) pair: a variant's pretraining run
+      (checkpoint) on one dataset, the variant itself where the runs name no checkpoint. Each group
+      gets a random intercept (and, where identifiable, random slopes for the level-1 variables):
+      what this checkpoint on this dataset does beyond what its factors and the dataset predict. The pretraining factors
       enter as fixed treatment dummies against the given reference levels; datasets as fixed
       effects (``C(dataset)``: datasets differ in difficulty and metric, which is not of interest).
     * **Seeds**: a variance component within groups (``vc_formula={"seed": "0 + C(seed)"}``): a
@@ -91,6 +92,11 @@ def _p_cell(p: float) -> str:
     """A p-value for a table cell: ``< 0.001``, ``0.012``, ``0.43``."""
     text = format_p(p)
     return text[len("p = "):] if text.startswith("p = ") else text[len("p "):]
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 dataset``, ``3 datasets``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _pct(x: float) -> str:
@@ -216,7 +222,7 @@ class MultilevelResult:
         return "Fine-tuning (level-1) variables, standardized: " + "; ".join(level1) if level1 else ""
 
     def _group_variance_reading(self) -> str:
-        """Paper 000's decomposition: seeds, (variant, dataset) groups, residual."""
+        """Paper 000's decomposition: seeds, (pretrained model, dataset) groups, residual."""
         vd = self.variance_decomposition
         seeds = ("seeds explain " + _pct(vd.get("seeds", float("nan")))
                  if self.seed_effect == "variance_component" and "seed" in self.random_effects
@@ -226,7 +232,7 @@ class MultilevelResult:
         sds = ", ".join(f"{k} SD {math.sqrt(max(v, 0.0)):.2f}" for k, v in self.random_effects.items()
                         if k in ("group_intercept", "seed", "residual"))
         return (f"Of the variance left after the fixed effects, {seeds}, differences between "
-                f"(variant, dataset) groups {_pct(vd.get('between_groups', float('nan')))} and "
+                f"(pretrained model, dataset) groups {_pct(vd.get('between_groups', float('nan')))} and "
                 f"run-to-run residual noise {_pct(vd.get('residual', float('nan')))} "
                 f"({sds} points); the fixed effects explain "
                 f"{_pct(self.r_squared.get('marginal', float('nan')))} of the total variance")
@@ -267,10 +273,12 @@ class MultilevelResult:
     def _units_line(self) -> str:
         if self.specification == "checkpoints":
             return (f"random intercept per pretraining run (checkpoint), shared by every dataset; {self.n_runs} runs "
-                    f"of {self.n_checkpoints} checkpoints ({self.n_variants} variants) × {self.n_datasets} "
-                    f"datasets, {self.n_seeds} fine-tuning seeds")
+                    f"of {_count(self.n_checkpoints, 'checkpoint')} ({_count(self.n_variants, 'variant')}) × "
+                    f"{_count(self.n_datasets, 'dataset')}, {_count(self.n_seeds, 'fine-tuning seed')}")
+        models = self.n_checkpoints or self.n_variants
         return (f"groups = (pretrained model, dataset) pairs (paper 000); {self.n_runs} runs in {self.n_groups} "
-                f"groups ({self.n_variants} variants × {self.n_datasets} datasets), {self.n_seeds} seeds")
+                f"groups ({_count(models, 'pretrained model')} of {_count(self.n_variants, 'variant')} × "
+                f"{_count(self.n_datasets, 'dataset')}), {_count(self.n_seeds, 'fine-tuning seed')}")
 
     def to_markdown(self) -> str:
         """Markdown: model, fixed effects table, random effects, variance decomposition, reading, notes."""
@@ -349,7 +357,7 @@ class _Model:
 
     @property
     def n_groups(self) -> int:
-        """The (variant, dataset) groups."""
+        """The (pretrained model, dataset) groups."""
         return int(self.data["variant_dataset" if self.grouping == "seed" else "grp"].nunique())
 
 
@@ -359,7 +367,7 @@ def fit_multilevel(rows: pd.DataFrame | Sequence[Mapping[str, Any]], factors: Ma
                    seed_effect: SeedEffect = "variance_component",
                    random_slopes: Sequence[str] | None = None,
                    interactions: bool = False) -> MultilevelResult:
-    """Fit the two-level model of ``response`` (in points) on runs grouped by (variant, dataset).
+    """Fit the two-level model of ``response`` (in points) on runs grouped by (pretrained model, dataset).
 
     ``factors`` maps each factor column to its reference level. ``level1``: fine-tuning variables
     (standardized; ``learning_rate`` on log10 scale). ``seed_effect``: ``"variance_component"``
@@ -451,11 +459,11 @@ def _check_size(model: _Model) -> None:
     """Enough groups, and enough runs for the fixed effects and the variance parameters."""
     n_runs, n_groups, columns = len(model.data), model.n_groups, model.design.columns
     if n_groups < 3:
-        raise AnalysisError(f"too few groups for a multilevel model: {n_groups} (variant, dataset) group(s); "
-                            f"need at least 3")
+        raise AnalysisError(f"too few groups for a multilevel model: {n_groups} (pretrained model, dataset) "
+                            f"group(s); need at least 3")
     if n_runs <= n_groups:
         raise AnalysisError(f"too few runs: {n_runs} runs in {n_groups} groups; the model needs several runs per "
-                            f"(variant, dataset) group (hyperparameters or seeds)")
+                            f"(pretrained model, dataset) group (hyperparameters or seeds)")
     n_var_params = 2 + (1 if model.vc_formula else 0)
     if len(columns) + 1 + n_var_params >= n_runs:
         raise AnalysisError(f"too few runs: {n_runs} runs for {len(columns) + 1} fixed effects and {n_var_params} "
@@ -478,20 +486,20 @@ def _choose_random_part(model: _Model) -> None:
     data, notes = model.data, model.notes
     if model.vc_formula and not (data.groupby(["grp", "seed"]).size() > 1).any():
         model.vc_formula = None
-        notes.append("each (variant, dataset, seed) has a single run: a seed's shift cannot be told from run "
-                     "noise, so it is part of the residual")
+        notes.append("each (pretrained model, dataset, seed) has a single run: a seed's shift cannot be told from "
+                     "run noise, so it is part of the residual")
     if not _groups_saturated(data, model.design.columns):
         model.slope_cols = dict(model.level1_cols)
         return
     if model.seed_effect == "none" or model.n_seeds < 3:
-        raise AnalysisError(f"each of the {model.n_groups} (variant, dataset) groups is its own combination of "
-                            "factor levels and datasets, so between-group variance cannot be told from the factor "
-                            "effects; add variants or datasets, or run at least 3 seeds")
+        raise AnalysisError(f"each of the {model.n_groups} (pretrained model, dataset) groups is its own "
+                            "combination of factor levels and datasets, so between-group variance cannot be told "
+                            "from the factor effects; add variants or datasets, or run at least 3 seeds")
     model.grouping, model.vc_formula = "seed", None
     data["variant_dataset"] = data["grp"]
     data["grp"] = data["seed"]
-    notes.append(f"each (variant, dataset) group is its own combination of factor levels, so a group's own "
-                 f"variance cannot be told from the factor effects: the random intercept is per seed "
+    notes.append(f"each (pretrained model, dataset) group is its own combination of factor levels, so a group's "
+                 f"own variance cannot be told from the factor effects: the random intercept is per seed "
                  f"instead ({model.n_seeds} seeds, each shared by every variant and dataset)")
 
 
@@ -643,7 +651,7 @@ def _collect(fit, model: _Model, *, re_formula: str, slopes: Sequence[str], fact
     if model.grouping == "seed":
         notes.append("random intercept per seed (shared by all variants and datasets); no random slopes")
     else:
-        notes.append(f"random intercept per (variant, dataset) group; random slopes: "
+        notes.append(f"random intercept per (pretrained model, dataset) group; random slopes: "
                      f"{', '.join(slopes) if slopes else 'none'}"
                      + ("; seed variance component within groups" if model.vc_formula else ""))
     notes.append("p-values and 95% CIs use the normal approximation (Wald z), no small-sample correction")

@@ -13,7 +13,7 @@ and written to ``<ablation_dir>/report/`` (or ``output_dir``)::
     results.md      dataset × variant table of test mean ± std (percent) at the selected grid point,
                     the BLURB score row, the selected grid points, and notes
     results.csv     the same numbers, machine-readable (fractions; mean/std/n per variant)
-    runs.csv        one row per complete fine-tuning run (the input of the analysis)
+    runs.csv        one row per complete fine-tuning run of the plan (the input of the analysis)
     summaries.json  finetune.sweep.summarize() of each variant
     analysis.md, analysis.json   experiments.analysis.fit_multilevel() (absent, with the reason, when
                     it cannot run)
@@ -22,36 +22,49 @@ and written to ``<ablation_dir>/report/`` (or ``output_dir``)::
 Model selection and the BLURB score are :mod:`finetune.sweep`'s and :mod:`finetune.metrics`'s (the
 grid point with the best mean dev score over seeds; test mean ± sample std there), so a variant's
 column is exactly what ``launch/blurb.py`` prints for that variant's sweep.
+
+Only the runs of the ablation's fine-tuning plan count (``finetune`` in ablation.json, rewritten each
+time launch/ablate.py starts): a run.json where the plan puts no run, or one recording other settings
+(an earlier configuration's, left on disk), is left out, and the report says how many in one line.
+``summary.json`` of a sweep is no plan to go by: it is written when a sweep ends, so it still holds
+the earlier configuration's after a sweep of the new one was stopped or refused. A record without
+a plan (a hand-made ablation.json) is refused when a sweep folder's runs differ in more than the
+grid and seed (the rule of launch/sweep_report.py). A run.json that is not JSON is counted as not
+complete, with a warning; a complete one that lacks a field the report reads is an error naming
+the file and field. Warnings go to ``log`` (stderr) and the report's notes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
 
+from biomed_lm.errors import BiomedLMError
 from biomed_lm.experiments.ablation_record import (ABLATION_FILE, AblationError, AblationRecord, VariantRecord,
                                                   load_ablation_record, run_suffix)
 from biomed_lm.reporting import format_duration, save_figure
 
-__all__ = ["ABLATION_FILE", "AblationError", "Variant", "Ablation", "load_ablation", "collect_rows",
-           "ROW_COLUMNS", "ResultsTable", "results_table", "read_pretraining_metrics", "PlotResult",
-           "plot_pretraining_loss", "plot_test_scores", "plot_cost", "analysis_factors", "run_analysis", "AnalysisOutcome",
-           "write_report", "REPORT_DIR"]
+__all__ = ["ABLATION_FILE", "AblationError", "Variant", "Ablation", "load_ablation", "RunsRead", "read_runs",
+           "collect_rows", "ROW_COLUMNS", "ResultsTable", "results_table", "read_pretraining_metrics", "PlotResult",
+           "plot_pretraining_loss", "plot_test_scores", "plot_cost", "analysis_factors", "run_analysis",
+           "AnalysisOutcome", "write_report", "REPORT_DIR"]
 
 REPORT_DIR = "report"
 METRICS_FILE = "metrics.jsonl"
 
 #: Columns of :func:`collect_rows` around the factor columns (which come right after ``variant``).
-ROW_COLUMNS = ("variant", "checkpoint", "dataset", "task_type", "metric", "learning_rate", "batch_size", "epochs", "seed",
-               "dev_score", "test_score", "wall_time_s", "peak_rss_bytes")
+ROW_COLUMNS = ("variant", "checkpoint", "dataset", "task_type", "metric", "learning_rate", "batch_size", "epochs",
+               "seed", "dev_score", "test_score", "wall_time_s", "peak_rss_bytes")
 
 
 # ------------------------------------------------------------------------------------ loading
@@ -186,26 +199,144 @@ def _dataset_id(name: str) -> str:
 
 # --------------------------------------------------------------------------------- the runs
 
-def _records(variant: Variant) -> list[dict[str, Any]]:
-    """Every complete run record of the variant, tagged with its pretraining run (``checkpoint``).
-    With several runs, ``model`` becomes the variant's name: the results table pools the runs."""
-    from biomed_lm.finetune.sweep import collect_runs
+_NUMBER = (int, float)
+#: The fields of a complete run record that the report and finetune.sweep.summarize read.
+_RECORD_FIELDS = (("dataset", str), ("task_type", str), ("metric", str), ("model", str), ("seed", int),
+                  ("best_dev_score", _NUMBER), ("test_score", _NUMBER), ("hyperparameters.learning_rate", _NUMBER),
+                  ("hyperparameters.batch_size", int), ("hyperparameters.epochs", int))
+_OPTIONAL_FIELDS = (("settings", dict), ("wall_time_s", _NUMBER), ("memory.peak_rss_bytes", int))
+
+
+@dataclass
+class RunsRead:
+    """What reading the variants' fine-tuning runs found: per variant the complete run records the
+    ablation's plan asks for (tagged with their pretraining run); the complete records it does not
+    ask for (``stale``: an earlier configuration's, left on disk); the run.json files that could not
+    be read (``unreadable``: one message each, counted as not complete)."""
+
+    records: dict[str, list[dict[str, Any]]]
+    stale: list[Path] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
+
+    def notes(self, ablation: Ablation) -> list[str]:
+        """One line per unreadable file, one for the stale runs."""
+        notes = [f"{message}; counted as not complete" for message in self.unreadable]
+        if self.stale:
+            notes.append(f"left out {_count(len(self.stale), 'complete fine-tuning run')} that the plan in "
+                         f"{ablation.file} ('finetune') does not ask for (an earlier configuration's grid points, "
+                         f"seeds or settings), e.g. {self.stale[0].parent.parent}")
+        return notes
+
+
+def _planned_settings(ablation: Ablation, finetune_dir: Path) -> dict[Path, dict[str, Any]] | None:
+    """The runs the ablation's fine-tuning plan (``finetune`` in ablation.json, which launch/ablate.py
+    rewrites each time it starts) puts in ``finetune_dir``: run.json path -> the settings the sweep
+    runs it with, model aside. None when the record holds no plan. The sweep's own planning is used
+    (finetune.sweep.plan_sweep) with every dataset pointed at an existing folder: where the data lie
+    is no part of which runs the plan asks for, and the report may run where they are absent."""
+    if not ablation.record.finetune:
+        return None
+    from biomed_lm.finetune.sweep import SweepArgs, plan_sweep
+    from biomed_lm.finetune.trainer import RUN_RECORD, run_settings
+
+    try:
+        args = SweepArgs(**{**ablation.record.finetune, "model": "-", "output_dir": str(finetune_dir)})
+        args = dataclasses.replace(args, data_dirs=[f"{d}={ablation.dir}" for d in args.datasets])
+    except (TypeError, BiomedLMError) as err:  # SweepArgs' errors name the option
+        raise AblationError(f"{ablation.file}: field 'finetune': {err}") from None
+    planned = {}
+    for run in plan_sweep(args).runs:
+        settings = {**run_settings(run.args), "max_length": run.args.effective_max_length()}
+        settings.pop("model")  # the variant's folder says which model; a copied ablation names it elsewhere
+        planned[Path(run.args.output_dir) / RUN_RECORD] = settings
+    return planned
+
+
+def _settings_differ(record: Mapping[str, Any], planned: Mapping[str, Any]) -> bool:
+    """Whether the sweep would refuse this finished run as another configuration's: the trainer's
+    rule (finetune.trainer._finished_run), the model aside."""
+    from biomed_lm.finetune.trainer import changed_settings
+
+    recorded = dict(record.get("settings") or {})
+    recorded["max_length"] = record["hyperparameters"].get("max_length", recorded.get("max_length"))
+    recorded.pop("model", None)
+    return bool(changed_settings(recorded, planned))
+
+
+def _read_record(path: Path, runs: RunsRead) -> dict[str, Any] | None:
+    """A complete run record, its fields checked (finetune.sweep_report's check: SweepReportError names
+    the file and field); None for an unfinished run, or an unreadable file (noted in ``runs``)."""
+    from biomed_lm.finetune.sweep_report import SweepReportError, record_field, load_run_record
+
+    try:
+        record = load_run_record(path)
+    except SweepReportError as err:  # a damaged file: the run will be redone; the report goes on
+        runs.unreadable.append(str(err))
+        return None
+    if record.get("status") != "complete":
+        return None
+    for dotted, kind in _RECORD_FIELDS:
+        record_field(record, dotted, path, kind)
+    for dotted, kind in _OPTIONAL_FIELDS:
+        record_field(record, dotted, path, kind, optional=True)
+    return record
+
+
+def _check_unplanned(ablation: Ablation, label: str, finetune_dir: Path, records: dict[Path, dict]) -> None:
+    """Without a plan the report cannot tell current runs from stale ones: refuse a sweep folder whose
+    runs differ in more than the grid and seed, as launch/sweep_report.py does."""
+    from biomed_lm.finetune.sweep_report import (SweepReportError, check_one_checkpoint,
+                                                 check_one_grid_per_dataset)
+
+    try:
+        check_one_checkpoint(label, records)
+        check_one_grid_per_dataset(label, records)
+    except SweepReportError as err:
+        raise AblationError(f"{err}; {ablation.file} holds no fine-tuning plan ('finetune') to tell the current "
+                            f"runs from an earlier configuration's: move those out of {finetune_dir}") from None
+
+
+def _records(ablation: Ablation, variant: Variant, runs: RunsRead) -> list[dict[str, Any]]:
+    """The variant's complete run records that its plan asks for, tagged with their pretraining run
+    (``checkpoint``). With several runs, ``model`` becomes the variant's name: the table pools them."""
+    from biomed_lm.finetune.trainer import RUN_RECORD
 
     checkpoints = variant.runs()
-    records = []
+    out = []
     for checkpoint in checkpoints:
         if checkpoint.finetune_dir is None or not checkpoint.finetune_dir.is_dir():
             continue
-        for record in collect_runs(checkpoint.finetune_dir):
+        planned = _planned_settings(ablation, checkpoint.finetune_dir)
+        found = {}
+        for path in sorted(checkpoint.finetune_dir.rglob(RUN_RECORD)):
+            if (record := _read_record(path, runs)) is None:
+                continue
+            if planned is not None and (path not in planned or _settings_differ(record, planned[path])):
+                runs.stale.append(path)
+                continue
+            found[path] = record
+        if planned is None and found:
+            label = variant.name + (f" run {checkpoint.run}" if len(checkpoints) > 1 else "")
+            _check_unplanned(ablation, label, checkpoint.finetune_dir, found)
+        for record in found.values():
             record["checkpoint"] = checkpoint.run
             if len(checkpoints) > 1:
                 record["model"] = variant.name
-            records.append(record)
-    return records
+            out.append(record)
+    return out
+
+
+def read_runs(ablation: Ablation) -> RunsRead:
+    """Every variant's complete fine-tuning runs of the ablation's plan (:class:`RunsRead`).
+    Raises SweepReportError naming the file and field of a complete record that lacks one, and
+    :class:`AblationError` for a sweep folder mixing configurations when ablation.json has no plan."""
+    runs = RunsRead(records={})
+    runs.records = {name: _records(ablation, v, runs) for name, v in ablation.variants.items()}
+    return runs
 
 
 def _variant_records(ablation: Ablation) -> dict[str, list[dict[str, Any]]]:
-    return {name: _records(v) for name, v in ablation.variants.items()}
+    return read_runs(ablation).records
 
 
 def collect_rows(ablation: Ablation, records: Mapping[str, list[dict[str, Any]]] | None = None) -> pd.DataFrame:
@@ -247,6 +378,23 @@ def collect_rows(ablation: Ablation, records: Mapping[str, list[dict[str, Any]]]
 
 def _md(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 seed``, ``3 seeds``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _seeds_text(seeds: list[int]) -> str:
+    """The runs of a selected grid point: ``3 seeds``, or with pooled pretraining runs (each seed once per
+    run) ``3 fine-tuning seeds × 2 pretraining runs``; ``5 runs: 3 fine-tuning seeds over 2 pretraining
+    runs`` where some run is missing."""
+    distinct, per_seed = len(set(seeds)), max((seeds.count(s) for s in seeds), default=0)
+    if per_seed <= 1:
+        return _count(len(seeds), "seed")
+    if len(seeds) == distinct * per_seed:
+        return f"{_count(distinct, 'fine-tuning seed')} × {per_seed} pretraining runs"
+    return f"{len(seeds)} runs: {_count(distinct, 'fine-tuning seed')} over {per_seed} pretraining runs"
 
 
 def _ms(entry: Mapping[str, Any]):
@@ -349,8 +497,8 @@ class ResultsTable:
         for dataset in self.datasets:
             cells = self._cells(dataset, lambda entry: (
                 f"lr {entry['selected']['learning_rate']:g}, bs {entry['selected']['batch_size']}, "
-                f"ep {entry['selected']['epochs']}; {len(entry['selected']['seeds'])} seeds; "
-                f"dev {_ms(entry['dev']).format()}; {len(entry['grid'])} grid points"))
+                f"ep {entry['selected']['epochs']}; {_seeds_text(entry['selected']['seeds'])}; "
+                f"dev {_ms(entry['dev']).format()}; {_count(len(entry['grid']), 'grid point')}"))
             lines.append(f"| {_md(dataset)} | " + " | ".join(_md(c) for c in cells) + " |")
         return "\n".join(lines) + "\n"
 
@@ -460,9 +608,13 @@ def _loss_column(frame: pd.DataFrame) -> str | None:
     return next((c for c in ("loss", "mlm_loss") if c in frame and frame[c].notna().any()), None)
 
 
+_RUN_STYLES = ("-", "--", ":", "-.")  # the line style of pretraining run 1, 2, ...
+
+
 def plot_pretraining_loss(ablation: Ablation, path: Path) -> PlotResult:
-    """Pretraining loss against step, one colour per variant: the raw per-step loss faint, a moving
-    average over 1/25 of the steps on top. Variants without metrics.jsonl are left out with a note."""
+    """Pretraining loss against step, one colour per variant and one line style per pretraining run
+    (both in the legend): the raw per-step loss faint, a moving average over 1/25 of the steps on top.
+    Variants without metrics.jsonl are left out with a note."""
     title = "Pretraining loss"
     curves, notes = {}, []
     for name, variant in ablation.variants.items():
@@ -484,18 +636,28 @@ def plot_pretraining_loss(ablation: Ablation, path: Path) -> PlotResult:
         return PlotResult(title, None, "skipped: no variant has pretraining metrics ("
                           + "; ".join(notes) + ")", tuple(notes))
     plt = _pyplot()
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
+
     colors = _colors(list(ablation.variants))
     fig, ax = plt.subplots(figsize=(8, 4.5))
     try:
-        for (name, run), frame in curves.items():  # a variant's runs share its colour, one label
+        for (name, run), frame in curves.items():  # a variant's runs share its colour; its first one, the label
             ax.plot(frame["step"], frame["loss"], color=colors[name], alpha=0.25, linewidth=0.8)
             ax.plot(frame["step"], _smooth(frame["loss"]), color=colors[name], linewidth=1.8,
-                    linestyle=("-", "--", ":", "-.")[(run - 1) % 4], label=name if run == 1 else None)
+                    linestyle=_RUN_STYLES[(run - 1) % len(_RUN_STYLES)],
+                    label=name if not any(n == name and r < run for n, r in curves) else None)
+        runs = sorted({run for _, run in curves})
+        # colour names the variant; the line style the pretraining run, explained once for all variants
+        extra = [Line2D([], [], color="grey", linewidth=1.8, linestyle=_RUN_STYLES[(r - 1) % len(_RUN_STYLES)],
+                        label=f"pretraining run {r}") for r in runs] if len(runs) > 1 else []
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         ax.set_xlabel("optimizer step")
         ax.set_ylabel("training loss (MLM + NSP)")
         ax.set_title(f"{ablation.name}: pretraining loss (faint: per step; line: moving average)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+        handles, _ = ax.get_legend_handles_labels()
+        ax.legend(handles=handles + extra, fontsize="small")
         save_figure(fig, path)
     finally:
         plt.close(fig)
@@ -701,32 +863,58 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
+def _to_stderr(message: str) -> None:
+    print(f"report: {message}", file=sys.stderr)
+
+
 def write_report(ablation_dir: str | os.PathLike, output_dir: str | os.PathLike | None = None,
-                 specification: str | None = None) -> Path:
+                 specification: str | None = None, log: Callable[[str], None] = _to_stderr) -> Path:
     """Write the ablation's report (see the module docstring) and return the path of ``report.md``.
 
-    Raises :class:`AblationError` when ``ablation.json`` is missing or malformed. Missing data make
-    parts of the report absent with a note (a variant without runs, a plot without data, an analysis
-    that cannot run), never a failure; files of an earlier report that no longer apply are removed.
+    Raises :class:`AblationError` when ``ablation.json`` is missing or malformed, or a sweep folder
+    mixes configurations that ablation.json holds no plan to tell apart; SweepReportError when a
+    complete run record lacks a field. Missing data make parts of the report absent with a note (a
+    variant without runs, a plot without data, an analysis that cannot run), never a failure; files
+    of an earlier report that no longer apply are removed. ``log`` gets one line for each thing the
+    reader should know about what was read (unreadable or stale run records, runs read elsewhere).
     """
     ablation = load_ablation(ablation_dir)
     out = Path(output_dir) if output_dir is not None else ablation.dir / REPORT_DIR
     (out / "plots").mkdir(parents=True, exist_ok=True)
     # reading
-    records = _variant_records(ablation)
-    rows = collect_rows(ablation, records)
+    runs = read_runs(ablation)
+    read_from = _read_elsewhere(ablation)
+    for line in ([read_from] if read_from else []) + runs.notes(ablation):
+        log(f"warning: {line}")
+    rows = collect_rows(ablation, runs.records)
     # summarizing and fitting
-    table = results_table(ablation, records)
+    table = results_table(ablation, runs.records)
     _write_tables(out, rows, table)
     plots = _draw_plots(ablation, rows, table, out / "plots")
     analysis = run_analysis(ablation, rows, specification)
     _write_analysis(out, analysis)
     # writing it up
-    page = _ReportPage(ablation, records, table, analysis, plots, out, _report_notes(ablation, table))
+    page = _ReportPage(ablation, runs.records, table, analysis, plots, out,
+                       runs.notes(ablation) + _report_notes(ablation, table), read_from)
     (out / "results.md").write_text(page.results_md(), encoding="utf-8")
     report = out / "report.md"
     report.write_text(page.index_md(), encoding="utf-8")
     return report
+
+
+def _read_elsewhere(ablation: Ablation) -> str:
+    """One line saying where the runs were read from when that is outside the ablation directory
+    (ablation.json names absolute folders, read where they exist: a copy's report reads the
+    original's runs); "" when every folder read lies below it."""
+    root = ablation.dir.resolve()
+    folders = [d.resolve() for v in ablation.variants.values() for c in v.runs()
+               for d in (c.pretrain_dir, c.finetune_dir) if d is not None and d.is_dir()]
+    outside = [d for d in folders if not d.is_relative_to(root)]
+    if not outside:
+        return ""
+    share = "the runs" if len(outside) == len(folders) else f"{len(outside)} of {len(folders)} run folders"
+    return (f"read {share} from {os.path.commonpath(outside)} (the absolute folders {ablation.file} names, which "
+            f"exist), not from below {ablation.dir}")
 
 
 def _write_tables(out: Path, rows: pd.DataFrame, table: ResultsTable) -> None:
@@ -777,6 +965,7 @@ class _ReportPage:
     plots: list[PlotResult]
     out: Path
     notes: list[str]
+    read_from: str = ""  # where the runs were read from, when not below the ablation directory
 
     @property
     def legend(self) -> str:
@@ -805,6 +994,7 @@ class _ReportPage:
         ablation = self.ablation
         lines = [f"# Ablation report: {ablation.name}", "",
                  f"Ablation directory: `{ablation.dir.resolve()}`  ",
+                 *([f"Note: {self.read_from}.  "] if self.read_from else []),
                  f"Generated {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} by `launch/report.py`.", "",
                  "## Pretraining budget (the same for every variant)", "", *_budget_lines(ablation.budget), ""]
         lines += self._variants_section()
@@ -840,8 +1030,7 @@ class _ReportPage:
             return ["## Analysis", "", self.analysis_note, ""]
         lines = ["## Analysis", "",
                  f"Multilevel model over all runs, specification `{result.specification}` "
-                 f"({result.n_checkpoints or len(self.ablation.variants)} pretraining runs of "
-                 f"{len(self.ablation.variants)} variants; factors and references: "
+                 f"({self._fitted_units(result)}; factors and references: "
                  + ", ".join(f"{f} vs {r}" for f, r in self.analysis.factors.items()) + ").", ""]
         lines += [f"- {s}" + ("" if s.rstrip().endswith((".", "!", "?")) else ".") for s in result.reading()] \
             or ["(the fit gave no reading)"]
@@ -849,6 +1038,15 @@ class _ReportPage:
         if fit_notes:
             lines += ["", "Notes of the fit:", *[f"- {n}" for n in fit_notes]]
         return lines + ["", "Details: [analysis.md](analysis.md), [analysis.json](analysis.json).", ""]
+
+    def _fitted_units(self, result: Any) -> str:
+        """"n pretraining runs of m variants", counting those the fit had runs of (a variant whose
+        sweep failed, or has not run, is not among them)."""
+        with_runs = [name for name, records in self.records.items() if records]
+        variants = getattr(result, "n_variants", 0) or len(with_runs)
+        checkpoints = result.n_checkpoints or sum(len({r.get("checkpoint", 1) for r in self.records[name]})
+                                                  for name in with_runs)
+        return f"{_count(checkpoints, 'pretraining run')} of {_count(variants, 'variant')}"
 
     def _plots_section(self) -> list[str]:
         lines = ["## Plots", ""]

@@ -107,7 +107,8 @@ def parse_sweep_specs(specs: Sequence[str]) -> list[tuple[str, Path]]:
     return pairs
 
 
-def _field(record: Mapping[str, Any], dotted: str, path: Path, kind: type | tuple, optional: bool = False) -> Any:
+def record_field(record: Mapping[str, Any], dotted: str, path: Path, kind: type | tuple,
+                 optional: bool = False) -> Any:
     """``record["a"]["b"]`` for ``dotted`` "a.b", of ``kind``; a missing or mistyped field is an
     error naming the file and field. Booleans are not numbers here (JSON true is no batch size)."""
     value: Any = record
@@ -141,29 +142,29 @@ def _positive(value: float, dotted: str, path: Path) -> float:
 def read_run(path: Path, model: str, record: Mapping[str, Any] | None = None) -> SweepRun:
     """The checked fields of one complete ``run.json`` (``record``: its content, when already read);
     SweepReportError names the file and field."""
-    record = _load_json(path) if record is None else record
+    record = load_run_record(path) if record is None else record
     number = (int, float)
     return SweepRun(
         model=model,
-        dataset=_dataset_id(_field(record, "dataset", path, str)),  # one spelling, as the sweep summary
-        metric=_field(record, "metric", path, str),
-        learning_rate=_positive(_field(record, "hyperparameters.learning_rate", path, number),
+        dataset=_dataset_id(record_field(record, "dataset", path, str)),  # one spelling, as the sweep summary
+        metric=record_field(record, "metric", path, str),
+        learning_rate=_positive(record_field(record, "hyperparameters.learning_rate", path, number),
                                 "hyperparameters.learning_rate", path),
-        batch_size=_positive(_field(record, "hyperparameters.batch_size", path, int),
+        batch_size=_positive(record_field(record, "hyperparameters.batch_size", path, int),
                              "hyperparameters.batch_size", path),
-        seed=_field(record, "seed", path, int),
-        dev=float(_field(record, "best_dev_score", path, number)),
-        test=float(_field(record, "test_score", path, number)),
-        wall_time_s=float(_positive(_field(record, "wall_time_s", path, number), "wall_time_s", path)),
-        train_examples=_field(record, "examples.train", path, int),
-        epochs=_positive(_field(record, "hyperparameters.epochs", path, int), "hyperparameters.epochs", path),
-        peak_rss_bytes=_field(record, "memory.peak_rss_bytes", path, int),
-        cuda_peak_bytes=_field(record, "memory.cuda_max_memory_allocated_bytes", path, int, optional=True),
-        recorded_examples_per_s=_field(record, "train_examples_per_s", path, number, optional=True),
+        seed=record_field(record, "seed", path, int),
+        dev=float(record_field(record, "best_dev_score", path, number)),
+        test=float(record_field(record, "test_score", path, number)),
+        wall_time_s=float(_positive(record_field(record, "wall_time_s", path, number), "wall_time_s", path)),
+        train_examples=record_field(record, "examples.train", path, int),
+        epochs=_positive(record_field(record, "hyperparameters.epochs", path, int), "hyperparameters.epochs", path),
+        peak_rss_bytes=record_field(record, "memory.peak_rss_bytes", path, int),
+        cuda_peak_bytes=record_field(record, "memory.cuda_max_memory_allocated_bytes", path, int, optional=True),
+        recorded_examples_per_s=record_field(record, "train_examples_per_s", path, number, optional=True),
         path=path)
 
 
-def _load_json(path: Path) -> dict[str, Any]:
+def load_run_record(path: Path) -> dict[str, Any]:
     return read_json_object(path, SweepReportError, "run record")
 
 
@@ -175,35 +176,35 @@ def collect_study(sweeps: Sequence[tuple[str, Path]]) -> tuple[list[SweepRun], l
     for label, directory in sweeps:
         if not directory.is_dir():
             raise SweepReportError(f"sweep {label!r}: {directory} is not a directory")
-        records = {p: _load_json(p) for p in sorted(directory.rglob(RUN_RECORD))}
+        records = {p: load_run_record(p) for p in sorted(directory.rglob(RUN_RECORD))}
         complete = {p: r for p, r in records.items() if r.get("status") == "complete"}
         if len(complete) < len(records):
             notes.append(f"{label}: {len(records) - len(complete)} run record(s) of unfinished runs left out")
         if not complete:
             raise SweepReportError(f"sweep {label!r}: no complete {RUN_RECORD} below {directory}")
         runs += [read_run(p, label, r) for p, r in complete.items()]
-        _check_one_checkpoint(label, complete)
-        _check_one_grid_per_dataset(label, complete)
+        check_one_checkpoint(label, complete)
+        check_one_grid_per_dataset(label, complete)
     return runs, notes
 
 
-def _check_one_checkpoint(label: str, records: Mapping[Path, Mapping[str, Any]]) -> None:
+def check_one_checkpoint(label: str, records: Mapping[Path, Mapping[str, Any]]) -> None:
     """A sweep directory is one model's: records of two checkpoints would be pooled as one model."""
     first: dict[str, Path] = {}
     for path, record in records.items():
-        model = _field(record, "model", path, str)
+        model = record_field(record, "model", path, str)
         first.setdefault(model, path)
     if len(first) > 1:
         (a, pa), (b, pb) = list(first.items())[:2]
         raise SweepReportError(f"sweep {label!r} mixes models: {pa} fine-tuned {a!r}, {pb} fine-tuned {b!r}")
 
 
-def _check_one_grid_per_dataset(label: str, records: Mapping[Path, Mapping[str, Any]]) -> None:
+def check_one_grid_per_dataset(label: str, records: Mapping[Path, Mapping[str, Any]]) -> None:
     """Runs of one dataset must differ only in learning rate, batch size and seed, or a heatmap cell
     would pool (say) 3-epoch and 20-epoch runs."""
     first: dict[str, tuple[dict, Path]] = {}
     for path, record in records.items():
-        _field(record, "settings", path, dict, optional=True)  # what the grid key reads, when there
+        record_field(record, "settings", path, dict, optional=True)  # what the grid key reads, when there
         fixed = dict(_grid_key(record))
         for key in ("learning_rate", "batch_size"):
             fixed.pop(key, None)
@@ -301,7 +302,8 @@ def plot_dev_heatmap(cells: Mapping[tuple[float, int], Cell], learning_rates: Se
     mean, sd, n = dev_grid(cells, learning_rates, batch_sizes)
     cmap = plt.get_cmap("viridis").with_extremes(bad="white")  # no run: a blank cell
     low, high = (v * 100 for v in value_range)
-    fig, ax = plt.subplots(figsize=(1.6 * len(batch_sizes) + 2.4, 1.0 * len(learning_rates) + 1.6))
+    # at least 3.2 in tall: the colorbar's label runs along it, and a one-row grid would cut it off
+    fig, ax = plt.subplots(figsize=(1.6 * len(batch_sizes) + 2.4, max(3.2, 1.0 * len(learning_rates) + 1.6)))
     try:
         image = ax.imshow(np.ma.masked_invalid(mean * 100), cmap=cmap, vmin=low, vmax=high, aspect="auto")
         for i in range(len(learning_rates)):
@@ -315,7 +317,7 @@ def plot_dev_heatmap(cells: Mapping[tuple[float, int], Cell], learning_rates: Se
         ax.set_xlabel("batch size")
         ax.set_ylabel("learning rate")
         ax.set_title(title, fontsize=10)
-        fig.colorbar(image, ax=ax, label=f"dev {metric} ×100 (mean over seeds)")
+        fig.colorbar(image, ax=ax, label=f"mean dev {metric} ×100")  # the mean over seeds (cells: n=)
         save_figure(fig, path)
     finally:
         plt.close(fig)

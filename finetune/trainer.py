@@ -258,7 +258,7 @@ def _jsonable(value: Any) -> Any:
 
 # ------------------------------------------------------------------------------- run record
 
-def _settings(args: FinetuneArgs) -> dict[str, Any]:
+def run_settings(args: FinetuneArgs) -> dict[str, Any]:
     settings = {k: v for k, v in asdict(args).items() if k not in _NOT_RESULT_SETTINGS}
     return {**settings, "model": _model_path(args.model)}
 
@@ -294,7 +294,7 @@ def _changed_data(recorded: Mapping[str, str] | None, current: Mapping[str, str]
     return sorted(name for name in set(recorded) | set(current) if recorded.get(name) != current.get(name))
 
 
-def _changed_settings(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+def changed_settings(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """Settings that differ; one a record predates counts as what such records were run with (its
     default then), so records stay valid when a setting is added."""
     defaults = {f.name: f.default for f in fields(FinetuneArgs)}
@@ -496,7 +496,7 @@ def _finished_run(args: FinetuneArgs, record_path: Path, data_files: Mapping[str
     recorded = dict(record.get("settings") or {})
     recorded["max_length"] = (record.get("hyperparameters") or {}).get("max_length", recorded.get("max_length"))
     recorded["model"] = _model_path(recorded.get("model"))  # a record of a relative path, from today's directory
-    changed = _changed_settings(recorded, {**_settings(args), "max_length": args.effective_max_length()})
+    changed = changed_settings(recorded, {**run_settings(args), "max_length": args.effective_max_length()})
     if changed:
         raise InputError(f"{record_path} holds a finished run with different settings ({', '.join(changed)}); "
                          f"use another output_dir, or delete {record_path} to run again with these settings")
@@ -645,7 +645,7 @@ def _run_record(args: FinetuneArgs, data: _Data, run: _Training, selection: _Sel
         "hyperparameters": {k: getattr(args, k) for k in _HYPERPARAMETERS}
         | {"max_length": args.effective_max_length(), "max_grad_norm": MAX_GRAD_NORM,
            "optimizer": "adamw", "lr_schedule": "slanted_triangular"},
-        "settings": _settings(args),
+        "settings": run_settings(args),
         "examples": {split: len(exs) for split, exs in data.examples.items()},
         "features": {split: len(fs) for split, fs in data.features.items()},
         "input_stats": dict(data.task.stats), "input_details": _jsonable(data.task.details),

@@ -6,13 +6,15 @@ each over the BLURB protocol, and write the report (tables, plots, multilevel an
     python launch/ablate.py --config configs/ablation/pubmedbert.yaml --output_dir /scratch/ablation
     python launch/ablate.py --config configs/ablation/tiny.yaml --no_report
 
-Re-running the same command after an interruption continues it: finished steps and runs are
-skipped, pretraining resumes from its last checkpoint. See experiments/ablation.py for the config.
+--config (required) names the ablation YAML; experiments/ablation.py documents its keys. Re-running
+the same command after an interruption continues it: finished steps and runs are skipped,
+pretraining resumes from its last checkpoint.
 Exit status: 0 done, 1 a step or some fine-tuning runs failed, 2 unusable config.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from dataclasses import dataclass, field
@@ -33,15 +35,17 @@ class AblateArgs:
 @exits_cleanly_on_interrupt("ablate",
                             "finished steps and runs are kept: the same command continues")
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--config" not in argv:
+    # --config names the ablation config, not a file of AblateArgs values as parse_config reads it: taken out first
+    # (argparse: --config=PATH works too, a --config without its PATH is its usual error, exit 2)
+    config_flag = argparse.ArgumentParser(prog="ablate", add_help=False)
+    config_flag.add_argument("--config")
+    known, rest = config_flag.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if known.config is None and not {"-h", "--help"} & set(rest):
         print("ablate: error: --config configs/ablation/<name>.yaml is required", file=sys.stderr)
         return 2
-    path = argv[argv.index("--config") + 1]
-    rest = argv[:argv.index("--config")] + argv[argv.index("--config") + 2:]
     try:
-        (args,) = parse_config([AblateArgs], rest, description=__doc__)
-        config = load_ablation_config(path, {"output_dir": args.output_dir})
+        (args,) = parse_config([AblateArgs], rest, description=__doc__)  # --help: prints the help, exits 0
+        config = load_ablation_config(known.config, {"output_dir": args.output_dir})
         record = run_ablation(config, report=not args.no_report)
     except (BiomedLMError, FileNotFoundError) as err:
         return bad_input("ablate", err)

@@ -4,11 +4,14 @@
     python launch/report.py --ablation_dir runs/ablation/vocab_x_masking
     python launch/report.py --ablation_dir runs/ablation/vocab_x_masking --output_dir reports/vocab_x_masking
 
-Reads <ablation_dir>/ablation.json (written by launch/ablate.py), the pretraining metrics and every
-complete fine-tuning run.json below <ablation_dir>/variants/, and writes report.md (the index to
-open), results.md/.csv, runs.csv, analysis.md/.json and plots/*.png to <output_dir> (default:
-<ablation_dir>/report). It can be run at any time: unfinished parts are reported as absent.
-Exit status: 0 written, 2 unusable options or ablation directory (the message names the problem).
+Reads <ablation_dir>/ablation.json (written by launch/ablate.py), the pretraining metrics and the
+complete fine-tuning run.json files below <ablation_dir>/variants/ that its fine-tuning plan asks for
+(runs an earlier configuration left there are counted and left out), and writes report.md (the index
+to open), results.md/.csv, runs.csv, analysis.md/.json and plots/*.png to <output_dir> (default:
+<ablation_dir>/report). It can be run at any time: unfinished parts are reported as absent. Warnings
+(an unreadable run.json, stale runs left out, runs read from outside <ablation_dir>) go to stderr.
+Exit status: 0 written, 2 unusable options, ablation directory or run record (the message names the
+file and field).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Compare vocabularies (WordPiece, SentencePiece, byte-level BPE) on biomedical terms, corpora and BLURB datasets (the paper's
-Tables 1 and 8): how often each vocabulary shatters words, how long it makes inputs, how the
-vocabularies overlap. Writes report.md, report.json and PNG plots into --output-dir.
+"""Compare vocabularies (WordPiece, SentencePiece, byte-level BPE) on biomedical terms, corpora and BLURB
+datasets (the paper's Tables 1 and 8): how often each vocabulary shatters words, how long it makes inputs, how
+the vocabularies overlap. Writes report.md, report.json and PNG plots into --output-dir.
 
-Example (from the repository root):
+Example (the shipped data/ and configs/ paths work from any directory):
 
     python launch/vocab_report.py \\
         --tokenizers bert=/path/to/bert-base-uncased pubmed=runs/demo/vocab \\
@@ -13,14 +13,17 @@ Example (from the repository root):
 A tokenizer is NAME=PATH, PATH a tokenizer directory (WordPiece, SentencePiece or byte-level BPE),
 a bare vocab.txt (WordPiece) or a bare SentencePiece .model file; each segments words with its own
 algorithm. Its casing is what the directory records or, for a bare file, inferred (uppercase
-tokens mean cased), unless --casing NAME=cased|uncased sets it. Corpora and datasets are [NAME=]PATH (the name defaults to
-the file or directory name); a dataset directory means all its data files, each file's format
-detected from its content unless --dataset-format [NAME=]FORMAT names it.
+tokens mean cased), unless --casing NAME=cased|uncased sets it. Corpora and datasets are [NAME=]PATH
+(the name defaults to the file or directory name). A corpus file is read by its suffix, as
+launch/prepare_corpus.py reads it (.txt/.text, .jsonl/.json/.ndjson, .xml, each optionally .gz; other
+suffixes are refused). A dataset directory means all its data files, each file's format detected from
+its content unless --dataset-format [NAME=]FORMAT names it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -32,7 +35,9 @@ from biomed_lm.finetune.blurb import FORMER_LAYOUT_NAMES, file_layout_name
 from biomed_lm.resources import resolve_path
 from biomed_lm.tokenization.coverage import ReportSettings, build_report, load_vocabulary, read_terms, write_report
 from biomed_lm.tokenization.blurb_files import FILE_LAYOUTS
-from biomed_lm.tokenization.model_inputs import corpus_source, dataset_source
+from biomed_lm.tokenization.model_inputs import Source, corpus_source, dataset_source
+from biomed_lm.tokenization.sources import (accepted_suffixes, expand_inputs, input_format, is_prepared_corpus,
+                                            suffix_of)
 
 DEFAULT_TERMS = "configs/terms/pubmedbert_table1.txt"  # shipped: found from any directory
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*\Z")
@@ -49,8 +54,9 @@ class VocabReportArguments:
     terms: str = field(default=DEFAULT_TERMS, metadata={
         "help": "term list (term<TAB>category per line, '#' comments); an empty string skips the term table"})
     corpus: list[str] = field(default_factory=list, metadata={
-        "help": "[NAME=]PATH of a corpus: a prepared corpus directory, text (one document per line), "
-                "JSONL or PubMed XML files, a directory or a glob; a model input is a document"})
+        "help": "[NAME=]PATH of a corpus: a prepared corpus directory, text (.txt, .text: one document per line), "
+                "JSONL (.jsonl, .json, .ndjson) or PubMed XML (.xml) files (each optionally .gz), a directory or "
+                "a glob; a model input is a document"})
     datasets: list[str] = field(default_factory=list, metadata={
         "help": "[NAME=]PATH of a BLURB-format dataset file or directory; a model input is what the task "
                 "feeds the model (a sentence, an example, a pair, question + context)"})
@@ -78,7 +84,7 @@ def split_named(spec: str, what: str, name_required: bool) -> tuple[str, str]:
     if name_required:
         raise InputError(f"{what} {spec!r}: expected NAME=VALUE, NAME made of letters, digits and _.+- "
                          "(e.g. bert=/models/bert-base-uncased)")
-    path = Path(spec)
+    path = resolve_path(spec)  # named alike from any directory, the shipped data/ included
     return (f"{path.parent.name}/{path.name}" if path.is_file() and path.parent.name else path.name or spec), spec
 
 
@@ -99,6 +105,48 @@ def _layout(name: str | None) -> str | None:
     return None if name is None else file_layout_name(name)
 
 
+def _is_glob(path: str) -> bool:
+    return any(ch in path for ch in "*?[")
+
+
+def corpus(spec: str, text_field: str) -> Source:
+    """A --corpus source: the path resolved as prepare_corpus resolves its inputs (the shipped
+    data/sample/... from any directory), and its files held to prepare_corpus's suffixes, so that a
+    file the corpus could not be prepared from is not read as plain text here either."""
+    name, path = split_named(spec, "--corpus", name_required=False)
+    path = path if _is_glob(path) else str(resolve_path(path))
+    if os.path.exists(path) or _is_glob(path):
+        refused = [] if is_prepared_corpus(path) else [f for f in expand_inputs([path])[0] if input_format(f) is None]
+        if refused:
+            more = f" (and {len(refused) - 1} more file(s))" if len(refused) > 1 else ""
+            where = "" if str(refused[0]) == path else f"{refused[0]}{more}: "
+            raise InputError(f"--corpus {spec}: {where}unknown suffix {suffix_of(refused[0])!r}; "
+                             f"accepted: {accepted_suffixes()}, or a corpus prepared by launch/prepare_corpus.py "
+                             "(its --format text, jsonl or xml reads other suffixes)")
+    return corpus_source(name, path, text_field=text_field)
+
+
+def dataset(name: str, path: str, fmt: str | None) -> Source:
+    """A --datasets source; a file, or a directory of files, with nothing in it is refused as empty
+    (format detection would only say it fits no format, and naming a format cannot help)."""
+    resolved = resolve_path(path)
+    if resolved.is_dir():
+        files = sorted(f for f in resolved.rglob("*") if f.is_file() and not f.name.startswith("."))
+    else:
+        files = [resolved] if resolved.is_file() else []
+    if files and all(_is_blank(f) for f in files):
+        what = f"{resolved} is empty" if resolved.is_file() else \
+            f"every file in {resolved} is empty ({', '.join(f.name for f in files[:5])})"
+        raise InputError(f"dataset {name!r}: {what}: no example to read")
+    return dataset_source(name, str(resolved), _layout(fmt))
+
+
+def _is_blank(path: Path) -> bool:
+    """True for a file with nothing but whitespace (only small files are read to tell)."""
+    size = path.stat().st_size
+    return size == 0 or (size <= 4096 and not path.read_bytes().strip())
+
+
 def run(args: VocabReportArguments) -> int:
     tokenizers = [split_named(spec, "--tokenizers", name_required=True) for spec in args.tokenizers]
     names = [name for name, _ in tokenizers]
@@ -113,11 +161,9 @@ def run(args: VocabReportArguments) -> int:
                             [name for name, _ in datasets])
     if len(shared_format) > 1:
         raise InputError(f"--dataset-format: several formats for every dataset: {', '.join(shared_format)}")
-    sources = [corpus_source(*split_named(spec, "--corpus", name_required=False), text_field=args.text_field)
-               for spec in args.corpus]
+    sources = [corpus(spec, args.text_field) for spec in args.corpus]
     default_format = shared_format[0] if shared_format else None
-    sources += [dataset_source(name, str(resolve_path(path)), _layout(formats.get(name, default_format)))
-                for name, path in datasets]
+    sources += [dataset(name, path, formats.get(name, default_format)) for name, path in datasets]
 
     settings = ReportSettings(min_pieces=args.min_pieces, top_words=args.top_words,
                               max_instances=args.max_inputs)

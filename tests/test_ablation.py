@@ -65,6 +65,49 @@ def test_config_errors_name_the_file_and_key(tmp_path):
         assert "ablation.yaml" in str(err.value)
 
 
+@pytest.mark.parametrize("changes, message", [
+    (dict(parallel_jobs="two"), r"ablation\.yaml: parallel_jobs: 'two' is not an integer"),
+    (dict(parallel_jobs=1.7), r"ablation\.yaml: parallel_jobs: 1\.7 is not an integer"),  # was truncated to 1
+    (dict(parallel_jobs=0), r"ablation\.yaml: parallel_jobs: 0 is out of range"),
+    (dict(num_proc="lots"), r"ablation\.yaml: num_proc: 'lots' is not an integer"),
+    (dict(vocab={"vocab_size": "big"}), r"ablation\.yaml: vocab\.vocab_size: 'big' is not an integer"),
+    (dict(corpora={"sample": "configs/corpus/nope.yaml"}),
+     r"ablation\.yaml: corpora\.sample: no such file: configs/corpus/nope\.yaml"),
+    (dict(vocab={"config": "configs/vocab/nope.yaml"}), r"ablation\.yaml: vocab\.config: no such file"),
+    (dict(pretrain={"data_config": "nope.yaml"}), r"ablation\.yaml: pretrain\.data_config: no such file"),
+    (dict(finetune=["ncbi-disease"]), r"ablation\.yaml: 'finetune' must be a mapping"),
+])
+def test_config_values_and_files_are_checked_before_any_step(tmp_path, capsys, changes, message):
+    """Each of these once passed the config checks (or raised a traceback) and failed in a step."""
+    from biomed_lm.launch import ablate
+
+    path = _config(tmp_path, **changes)
+    with pytest.raises(ConfigError, match=message):
+        load_ablation_config(path)
+    assert ablate.main(["--config", str(path)]) == 2  # before any step: nothing written
+    assert "Traceback" not in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_an_unknown_finetune_key_is_named_with_the_valid_keys(tmp_path):
+    finetune = {"datasets": ["ncbi-disease"], "learning_rates": [1e-3], "batch_sizes": [8], "num_seed": 3}
+    with pytest.raises(ConfigError, match=r"ablation\.yaml: unknown key\(s\) under finetune: num_seed "
+                                          r"\(did you mean num_seeds\?\); valid: .*\bnum_seeds\b") as err:
+        load_ablation_config(_config(tmp_path, finetune=finetune))
+    assert "learning_rates" in str(err.value) and "output_dir" not in str(err.value)  # the ablation's own
+
+
+def test_ablate_help_needs_no_config_and_a_bare_config_flag_is_a_usage_error(capsys):
+    from biomed_lm.launch import ablate
+
+    with pytest.raises(SystemExit) as exit_:
+        ablate.main(["--help"])
+    assert exit_.value.code == 0 and "--output_dir" in capsys.readouterr().out
+    assert ablate.main([]) == 2 and "--config configs/ablation/<name>.yaml is required" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # argparse's usage error, not an IndexError
+        ablate.main(["--config"])
+    assert exit_.value.code == 2 and "expected one argument" in capsys.readouterr().err
+
+
 def test_yaml_off_on_levels_and_budget(tmp_path):
     config = load_ablation_config(_config(tmp_path, factors={"adversarial": [False, True]},
                                           pretrain={"max_steps": 10, "micro_batch_size": 4, "num_gpus": 2,

@@ -117,3 +117,19 @@ def test_paper000_p_values_are_marked_whatever_the_checkpoints_per_variant(check
     # the calibrated test carries neither
     ours = analyse_runs(rows, FACTORS, "checkpoints")
     assert not ours.caveat and not ours.factor_p_basis and "†" not in ours.to_markdown()
+
+
+def test_paper000_model_says_its_groups_are_pretrained_models_by_dataset():
+    """QA: with two pretraining runs per variant, analysis.md said "24 runs in 8 groups (4 variants × 1
+    datasets)" and its reading "(variant, dataset) groups"; the groups fitted are (checkpoint, dataset)."""
+    rows = simulate_runs(_design(checkpoints=2, datasets=1), QUIET, effect=0.0, rng=np.random.default_rng(5))
+    result = analyse_runs(rows, FACTORS, "model-dataset-groups")
+    assert result.n_groups == 8 and result.n_checkpoints == 8
+    text = result.to_markdown()
+    assert f"{result.n_runs} runs in 8 groups (8 pretrained models of 4 variants × 1 dataset), 3 fine-tuning seeds" \
+        in text
+    variance = next(s for s in result.reading() if s.startswith("Of the variance"))
+    assert "differences between (pretrained model, dataset) groups" in variance
+    assert "(variant, dataset)" not in text + " ".join(result.notes)
+    ours = analyse_runs(rows, FACTORS, "checkpoints").to_markdown()
+    assert f"{result.n_runs} runs of 8 checkpoints (4 variants) × 1 dataset, 3 fine-tuning seeds" in ours

@@ -416,6 +416,76 @@ def test_cli_errors_name_the_problem(toy_dir, tmp_path, capsys, argv_tail, messa
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("content, message", [
+    ("hello world this is not a vocab\n", "not a WordPiece vocabulary (one token per line): no [UNK] token"),
+    ("", "not a WordPiece vocabulary: the file is empty"),
+    ("\n  \n", "not a WordPiece vocabulary: the file is empty"),
+    ('{"a": 1}\n', "not a WordPiece vocabulary (one token per line): no [UNK] token among its 1 token(s); "
+                   "a tokenizer.json is read from its directory"),
+])
+def test_a_file_that_is_not_a_vocabulary_is_refused_naming_it(toy_dir, tmp_path, capsys, content, message):
+    """Any text file loads as a vocab.txt; without [UNK] it used to fail mid-report with the
+    tokenizers library's traceback, the file unnamed."""
+    bad = tmp_path / ("notvocab.json" if content.startswith("{") else "notvocab.txt")
+    bad.write_text(content, encoding="utf-8")
+    argv = ["--tokenizers", f"a={toy_dir / 'a_vocab.txt'}", f"nv={bad}", "--corpus", str(toy_dir / "corpus.txt"),
+            "--terms", "", "--output-dir", str(tmp_path / "out")]
+    assert run_cli(argv) == 2
+    assert f"tokenizer 'nv': {bad}: {message}" in capsys.readouterr().err
+
+
+def test_a_directory_without_tokenizer_files_says_what_was_looked_for(toy_dir, tmp_path, capsys):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    argv = ["--tokenizers", f"m={tmp_path / 'model'}", "--terms", "", "--output-dir", str(tmp_path / "out")]
+    assert run_cli(argv) == 2
+    err = capsys.readouterr().err
+    assert f"tokenizer 'm': {tmp_path / 'model'} holds no tokenizer: looked for tokenizer.json, vocab.txt" in err
+    assert "sentencepiece or tiktoken" not in err
+
+
+def test_shipped_corpus_paths_resolve_from_any_directory(toy_dir, tmp_path, monkeypatch):
+    """--corpus finds data/sample/... from any directory, as --datasets, --terms and prepare_corpus do."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    argv = ["--tokenizers", f"a={toy_dir / 'a_vocab.txt'}", "--corpus", "data/sample/sywada_PubMedAbstract_1MB.txt",
+            "--max-inputs", "3", "--output-dir", str(out)]
+    assert run_cli(argv) == 0
+    sources = json.loads((out / "report.json").read_text())["sources"]
+    assert [s["name"] for s in sources] == ["sample/sywada_PubMedAbstract_1MB.txt"]  # named as from the checkout
+
+
+def test_a_corpus_suffix_prepare_corpus_refuses_is_refused(toy_dir, tmp_path, capsys):
+    """vocab_report and prepare_corpus read the same suffixes (tokenization.sources.input_format)."""
+    from biomed_lm.tokenization.corpus import CorpusConfig
+
+    table = tmp_path / "docs" / "table.csv"
+    table.parent.mkdir()
+    table.write_text("id,text\n1,Aspirin inhibits COX-1.\n")
+    (tmp_path / "docs" / "more.txt").write_text("Aspirin.\n")
+    assert CorpusConfig().format_of(table) is None  # prepare_corpus's refusal
+    for spec, where in ((str(table), ""), (f"docs={table.parent}", f"{table}: ")):
+        argv = ["--tokenizers", f"a={toy_dir / 'a_vocab.txt'}", "--terms", "", "--corpus", spec,
+                "--output-dir", str(tmp_path / "out")]
+        assert run_cli(argv) == 2
+        assert f"--corpus {spec}: {where}unknown suffix '.csv'; accepted: .xml, .txt" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_empty_dataset_is_named_empty_not_sent_to_dataset_format(toy_dir, tmp_path, capsys):
+    (tmp_path / "empty.tsv").write_text("")
+    (tmp_path / "emptyds").mkdir()
+    (tmp_path / "emptyds" / "train.tsv").write_text("\n")
+    for spec, message in ((f"e={tmp_path / 'empty.tsv'}", f"dataset 'e': {tmp_path / 'empty.tsv'} is empty"),
+                          (str(tmp_path / "emptyds"), f"dataset 'emptyds': every file in {tmp_path / 'emptyds'} "
+                                                      "is empty (train.tsv)")):
+        argv = ["--tokenizers", f"a={toy_dir / 'a_vocab.txt'}", "--terms", "", "--datasets", spec,
+                "--output-dir", str(tmp_path / "out")]
+        assert run_cli(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and "--dataset-format" not in err
+
+
 @pytest.mark.parametrize("given", ["gad", "sentence_label_tsv"])
 def test_a_former_format_name_still_names_its_layout(toy_dir, tmp_path, given):
     """--dataset-format took a dataset's or task family's name before the layouts were named by their

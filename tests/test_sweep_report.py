@@ -234,3 +234,34 @@ def test_entry_script_exits_2_naming_the_bad_record(tmp_path):
                                     str(tmp_path / "out")], timeout=120)
     assert proc.returncode == 2 and str(path) in proc.stderr and "'seed'" in proc.stderr
     assert not (tmp_path / "out" / REPORT_FILE).exists()
+
+
+@pytest.mark.parametrize("metric", ["entity_f1", "pico_token_macro_f1"])
+def test_heatmap_text_fits_in_the_figure_for_a_one_point_grid(tmp_path, monkeypatch, metric):
+    """A one-row grid made the figure too short for the colorbar's label ("...(mean over seed")."""
+    from matplotlib.text import Text
+
+    from biomed_lm.finetune import sweep_report
+
+    for seed, dev in ((1, 0.30), (2, 0.31)):
+        record = _record(3e-3, 16, seed, dev, 0.3, model="dom")
+        _write(tmp_path / "dom", {**record, "metric": metric})
+    cut_off = []
+
+    def save_and_measure(fig, path, **kwargs):
+        save_figure(fig, path, **kwargs)  # lays the figure out as it is written
+        if not path.name.startswith("dev_"):
+            return
+        fig.canvas.draw()  # a renderer at the figure's own dpi (savefig's is at its own)
+        renderer, frame = fig.canvas.get_renderer(), fig.bbox
+        for text in fig.findobj(Text):
+            box = text.get_window_extent(renderer)
+            if text.get_visible() and text.get_text() and not (
+                    box.x0 >= frame.x0 - 1 and box.y0 >= frame.y0 - 1 and box.x1 <= frame.x1 + 1
+                    and box.y1 <= frame.y1 + 1):
+                cut_off.append(text.get_text())
+
+    save_figure = sweep_report.save_figure
+    monkeypatch.setattr(sweep_report, "save_figure", save_and_measure)
+    write_sweep_report([("dom", tmp_path / "dom")], tmp_path / "out")
+    assert cut_off == []

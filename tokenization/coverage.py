@@ -74,6 +74,9 @@ RESERVED_TOKEN = re.compile(r"\[[A-Za-z][A-Za-z_]*\d*\]\Z")
 #: Below this share of tokens that lowercasing changes, an inferred "cased" deserves a second look.
 SUSPICIOUS_UPPERCASE_SHARE = 0.01
 SEGMENT_BATCH = 8192
+#: What a tokenizer directory must hold for the report to read it: the files AutoTokenizer builds a
+#: WordPiece, byte-level BPE or SentencePiece (spiece.model, or another *.model) tokenizer from.
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "*.model")
 
 WORD_DEFINITION = (
     "A word is a BERT pre-tokenization unit: the text is cleaned (control characters dropped, "
@@ -305,6 +308,9 @@ def load_vocabulary(name: str, path: str | os.PathLike, lowercase: bool | None =
     p = Path(path)
     if not p.exists():
         raise InputError(f"tokenizer {name!r}: no such file or directory: {p}")
+    if p.is_dir() and not any(next(p.glob(pattern), None) for pattern in TOKENIZER_FILES):
+        # transformers would answer that it needs sentencepiece or tiktoken, which is not the problem
+        raise InputError(f"tokenizer {name!r}: {p} holds no tokenizer: looked for {', '.join(TOKENIZER_FILES)}")
     try:
         tokenizer = load_tokenizer(p, lowercase=lowercase)
     except (OSError, ValueError) as err:
@@ -338,12 +344,28 @@ def _engine_of(name: str, path: Path, tokenizer: Any) -> tuple[Any, str]:
     pipeline = backend.to_str()
     try:
         fmt = detect_format(json.loads(pipeline))
+        if fmt == "wordpiece":
+            _check_wordpiece(path, json.loads(pipeline).get("model") or {})
     except InputError as err:
         raise InputError(f"tokenizer {name!r}: {path}: {err}") from err
     engine = Tokenizer.from_str(pipeline)
     engine.no_padding()
     engine.no_truncation()
     return engine, fmt
+
+
+def _check_wordpiece(path: Path, model: Mapping[str, Any]) -> None:
+    """Refuse a WordPiece model without its unknown token. Any text file loads as a vocab.txt (one
+    token per line; the special tokens become added tokens), so prose, an empty file or a JSON file
+    would only fail on the first word the model cannot spell, deep inside the report."""
+    vocab, unk = model.get("vocab") or {}, model.get("unk_token") or "[UNK]"
+    if unk in vocab:
+        return
+    if path.is_file() and not path.read_text(encoding="utf-8", errors="replace").strip():
+        raise InputError("not a WordPiece vocabulary: the file is empty")
+    form = " (one token per line)" if path.is_file() else ""
+    hint = "; a tokenizer.json is read from its directory" if path.suffix == ".json" else ""
+    raise InputError(f"not a WordPiece vocabulary{form}: no {unk} token among its {len(vocab):,} token(s){hint}")
 
 
 def _kind(path: Path) -> str:
