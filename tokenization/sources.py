@@ -8,7 +8,8 @@ Three kinds of input are understood, each optionally gzip-compressed:
 
 :func:`input_format` knows only those suffixes (:data:`SUFFIXES`, each optionally followed by
 ``.gz``) and answers ``None`` for any other, so that ingestion refuses a CSV or an image instead of
-reading it as text; :func:`detect_format` (vocabularies, reports) still reads anything else as text.
+reading it as text. :func:`detect_format` reads anything else as text; its callers check the suffix
+first where a user names the files (``launch/vocab_report.py --corpus`` refuses what ingestion refuses).
 
 A *prepared corpus* (the output directory of ``launch/prepare_corpus.py``, a ``datasets`` dataset
 saved to disk) is also accepted wherever text is read.
