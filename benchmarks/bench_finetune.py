@@ -488,13 +488,16 @@ def run_hf(args, cfg, data, model_dir: str, device: torch.device, bf16: bool, gr
 
 def run_ours(args, cfg, fargs, data, device: torch.device, engine: str) -> dict:
     from biomed_lm.finetune.blurb import DEV, TEST, TRAIN
+    from biomed_lm.backend import start_distributed
     from biomed_lm.finetune.trainer import _evaluate, _prepare_training, _seed_everything, train_epoch
 
     memory = MemoryWindow(device)
     memory.start()
     data.generator = _seed_everything(args.seed)  # as run_finetune: seeded right before the model is built
     setup_started = time.perf_counter()
-    run = _prepare_training(fargs, data)  # resets the cuda peak itself, just before building the model
+    # The process group first, as run_finetune starts it (counted in the set-up, as before); the model's
+    # preparation resets the cuda peak itself, just before building the model.
+    run = _prepare_training(fargs, data, start_distributed(fargs.deepspeed, "bench_finetune"))
     setup_s = time.perf_counter() - setup_started
     if run.distributed.device != device:
         raise SystemExit(f"bench_finetune: our trainer chose {run.distributed.device}, the benchmark {device}")
