@@ -427,6 +427,12 @@ class _Paths:
         return self.root / "variants" / name
 
 
+def _yaml_schedule_total(phase: PretrainPhase) -> int:
+    """The ``schedule_total_steps`` of the phase's YAML config (0: the run's own max_steps)."""
+    config = resolve_path(phase.config)
+    return int(load_yaml_mapping(config).get("schedule_total_steps") or 0) if config.is_file() else 0
+
+
 def _pretrain_seed(phase: PretrainPhase, run: int) -> int:
     """Pretraining run k's seed: the phase's own seed (its YAML's, or ``--seed`` in extra_args,
     default 42) plus k − 1."""
@@ -498,8 +504,11 @@ def _pretrain_command(config: AblationConfig, variant: Variant, phase: PretrainP
         flags += ["--global_batch_size", str(phase.global_batch_size)]
     else:
         flags += ["--gradient_accumulation_steps", str(phase.gradient_accumulation_steps)]
-    if len(phases) > 1:
-        flags += ["--schedule_total_steps", str(sum(p.max_steps for p in phases))]
+    total = sum(p.max_steps for p in phases)
+    if len(phases) > 1 or _yaml_schedule_total(phase) not in (0, total):
+        # One schedule spans every phase's steps. One phase names it only where its YAML spans more (a recipe's
+        # phase 1 without its phase 2, as --tiny runs it): its steps would all fall in the warm-up (lr ~ 0).
+        flags += ["--schedule_total_steps", str(total)]
     if variant.factors["initialization"] == "scratch":  # every phase: the architecture must match
         flags += ["--init", "scratch", "--model", budget.model]
     else:

@@ -40,6 +40,22 @@ def test_each_recipe_is_one_system_at_the_papers_settings(name):
     assert tiny.ablation.output_dir == "/tmp/x" and tiny.ablation.finetune["max_train_examples"] == 32
 
 
+@pytest.mark.parametrize("name", ["pubmedbert", "biobert"])
+def test_a_tiny_recipe_schedules_over_the_steps_it_runs(name):
+    """QA (2026-11-28): pubmedbert --tiny ran phase 1's 2 steps in a schedule of its YAML's 62,500 (phase 2
+    left out): both steps fell in the warm-up, at lr 0 and 1e-7. A one-phase config without a longer
+    schedule keeps its command as it was (a finished step is recognised by its command)."""
+    from biomed_lm.experiments.ablation import _pretrain_command
+
+    ablation = load_recipe(name, tiny=True).ablation
+    (variant,), _ = plan_variants(ablation.factors)
+    (phase,) = ablation.pretrain.phases()
+    command = _pretrain_command(ablation, variant, phase, "tok", Path("d"), Path("o"), None)
+    flags = dict(zip(command[2::2], command[3::2]))
+    assert flags["--max_steps"] == "2"
+    assert flags.get("--schedule_total_steps") == ("2" if name == "pubmedbert" else None)
+
+
 def test_scale_multiplies_every_phase():
     full, half = load_recipe("pubmedbert"), load_recipe("pubmedbert", scale=0.5)
     assert half.ablation.pretrain.max_steps == full.ablation.pretrain.max_steps // 2
