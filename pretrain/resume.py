@@ -132,6 +132,21 @@ def _describe(changes: dict[str, Any], keys: list[str]) -> str:
                      for key in keys)
 
 
+#: Settings that reshape the learning-rate schedule (max_steps: where the schedule ends with it).
+SCHEDULE_FIELDS = frozenset({"train.max_steps", "train.schedule_total_steps", "train.warmup_ratio",
+                             "train.schedule", "train.polynomial_power"})
+
+
+def follow_changed_schedule(optimizer, scheduler) -> None:
+    """The next step's learning rate from the schedule as it is now. The optimizer state loaded from a
+    checkpoint holds the rate the checkpoint's schedule set for that step, which the scheduler replaces
+    only after it: a finished run extended with a larger max_steps ran its next step at the old end's 0
+    (QA, 2026-11-28). The formula is LambdaLR's own, so an unchanged schedule gives the same rates."""
+    for group, base, factor in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas):
+        group["lr"] = base * factor(scheduler.last_epoch)
+    scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
+
+
 def apply_learning_rate(optimizer, scheduler, *, learning_rate: float, scale: float) -> None:
     """Make the rest of the schedule peak at ``learning_rate × scale``, overriding the scheduler
     state loaded from the checkpoint (the current step's rate is rescaled at once)."""

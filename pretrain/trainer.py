@@ -65,7 +65,8 @@ from biomed_lm.pretrain.metrics import MetricsLogger, cuda_allocator_counts
 from biomed_lm.pretrain.modeling import PretrainingModel, count_parameters, hf_attention
 from biomed_lm.pretrain.preemption import StopRequests, ignore_stop_signals, stop_workers
 from biomed_lm.pretrain.profiling import StepProfiler
-from biomed_lm.pretrain.resume import apply_learning_rate, compare_continuation, compare_signatures, run_signature
+from biomed_lm.pretrain.resume import (SCHEDULE_FIELDS, apply_learning_rate, compare_continuation, compare_signatures,
+                                      follow_changed_schedule, run_signature)
 from biomed_lm.run_lock import RunLock, acquire_run_lock
 from biomed_lm.pretrain.sampler import BatchPlan
 from biomed_lm.pretrain.trainer_state import TrainerState, VariantState
@@ -409,6 +410,8 @@ def _restore(engine: DeepSpeedEngine, run_dir: Path, selection: Selection, train
     if lr_scale != saved_scale or lr_scale != 1.0 or "train.learning_rate" in config_changes:
         apply_learning_rate(engine.optimizer, engine.lr_scheduler, learning_rate=train_args.learning_rate,
                             scale=lr_scale)
+    if SCHEDULE_FIELDS & set(config_changes):
+        follow_changed_schedule(engine.optimizer, engine.lr_scheduler)
     state.lr_scale = lr_scale
     return state
 
@@ -486,6 +489,10 @@ def _log_start(logger: MetricsLogger, selection: Selection, state: TrainerState,
             logger.message(f"this run continued {state.continued_from}")
         for key, change in config_changes.items():
             logger.message(f"setting changed on resume: {key}: {change['checkpoint']!r} -> {change['now']!r}")
+        if SCHEDULE_FIELDS & set(config_changes):
+            logger.message(f"learning-rate schedule: from step {state.step + 1} it is the changed one, over "
+                           f"{schedule_steps(train_args)} steps (warm-up {train_args.warmup_ratio:g} of them), "
+                           "as if the run had started with these settings")
     if state.lr_scale != 1.0:
         where = ("the rest of the schedule" if state.step else
                  "nothing to resume, so the whole schedule, from step 1,")

@@ -190,6 +190,21 @@ def lrs(run_dir: Path) -> dict[int, float]:
     return {r["step"]: r["lr"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())}
 
 
+def test_a_finished_run_given_more_steps_follows_the_longer_schedule_from_its_next_step(pretraining_inputs,
+                                                                                          straight_run, tmp_path):
+    """QA (2026-11-28): the first added step ran at the old schedule's end, lr 0, and the log never said the
+    schedule had changed."""
+    out = copy_run(straight_run, tmp_path / "run")
+    args = with_option(pretrain_args(pretraining_inputs, out), "--max-steps", str(STEPS + 4))
+    result = resume_ok(args + ["--allow-config-change"])
+    assert f"learning-rate schedule: from step {STEPS + 1} it is the changed one, over {STEPS + 4} steps" \
+        in result.stderr
+    after = lrs(out)
+    added = [after[step] for step in range(STEPS + 1, STEPS + 5)]
+    assert added[0] > 0 and added == sorted(added, reverse=True)
+    assert added[0] - added[1] == pytest.approx(added[1] - added[2], rel=1e-9)  # the linear decay, from its start
+
+
 def test_an_allowed_new_learning_rate_wins_over_the_saved_schedule(pretraining_inputs, straight_run, half_run):
     args = with_option(pretrain_args(pretraining_inputs, half_run), "--learning-rate", "5e-4")
     resume_ok(args + ["--allow-config-change"])

@@ -863,6 +863,29 @@ def test_a_resume_reapplying_the_saved_scale_does_not_compound(scale):
         advance(optimizer, scheduler)
 
 
+@pytest.mark.parametrize("extended", [0, 6], ids=["same schedule", "max_steps extended by 6"])
+def test_a_resume_with_a_changed_schedule_runs_its_next_step_at_the_new_rate(extended):
+    """QA (2026-11-28): a finished 30-step run resumed with max_steps 36 ran step 31 at the old end's lr 0 (the
+    optimizer state's), the new schedule only from step 32. An unchanged schedule keeps its exact rates."""
+    from biomed_lm.pretrain.resume import follow_changed_schedule
+
+    config, total = ScheduleConfig(lr_schedule="slanted_triangular", warmup_ratio=0.1), 30
+    optimizer, scheduler = optimizer_and_scheduler(config, total)
+    for _ in range(total):
+        advance(optimizer, scheduler)
+    saved = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}
+    reference, ref_scheduler = optimizer_and_scheduler(config, total + extended)  # as if started so
+    for _ in range(total):
+        advance(reference, ref_scheduler)
+    optimizer, scheduler = optimizer_and_scheduler(config, total + extended)
+    optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
+    assert lrs(optimizer) == [0.0, 0.0]  # what step 31 ran at before
+    follow_changed_schedule(optimizer, scheduler)
+    assert lrs(optimizer) == lrs(reference) and scheduler.get_last_lr() == lrs(reference)
+    assert (lrs(optimizer)[0] > 0) == bool(extended)
+
+
 def test_a_new_scale_replaces_the_previous_one():
     config, total = ScheduleConfig(lr_schedule="constant_with_warmup", warmup_ratio=0.0), 10
     optimizer, scheduler = optimizer_and_scheduler(config, total)
