@@ -10,6 +10,7 @@ on 64 GPUs with micro-batches of 32 is 4 accumulation steps).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
@@ -301,7 +302,14 @@ def resolve_batch(train: TrainArguments, world_size: int) -> TrainArguments:
             raise PretrainConfigError(
                 f"global_batch_size {train.global_batch_size} is not a multiple of micro_batch_size "
                 f"{train.micro_batch_size} × world size {world_size} = {per_step}")
-        train.gradient_accumulation_steps = train.global_batch_size // per_step
+        derived = train.global_batch_size // per_step
+        if train.gradient_accumulation_steps not in (1, derived):  # 1: the default, no choice of the user's
+            logging.getLogger(__name__).warning(
+                "gradient_accumulation_steps %d is replaced by %d: global_batch_size %d = micro_batch_size %d × "
+                "world size %d × %d (a global batch size decides the accumulation; give one of the two)",
+                train.gradient_accumulation_steps, derived, train.global_batch_size, train.micro_batch_size,
+                world_size, derived)
+        train.gradient_accumulation_steps = derived
     elif train.gradient_accumulation_steps < 1:
         raise PretrainConfigError("gradient_accumulation_steps must be at least 1")
     train.global_batch_size = train.micro_batch_size * train.gradient_accumulation_steps * world_size

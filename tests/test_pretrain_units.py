@@ -87,6 +87,23 @@ def test_ds_config_is_derived_from_typed_arguments():
     assert create_ds_config(TrainArguments(max_steps=25, profile_steps=5), world_size=1)
 
 
+def test_an_accumulation_the_global_batch_replaces_is_a_warning(caplog):
+    """QA (2026-11-28): --global-batch-size 32 with --gradient-accumulation-steps 4 (micro 16) ran with 2,
+    without a word."""
+    from biomed_lm.pretrain.config import resolve_batch
+
+    with caplog.at_level("WARNING", logger="biomed_lm.pretrain.config"):
+        train = resolve_batch(TrainArguments(micro_batch_size=16, global_batch_size=32, gradient_accumulation_steps=4),
+                              world_size=1)
+        assert train.gradient_accumulation_steps == 2
+        assert caplog.messages == ["gradient_accumulation_steps 4 is replaced by 2: global_batch_size 32 = "
+                                   "micro_batch_size 16 × world size 1 × 2 (a global batch size decides the "
+                                   "accumulation; give one of the two)"]
+        resolve_batch(train, world_size=1)  # resolved again (the DeepSpeed config): agrees, no second warning
+        resolve_batch(TrainArguments(micro_batch_size=16, global_batch_size=32), world_size=1)  # the default 1
+    assert len(caplog.messages) == 1
+
+
 def test_model_presets():
     base = load_model_preset("bert-base")
     assert (base["hidden_size"], base["num_hidden_layers"], base["num_attention_heads"]) == (768, 12, 12)
