@@ -485,6 +485,9 @@ def _log_start(logger: MetricsLogger, selection: Selection, state: TrainerState,
         logger.message(init_report.describe())
     else:
         logger.message(f"resumed from {run_dir / 'checkpoints' / selection.tag} at step {state.step} (verified)")
+        if state.step >= train_args.max_steps:  # a re-run of a finished run: say so before the export is redone
+            logger.message(f"the run was already complete (max_steps {train_args.max_steps}): nothing to train; "
+                           "the model is exported again (a larger --max-steps with --allow-config-change trains on)")
         if state.continued_from:  # a run resumed after continuing another keeps saying where it began
             logger.message(f"this run continued {state.continued_from}")
         for key, change in config_changes.items():

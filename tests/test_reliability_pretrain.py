@@ -190,6 +190,13 @@ def lrs(run_dir: Path) -> dict[int, float]:
     return {r["step"]: r["lr"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())}
 
 
+def test_a_finished_run_run_again_says_it_was_complete(pretraining_inputs, straight_run, tmp_path):
+    out = copy_run(straight_run, tmp_path / "run")
+    result = resume_ok(pretrain_args(pretraining_inputs, out))
+    assert f"the run was already complete (max_steps {STEPS}): nothing to train" in result.stderr
+    assert losses(out) == losses(straight_run)
+
+
 def test_a_finished_run_given_more_steps_follows_the_longer_schedule_from_its_next_step(pretraining_inputs,
                                                                                           straight_run, tmp_path):
     """QA (2026-11-28): the first added step ran at the old schedule's end, lr 0, and the log never said the
