@@ -55,6 +55,23 @@ RANGE_KEYS = ("min", "max", "gt", "lt")
 OLD_NAME = "old_name"
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader refusing a key given twice in one mapping: PyYAML keeps the last value without a
+    word (QA, 2026-11-28: micro_batch_size: 16, then 8, ran with 8)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"{key!r} is given twice (lines {seen[key]} and {line}): which one is meant?",
+                    key_node.start_mark)
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml_mapping(path: str | Path) -> dict[str, Any]:
     """The YAML mapping in ``path`` (a shipped config such as ``configs/pretrain/demo.yaml`` is found
     from any working directory, see :func:`biomed_lm.resources.resolve_path`)."""
@@ -62,7 +79,7 @@ def load_yaml_mapping(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from err
     if data is None:
@@ -348,11 +365,14 @@ def parse_config(dataclass_types: Sequence[type], argv: Sequence[str] | None = N
     before the dataclasses are built; a bad one raises :class:`ConfigError` naming the YAML file
     and key, or the flag. Errors argparse finds itself (a bad choice or number given as a flag, an
     unknown flag) exit with status 2 and argparse's message, as usual."""
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--config", default=None)
     known, _ = pre.parse_known_args(argv)
 
-    parser = _parser_class()(dataclass_types, description=description, formatter_class=_HelpFormatter)
+    # No abbreviations: --learning_rat was taken as --learning_rate (QA), and a flag added later would change
+    # what a shortened one means.
+    parser = _parser_class()(dataclass_types, description=description, formatter_class=_HelpFormatter,
+                             allow_abbrev=False)
     parser.add_argument("--config", default=None, help="YAML file with option values; flags override it")
     values: dict[str, Any] = {}
     keys: dict[str, str] = {}

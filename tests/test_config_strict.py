@@ -362,3 +362,23 @@ def test_launch_dataclass_defaults_pass_their_own_checks():
             elif f.default_factory is not dataclasses.MISSING:
                 defaults[f.name] = f.default_factory()
         check_fields(dc, defaults, dc.__name__)
+
+
+def test_a_key_given_twice_in_a_yaml_file_is_refused_naming_both_lines(tmp_path):
+    """QA (2026-11-28): PyYAML kept the last of two micro_batch_size keys without a word."""
+    from biomed_lm.config import load_yaml_mapping
+
+    config = tmp_path / "twice.yaml"
+    config.write_text("micro_batch_size: 16\nmax_steps: 3\nmicro_batch_size: 8\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"twice.yaml: not valid YAML: 'micro_batch_size' is given twice "
+                                          r"\(lines 1 and 3\)"):
+        load_yaml_mapping(config)
+
+
+def test_a_shortened_flag_is_not_taken_for_a_longer_one():
+    """QA (2026-11-28): --learning_rat ran as --learning_rate (argparse's prefix matching)."""
+    from biomed_lm.pretrain.config import TrainArguments
+
+    with pytest.raises(SystemExit) as exit_:
+        parse_config([TrainArguments], ["--learning_rat", "1e-3"])
+    assert exit_.value.code == 2
