@@ -101,3 +101,18 @@ def test_a_damaged_prepared_corpus_is_named(tmp_path):
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
     with pytest.raises(InputError, match=rf"{corpus}: prepared corpus cannot be read: its shard data-"):
         list(iter_texts([str(corpus)]))
+
+
+def test_a_folder_holding_a_prepared_corpus_is_not_read_as_raw_text(tmp_path):
+    """QA (2026-11-28): build_vocab --inputs runs/corpus (the parent of the prepared runs/corpus/pubmed) read
+    its Arrow and JSON files as text and wrote a 283-token vocabulary, exit 0."""
+    import datasets
+
+    corpus = tmp_path / "corpus" / "pubmed"
+    datasets.Dataset.from_dict({"text": ["a document"]}).save_to_disk(str(corpus))
+    files, problems = expand_inputs([str(tmp_path / "corpus")])
+    assert files == [] and len(problems) == 1
+    assert f"the folder holds a prepared corpus ({corpus}); pass that corpus folder itself" in problems[0].describe()
+    with pytest.raises(FileNotFoundError, match="holds a prepared corpus"):
+        list(iter_texts([str(tmp_path / "corpus")]))
+    assert list(iter_texts([str(corpus)])) == ["a document"]
