@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Precision", "PRECISIONS", "ZeroStage", "OptimizerName", "ScheduleName", "ds_config",
            "initialize_engine", "ensure_distributed_env", "DistributedContext", "start_distributed", "local_device",
-           "decided_on_rank0", "lost_peer_reason", "end_distributed", "release_shm_buffer_name"]
+           "decided_on_rank0", "lost_peer_reason", "end_distributed", "release_shm_buffer_name", "SHM_COMM_OP",
+           "announce_op_build"]
 
 #: The precisions a run trains in through this backend (pretraining's fp8 runs DeepSpeed in bf16).
 Precision = Literal["fp32", "bf16", "fp16"]

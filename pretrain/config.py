@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-import yaml
-
 from biomed_lm.backend import OptimizerName, ScheduleName, ZeroStage, ds_config
+from biomed_lm.config import load_yaml_mapping
 from biomed_lm.errors import PretrainError
 from biomed_lm.resources import resolve_path, shipped_dir
 
@@ -284,9 +283,7 @@ def load_model_preset(name_or_path: str) -> dict[str, Any]:
     if not path.is_file():
         presets = sorted(p.stem for p in preset_dir.glob("*.yaml"))
         raise PretrainConfigError(f"model {name_or_path!r}: no such preset or file (presets: {', '.join(presets)})")
-    values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    if not isinstance(values, dict):
-        raise PretrainConfigError(f"{path}: expected a mapping of config fields")
+    values = load_yaml_mapping(path)  # the shared loader: a key given twice is refused there
     _check_preset(path, values)
     values.pop("vocab_size", None)  # always the tokenizer's
     return values
