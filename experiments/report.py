@@ -884,7 +884,8 @@ def write_report(ablation_dir: str | os.PathLike, output_dir: str | os.PathLike 
     # reading
     runs = read_runs(ablation)
     read_from = _read_elsewhere(ablation)
-    for line in ([read_from] if read_from else []) + runs.notes(ablation):
+    notes = runs.notes(ablation)
+    for line in ([read_from] if read_from else []) + notes:
         log(f"warning: {line}")
     rows = collect_rows(ablation, runs.records)
     # summarizing and fitting
@@ -895,7 +896,7 @@ def write_report(ablation_dir: str | os.PathLike, output_dir: str | os.PathLike 
     _write_analysis(out, analysis)
     # writing it up
     page = _ReportPage(ablation, runs.records, table, analysis, plots, out,
-                       runs.notes(ablation) + _report_notes(ablation, table), read_from)
+                       notes + _report_notes(ablation, table), read_from)
     (out / "results.md").write_text(page.results_md(), encoding="utf-8")
     report = out / "report.md"
     report.write_text(page.index_md(), encoding="utf-8")
