@@ -266,7 +266,7 @@ def calibrate(design: AblationDesign, components: VarianceComponents, *, effects
             result.rows.append(_rejections(outcomes, effect, simulations, alpha, design, components, specification))
     finally:
         if pool is not None:
-            pool.shutdown()
+            pool.shutdown(cancel_futures=True)  # on Ctrl-C, not every simulation still queued
     return result
 
 

@@ -342,11 +342,18 @@ def parse_inputs(files: list[Path], work_dir: Path, config: CorpusConfig) -> lis
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
     """End a pool now, on Ctrl-C or a failure: ``shutdown()`` would parse every file still queued first
     (its workers ignore SIGINT: ``biomed_lm.worker_lifetime``). A file cut off is parsed again next time
-    (its shard is written whole or not at all)."""
+    (its shard is written whole or not at all).
+
+    The pool's manager thread is then waited for: it closes its wake-up pipe as it ends, and Python 3.11's
+    exit hook, writing to that pipe, raced the close and printed a ``Bad file descriptor`` traceback after
+    the stage's one line (seen once in CI)."""
     processes = list((pool._processes or {}).values())  # private, but Python 3.11 has no terminate_workers()
+    manager = pool._executor_manager_thread
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         process.terminate()
+    if manager is not None:
+        manager.join(timeout=30)
 
 
 # --------------------------------------------------------------------------- stage 2: resolve
