@@ -15,8 +15,8 @@ a bare vocab.txt (WordPiece) or a bare SentencePiece .model file; each segments 
 algorithm. Its casing is what the directory records or, for a bare file, inferred (uppercase
 tokens mean cased), unless --casing NAME=cased|uncased sets it. Corpora and datasets are [NAME=]PATH
 (the name defaults to the file or directory name). A corpus file is read by its suffix, as
-launch/prepare_corpus.py reads it (.txt/.text, .jsonl/.json/.ndjson, .xml, each optionally .gz; other
-suffixes are refused). A dataset directory means all its data files, each file's format detected from
+launch/prepare_corpus.py reads it (.txt/.text, .jsonl/.json/.ndjson, .xml, each optionally .gz; a file
+of another suffix in a folder is skipped and listed, one named alone is refused). A dataset directory means all its data files, each file's format detected from
 its content unless --dataset-format [NAME=]FORMAT names it.
 """
 
@@ -26,7 +26,7 @@ import logging
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from biomed_lm.config import parse_config
@@ -36,8 +36,7 @@ from biomed_lm.resources import resolve_path
 from biomed_lm.tokenization.coverage import ReportSettings, build_report, load_vocabulary, read_terms, write_report
 from biomed_lm.tokenization.blurb_files import FILE_LAYOUTS
 from biomed_lm.tokenization.model_inputs import Source, corpus_source, dataset_source
-from biomed_lm.tokenization.sources import (accepted_suffixes, expand_inputs, input_format, is_prepared_corpus,
-                                            suffix_of)
+from biomed_lm.tokenization.sources import Problem, corpus_files, is_pattern, is_prepared_corpus
 
 DEFAULT_TERMS = "configs/terms/pubmedbert_table1.txt"  # shipped: found from any directory
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*\Z")
@@ -105,25 +104,24 @@ def _layout(name: str | None) -> str | None:
     return None if name is None else file_layout_name(name)
 
 
-def _is_glob(path: str) -> bool:
-    return any(ch in path for ch in "*?[")
-
-
 def corpus(spec: str, text_field: str) -> Source:
     """A --corpus source: the path resolved as prepare_corpus resolves its inputs (the shipped
-    data/sample/... from any directory), and its files held to prepare_corpus's suffixes, so that a
-    file the corpus could not be prepared from is not read as plain text here either."""
+    data/sample/... from any directory), its files held to prepare_corpus's suffixes by the same rule
+    (:func:`tokenization.sources.corpus_files`): a file of another suffix beside readable ones is
+    skipped and listed in the report, and an input with nothing readable is refused."""
     name, path = split_named(spec, "--corpus", name_required=False)
-    path = path if _is_glob(path) else str(resolve_path(path))
-    if os.path.exists(path) or _is_glob(path):
-        refused = [] if is_prepared_corpus(path) else [f for f in expand_inputs([path])[0] if input_format(f) is None]
-        if refused:
-            more = f" (and {len(refused) - 1} more file(s))" if len(refused) > 1 else ""
-            where = "" if str(refused[0]) == path else f"{refused[0]}{more}: "
-            raise InputError(f"--corpus {spec}: {where}unknown suffix {suffix_of(refused[0])!r}; "
-                             f"accepted: {accepted_suffixes()}, or a corpus prepared by launch/prepare_corpus.py "
-                             "(its --format text, jsonl or xml reads other suffixes)")
-    return corpus_source(name, path, text_field=text_field)
+    path = path if is_pattern(path) else str(resolve_path(path))
+    skipped: list[Problem] = []
+    if (os.path.exists(path) or is_pattern(path)) and not is_prepared_corpus(path):
+        files, problems = corpus_files([path], how_to_read="or a corpus prepared by launch/prepare_corpus.py "
+                                       "(its --format text, jsonl or xml reads other suffixes)")
+        skipped = [problem for problem in problems if problem.reason == "unknown_format"]
+        if skipped and not files:
+            more = f" (and {len(skipped) - 1} more file(s))" if len(skipped) > 1 else ""
+            where = "" if skipped[0].path == path else f"{skipped[0].path}{more}: "
+            raise InputError(f"--corpus {spec}: {where}{skipped[0].message}")
+    source = corpus_source(name, path, text_field=text_field)
+    return replace(source, skipped=tuple(f"{problem.path}: {problem.message}" for problem in skipped))
 
 
 def dataset(name: str, path: str, fmt: str | None) -> Source:

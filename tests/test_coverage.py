@@ -455,21 +455,28 @@ def test_shipped_corpus_paths_resolve_from_any_directory(toy_dir, tmp_path, monk
     assert [s["name"] for s in sources] == ["sample/sywada_PubMedAbstract_1MB.txt"]  # named as from the checkout
 
 
-def test_a_corpus_suffix_prepare_corpus_refuses_is_refused(toy_dir, tmp_path, capsys):
-    """vocab_report and prepare_corpus read the same suffixes (tokenization.sources.input_format)."""
+def test_a_corpus_file_of_unknown_suffix_is_skipped_beside_readable_ones_and_refused_alone(toy_dir, tmp_path,
+                                                                                            capsys):
+    """vocab_report, prepare_corpus and build_vocab read the same files (tokenization.sources.corpus_files)."""
     from biomed_lm.tokenization.corpus import CorpusConfig
 
     table = tmp_path / "docs" / "table.csv"
     table.parent.mkdir()
     table.write_text("id,text\n1,Aspirin inhibits COX-1.\n")
-    (tmp_path / "docs" / "more.txt").write_text("Aspirin.\n")
     assert CorpusConfig().format_of(table) is None  # prepare_corpus's refusal
+    argv = ["--tokenizers", f"a={toy_dir / 'a_vocab.txt'}", "--terms", "", "--output-dir", str(tmp_path / "out")]
     for spec, where in ((str(table), ""), (f"docs={table.parent}", f"{table}: ")):
-        argv = ["--tokenizers", f"a={toy_dir / 'a_vocab.txt'}", "--terms", "", "--corpus", spec,
-                "--output-dir", str(tmp_path / "out")]
-        assert run_cli(argv) == 2
-        assert f"--corpus {spec}: {where}unknown suffix '.csv'; accepted: .xml, .txt" in capsys.readouterr().err
+        assert run_cli([*argv, "--corpus", spec]) == 2
+        assert f"--corpus {spec}: {where}unknown suffix '.csv', not read; accepted: .xml, .txt" in \
+            capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+    (tmp_path / "docs" / "more.txt").write_text("Aspirin.\nIbuprofen.\n")
+    assert run_cli([*argv, "--corpus", f"docs={table.parent}"]) == 0
+    source = json.loads((tmp_path / "out" / "report.json").read_text())["sources"][0]
+    assert source["instances"] == 2  # the two lines of more.txt; the CSV's lines are not read as text
+    assert [s.split(": ")[0] for s in source["skipped"]] == [str(table)]
+    assert f"skipped {table}: unknown suffix '.csv', not read" in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_an_empty_dataset_is_named_empty_not_sent_to_dataset_format(toy_dir, tmp_path, capsys):

@@ -302,6 +302,26 @@ def test_prepared_corpus_and_jsonl_inputs(tmp_path, docs):
     assert from_corpus.trained.vocab == from_jsonl.trained.vocab
 
 
+def test_a_file_of_unknown_suffix_is_skipped_in_a_folder_and_refused_alone(tmp_path, docs, caplog):
+    """build_vocab reads what prepare_corpus reads (tokenization.sources.corpus_files): a CSV in a folder of
+    abstracts was read as text into the vocabulary."""
+    folder = tmp_path / "inputs"
+    folder.mkdir()
+    (folder / "abstracts.txt").write_text("\n".join(docs) + "\n", encoding="utf-8")
+    table = folder / "table.csv"
+    table.write_text("id,text\n" + "".join(f"{i},zzcsvonlyword{i}\n" for i in range(50)), encoding="utf-8")
+    config = VocabConfig(vocab_size=2000)
+    with caplog.at_level("WARNING"):
+        result = build_vocab([folder], tmp_path / "vocab", config)
+    assert f"skipped {table}: unknown_format: unknown suffix '.csv', not read" in caplog.text
+    assert result.trained.documents == len(docs)  # the CSV's 51 lines are not documents
+    assert not any("zzcsv" in token for token in result.trained.vocab)
+    assert card(tmp_path / "vocab")["skipped_inputs"][0].startswith(f"{table}: unknown_format")
+    with pytest.raises(FileNotFoundError, match=f"{table}: unknown_format: unknown suffix '.csv'.*prepare_corpus"):
+        build_vocab([table], tmp_path / "alone", config)
+    assert not (tmp_path / "alone").exists()
+
+
 # ------------------------------------------------------------------------------------- CLI
 
 def run_cli(argv: list[str]) -> int:

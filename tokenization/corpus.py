@@ -55,8 +55,8 @@ import pyarrow.compute as pc
 from biomed_lm.errors import TokenizationError
 from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
 from biomed_lm.tokenization.pubmed_xml import CITATION_LINK_TYPES, Deletion, canonical_pmid, iter_pubmed_records
-from biomed_lm.tokenization.sources import (JSONL, TEXT, XML, Problem, accepted_suffixes, expand_inputs, input_format,
-                                            iter_jsonl, iter_lines, json_type, sniff_binary, suffix_of)
+from biomed_lm.tokenization.sources import (JSONL, TEXT, XML, Problem, corpus_files, input_format, iter_jsonl,
+                                            iter_lines, json_type, sniff_binary)
 from biomed_lm.worker_lifetime import workers_die_with_this_process
 
 PARSED_SCHEMA = pa.schema([
@@ -661,12 +661,8 @@ def _prepare_corpus(config: CorpusConfig, out: Path) -> dict:
     work = out / "_work"
     started = time.perf_counter()
 
-    files, input_problems = expand_inputs(config.inputs)
-    for path in [f for f in files if config.format_of(f) is None]:
-        files.remove(path)
-        input_problems.append(Problem(str(path), "unknown_format", f"unknown suffix {suffix_of(path)!r}, not read; "
-                                      f"accepted: {accepted_suffixes()}; --format text, jsonl or xml reads "
-                                      "files of other suffixes that way"))
+    files, input_problems = corpus_files(config.inputs, config.format_of,
+                                         "--format text, jsonl or xml reads files of other suffixes that way")
     links_file = None
     if config.links_file:  # read first: a missing or unusable links file stops the run before any parsing
         links_file, link_problems = read_links_file(config.links_file)

@@ -34,7 +34,7 @@ from typing import Iterator
 from biomed_lm.errors import InputError
 from biomed_lm.tokenization.blurb_files import DatasetFormatError  # noqa: F401  (where the report's callers catch it)
 from biomed_lm.tokenization.blurb_files import FILE_LAYOUTS, detect_file_layout
-from biomed_lm.tokenization.sources import JSONL, XML, detect_format, is_prepared_corpus, iter_texts
+from biomed_lm.tokenization.sources import JSONL, XML, detect_format, is_pattern, is_prepared_corpus, iter_texts
 from biomed_lm.tokenization.words import WordSplitter
 
 CORPUS = "corpus"
@@ -60,7 +60,7 @@ class Source:
     """Where the report's model inputs come from: a corpus (documents) or a dataset (task inputs).
 
     ``files`` lists a dataset's files with their formats; ``skipped`` the files of a dataset
-    directory that fit no format (with why). A corpus is read by :func:`tokenization.sources.iter_texts`.
+    directory that fit no format, or of a corpus folder whose suffix says no format (with why). A corpus is read by :func:`tokenization.sources.iter_texts`.
     """
 
     name: str
@@ -107,7 +107,7 @@ def corpus_source(name: str, path: str | os.PathLike, text_field: str = "text") 
     """A pretraining corpus: a prepared corpus directory, text/JSONL/PubMed XML files, a directory of
     them or a glob pattern. Model input: a document."""
     spath = str(path)
-    if any(ch in spath for ch in "*?["):
+    if is_pattern(spath):
         if not any(os.path.isfile(m) for m in glob.glob(spath, recursive=True)):
             raise InputError(f"corpus {name!r}: the pattern {spath} matches no file")
     elif not os.path.exists(spath):

@@ -7,9 +7,11 @@ Three kinds of input are understood, each optionally gzip-compressed:
 * plain text with one document per line (``.txt``, ``.text``).
 
 :func:`input_format` knows only those suffixes (:data:`SUFFIXES`, each optionally followed by
-``.gz``) and answers ``None`` for any other, so that ingestion refuses a CSV or an image instead of
-reading it as text. :func:`detect_format` reads anything else as text; its callers check the suffix
-first where a user names the files (``launch/vocab_report.py --corpus`` refuses what ingestion refuses).
+``.gz``) and answers ``None`` for any other, so that a CSV or an image is not read as text.
+:func:`corpus_files` holds every stage that reads raw input to one rule: such a file found in a
+folder or by a pattern is set aside and named (a ``unknown_format`` problem), and the other files are
+read; ``prepare_corpus``, ``build_vocab`` and ``vocab_report`` refuse an input only when nothing in it
+can be read.
 
 A *prepared corpus* (the output directory of ``launch/prepare_corpus.py``, a ``datasets`` dataset
 saved to disk) is also accepted wherever text is read.
@@ -111,6 +113,31 @@ def is_prepared_corpus(path: str | os.PathLike) -> bool:
     return p.is_dir() and (p / "dataset_info.json").is_file() and (p / "state.json").is_file()
 
 
+def is_pattern(spec: str) -> bool:
+    """Whether an input spec is a glob pattern (expanded by :func:`expand_inputs`) rather than a path."""
+    return any(ch in spec for ch in "*?[")
+
+
+def unknown_format_problem(path: str | os.PathLike, how_to_read: str) -> Problem:
+    """The one wording of a file whose suffix says no format; ``how_to_read`` says what would read it."""
+    return Problem(str(path), "unknown_format",
+                   f"unknown suffix {suffix_of(path)!r}, not read; accepted: {accepted_suffixes()}; {how_to_read}")
+
+
+#: What reads a file of another suffix, for the stages without a --format option.
+PREPARE_IT_FIRST = "launch/prepare_corpus.py --format text, jsonl or xml prepares a corpus from it"
+
+
+def corpus_files(specs: Iterable[str], format_of=input_format,
+                 how_to_read: str = PREPARE_IT_FIRST) -> tuple[list[Path], list[Problem]]:
+    """:func:`expand_inputs`, then each file whose format ``format_of`` does not know set aside as an
+    ``unknown_format`` problem (a README or a CSV in a folder of abstracts is not read as text)."""
+    files, problems = expand_inputs(specs)
+    unknown = [path for path in files if format_of(path) is None]
+    problems += [unknown_format_problem(path, how_to_read) for path in unknown]
+    return [path for path in files if format_of(path) is not None], problems
+
+
 def expand_inputs(specs: Iterable[str]) -> tuple[list[Path], list[Problem]]:
     """Turn files, directories and glob patterns into an ordered, de-duplicated list of files.
 
@@ -124,9 +151,9 @@ def expand_inputs(specs: Iterable[str]) -> tuple[list[Path], list[Problem]]:
     problems: list[Problem] = []
     seen: set[Path] = set()
     for spec in specs:
-        if not any(ch in spec for ch in "*?["):
+        if not is_pattern(spec):
             spec = str(resolve_path(spec))  # the shipped sample (data/sample/...) from any directory
-        if any(ch in spec for ch in "*?["):
+        if is_pattern(spec):
             matches = sorted((m for m in glob.glob(spec, recursive=True)
                               if os.path.isfile(m) and not m.lower().endswith(SIDECAR_SUFFIXES)))
             if not matches:
@@ -289,7 +316,9 @@ def _prepared_corpus_texts(spec: str, text_field: str, batch_size: int) -> Itera
 def iter_texts(specs: str | os.PathLike | Iterable[str | os.PathLike], text_field: str = "text",
                batch_size: int = 1000) -> Iterator[str]:
     """Yield document texts from prepared corpora, text, JSONL or PubMed XML inputs (for training
-    vocabularies and for reports). Damaged lines are skipped here; ingestion is where they are reported."""
+    vocabularies and for reports). Damaged lines are skipped here; ingestion is where they are reported.
+    Files of an unknown suffix in a folder or pattern are skipped too: the callers name them first
+    (:func:`corpus_files`)."""
     if isinstance(specs, (str, os.PathLike)):
         specs = [specs]
     for spec in specs:
@@ -299,11 +328,12 @@ def iter_texts(specs: str | os.PathLike | Iterable[str | os.PathLike], text_fiel
 
             yield from _prepared_corpus_texts(spec, text_field, batch_size)
             continue
-        files, problems = expand_inputs([spec])
-        if problems:
-            raise FileNotFoundError("; ".join(p.describe() for p in problems))
+        files, problems = corpus_files([spec])  # the callers have named the files of unknown suffix
+        missing = [problem for problem in problems if problem.reason != "unknown_format"]
+        if missing:
+            raise FileNotFoundError("; ".join(p.describe() for p in missing))
         for path in files:
-            fmt = detect_format(path)
+            fmt = input_format(path)
             if fmt == XML:
                 for item in iter_pubmed_records(path):
                     if isinstance(item, Citation) and (item.title or item.abstract):

@@ -102,7 +102,7 @@ from typing import Any, Collection, Iterable, Iterator, Literal, Mapping, Sequen
 
 from biomed_lm.errors import TokenizationError
 from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
-from biomed_lm.tokenization.sources import expand_inputs, is_prepared_corpus, iter_texts
+from biomed_lm.tokenization.sources import Problem, corpus_files, is_prepared_corpus, iter_texts
 from biomed_lm.tokenization.tokenizer_io import (ALBERT_SPECIAL_TOKENS, ROBERTA_SPECIAL_TOKENS,
                                                  SENTENCEPIECE_MODEL_FILE, SPECIAL_TOKENS, VOCAB_CARD, albert_preprocessor,
                                                  albert_tokenizer, bert_normalizer, bert_pipeline, roberta_tokenizer,
@@ -792,7 +792,7 @@ def build_vocab(inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLi
     names = [str(p) for p in inputs]
     if not names:
         raise EmptyCorpusError("no inputs given")
-    _check_inputs(names)
+    skipped = _check_inputs(names)
     out = Path(output_dir)
     _check_output_dir(out, overwrite)  # a file in its place is refused before the lock would make the folder
     with acquire_run_lock(out, ARTIFACT_LOCK_FILE):  # a second build into out is refused until this one ends
@@ -804,7 +804,8 @@ def build_vocab(inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLi
                                    f"(text field {text_field!r}): {err}") from err
         for name in OUTPUT_FILES:
             (out / name).unlink(missing_ok=True)
-        card = {**trained.card(), "inputs": names, "text_field": text_field,
+        card = {**trained.card(), "inputs": names, "skipped_inputs": [p.describe() for p in skipped],
+                "text_field": text_field,
                 "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
         save_trained(trained, out, card)
     return VocabBuildResult(output_dir=out, trained=trained)
@@ -983,13 +984,22 @@ def _unigram_training_lines(word_counts: Mapping[str, int]) -> Iterator[str]:
             yield f"{' '.join([word] * remainder)}\t1"
 
 
-def _check_inputs(names: Sequence[str]) -> None:
-    problems = []
+def _check_inputs(names: Sequence[str]) -> list[Problem]:
+    """Refuse an input that is missing or holds nothing readable; the files of an unknown suffix beside
+    readable ones (a README in a folder of abstracts) are returned, to be named, and are not read
+    (:func:`tokenization.sources.corpus_files`, the rule prepare_corpus follows)."""
+    problems, skipped = [], []
     for name in names:
-        if not is_prepared_corpus(name):
-            problems.extend(expand_inputs([name])[1])
+        if is_prepared_corpus(name):
+            continue
+        files, found = corpus_files([name])
+        problems += [problem for problem in found if problem.reason != "unknown_format" or not files]
+        skipped += [problem for problem in found if problem.reason == "unknown_format" and files]
     if problems:
         raise FileNotFoundError("cannot read the inputs: " + "; ".join(p.describe() for p in problems))
+    for problem in skipped:
+        logger.warning("skipped %s", problem.describe())
+    return skipped
 
 
 def _check_output_dir(out: Path, overwrite: bool) -> None:
