@@ -32,6 +32,7 @@ import argparse
 import copy
 import dataclasses
 import functools
+import logging
 import math
 import pathlib
 import re
@@ -357,6 +358,21 @@ class _Unparsed:
         return str(self.value)
 
 
+def unknown_keys_message(given: Any, valid: Sequence[str], where: str, what: str = "key(s)",
+                         section: str = "") -> str | None:
+    """The one wording of keys a configuration does not know (None when every key is known): each named,
+    with the nearest valid one when one is close (a typo), then the valid keys in ``valid``'s order."""
+    import difflib
+
+    unknown = sorted(set(given) - set(valid), key=str)
+    if not unknown:
+        return None
+    near = {key: difflib.get_close_matches(str(key), list(valid), n=1) for key in unknown}
+    named = ", ".join(f"{key} (did you mean {near[key][0]}?)" if near[key] else str(key) for key in unknown)
+    under = f" under {section}:" if section else ""
+    return f"{where}: unknown {what}{under} {named}; valid: {', '.join(valid)}"
+
+
 def parse_config(dataclass_types: Sequence[type], argv: Sequence[str] | None = None,
                  description: str | None = None) -> tuple[Any, ...]:
     """Parse ``argv`` into instances of ``dataclass_types`` (YAML file first, flags override it).
@@ -380,10 +396,9 @@ def parse_config(dataclass_types: Sequence[type], argv: Sequence[str] | None = N
         values = load_yaml_mapping(known.config)
         keys = _read_old_names(values, dataclass_types, known.config)
         field_names = {f.name for dc in dataclass_types for f in dataclasses.fields(dc)}
-        unknown = sorted(set(values) - field_names)
+        unknown = unknown_keys_message(values, sorted(field_names), known.config, "option(s)")
         if unknown:
-            raise ConfigError(f"{known.config}: unknown option(s) {', '.join(unknown)}; "
-                              f"valid options are: {', '.join(sorted(field_names))}")
+            raise ConfigError(unknown)
         # A required option that the YAML file provides is no longer required on the command line.
         for action in parser._actions:
             if action.dest in values:
@@ -411,8 +426,19 @@ def parse_config(dataclass_types: Sequence[type], argv: Sequence[str] | None = N
             given = parsed[f.name]
             value, source = (given.value, given.source) if isinstance(given, _Unparsed) else (given, f"--{f.name}")
             kwargs[f.name] = check_value(value, hints[f.name], f.metadata, source=source)
+            if not isinstance(given, _Unparsed) and f.name in values:
+                _warn_if_overridden_value_is_bad(values[f.name], hints[f.name], f, f"{known.config}: {keys[f.name]}")
         outputs.append(dc(**kwargs))
     return tuple(outputs)
+
+
+def _warn_if_overridden_value_is_bad(value: Any, hint: Any, f: dataclasses.Field, source: str) -> None:
+    """A flag replaced a YAML value, and only the flag's value is used: a bad value left in the file is
+    still named (the next run without the flag would stop on it)."""
+    try:
+        check_value(value, hint, f.metadata, source=source)
+    except ConfigError as err:
+        logging.getLogger(__name__).warning("%s (not used here: --%s replaces it; fix the file)", err, f.name)
 
 
 def to_dict(*configs: Any) -> dict[str, Any]:

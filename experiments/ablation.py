@@ -74,7 +74,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from biomed_lm.config import check_fields, load_yaml_mapping
+from biomed_lm.config import check_fields, load_yaml_mapping, unknown_keys_message
 from biomed_lm.errors import ConfigError, InputError
 from biomed_lm.experiments.ablation_record import (ABLATION_FILE, AblationRecord, CheckpointRecord, VariantRecord,
                                                   run_suffix, write_ablation_record)
@@ -209,18 +209,10 @@ def _check_top_keys(values: Mapping[str, Any], where: str) -> None:
 
 
 def _check_keys(given: Mapping[str, Any], valid: set[str], where: str, section: str = "") -> None:
-    """Refuse keys of the top level (or of ``section``) that are not in ``valid``: each named, with
-    the nearest valid one when one is close (a typo), and the valid keys listed."""
-    import difflib
-
-    unknown = sorted(set(given) - valid, key=str)
-    if not unknown:
-        return
-    near = {key: difflib.get_close_matches(str(key), sorted(valid), n=1) for key in unknown}
-    named = ", ".join(f"{key} (did you mean {near[key][0]}?)" if near[key] else str(key) for key in unknown)
-    if section:
-        raise ConfigError(f"{where}: unknown key(s) under {section}: {named}; valid: {', '.join(sorted(valid))}")
-    raise ConfigError(f"{where}: unknown key(s) {named}; valid keys: {', '.join(sorted(valid))}")
+    """Refuse keys of the top level (or of ``section``) that are not in ``valid``."""
+    unknown = unknown_keys_message(given, sorted(valid), where, section=section)
+    if unknown:
+        raise ConfigError(unknown)
 
 
 def _section(values: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
+from biomed_lm.config import unknown_keys_message
 from biomed_lm.pretrain.prepared_corpus import PretrainingDataError, files_identity, open_corpus
 
 MixtureMode = Literal["weight", "epochs"]
@@ -92,10 +93,9 @@ def parse_mixture(spec: Any, where: str = "mixture") -> tuple[MixtureInput, ...]
 def _parse_input(name: str, value: Any, where: str) -> MixtureInput:
     if not isinstance(value, Mapping):
         raise PretrainingDataError(f"{where} must be a mapping {{corpus: DIR, weight: W}}, not {value!r}")
-    unknown = sorted(set(value) - set(INPUT_KEYS))
+    unknown = unknown_keys_message(value, INPUT_KEYS, where)
     if unknown:
-        raise PretrainingDataError(f"{where}: unknown key(s) {', '.join(map(str, unknown))}; valid: "
-                                   f"{', '.join(INPUT_KEYS)}")
+        raise PretrainingDataError(unknown)
     corpus = value.get("corpus")
     if not isinstance(corpus, str) or not corpus:
         raise PretrainingDataError(f"{where}.corpus is required: a prepared corpus directory")

@@ -138,10 +138,16 @@ def test_non_finite_numbers_are_refused(tmp_path):
         _pretrain(tmp_path, "learning_rate: .nan\n")
 
 
-def test_the_value_used_is_the_value_checked(tmp_path):
-    # a flag replaces a YAML value (and only the flag is judged); the error names the flag, not the file
-    *_, train, _ = _pretrain(tmp_path, "checkpoint_every: 0\n", "--checkpoint_every", "5")
+def test_the_value_used_is_the_value_checked(tmp_path, caplog):
+    # a flag replaces a YAML value (only the flag's value is used, the file's bad one is named); an error names
+    # the flag, not the file
+    with caplog.at_level("WARNING", logger="biomed_lm.config"):
+        *_, train, _ = _pretrain(tmp_path, "checkpoint_every: 0\nlearning_rate: 2e-4\n", "--checkpoint_every", "5",
+                                 "--learning_rate", "1e-4")
     assert train.checkpoint_every == 5
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{tmp_path / 'x.yaml'}: checkpoint_every: 0 is out of range: must be >= 1 "
+        "(not used here: --checkpoint_every replaces it; fix the file)"]
     with pytest.raises(ConfigError, match=r"^--checkpoint_every: 0 is out of range"):
         _pretrain(tmp_path, "checkpoint_every: 5\n", "--checkpoint-every", "0")
 
@@ -373,6 +379,12 @@ def test_a_key_given_twice_in_a_yaml_file_is_refused_naming_both_lines(tmp_path)
     with pytest.raises(ConfigError, match=r"twice.yaml: not valid YAML: 'micro_batch_size' is given twice "
                                           r"\(lines 1 and 3\)"):
         load_yaml_mapping(config)
+
+
+def test_an_unknown_yaml_option_names_the_close_match(tmp_path):
+    with pytest.raises(ConfigError, match=r"x\.yaml: unknown option\(s\) learning_rat \(did you mean learning_rate\?\); "
+                                          r"valid: .*\blearning_rate\b"):
+        _pretrain(tmp_path, "learning_rat: 1e-4\n")
 
 
 def test_a_shortened_flag_is_not_taken_for_a_longer_one():
