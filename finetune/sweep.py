@@ -34,7 +34,8 @@ from biomed_lm.finetune.blurb import (BLURB, BLURB_DATASETS, BLURB_TASK_OF, BLUR
                                       canonical_dataset_name, default_max_length)
 from biomed_lm.finetune.metrics import MeanStd, blurb_score, mean_std
 from biomed_lm.finetune.model_check import check_model
-from biomed_lm.finetune.trainer import RUN_RECORD, FinetuneArgs, RunOptions, is_complete_run, run_finetune
+from biomed_lm.finetune.trainer import (RUN_RECORD, FinetuneArgs, RunOptions, data_fingerprint, is_complete_run,
+                                        run_finetune)
 from biomed_lm.resources import resolve_path
 from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
 
@@ -227,6 +228,7 @@ def _run_sweep(args: SweepArgs, rank: int, log: Callable[[str], None], progress:
     done = sum(is_complete_run(Path(r.args.output_dir) / RUN_RECORD) for r in plan.runs)
     log(f"{len(plan.runs)} runs over {len({r.dataset for r in plan.runs})} datasets; {done} already complete")
     failed: dict[str, str] = {}
+    fingerprints: dict[str, dict[str, str]] = {}  # data folder -> its files' checksums, hashed once a sweep
     bar = tqdm(plan.runs, desc="BLURB sweep", unit="run", dynamic_ncols=True, disable=not progress)
 
     def say(message: str) -> None:  # on its own line, not after the bar's
@@ -237,7 +239,9 @@ def _run_sweep(args: SweepArgs, rank: int, log: Callable[[str], None], progress:
             continue
         bar.set_postfix(dataset=run.dataset, grid=run.grid_point, seed=run.seed, refresh=False)
         try:
-            result = run_finetune(run.args, log=lambda message: None)
+            if run.args.data_dir not in fingerprints:
+                fingerprints[run.args.data_dir] = data_fingerprint(run.args.data_dir)
+            result = run_finetune(run.args, log=lambda message: None, data_files=fingerprints[run.args.data_dir])
             if not result.skipped:
                 say(f"{run.dataset} {run.grid_point} seed {run.seed}: dev {result.record['best_dev_score']:.4f}, "
                     f"test {result.record['test_score']:.4f} ({result.record['wall_time_s']:.0f} s)")

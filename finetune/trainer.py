@@ -659,27 +659,30 @@ def _run_record(args: FinetuneArgs, data: _Data, run: _Training, selection: _Sel
     }
 
 
-def run_finetune(args: FinetuneArgs, log=print) -> RunResult:
+def run_finetune(args: FinetuneArgs, log=print, data_files: Mapping[str, str] | None = None) -> RunResult:
     """Fine-tune ``args.model`` on ``args.dataset`` once and write ``output_dir/run.json``.
 
     Skips the run when ``run.json`` already records a complete run with the same settings over the same
     data files, and refuses (InputError) when it records one with different settings or data, so a sweep
     never mixes or overwrites results. One run at a time owns ``output_dir`` (:mod:`biomed_lm.run_lock`,
     held by rank 0): a second one is refused (``RunDirectoryLocked``) before it reads anything there.
+    ``data_files`` is ``data_fingerprint(args.data_dir)`` when the caller has it (a sweep hashes each
+    dataset once, not once per run).
     """
     distributed = start_distributed(args.deepspeed, "finetune")
     lock = decided_on_rank0(distributed.rank, lambda: acquire_run_lock(args.output_dir, ARTIFACT_LOCK_FILE),
                             share=False)
     try:
-        return _run_finetune(args, distributed, log)
+        return _run_finetune(args, distributed, log, data_files)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _run_finetune(args: FinetuneArgs, distributed: DistributedContext, log) -> RunResult:
+def _run_finetune(args: FinetuneArgs, distributed: DistributedContext, log,
+                  data_files: Mapping[str, str] | None) -> RunResult:
     record_path = Path(args.output_dir) / RUN_RECORD
-    data_files = data_fingerprint(args.data_dir)
+    data_files = data_fingerprint(args.data_dir) if data_files is None else dict(data_files)
     finished = _finished_run(args, record_path, data_files, log)
     if finished is not None:
         return finished

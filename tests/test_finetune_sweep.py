@@ -152,17 +152,23 @@ def test_sweep_runs_resumes_and_skips_finished_runs(tiny_bert, tmp_path, monkeyp
     args = dict(model=str(tiny_bert), output_dir=str(out), data_root=str(tmp_path / "data"),
                 datasets=["ncbi-disease", "gad"], learning_rates=[5e-4, 1e-3], batch_sizes=[8], epochs=1,
                 num_seeds=2, max_length=32)
-    calls = []
-    real_run = sweep.run_finetune
+    calls, hashed = [], []
+    real_run, real_fingerprint = sweep.run_finetune, sweep.data_fingerprint
 
-    def counting_run(finetune_args, log):
-        result = real_run(finetune_args, log=log)
+    def counting_run(finetune_args, log, data_files):
+        result = real_run(finetune_args, log=log, data_files=data_files)
         calls.append((finetune_args.output_dir, result.skipped))
         return result
 
+    def counting_fingerprint(data_dir):
+        hashed.append(data_dir)
+        return real_fingerprint(data_dir)
+
     monkeypatch.setattr(sweep, "run_finetune", counting_run)
+    monkeypatch.setattr(sweep, "data_fingerprint", counting_fingerprint)
     summary = run_sweep(SweepArgs(**args), log=lambda m: None, progress=False)
     assert len(calls) == 4 and not any(skipped for _, skipped in calls)
+    assert len(hashed) == 1  # the dataset's files hashed once for its four runs
     assert "gad" in summary["absent"] and summary["datasets"]["ncbi-disease"]["runs"] == 4
     assert summary["blurb"]["partial"] and summary["blurb"]["dataset_scores"].keys() == {"ncbi-disease"}
     assert (out / "blurb.md").read_text() == format_table(summary)
