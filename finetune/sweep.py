@@ -26,7 +26,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from biomed_lm.backend import decided_on_rank0, start_distributed
 from biomed_lm.errors import ConfigError, InputError
@@ -34,8 +34,8 @@ from biomed_lm.finetune.blurb import (BLURB, BLURB_DATASETS, BLURB_TASK_OF, BLUR
                                       canonical_dataset_name, default_max_length)
 from biomed_lm.finetune.metrics import MeanStd, blurb_score, mean_std
 from biomed_lm.finetune.model_check import check_model
-from biomed_lm.finetune.trainer import (RUN_RECORD, FinetuneArgs, RunOptions, data_fingerprint, is_complete_run,
-                                        run_finetune)
+from biomed_lm.finetune.trainer import (RUN_RECORD, FinetuneArgs, RunOptions, data_fingerprint, finished_record,
+                                        is_complete_run, run_finetune)
 from biomed_lm.resources import resolve_path
 from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
 
@@ -214,6 +214,25 @@ def run_sweep(args: SweepArgs, log: Callable[[str], None] = print, progress: boo
             lock.release()
 
 
+def _count_finished_runs(runs: Sequence[PlannedRun], fingerprints: Mapping[str, Mapping[str, str]],
+                         output_dir: str) -> int:
+    """How many planned runs are already complete; before any run starts (or any summary is rewritten), a
+    folder holding finished runs of other settings or data is refused, naming them: a sweep resumed with a
+    changed flag failed every run and then wrote a summary of the old scores under the new settings (QA)."""
+    done, refused = 0, []
+    for run in runs:
+        try:
+            done += finished_record(run.args, Path(run.args.output_dir) / RUN_RECORD,
+                                    fingerprints[run.args.data_dir]) is not None
+        except InputError as err:
+            refused.append(str(err))
+    if refused:
+        more = f" (and {len(refused) - 1} more run(s) like it)" if len(refused) > 1 else ""
+        raise InputError(f"{output_dir} holds finished runs this sweep would not make: {refused[0]}{more}; "
+                         "nothing was run or rewritten")
+    return done
+
+
 def _run_sweep(args: SweepArgs, rank: int, log: Callable[[str], None], progress: bool) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
@@ -225,10 +244,10 @@ def _run_sweep(args: SweepArgs, rank: int, log: Callable[[str], None], progress:
     plan = plan_sweep(args)
     for dataset, why in plan.absent.items():
         log(f"{dataset}: absent ({why})")
-    done = sum(is_complete_run(Path(r.args.output_dir) / RUN_RECORD) for r in plan.runs)
+    fingerprints = {data_dir: data_fingerprint(data_dir) for data_dir in {r.args.data_dir for r in plan.runs}}
+    done = _count_finished_runs(plan.runs, fingerprints, args.output_dir)
     log(f"{len(plan.runs)} runs over {len({r.dataset for r in plan.runs})} datasets; {done} already complete")
     failed: dict[str, str] = {}
-    fingerprints: dict[str, dict[str, str]] = {}  # data folder -> its files' checksums, hashed once a sweep
     bar = tqdm(plan.runs, desc="BLURB sweep", unit="run", dynamic_ncols=True, disable=not progress)
 
     def say(message: str) -> None:  # on its own line, not after the bar's
@@ -239,8 +258,6 @@ def _run_sweep(args: SweepArgs, rank: int, log: Callable[[str], None], progress:
             continue
         bar.set_postfix(dataset=run.dataset, grid=run.grid_point, seed=run.seed, refresh=False)
         try:
-            if run.args.data_dir not in fingerprints:
-                fingerprints[run.args.data_dir] = data_fingerprint(run.args.data_dir)
             result = run_finetune(run.args, log=lambda message: None, data_files=fingerprints[run.args.data_dir])
             if not result.skipped:
                 say(f"{run.dataset} {run.grid_point} seed {run.seed}: dev {result.record['best_dev_score']:.4f}, "

@@ -297,10 +297,16 @@ def _changed_data(recorded: Mapping[str, str] | None, current: Mapping[str, str]
 def changed_settings(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """Settings that differ; one a record predates counts as what such records were run with (its
     default then), so records stay valid when a setting is added."""
+    return sorted(_setting_changes(recorded, current))
+
+
+def _setting_changes(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Each setting that differs: (the record's value, today's), as :func:`changed_settings` compares them."""
     defaults = {f.name: f.default for f in fields(FinetuneArgs)}
     before = {**defaults, **_BEFORE_RECORDED}
-    return sorted(k for k in set(recorded) | set(current)
-                  if recorded.get(k, before.get(k)) != current.get(k, defaults.get(k)))
+    compared = {key: (recorded.get(key, before.get(key)), current.get(key, defaults.get(key)))
+                for key in set(recorded) | set(current)}
+    return {k: values for k, values in compared.items() if values[0] != values[1]}
 
 
 def is_complete_run(path: str | Path) -> bool:
@@ -489,6 +495,17 @@ class _Selection:
 def _finished_run(args: FinetuneArgs, record_path: Path, data_files: Mapping[str, str], log) -> RunResult | None:
     """Stage 1: the recorded result when ``record_path`` holds a complete run with the same settings over
     the same data files; InputError when it holds one with other settings or data; None when there is none."""
+    record = finished_record(args, record_path, data_files)
+    if record is None:
+        return None
+    log(f"skipping: {record_path} is complete (test {record['test']['score']:.4f})")
+    return RunResult(record, True, record_path)
+
+
+def finished_record(args: FinetuneArgs, record_path: Path, data_files: Mapping[str, str]) -> dict | None:
+    """The record at ``record_path`` when it is a complete run of ``args`` over ``data_files``; None when
+    there is no complete run; InputError naming what differs when it is one with other settings or data
+    (a sweep asks this of every run before it starts any)."""
     if not is_complete_run(record_path):
         return None
     record = json.loads(record_path.read_text(encoding="utf-8"))
@@ -496,17 +513,18 @@ def _finished_run(args: FinetuneArgs, record_path: Path, data_files: Mapping[str
     recorded = dict(record.get("settings") or {})
     recorded["max_length"] = (record.get("hyperparameters") or {}).get("max_length", recorded.get("max_length"))
     recorded["model"] = _model_path(recorded.get("model"))  # a record of a relative path, from today's directory
-    changed = changed_settings(recorded, {**run_settings(args), "max_length": args.effective_max_length()})
+    current = {**run_settings(args), "max_length": args.effective_max_length()}
+    changed = _setting_changes(recorded, current)
     if changed:
-        raise InputError(f"{record_path} holds a finished run with different settings ({', '.join(changed)}); "
+        values = ", ".join(f"{key}: {was!r} recorded, {now!r} now" for key, (was, now) in sorted(changed.items()))
+        raise InputError(f"{record_path} holds a finished run with different settings ({values}); "
                          f"use another output_dir, or delete {record_path} to run again with these settings")
     changed = _changed_data(record.get("data_files"), data_files)
     if changed:
         raise InputError(f"{record_path} holds a finished run over other data: {', '.join(changed)} in "
                          f"{args.data_dir} differ from the files it was trained and scored on; use another "
                          f"output_dir, or delete {record_path} to run again")
-    log(f"skipping: {record_path} is complete (test {record['test']['score']:.4f})")
-    return RunResult(record, True, record_path)
+    return record
 
 
 def _no_split(args: FinetuneArgs, dataset: str, split: str) -> str:

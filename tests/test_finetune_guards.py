@@ -187,7 +187,7 @@ def test_a_run_directory_is_fine_tuned_through_its_export(tiny_bert, tmp_path):
     del record["settings"]["resize_embeddings"]
     result.path.write_text(json.dumps(record), encoding="utf-8")
     assert run_finetune(_args(run, data, tmp_path / "ft"), log=lambda m: None).skipped
-    with pytest.raises(InputError, match=r"different settings \(resize_embeddings\)"):
+    with pytest.raises(InputError, match=r"different settings \(resize_embeddings: False recorded, True now\)"):
         run_finetune(_args(run, data, tmp_path / "ft", resize_embeddings=True), log=lambda m: None)
 
 
@@ -200,7 +200,7 @@ def test_ner_is_scored_the_conlleval_way_and_older_records_count_as_strict(tiny_
     record = json.loads(result.path.read_text(encoding="utf-8"))
     del record["settings"]["ner_f1_mode"]
     result.path.write_text(json.dumps(record), encoding="utf-8")
-    with pytest.raises(InputError, match=r"different settings \(ner_f1_mode\)"):
+    with pytest.raises(InputError, match=r"different settings \(ner_f1_mode: 'strict' recorded, 'conlleval' now\)"):
         run_finetune(_args(tiny_bert, data, tmp_path / "ft"), log=lambda m: None)
     assert run_finetune(_args(tiny_bert, data, tmp_path / "ft", ner_f1_mode="strict"), log=lambda m: None).skipped
     with pytest.raises(ConfigError, match="^ner_f1_mode: 'lenient' is not one of conlleval, strict$"):
@@ -215,7 +215,7 @@ def test_training_in_batches_of_similar_lengths_is_recorded_and_older_records_co
     record = json.loads(result.path.read_text(encoding="utf-8"))
     del record["settings"]["group_by_length"]
     result.path.write_text(json.dumps(record), encoding="utf-8")
-    with pytest.raises(InputError, match=r"different settings \(group_by_length\)"):
+    with pytest.raises(InputError, match=r"different settings \(group_by_length: False recorded, True now\)"):
         run_finetune(_args(tiny_bert, data, tmp_path / "ft"), log=lambda m: None)
     assert run_finetune(_args(tiny_bert, data, tmp_path / "ft", group_by_length=False), log=lambda m: None).skipped
 

@@ -82,7 +82,7 @@ def test_a_record_made_under_an_older_default_length_is_judged_by_the_length_it_
     if verdict == "skipped":
         assert run_finetune(finetune_args, log=lambda message: None).skipped
     else:
-        with pytest.raises(InputError, match=r"different settings \(max_length\)"):
+        with pytest.raises(InputError, match=r"different settings \(max_length: 128 recorded, 256 now\)"):
             run_finetune(finetune_args, log=lambda message: None)
 
 
@@ -185,6 +185,15 @@ def test_sweep_runs_resumes_and_skips_finished_runs(tiny_bert, tmp_path, monkeyp
     assert [skipped for _, skipped in calls].count(False) == 1
     assert all(p.read_text() == text for p, text in kept.items())  # finished runs untouched
     assert again["datasets"]["ncbi-disease"]["runs"] == 4
+
+    # Resumed with a changed flag (QA: every run failed, then the old scores were summarized under the new
+    # settings): refused before any run, the summary as it was.
+    summary_text, calls[:] = (out / "summary.json").read_text(), []
+    with pytest.raises(InputError, match=r"holds finished runs this sweep would not make: .*run\.json holds a "
+                                         r"finished run with different settings \(max_length: 32 recorded, 48 now\).*"
+                                         r"\(and 3 more run\(s\) like it\); nothing was run or rewritten"):
+        run_sweep(SweepArgs(**{**args, "max_length": 48}), log=lambda m: None, progress=False)
+    assert calls == [] and (out / "summary.json").read_text() == summary_text
 
 
 def test_failed_dataset_is_recorded_and_others_go_on(tiny_bert, tmp_path):
