@@ -77,7 +77,7 @@ from typing import Any, Callable, Mapping, Sequence
 from biomed_lm.config import check_fields, load_yaml_mapping, unknown_keys_message
 from biomed_lm.errors import ConfigError, InputError
 from biomed_lm.experiments.ablation_record import (ABLATION_FILE, AblationRecord, CheckpointRecord, VariantRecord,
-                                                  run_suffix, write_ablation_record)
+                                                  load_ablation_record, run_suffix, write_ablation_record)
 from biomed_lm.experiments.choices import FACTOR_LEVELS, FACTORS, GENERAL, SPECIFICATIONS, Specification
 from biomed_lm.resources import entry_script, resolve_path
 from biomed_lm.step_process import run_step_process, wait_for_interrupted
@@ -613,6 +613,7 @@ def run_ablation(config: AblationConfig, log: Callable[[str], None] = print, rep
     paths = _Paths(Path(config.output_dir))
     paths.root.mkdir(parents=True, exist_ok=True)
     record = _record(config, variants, notes, paths)
+    _check_budget_unchanged(record, paths.root)
     write_ablation_record(record, paths.root)
     for note in notes:
         log(note)
@@ -651,6 +652,35 @@ def run_ablation(config: AblationConfig, log: Callable[[str], None] = print, rep
 
         log(f"\nreport: {write_report(paths.root)}")
     return record
+
+
+def _check_budget_unchanged(record: AblationRecord, root: Path) -> None:
+    """Refuse a config whose pretraining budget differs from the one the ablation's pretraining runs began
+    with, before anything is written: every variant must get the same budget, so the runs cannot change it
+    midway (QA: ablation.json was rewritten with the new budget, then the first resumed run refused it, and
+    the report put the new budget above models of the old one)."""
+    path = root / ABLATION_FILE
+    if not path.is_file():
+        return
+    before = load_ablation_record(path)
+    started = [c.pretrain_dir for v in before.variants.values() for c in v.checkpoints
+               if Path(c.pretrain_dir).is_dir() and any(Path(c.pretrain_dir).iterdir())]
+    changes = _changed_values(before.budget, json.loads(json.dumps(record.budget)))
+    if started and changes:
+        raise ConfigError(f"{path}: this ablation's pretraining began with another budget ({'; '.join(changes)}), "
+                          f"and every variant must get the same one: use another output_dir, or delete its "
+                          f"variants/ folder to pretrain every run again with this budget")
+
+
+def _changed_values(before: Any, now: Any, where: str = "budget") -> list[str]:
+    """``where.key: old -> new`` for each value that differs between two JSON-like trees."""
+    if isinstance(before, dict) and isinstance(now, dict):
+        return [change for key in sorted(set(before) | set(now), key=str)
+                for change in _changed_values(before.get(key), now.get(key), f"{where}.{key}")]
+    if isinstance(before, list) and isinstance(now, list) and len(before) == len(now):
+        return [change for i, (a, b) in enumerate(zip(before, now))
+                for change in _changed_values(a, b, f"{where}[{i}]")]
+    return [] if before == now else [f"{where}: {before!r} then, {now!r} now"]
 
 
 def _record(config: AblationConfig, variants: Sequence[Variant], notes: list[str], paths: _Paths) -> AblationRecord:

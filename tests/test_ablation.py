@@ -249,6 +249,19 @@ def test_vocabulary_ablation_end_to_end_and_resumed(tmp_path, capsys, forked_ste
     assert sum("sweep already complete" in line for line in log) == 4
     assert load_ablation_record(out / ABLATION_FILE).name == "t"
 
+    # The same ablation with a longer pretraining budget: refused before anything is written (QA: ablation.json
+    # took the new budget, then the first resumed run refused it, and the report showed both).
+    recorded = (out / ABLATION_FILE).read_text()
+    longer = yaml.safe_load(path.read_text())
+    longer["pretrain"]["max_steps"] = 3
+    path.write_text(yaml.safe_dump(longer), encoding="utf-8")
+    log.clear()
+    with pytest.raises(ConfigError, match=r"ablation\.json: this ablation's pretraining began with another budget "
+                                          r"\(budget\.phases\[0\]\.max_steps: 2 then, 3 now; budget\.sequences: 16 "
+                                          r"then, 24 now; budget\.steps: 2 then, 3 now\).*use another output_dir"):
+        run_ablation(load_ablation_config(path), log=log.append, report=False)
+    assert (out / ABLATION_FILE).read_text() == recorded and log == []
+
 
 def test_two_phases_continue_one_schedule(tmp_path, forked_steps):
     """Phase 2 continues phase 1's run: its step count goes on from phase 1's last step, and its
