@@ -80,7 +80,7 @@ from biomed_lm.experiments.ablation_record import (ABLATION_FILE, AblationRecord
                                                   load_ablation_record, run_suffix, write_ablation_record)
 from biomed_lm.experiments.choices import FACTOR_LEVELS, FACTORS, GENERAL, SPECIFICATIONS, Specification
 from biomed_lm.resources import entry_script, resolve_path
-from biomed_lm.step_process import run_step_process, wait_for_interrupted
+from biomed_lm.step_process import run_step_process, start_step_process, wait_for_interrupted
 
 __all__ = ["run_suffix", "AblationConfig", "PretrainBudget", "PretrainPhase", "Variant", "plan_variants",
            "load_ablation_config", "ablation_config_from", "run_ablation", "StepFailed", "FACTORS", "FACTOR_LEVELS",
@@ -551,7 +551,7 @@ def _run_parallel(jobs: list[tuple[str, list[str]]], parallel: int, log: Callabl
             while queue and len(running) < parallel:
                 title, command = queue.pop(0)
                 log(f"\n=== {title} (in parallel)\n$ {shlex.join(command)}")
-                running.append((title, subprocess.Popen(command, env=env)))
+                running.append((title, start_step_process(command, env)))
             time.sleep(1.0)
             for item in list(running):
                 if item[1].poll() is not None:

@@ -158,3 +158,34 @@ def test_a_pipeline_waits_for_its_interrupted_step_to_stop_and_a_second_ctrl_c_k
     assert leftovers == []
     expected = "pipeline saw the step end" if step == "stops in 2 s" else "pipeline ended first"
     assert (tmp_path / expected).exists()  # subprocess.run killed the step after 0.25 s: "pipeline ended first"
+
+
+# A step that records the SIGTERM it gets (as pretraining stops after its step with a checkpoint on one).
+STEP_ON_SIGTERM = """
+import signal, sys, time
+from pathlib import Path
+def stop(*_):
+    Path(sys.argv[1], "step got SIGTERM").touch()
+    sys.exit(143)
+signal.signal(signal.SIGTERM, stop)
+Path(sys.argv[1], "step started").touch()
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc")
+def test_a_step_is_stopped_with_sigterm_when_its_pipeline_is_killed(tmp_path):
+    """QA: ``kill -9`` of ablate left its pretraining step training on as an orphan, holding the folder's lock."""
+    pipeline = subprocess.Popen([sys.executable, "-c", PIPELINE, STEP_ON_SIGTERM, str(tmp_path)], cwd=REPO,
+                                start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "step started").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(pipeline.pid, signal.SIGKILL)
+    pipeline.wait()
+    while _group_alive(pipeline.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    leftovers = _group_alive(pipeline.pid)
+    for pid in leftovers:
+        os.kill(pid, signal.SIGKILL)
+    assert leftovers == [] and (tmp_path / "step got SIGTERM").exists()
