@@ -78,10 +78,20 @@ def exits_cleanly_on_interrupt(program: str, kept: str = "the same command start
             except BaseException as err:  # noqa: BLE001 - re-raised unless Ctrl-C is behind it
                 if not caused_by_interrupt(err):
                     raise
+                _end_progress_bars()
                 print(f"{program}: interrupted (Ctrl-C): {kept}", file=sys.stderr)
                 return EXIT_INTERRUPTED
         return run
     return wrap
+
+
+def _end_progress_bars() -> None:
+    """Close the tqdm bars the interrupt left open, so the line that follows starts a line of its own (QA:
+    ``...2.10step/s, epoch=1, loss=0.027]finetune: interrupted (Ctrl-C): ...``). tqdm is not imported here:
+    a script that showed no bar has none to close."""
+    tqdm_module = sys.modules.get("tqdm.std")
+    for bar in list(getattr(getattr(tqdm_module, "tqdm", None), "_instances", ())):
+        bar.close()
 
 
 def caused_by_interrupt(err: BaseException | None) -> bool:

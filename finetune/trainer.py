@@ -407,6 +407,8 @@ def train_epoch(step: "_PlainStepper | _DeepSpeedStepper", loader, task: TaskAda
     losses: list[float] = []
     unread: list[torch.Tensor] = []
     step.module.train()
+    if progress is not None:  # the epoch now, not with the next loss read (QA: epoch=1 shown 15 steps into 2)
+        progress.set_postfix(epoch=epoch, refresh=False)
     for batch in loader:
         unread.append(step(task.inputs(batch, device)))
         if progress is not None:

@@ -53,6 +53,24 @@ def test_a_wrapped_main_turns_ctrl_c_into_one_line_and_exit_130_and_lets_other_e
         failing([])
 
 
+def test_the_one_line_starts_a_line_of_its_own_after_an_open_progress_bar():
+    """QA: ``...2.10step/s, epoch=1, loss=0.027]finetune: interrupted (Ctrl-C): ...``."""
+    import io
+
+    from tqdm import tqdm
+
+    stream, bars = io.StringIO(), []  # the bar still referenced, as by the frames of an interrupted loop
+
+    @exits_cleanly_on_interrupt("stage")
+    def interrupted(argv=None) -> int:
+        bars.append(tqdm(total=10, file=stream, desc="steps"))
+        bars[-1].update(3)
+        raise KeyboardInterrupt
+
+    assert interrupted([]) == EXIT_INTERRUPTED
+    assert stream.getvalue().endswith("\n") and "3/10" in stream.getvalue()
+
+
 # prepare_corpus over three files with two workers, each file's parse slowed to a minute; the markers tell the
 # test that both workers are inside a parse.
 SLOW_PARSE = """
