@@ -16,8 +16,14 @@ algorithm. Its casing is what the directory records or, for a bare file, inferre
 tokens mean cased), unless --casing NAME=cased|uncased sets it. Corpora and datasets are [NAME=]PATH
 (the name defaults to the file or directory name). A corpus file is read by its suffix, as
 launch/prepare_corpus.py reads it (.txt/.text, .jsonl/.json/.ndjson, .xml, each optionally .gz; a file
-of another suffix in a folder is skipped and listed, one named alone is refused). A dataset directory means all its data files, each file's format detected from
-its content unless --dataset-format [NAME=]FORMAT names it.
+of another suffix in a folder is skipped and listed, one named alone is refused). A dataset directory
+means all its data files, each file's format detected from its content unless --dataset-format
+[NAME=]FORMAT names it.
+
+Progress bars (one per source, while its model inputs are read and while its words are segmented)
+go to stderr; --no-progress turns them off. A report written into a folder that holds an earlier
+one replaces it: the earlier report's plots that the new one does not draw (sources left out this
+time) are removed, any other file is left alone.
 """
 
 from __future__ import annotations
@@ -72,6 +78,8 @@ class VocabReportArguments:
     top_words: int = field(default=20, metadata={"help": "rows in each most-shattered-words table", "min": 0})
     min_pieces: int = field(default=2, metadata={
         "help": "a word is shattered when split into at least this many pieces", "min": 2})
+    progress: bool = field(default=True, metadata={
+        "help": "show progress bars on stderr while each source is read and segmented"})
 
 
 def split_named(spec: str, what: str, name_required: bool) -> tuple[str, str]:
@@ -168,7 +176,7 @@ def run(args: VocabReportArguments) -> int:
     terms = read_terms(resolve_path(args.terms)) if args.terms else []
     vocabularies = [load_vocabulary(name, path, CASINGS[casings[name]] if name in casings else None)
                     for name, path in tokenizers]
-    report = build_report(vocabularies, sources, terms, args.terms, settings)
+    report = build_report(vocabularies, sources, terms, args.terms, settings, progress=args.progress)
     files = write_report(report, args.output_dir)
 
     for v in report.vocabularies:
@@ -185,6 +193,9 @@ def run(args: VocabReportArguments) -> int:
         print(f"{s.name} ({s.instances:,} model inputs, {s.words:,} words): pieces/word {per_word}; "
               f"pieces/input {per_input}")
     print(f"wrote {files.markdown}, {files.json} and {len(files.plots)} plot(s)")
+    if files.removed:
+        print(f"removed {len(files.removed)} plot(s) of an earlier report in {args.output_dir}, for what this "
+              f"report no longer covers: {', '.join(path.name for path in files.removed)}")
     return 0
 
 

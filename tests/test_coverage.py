@@ -14,9 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from biomed_lm.errors import InputError
+from biomed_lm.tokenization import coverage
 from biomed_lm.tokenization.coverage import (PIECE_BUCKETS, ReportSettings, Segmentation, build_report, count_words,
-                                             load_vocabulary, parse_terms, read_terms, render_markdown, segment_sample,
-                                             shattered_words, source_statistics, term_table, vocabulary_overlap)
+                                             expected_inputs, load_vocabulary, parse_terms, read_terms,
+                                             render_markdown, segment_sample, shattered_words, source_statistics,
+                                             term_table, vocabulary_overlap, write_report)
 from biomed_lm.tokenization.blurb_files import DatasetFormatError, detect_file_layout
 from biomed_lm.tokenization.model_inputs import corpus_source, dataset_source
 from biomed_lm.tokenization.words import WordSplitter
@@ -97,8 +99,10 @@ def bert(bert_path):
     return load_vocabulary("bert", bert_path)
 
 
-def run_cli(argv: list[str]) -> int:
-    """Run ``launch/vocab_report.py`` in this process (test_cli_writes_report_files runs the script itself)."""
+def run_cli(argv: list[str], progress: bool = False) -> int:
+    """Run ``launch/vocab_report.py`` in this process (test_cli_writes_report_files runs the script itself),
+    without its progress bars unless ``progress``: they would only fill the captured stderr."""
+    argv = argv if progress else [*argv, "--no-progress"]
     module = sys.modules.get("vocab_report_cli")
     if module is None:
         spec = importlib.util.spec_from_file_location("vocab_report_cli", CLI)
@@ -352,6 +356,9 @@ def test_corpus_sources_text_jsonl_xml_and_prepared(tmp_path):
     source = corpus_source("p", tmp_path / "prepared")
     assert source.model_input.startswith("one document (a row of the prepared corpus")
     assert list(source.inputs()) == [["One", "two", "."], ["Three"]]
+    # the progress bar's total: a prepared corpus's row count, the cap, nothing for raw files
+    assert (expected_inputs(source), expected_inputs(source, max_inputs=1)) == (2, 1)
+    assert (expected_inputs(corpus_source("j", jsonl)), expected_inputs(corpus_source("j", jsonl), 5)) == (None, 5)
 
 
 def test_word_splitter_is_bert_pre_tokenization():
@@ -380,7 +387,7 @@ def test_cli_writes_report_files(toy_dir, tmp_path):
     result = forked_main.run_command(
         [sys.executable, str(CLI), "--tokenizers", f"a={toy_dir / 'a_vocab.txt'}", f"b={toy_dir / 'b_vocab.txt'}",
          "--terms", str(terms), "--corpus", f"toy={toy_dir / 'corpus.txt'}", "--datasets", f"ner={ner}",
-         "--output-dir", str(out), "--max-inputs", "2"], timeout=120)
+         "--output-dir", str(out), "--max-inputs", "2", "--no-progress"], timeout=120)
     assert result.returncode == 0, result.stderr
     assert {"report.md", "report.json", "terms_pieces.png", "pieces_per_word_toy.png",
             "pieces_per_word_ner.png"} <= {p.name for p in out.iterdir()}
@@ -395,6 +402,89 @@ def test_cli_writes_report_files(toy_dir, tmp_path):
     assert "| cats | animal | `cat ##s` | ✓ |" in markdown
     assert "pieces_per_word_toy.png" in markdown and "pieces per word" in markdown
     assert "terms kept whole: a 0/2, b 2/2" in result.stdout
+
+
+def test_progress_bars_go_to_stderr_unless_turned_off(toy_dir, tmp_path, capsys):
+    """A bar per source while its inputs are read (their number when cheap to know: the cap, a
+    dataset's count) and while its words are segmented; --no-progress shows none."""
+    ner = tmp_path / "ner.tsv"
+    ner.write_text("The\tO\ncats\tO\n\nA\tO\ndog\tO\n\nCats\tO\n")
+    argv = ["--tokenizers", f"a={toy_dir / 'a_vocab.txt'}", "--terms", "", "--corpus", f"toy={toy_dir / 'corpus.txt'}",
+            "--datasets", f"ner={ner}", "--output-dir", str(tmp_path)]
+    assert run_cli(argv, progress=True) == 0
+    err = capsys.readouterr().err
+    assert "toy: reading: 0input [" in err  # a text file's number of documents is not known before reading it
+    assert "ner: reading:   0%|" in err and "| 0/3 [" in err  # the dataset's three sentences, counted first
+    assert "toy: segmenting:" in err and "word/s]" in err
+
+    assert run_cli([*argv, "--max-inputs", "2"], progress=True) == 0
+    assert "| 0/2 [" in capsys.readouterr().err
+
+    assert run_cli(argv, progress=False) == 0  # run_cli's --no-progress
+    err = capsys.readouterr().err
+    assert "reading:" not in err and "segmenting:" not in err
+
+
+def test_a_report_written_again_keeps_only_its_own_plots(toy_dir, tmp_path, capsys):
+    """Rewritten with fewer sources (and no terms), the report folder loses the earlier report's plots
+    for them; a file the report did not write stays, and no temporary file is left."""
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "figure.png").write_bytes(b"mine")
+    ner = tmp_path / "ner.tsv"
+    ner.write_text("The\tO\ncats\tO\n")
+    terms = tmp_path / "terms.txt"
+    terms.write_text("cats\n")
+    first = ["--tokenizers", f"a={toy_dir / 'a_vocab.txt'}", "--corpus", f"toy={toy_dir / 'corpus.txt'}",
+             "--output-dir", str(out)]
+    assert run_cli([*first, "--terms", str(terms), "--datasets", f"ner={ner}"]) == 0
+    assert {"terms_pieces.png", "pieces_per_word_ner.png", "pieces_per_word_toy.png"} <= {p.name for p in out.iterdir()}
+    capsys.readouterr()
+
+    assert run_cli([*first, "--terms", ""]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["figure.png", "notes.txt", "pieces_per_word_toy.png",
+                                                     "report.json", "report.md"]
+    assert json.loads((out / "report.json").read_text())["plots"] == {"toy": "pieces_per_word_toy.png"}
+    assert "removed 2 plot(s) of an earlier report" in capsys.readouterr().out
+
+
+def test_earlier_plots_are_what_report_json_lists_else_the_plot_names(toy_dir, toy_a, tmp_path):
+    """Only files named as the report names its plots are removed: those an earlier report.json lists
+    or, without one, every file so named."""
+    report = build_report([toy_a], [corpus_source("toy", toy_dir / "corpus.txt")])
+    out = tmp_path / "report"
+    out.mkdir()
+    for name in ("pieces_per_word_gone.png", "pieces_per_word_unlisted.png", "notes.png"):
+        (out / name).write_bytes(b"x")
+    listed = {"gone": "pieces_per_word_gone.png", "other": "notes.png", "up": "../pieces_per_word_up.png"}
+    (out / "report.json").write_text(json.dumps({"plots": listed}))
+    (tmp_path / "pieces_per_word_up.png").write_bytes(b"outside the folder")
+    files = write_report(report, out)
+    assert [p.name for p in files.removed] == ["pieces_per_word_gone.png"]
+    assert {"pieces_per_word_unlisted.png", "notes.png"} <= {p.name for p in out.iterdir()}
+    assert (tmp_path / "pieces_per_word_up.png").exists()
+
+    (out / "report.json").unlink()  # no record of the earlier report: the plot names tell
+    assert [p.name for p in write_report(report, out).removed] == ["pieces_per_word_unlisted.png"]
+    assert (out / "notes.png").exists()
+
+
+def test_an_interrupted_write_leaves_the_earlier_report_whole(toy_dir, toy_a, tmp_path, monkeypatch):
+    """The files are rendered under temporary names and moved into place once all are written."""
+    out = tmp_path / "report"
+    write_report(build_report([toy_a], [corpus_source("toy", toy_dir / "corpus.txt")]), out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def interrupted(source, path):
+        Path(path).write_bytes(b"half a PNG")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(coverage, "plot_piece_distribution", interrupted)
+    report = build_report([toy_a], [corpus_source("other", toy_dir / "corpus.txt")], terms=parse_terms(["cats"]))
+    with pytest.raises(KeyboardInterrupt):
+        write_report(report, out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
 @pytest.mark.parametrize("argv_tail,message", [

@@ -54,14 +54,15 @@ from array import array
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import combinations, permutations
+from itertools import combinations, islice, permutations
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from biomed_lm.errors import InputError
-from biomed_lm.tokenization.model_inputs import DatasetFile, Source
+from biomed_lm.tokenization.model_inputs import DATASET, DatasetFile, Source
+from biomed_lm.tokenization.sources import is_prepared_corpus
 from biomed_lm.tokenization.tokenizer_io import load_tokenizer, recorded_lowercase
 from biomed_lm.tokenization.words import is_punctuation
 
@@ -535,9 +536,18 @@ class Segmentation:
         return np.fromiter((unk in p for p in self.pieces), dtype=bool, count=len(self.pieces))
 
 
-def segment_sample(vocabulary: Vocabulary, sample: WordSample) -> Segmentation:
-    """Tokenize each distinct word of ``sample`` once with ``vocabulary``."""
-    return Segmentation(vocabulary.name, tuple(vocabulary.segment(sample.words)), vocabulary.unk_token)
+def segment_sample(vocabulary: Vocabulary, sample: WordSample,
+                   on_segmented: Callable[[int], None] | None = None) -> Segmentation:
+    """Tokenize each distinct word of ``sample`` once with ``vocabulary``; ``on_segmented`` is told
+    how many words each batch held (a progress bar's update)."""
+    pieces: list[tuple[str, ...]] = []
+    # Batches of the size the adapters encode at once: reporting progress costs no parallelism.
+    for start in range(0, len(sample.words), SEGMENT_BATCH):
+        batch = sample.words[start:start + SEGMENT_BATCH]
+        pieces.extend(vocabulary.segment(batch))
+        if on_segmented is not None:
+            on_segmented(len(batch))
+    return Segmentation(vocabulary.name, tuple(pieces), vocabulary.unk_token)
 
 
 def _ratio(numerator: float, denominator: float) -> float:
@@ -722,22 +732,86 @@ class CoverageReport:
         return dataclasses.asdict(self)
 
 
-def analyse_sample(sample: WordSample, vocabularies: Sequence[Vocabulary],
-                   settings: ReportSettings) -> tuple[tuple[SourceStats, ...], tuple[ShatteredWords, ...]]:
-    """Statistics per vocabulary and shattered words for every ordered pair of vocabularies."""
-    segmentations = [segment_sample(v, sample) for v in vocabularies]
+def analyse_sample(sample: WordSample, vocabularies: Sequence[Vocabulary], settings: ReportSettings,
+                   on_segmented: Callable[[int], None] | None = None,
+                   ) -> tuple[tuple[SourceStats, ...], tuple[ShatteredWords, ...]]:
+    """Statistics per vocabulary and shattered words for every ordered pair of vocabularies;
+    ``on_segmented`` is told of the words segmented, batch after batch (see :func:`segment_sample`)."""
+    segmentations = [segment_sample(v, sample, on_segmented) for v in vocabularies]
     stats = tuple(source_statistics(sample, s) for s in segmentations)
     shattered = tuple(shattered_words(sample, a, b, settings.min_pieces, settings.top_words)
                       for a, b in permutations(segmentations, 2))
     return stats, shattered
 
 
-def source_report(source: Source, vocabularies: Sequence[Vocabulary], settings: ReportSettings) -> SourceReport:
+#: A dataset's model inputs are counted before they are read, for the progress bar's total, when its
+#: files hold at most this many bytes: BLURB's largest file is a few MB, a second parse of it well under a second.
+COUNTED_DATASET_BYTES = 64 << 20
+
+
+def expected_inputs(source: Source, max_inputs: int | None = None) -> int | None:
+    """How many model inputs reading ``source`` will give, where that is cheap to know (a dataset of
+    at most :data:`COUNTED_DATASET_BYTES`, a prepared corpus's row count, the ``max_inputs`` cap);
+    None where only reading the source would tell (raw corpus files)."""
+    known = _known_input_count(source, max_inputs)
+    if max_inputs is None:
+        return known
+    return max_inputs if known is None else min(known, max_inputs)
+
+
+def _known_input_count(source: Source, max_inputs: int | None) -> int | None:
+    """The number of ``source``'s model inputs (up to ``max_inputs``), or None where it is costly or
+    cannot be had: the count never fails, the read that follows reports what is wrong with the source
+    (and only if it gets that far: a cap may stop it before a damaged line)."""
+    try:
+        if source.kind == DATASET:
+            if sum(os.path.getsize(f.path) for f in source.files) > COUNTED_DATASET_BYTES:
+                return None
+            return sum(1 for _ in islice(source.texts(), max_inputs))
+        if is_prepared_corpus(source.path):
+            from datasets import load_from_disk
+
+            return load_from_disk(source.path).num_rows  # memory-mapped: no row is read
+    except (OSError, ValueError):  # InputError and DatasetFormatError are ValueErrors
+        return None
+    return None
+
+
+def _progress_bar(show: bool, **options: Any):
+    """A tqdm bar on stderr, or one that shows nothing. It is cleared when closed: the summary line
+    logged after each source keeps the counts and the time."""
+    from tqdm.auto import tqdm
+
+    return tqdm(disable=not show, leave=False, **options)
+
+
+def read_source(source: Source, max_inputs: int | None = None, progress: bool = False) -> WordSample:
+    """Count the words of ``source``'s model inputs (:func:`count_words`), shown by a bar of inputs read."""
+    total = expected_inputs(source, max_inputs) if progress else None  # counting costs a read: only to show it
+    with _progress_bar(progress, desc=f"{source.name}: reading", unit="input", total=total) as bar:
+        # count_words reads one input past the cap to tell whether the source held more: not shown
+        return count_words(_shown(source.inputs(), bar, max_inputs), max_inputs)
+
+
+def _shown(inputs: Iterable[Sequence[str]], bar: Any, limit: int | None) -> Iterable[Sequence[str]]:
+    """The inputs, each counted on ``bar`` up to ``limit``."""
+    for read, words in enumerate(inputs, start=1):
+        if limit is None or read <= limit:
+            bar.update()
+        yield words
+
+
+def source_report(source: Source, vocabularies: Sequence[Vocabulary], settings: ReportSettings,
+                  progress: bool = False) -> SourceReport:
+    """One source's statistics; ``progress`` shows bars on stderr while its inputs are read and its
+    distinct words segmented."""
     started = time.perf_counter()
-    sample = count_words(source.inputs(), settings.max_instances)
+    sample = read_source(source, settings.max_instances, progress)
     if sample.n_inputs == 0:
         raise InputError(f"{source.kind} {source.name!r}: no model input read from {source.path}")
-    stats, shattered = analyse_sample(sample, vocabularies, settings)
+    with _progress_bar(progress, desc=f"{source.name}: segmenting", unit="word",
+                       total=len(sample.words) * len(vocabularies)) as bar:
+        stats, shattered = analyse_sample(sample, vocabularies, settings, bar.update)
     LOG.info("%s: %s model inputs, %s words, %s distinct (%.1f s)", source.name, f"{sample.n_inputs:,}",
              f"{sample.n_words:,}", f"{len(sample.words):,}", time.perf_counter() - started)
     return SourceReport(name=source.name, kind=source.kind, path=source.path, instance=source.model_input,
@@ -748,8 +822,9 @@ def source_report(source: Source, vocabularies: Sequence[Vocabulary], settings: 
 
 def build_report(vocabularies: Sequence[Vocabulary], sources: Sequence[Source] = (),
                  terms: Sequence[Term] = (), terms_source: str = "",
-                 settings: ReportSettings = ReportSettings()) -> CoverageReport:
-    """Compare ``vocabularies`` on a term list and on each source."""
+                 settings: ReportSettings = ReportSettings(), progress: bool = False) -> CoverageReport:
+    """Compare ``vocabularies`` on a term list and on each source; ``progress`` shows tqdm bars on
+    stderr while each source is read and segmented (see :func:`source_report`)."""
     if not vocabularies:
         raise InputError("no tokenizer to report on")
     for what, names in (("tokenizer", [v.name for v in vocabularies]), ("source", [s.name for s in sources])):
@@ -762,7 +837,7 @@ def build_report(vocabularies: Sequence[Vocabulary], sources: Sequence[Source] =
         terms=term_table(terms, vocabularies, terms_source) if terms else None,
         overlaps=tuple(vocabulary_overlap(a.name, a.tokens, b.name, b.tokens)
                        for a, b in combinations(vocabularies, 2)),
-        sources=tuple(source_report(s, vocabularies, settings) for s in sources),
+        sources=tuple(source_report(s, vocabularies, settings, progress) for s in sources),
     )
 
 
@@ -971,7 +1046,7 @@ def plot_piece_distribution(source: SourceReport, path: str | os.PathLike) -> Pa
     ax.set_xlabel("word pieces per word")
     ax.set_ylabel("% of word occurrences")
     ax.set_title(f"{source.name}: {source.words:,} words in {source.instances:,} model inputs")
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=120, format="png")  # whatever the suffix: write_report renders to a temporary name
     return Path(path)
 
 
@@ -986,7 +1061,7 @@ def plot_term_pieces(table: TermTable, path: str | os.PathLike) -> Path:
     ax.tick_params(axis="x", labelrotation=60)
     ax.set_ylabel("word pieces")
     ax.set_title("Word pieces per term")
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=120, format="png")  # whatever the suffix: write_report renders to a temporary name
     return Path(path)
 
 
@@ -997,6 +1072,15 @@ class ReportFiles:
     markdown: Path
     json: Path
     plots: tuple[Path, ...]
+    removed: tuple[Path, ...] = ()  # plots of an earlier report in the folder that this one has not
+
+
+REPORT_MARKDOWN = "report.md"
+REPORT_JSON = "report.json"
+TERMS_PLOT = "terms_pieces.png"
+#: The names write_report gives its plots (the terms plot, one plot per source): only files so named
+#: are ever removed from a report folder, whatever an earlier report.json lists.
+OWN_PLOT = re.compile(r"(terms_pieces|pieces_per_word_[A-Za-z0-9._-]+)\.png\Z")
 
 
 def _file_stem(name: str, taken: set[str]) -> str:
@@ -1008,21 +1092,89 @@ def _file_stem(name: str, taken: set[str]) -> str:
     return candidate
 
 
+def source_plot_names(sources: Sequence[SourceReport]) -> list[str]:
+    """The file name of each source's plot, in order, each its own (:data:`OWN_PLOT`)."""
+    taken: set[str] = set()
+    return [f"pieces_per_word_{_file_stem(source.name, taken)}.png" for source in sources]
+
+
+def previous_plots(output_dir: str | os.PathLike) -> set[str]:
+    """The plots an earlier report wrote into ``output_dir``: those its report.json lists or, without a
+    report.json that lists them, the files named as the report names its plots (:data:`OWN_PLOT`)."""
+    out = Path(output_dir)
+    try:
+        recorded = json.loads((out / REPORT_JSON).read_text(encoding="utf-8")).get("plots")
+    except (OSError, ValueError, AttributeError):  # none, unreadable, or not a JSON object
+        recorded = None
+    if isinstance(recorded, dict):
+        return {name for name in recorded.values() if isinstance(name, str) and OWN_PLOT.match(name)}
+    return {path.name for path in out.iterdir() if OWN_PLOT.match(path.name)} if out.is_dir() else set()
+
+
+class _StagedFiles:
+    """Files written under temporary names in one folder and moved into place together
+    (:meth:`publish`, in the order they were staged): a report interrupted while it renders leaves
+    the earlier report whole, with no half-written file; temporary files left unpublished are removed."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.staged: list[tuple[Path, Path]] = []  # (temporary, final)
+
+    def path_for(self, name: str) -> Path:
+        """Where to write the file that will be published as ``name``."""
+        temporary = self.folder / f".{name}.partial"
+        self.staged.append((temporary, self.folder / name))
+        return temporary
+
+    def write_text(self, name: str, text: str) -> None:
+        self.path_for(name).write_text(text, encoding="utf-8")
+
+    def publish(self) -> None:
+        for temporary, final in self.staged:
+            os.replace(temporary, final)
+
+    def __enter__(self) -> "_StagedFiles":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for temporary, _ in self.staged:
+            temporary.unlink(missing_ok=True)
+
+
+def _remove_plots(folder: Path, names: Iterable[str]) -> tuple[Path, ...]:
+    """Remove the named plots from ``folder``; a name that is not a plot's (:data:`OWN_PLOT`), or
+    not a file there, is left alone."""
+    removed = []
+    for name in sorted(names):
+        path = folder / name
+        if OWN_PLOT.match(name) and path.is_file():
+            path.unlink()
+            removed.append(path)
+    return tuple(removed)
+
+
 def write_report(report: CoverageReport, output_dir: str | os.PathLike) -> ReportFiles:
-    """Write ``report.md``, ``report.json`` and the PNG plots into ``output_dir``."""
+    """Write ``report.md``, ``report.json`` and the PNG plots into ``output_dir``, and remove the plots
+    an earlier report wrote there that this one has not (sources no longer reported on), so that the
+    folder holds one report. Other files in the folder are left alone."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    plots: dict[str, str] = {}
-    taken: set[str] = set()
-    if report.terms is not None:
-        plots["terms"] = plot_term_pieces(report.terms, out / "terms_pieces.png").name
-    for source in report.sources:
-        path = out / f"pieces_per_word_{_file_stem(source.name, taken)}.png"
-        plots[source.name] = plot_piece_distribution(source, path).name
+    earlier = previous_plots(out)
+    terms_plots = [TERMS_PLOT] if report.terms is not None else []
+    source_plots = source_plot_names(report.sources)
+    plots = {"terms": TERMS_PLOT} if report.terms is not None else {}  # what report.md and report.json show
+    plots.update((source.name, name) for source, name in zip(report.sources, source_plots))
     data = report.to_dict()
     data["plots"] = plots
-    json_path = out / "report.json"
-    json_path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    md_path = out / "report.md"
-    md_path.write_text(render_markdown(report, plots), encoding="utf-8")
-    return ReportFiles(markdown=md_path, json=json_path, plots=tuple(out / p for p in plots.values()))
+    with _StagedFiles(out) as staged:
+        if report.terms is not None:
+            plot_term_pieces(report.terms, staged.path_for(TERMS_PLOT))
+        for source, name in zip(report.sources, source_plots):
+            plot_piece_distribution(source, staged.path_for(name))
+        # report.md last: it never shows a plot that is not in place yet
+        staged.write_text(REPORT_JSON, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        staged.write_text(REPORT_MARKDOWN, render_markdown(report, plots))
+        staged.publish()
+    removed = _remove_plots(out, earlier - {*terms_plots, *source_plots})
+    return ReportFiles(markdown=out / REPORT_MARKDOWN, json=out / REPORT_JSON,
+                       plots=tuple(out / name for name in terms_plots + source_plots), removed=removed)
