@@ -14,6 +14,11 @@ output directory loads with ``transformers.AutoTokenizer.from_pretrained`` and r
 casing and how it was built (``vocab_card.json``, with what ``--max-distinct-words`` dropped
 while counting, if it was given). The logic lives in :mod:`tokenization.vocab`;
 this script only turns command-line options (and an optional YAML file) into a call to it.
+
+Run again on a finished output directory, the same command learns nothing: it says the vocabulary is
+already complete and prints its summary again (exit status 0); a command that would learn another one
+(other input files, or files changed since, or other options) is refused with exit status 2, naming what
+differs; --overwrite rebuilds.
 """
 
 from __future__ import annotations
@@ -57,6 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return bad_input("build_vocab", err)
     except OSError as err:  # a full disk, a read-only folder, part-way
         return io_failure("build_vocab", err, output_dir)
+    if result.already_complete:
+        print(f"build_vocab: already complete: {output_dir} holds the vocabulary this command builds (same inputs "
+              "and options); pass --overwrite to rebuild it", file=sys.stderr)
     print(result.summary())
     return 0
 

@@ -16,7 +16,12 @@ the trainer masks them dynamically. pretraining_data.json beside them records th
 the options and a summary, which is printed at the end. The logic lives in pretrain/instance_builder.py.
 
 Exit status: 0 on success, 2 for unusable options or inputs (missing corpus or tokenizer, a folder that
-is not a prepared corpus, an output folder that already holds data without --overwrite).
+is not a prepared corpus, an output folder that already holds other data without --overwrite).
+
+Run again on a finished output folder, the same command builds nothing: it says the data is already
+complete and prints its summary again (exit status 0); a command that would build other data (another
+corpus or tokenizer, or their files changed since, or other options) is refused with exit status 2, naming
+what differs; --overwrite rebuilds. num_proc, batch_size and tokenized_cache are not differences.
 """
 
 from __future__ import annotations
@@ -42,6 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return bad_input("create_pretraining_data", err)
     except OSError as err:  # a full disk, a read-only folder, part-way
         return io_failure("create_pretraining_data", err, output_dir)
+    if metadata.get("already_complete"):
+        print(f"create_pretraining_data: already complete: {output_dir} holds the pretraining data this command "
+              "builds (same corpus, tokenizer and options); pass --overwrite to rebuild it", file=sys.stderr)
     print(format_summary(metadata))
     if metadata.get("mixture"):
         print(format_mixture(metadata["mixture"]))

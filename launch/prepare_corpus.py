@@ -7,6 +7,11 @@
 Exit status: 0 when every input was read cleanly, 1 when some input was damaged, empty, missing or
 refused (every good record was still kept; summary.json lists what was skipped), 2 for unusable
 options or when no document at all could be kept (no dataset is written; the message says why).
+
+Run again on a finished output folder, the same command builds nothing: it says the corpus is already
+complete and prints its summary again (exit status as the first time); a command that would build another
+corpus (other input files, or files changed since, or other settings) is refused with exit status 2,
+naming what differs; --overwrite rebuilds. The number of worker processes is not a difference.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         (config,) = parse_config([CorpusConfig], argv, description=__doc__)
         output_dir = config.output_dir
-        summary = prepare_corpus(config)
+        summary = prepare_corpus(config, log=_say)
     except NoUsableInput as err:
         _report_problems(err.summary["problems"])
         print(f"prepare_corpus: error: {err}", file=sys.stderr)
@@ -36,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
         return bad_input("prepare_corpus", err)
     except OSError as err:  # a full disk, a read-only folder, part-way
         return io_failure("prepare_corpus", err, output_dir)
+    if summary.get("already_complete"):
+        _say(f"already complete: {output_dir} holds the corpus this command builds (same inputs and settings); "
+             "pass --overwrite to rebuild it")
     problems = summary["problems"]
     _report_problems(problems)
     for duplicate in summary.get("duplicate_files", []):
@@ -45,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
                                               "links", "problem_counts", "duplicate_files", "seconds")
                       if k in summary}, indent=2))
     return 1 if problems else 0
+
+
+def _say(line: str) -> None:
+    print(f"prepare_corpus: {line}", file=sys.stderr)
 
 
 def _report_problems(problems: list[dict]) -> None:

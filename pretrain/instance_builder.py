@@ -52,6 +52,8 @@ from biomed_lm.pretrain.instance_recipe import (LINKED_DOCUMENT, NO_PAIR_LABEL, 
                                                 truncation_cuts, word_boundary_markers, word_start_table)
 from biomed_lm.pretrain.prepared_corpus import PretrainingDataError, files_identity, open_corpus
 from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
+from biomed_lm.finished_output import (changed_files, changed_settings, dataclass_defaults, file_identity,
+                                        other_output_message)
 from biomed_lm.worker_lifetime import workers_die_with_this_process
 
 WORK_DIR = "_work"
@@ -726,7 +728,11 @@ def _pair_description(metadata: Mapping[str, Any]) -> str:
 # ----------------------------------------------------------------------------- the job
 
 def create_pretraining_data(config: PretrainingDataConfig, progress: bool = True) -> dict:
-    """Build the instances and ``pretraining_data.json``; returns the metadata (summary included)."""
+    """Build the instances and ``pretraining_data.json``; returns the metadata (summary included).
+
+    Where ``output_dir`` already holds finished data (and ``overwrite`` is not set), nothing is built: its
+    metadata comes back, with ``already_complete`` set, when this command built it (the same corpus files,
+    tokenizer and options, :func:`finished_data`), else PretrainingDataError names what differs."""
     config.validate()
     out = Path(config.output_dir)
     workers_die_with_this_process()  # a killed build leaves no tokenizing or instance worker behind
@@ -743,6 +749,9 @@ def _create_pretraining_data(config: PretrainingDataConfig, out: Path, progress:
     corpus_name = mixed.record["corpus"] if mixed else config.corpus
     info = load_tokenizer_info(config.tokenizer)
     options = RecipeOptions.from_config(config)
+    identity = inputs_identity(corpus, info)
+    if (out / METADATA_FILE).is_file() and not config.overwrite:
+        return finished_data(config, out, identity)
     if len(corpus) == 0:
         raise PretrainingDataError(f"the corpus {corpus_name} has no documents")
     if config.pair_task in ("nsp", "drp") and len(corpus) < 2:
@@ -778,6 +787,7 @@ def _create_pretraining_data(config: PretrainingDataConfig, out: Path, progress:
 
     metadata = _metadata(config, out, info, len(corpus), summary, seconds=time.perf_counter() - started,
                          mixture=mixed.record if mixed else None)
+    metadata["inputs_identity"] = identity
     # Written last and atomically: its presence is what marks the dataset as complete.
     tmp = out / (METADATA_FILE + ".tmp")
     tmp.write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
@@ -797,7 +807,7 @@ def _checked_corpus(config: PretrainingDataConfig, out: Path):
     if out.exists() and not out.is_dir():
         raise PretrainingDataError(f"output_dir {out} exists and is not a directory")
     existing = _dataset_files(out) if out.is_dir() else []
-    if existing and not config.overwrite:
+    if existing and not config.overwrite and not (out / METADATA_FILE).is_file():  # finished data: finished_data
         raise PretrainingDataError(f"{out} already holds a dataset ({existing[0].name}); "
                                    "pass --overwrite to replace it")
     if config.mixture:  # several corpora, drawn at their weights (pretrain/mixture.py)
@@ -847,11 +857,78 @@ def _metadata(config: PretrainingDataConfig, out: Path, info, corpus_documents: 
         "labels": {**{name: index for index, name in enumerate(PAIR_LABELS[config.pair_task])},
                    "no_pair_label": NO_PAIR_LABEL},
         "summary": summary,
+        "config": asdict(config),
         "created_utc": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
         "seconds": round(seconds, 2),
         "library_versions": {"datasets": datasets.__version__, "tokenizers": tokenizers.__version__,
                              "transformers": transformers.__version__, "numpy": np.__version__},
     }
+
+
+# ----------------------------------------------------------------- finished data: what a rerun compares
+
+#: PretrainingDataConfig fields that do not decide the instances: where they go, how many processes and
+#: documents per batch build them (the output depends on neither: tests/test_num_proc_invariance.py),
+#: where the tokenization is cached, whether to replace; the corpus (a mixture's corpora) and the tokenizer
+#: are compared by their files and pipeline instead of by how the command names them.
+_NOT_DATA_SETTINGS = ("corpus", "tokenizer", "output_dir", "num_proc", "batch_size", "tokenized_cache", "overwrite")
+
+
+def inputs_identity(corpus, info: TokenizerInfo) -> dict:
+    """``pretraining_data.json``'s ``inputs_identity``: the data format's version, the corpus files (path,
+    size, modification time: every corpus of a mixture) and the sha256 of the tokenizer's whole pipeline
+    (normalizer, pre-tokenizer, vocabulary)."""
+    return {"format_version": FORMAT_VERSION,
+            "corpus_files": [file_identity(item["filename"]) for item in corpus.cache_files],
+            "tokenizer_sha256": hashlib.sha256(info.pipeline_json.encode("utf-8")).hexdigest()}
+
+
+def data_settings(values: Mapping[str, Any]) -> dict:
+    """The options (of a PretrainingDataConfig as a dict) that decide the instances; one a record predates
+    takes its default, what such records were built with. A mixture's corpora count by their files."""
+    settings = {k: v for k, v in {**dataclass_defaults(PretrainingDataConfig), **values}.items()
+                if k not in _NOT_DATA_SETTINGS}
+    if isinstance(settings.get("mixture"), Mapping):
+        settings["mixture"] = {name: {k: v for k, v in dict(item).items() if k != "corpus"}
+                               if isinstance(item, Mapping) else item for name, item in settings["mixture"].items()}
+    return settings
+
+
+def finished_data(config: PretrainingDataConfig, out: Path, identity: Mapping[str, Any]) -> dict:
+    """The metadata of the data in ``out``, with ``already_complete`` set, when this command built it: the
+    same corpus files, tokenizer pipeline, data format and options. PretrainingDataError otherwise, naming
+    what differs, or why the metadata cannot tell."""
+    try:
+        metadata = json.loads((out / METADATA_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        metadata = None
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("inputs_identity"), dict) \
+            or not isinstance(metadata.get("config"), dict):
+        why = "cannot be read" if not isinstance(metadata, dict) else "predates the record of its inputs and options"
+        raise PretrainingDataError(f"{out} already holds pretraining data whose {METADATA_FILE} {why}, so this "
+                                   "command cannot tell whether it built it; pass --overwrite to rebuild it")
+    changes = changed_settings(data_settings(metadata["config"]), data_settings(asdict(config)), "data")
+    changes += _changed_inputs(metadata, identity, config)
+    if changes:
+        raise PretrainingDataError(other_output_message(out, "pretraining data", changes))
+    return {**metadata, "already_complete": True}
+
+
+def _changed_inputs(metadata: Mapping[str, Any], identity: Mapping[str, Any], config: PretrainingDataConfig
+                    ) -> list[str]:
+    """What differs between the corpus, tokenizer and format the data was built from and this command's."""
+    recorded = metadata["inputs_identity"]
+    changes = []
+    if recorded.get("format_version") != identity["format_version"]:
+        changes.append(f"format_version: {recorded.get('format_version')} in the finished data, "
+                       f"{identity['format_version']} now")
+    changes += changed_files(recorded.get("corpus_files") or [], identity["corpus_files"], "corpus")
+    if recorded.get("tokenizer_sha256") != identity["tokenizer_sha256"]:
+        now = str(Path(config.tokenizer).resolve())
+        before = metadata.get("tokenizer")
+        changes.append(f"tokenizer: {before} in the finished data, {now} now" if before != now else
+                       f"tokenizer: {now} changed since the data was built (its vocabulary or pipeline)")
+    return changes
 
 
 def _remove_cache(dataset) -> None:

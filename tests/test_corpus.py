@@ -106,8 +106,9 @@ def test_resume_reuses_parsed_files_and_refuses_to_clobber(tmp_path, monkeypatch
     xml = tmp_path / "p.xml"
     xml.write_text(article_set(*[pubmed_article(str(i), words(12)) for i in range(1, 6)]))
     first, ds1 = run(tmp_path, [xml], min_words=1)
-    with pytest.raises(FileExistsError):
-        run(tmp_path, [xml], min_words=1)
+    assert run(tmp_path, [xml], min_words=1)[0]["already_complete"]  # the same command: nothing to redo
+    with pytest.raises(FileExistsError, match="min_words: 1 in the finished corpus, 2 now"):
+        run(tmp_path, [xml], min_words=2)
 
     import biomed_lm.tokenization.corpus as corpus
 

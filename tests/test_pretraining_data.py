@@ -490,8 +490,11 @@ def test_cli_config_file_overwrite_and_no_nsp(work, corpus, tokenizer_dir, capsy
     printed = capsys.readouterr().out
     assert "instances:" in printed and "NSP labels: is_next" in printed and str(out) in printed
 
-    assert cli(["--config", str(config)]) == 2
-    assert f"{out} already holds a dataset" in capsys.readouterr().err
+    assert cli(["--config", str(config)]) == 0  # the same command again: already complete, nothing rebuilt
+    assert f"create_pretraining_data: already complete: {out} holds" in capsys.readouterr().err
+    assert cli(["--config", str(config), "--pair-task", "none"]) == 2
+    assert (f'{out} already holds pretraining data built by another command: pair_task: "nsp" in the finished '
+            'data, "none" now; pass --overwrite to rebuild it') in capsys.readouterr().err
 
     assert cli(["--config", str(config), "--pair-task", "none", "--overwrite"]) == 0
     _, metadata = load_pretraining_data(out)

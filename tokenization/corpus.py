@@ -46,13 +46,15 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from biomed_lm.errors import TokenizationError
+from biomed_lm.finished_output import (changed_files, changed_settings, dataclass_defaults, file_identity,
+                                        other_output_message)
 from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
 from biomed_lm.tokenization.pubmed_xml import CITATION_LINK_TYPES, Deletion, canonical_pmid, iter_pubmed_records
 from biomed_lm.tokenization.sources import (JSONL, TEXT, XML, Problem, corpus_files, input_format, iter_jsonl,
@@ -78,6 +80,7 @@ PARSER_VERSION = 3  # bump when parsing changes, so cached shards are rebuilt
 LINKS_CHUNK = 100_000         # documents whose links are assembled at a time (memory stays flat)
 FLUSH_ROWS = 20_000           # rows per Arrow record batch, at most ...
 FLUSH_CHARS = 4_000_000       # ... and at most this much text, so memory stays flat per worker
+SUMMARY_FILE = "summary.json"
 
 
 @dataclass
@@ -298,8 +301,10 @@ def _parse_job(args: tuple[str, str, CorpusConfig]) -> dict:
     return parse_file(Path(path), Path(shard), config)
 
 
-def parse_inputs(files: list[Path], work_dir: Path, config: CorpusConfig) -> list[tuple[Path, dict]]:
-    """Stage 1: (shard path, summary) per input file, in input order; finished files are reused."""
+def parse_inputs(files: list[Path], work_dir: Path, config: CorpusConfig,
+                 log: Callable[[str], None] | None = None) -> list[tuple[Path, dict]]:
+    """Stage 1: (shard path, summary) per input file, in input order; finished files are reused
+    (and ``log`` told how many, so a resumed run says what it did not redo)."""
     from tqdm.auto import tqdm
 
     parsed_dir = work_dir / "parsed"
@@ -313,6 +318,8 @@ def parse_inputs(files: list[Path], work_dir: Path, config: CorpusConfig) -> lis
             summaries[shard] = json.loads(marker.read_text(encoding="utf-8"))
         else:
             todo.append((str(path), str(shard), config))
+    if summaries and log is not None:
+        log(f"resuming: {len(summaries)} of {len(files)} files already parsed in {work_dir}")
     if todo:
         bar = tqdm(total=len(todo), desc="parse", unit="file")
         workers = min(config.workers(), len(todo))
@@ -641,8 +648,13 @@ def build_documents(batch: dict, include_title: bool) -> dict:
     return {"text": texts, "sentences": sentences}
 
 
-def prepare_corpus(config: CorpusConfig) -> dict:
-    """Run the three stages; returns the summary (also written to ``<output_dir>/summary.json``)."""
+def prepare_corpus(config: CorpusConfig, log: Callable[[str], None] | None = None) -> dict:
+    """Run the three stages; returns the summary (also written to ``<output_dir>/summary.json``).
+
+    Where ``output_dir`` already holds a corpus (and ``overwrite`` is not set), nothing is built: the
+    summary of that corpus comes back, with ``already_complete`` set, when this command built it (the
+    same input files and settings, :func:`finished_corpus`), else FileExistsError names what differs.
+    ``log`` hears what a resumed run reuses and what it cleans up."""
     if not config.inputs:
         raise TokenizationError("no inputs given")
     if not config.output_dir:
@@ -652,37 +664,70 @@ def prepare_corpus(config: CorpusConfig) -> dict:
     workers_die_with_this_process()  # a killed run leaves no parsing or splitting worker behind
     with acquire_run_lock(out, ARTIFACT_LOCK_FILE):  # before anything in out is read: a second run on it is refused
         if (out / "state.json").exists() and not config.overwrite:
-            raise FileExistsError(f"{out} already holds a prepared corpus; pass --overwrite to rebuild it")
-        return _prepare_corpus(config, out)
+            return finished_corpus(config, out)
+        return _prepare_corpus(config, out, log or _quiet)
 
 
-def _prepare_corpus(config: CorpusConfig, out: Path) -> dict:
+def _quiet(_line: str) -> None:
+    """The ``log`` of a caller that wants no progress lines."""
+
+
+def _input_files(config: CorpusConfig) -> tuple[list[Path], list[Problem]]:
+    """The files the inputs name, in input order, and the inputs that name none or are refused."""
+    return corpus_files(config.inputs, config.format_of,
+                        "--format text, jsonl or xml reads files of other suffixes that way")
+
+
+def _prepare_corpus(config: CorpusConfig, out: Path, log: Callable[[str], None]) -> dict:
     """The three stages into ``out``, whose lock this process holds."""
     work = out / "_work"
     started = time.perf_counter()
+    remove_stale_temporary_files(work, log)  # the lock is ours: any there are a killed run's
 
-    files, input_problems = corpus_files(config.inputs, config.format_of,
-                                         "--format text, jsonl or xml reads files of other suffixes that way")
+    files, input_problems = _input_files(config)
+    identity = inputs_identity(config, files)  # before parsing: a file changed meanwhile differs from it next time
     links_file = None
     if config.links_file:  # read first: a missing or unusable links file stops the run before any parsing
         links_file, link_problems = read_links_file(config.links_file)
         input_problems += link_problems
     duplicates = find_duplicate_files(files)
-    parsed = parse_inputs(files, work, config)
+    parsed = parse_inputs(files, work, config, log)
     shards = [shard for shard, _ in parsed]
     keep, dropped, funnel = _resolve_shards(shards, config)
     links = {}
     if funnel["kept"]:
         column, links = document_links(shards, keep, config, links_file)
-        _build_documents(shards, keep, funnel["kept"], work, out, config, column)
+        _build_documents(shards, keep, funnel["kept"], work, out, config, column, log)
     summary = _summary(config, out, files, input_problems, parsed, dropped, funnel, time.perf_counter() - started)
     summary["links"] = links
     summary["duplicate_files"] = duplicates
+    summary["inputs_identity"] = identity
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    _write_json_atomically(out / SUMMARY_FILE, summary)
     if not funnel["kept"]:
         raise NoUsableInput(summary["error"], summary)
     return summary
+
+
+def _write_json_atomically(path: Path, record: dict) -> None:
+    """Through a temporary file and a rename: a killed run never leaves half a summary that a rerun reads."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def remove_stale_temporary_files(work: Path, log: Callable[[str], None]) -> None:
+    """Remove what a killed run left half-written in ``work``: ``datasets``' temporary files (``tmp*``, its
+    sentence splitting writes through them) and parsed shards cut off (``parsed/*.tmp``). Called under the
+    run lock, so no live run owns them; they are never reused, only take space (19.5 MB seen)."""
+    stale = [p for p in [*work.glob("tmp*"), *work.glob("parsed/*.tmp")] if p.is_file()]
+    if not stale:
+        return
+    size = sum(p.stat().st_size for p in stale)
+    for path in stale:
+        path.unlink()
+    files = f"{len(stale)} temporary file{'s' if len(stale) != 1 else ''}"
+    log(f"removed {files} ({size / 1e6:.1f} MB) an interrupted run left in {work}")
 
 
 def find_duplicate_files(files: list[Path]) -> list[dict]:
@@ -734,7 +779,7 @@ def _resolve_shards(shards: list[Path], config: CorpusConfig) -> tuple[np.ndarra
 
 
 def _build_documents(shards: list[Path], keep: np.ndarray, n_kept: int, work: Path, out: Path,
-                     config: CorpusConfig, links: pa.ChunkedArray) -> None:
+                     config: CorpusConfig, links: pa.ChunkedArray, log: Callable[[str], None]) -> None:
     """Stage 3: the surviving rows, sentence-split, saved as the corpus dataset in ``out``."""
     import datasets
 
@@ -747,17 +792,33 @@ def _build_documents(shards: list[Path], keep: np.ndarray, n_kept: int, work: Pa
     # (say, one more update file) never picks up a stale cache.
     recipe = hashlib.sha1("\0".join([*(s.name for s in shards), str(config.include_title),
                                      str(PARSER_VERSION)]).encode() + kept_rows.tobytes()).hexdigest()[:16]
+    num_proc = min(config.workers(), max(1, n_kept // 500))
+    cache_file = work / f"documents-{recipe}.arrow"
+    if _documents_cached(cache_file, num_proc):
+        log(f"resuming: the {n_kept} documents were already split into sentences in {work}")
     documents = survivors.map(
-        build_documents, batched=True, batch_size=500, num_proc=min(config.workers(), max(1, n_kept // 500)),
+        build_documents, batched=True, batch_size=500, num_proc=num_proc,
         fn_kwargs={"include_title": config.include_title},
         remove_columns=["key", "is_delete", "line", "abstract", "n_words", "link_pmids", "link_types"],
-        cache_file_name=str(work / f"documents-{recipe}.arrow"), desc="split sentences")
+        cache_file_name=str(cache_file), desc="split sentences")
     documents = documents.add_column("links", links, new_fingerprint=f"{recipe}-links")
     documents = documents.select_columns(["id", "source", "text", "sentences", "title", "year", "language", "links"])
+    # The summary of the corpus being replaced goes first: a run killed while saving leaves a corpus
+    # that no summary describes, which a rerun refuses, never one it would take for finished.
+    (out / SUMMARY_FILE).unlink(missing_ok=True)
     documents.save_to_disk(str(out), max_shard_size=config.max_shard_size)
     for stale in work.glob("documents-*.arrow"):
         if not stale.name.startswith(f"documents-{recipe}"):
             stale.unlink()
+
+
+def _documents_cached(cache_file: Path, num_proc: int) -> bool:
+    """Whether ``datasets`` will load the sentence-split documents from ``cache_file`` (with several
+    processes, one file per process: ``documents-<recipe>_00000_of_00002.arrow``, ...)."""
+    if num_proc <= 1:
+        return cache_file.is_file()
+    return all(cache_file.with_name(f"{cache_file.stem}_{rank:05d}_of_{num_proc:05d}{cache_file.suffix}").is_file()
+               for rank in range(num_proc))
 
 
 def _summary(config: CorpusConfig, out: Path, files: list[Path], input_problems: list[Problem], parsed: list,
@@ -824,3 +885,89 @@ def _count_by(items: list[dict], key: str) -> dict[str, int]:
     for item in items:
         counts[item[key]] = counts.get(item[key], 0) + 1
     return counts
+
+
+# ------------------------------------------------------------ a finished corpus: what a rerun compares
+#
+# A rerun of a finished command is told so and exits 0 (the data stages as pretrain and finetune do); a
+# command that would build another corpus is refused, naming what differs (biomed_lm.finished_output).
+
+#: CorpusConfig fields that do not decide the corpus: where it goes, how many workers build it (the rows
+#: do not depend on it, tests/test_num_proc_invariance.py), whether to replace one; the inputs and the
+#: links file are compared by their files' identity instead of by how the command spells them.
+_NOT_CORPUS_SETTINGS = ("inputs", "output_dir", "num_proc", "overwrite", "links_file")
+#: Settings that are sets: their order decides nothing.
+_SET_SETTINGS = ("languages", "link_types")
+
+
+def inputs_identity(config: CorpusConfig, files: Sequence[Path]) -> dict:
+    """``summary.json``'s ``inputs_identity``: the parser's version and each input file's (and the links
+    file's) :func:`file_identity`, in input order (a later file's version of a PMID wins)."""
+    return {"parser_version": PARSER_VERSION, "files": [file_identity(path) for path in files],
+            "links_file": _links_file_identity(config)}
+
+
+def _links_file_identity(config: CorpusConfig) -> dict | None:
+    if not config.links_file or not os.path.isfile(config.links_file):
+        return None
+    return file_identity(config.links_file)
+
+
+def corpus_settings(values: Mapping[str, Any]) -> dict:
+    """The settings (of a CorpusConfig as a dict) that decide the corpus; one a record predates takes its
+    default, which is what such records were built with."""
+    settings = {k: v for k, v in {**dataclass_defaults(CorpusConfig), **values}.items()
+                if k not in _NOT_CORPUS_SETTINGS}
+    for name in _SET_SETTINGS:
+        settings[name] = sorted(set(settings[name]))
+    return settings
+
+
+def finished_corpus(config: CorpusConfig, out: Path) -> dict:
+    """The summary of the corpus in ``out``, with ``already_complete`` set, when ``config`` built it: the
+    same input files (path, size, modification time), links file, parser and settings. FileExistsError
+    otherwise, naming what differs, or why the corpus's record cannot tell."""
+    summary = _read_json(out / SUMMARY_FILE)
+    unknown = _why_unknown_corpus(summary)
+    if unknown:
+        raise FileExistsError(f"{out} already holds a prepared corpus {unknown}, so this command cannot tell "
+                              "whether it built it; pass --overwrite to rebuild it")
+    changes = _corpus_changes(summary, config)
+    if changes:
+        raise FileExistsError(other_output_message(out, "a prepared corpus", changes))
+    return {**summary, "already_complete": True}
+
+
+def _why_unknown_corpus(summary: dict | None) -> str:
+    """Why a corpus's summary cannot say which command built it; empty when it can."""
+    if summary is None:
+        return f"without a readable {SUMMARY_FILE} (a run stopped while saving it?)"
+    if not summary.get("documents_kept"):
+        return f"that its {SUMMARY_FILE} does not describe (the last run there kept no document)"
+    if not isinstance(summary.get("inputs_identity"), dict):
+        return f"whose {SUMMARY_FILE} predates the record of its input files"
+    return ""
+
+
+def _corpus_changes(summary: dict, config: CorpusConfig) -> list[str]:
+    """What differs between the corpus ``summary`` describes and the one ``config`` builds."""
+    recorded = summary["inputs_identity"]
+    changes = changed_settings(corpus_settings(summary.get("config") or {}), corpus_settings(asdict(config)),
+                               "corpus")
+    if recorded.get("parser_version") != PARSER_VERSION:
+        changes.append(f"parser_version: {recorded.get('parser_version')} in the finished corpus, "
+                       f"{PARSER_VERSION} now (this version parses inputs differently)")
+    files, _ = _input_files(config)
+    changes += changed_files(recorded.get("files") or [], [file_identity(path) for path in files], "inputs")
+    links_before, links_now = recorded.get("links_file"), _links_file_identity(config)
+    changes += changed_files([links_before] if links_before else [], [links_now] if links_now else [], "links_file")
+    return changes
+
+
+def _read_json(path: Path) -> dict | None:
+    """A JSON record, or None where it is missing, unreadable or not an object."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None

@@ -89,6 +89,7 @@ records its casing, so a cased vocabulary is never used lowercased by accident.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import logging
 import os
 import re
@@ -96,17 +97,19 @@ import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Collection, Iterable, Iterator, Literal, Mapping, Sequence, get_args
 
 from biomed_lm.errors import TokenizationError
 from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
+from biomed_lm.finished_output import (changed_files, changed_settings, dataclass_defaults, file_identity,
+                                        other_output_message)
 from biomed_lm.tokenization.sources import Problem, corpus_files, is_prepared_corpus, iter_texts
 from biomed_lm.tokenization.tokenizer_io import (ALBERT_SPECIAL_TOKENS, ROBERTA_SPECIAL_TOKENS,
-                                                 SENTENCEPIECE_MODEL_FILE, SPECIAL_TOKENS, VOCAB_CARD, albert_preprocessor,
-                                                 albert_tokenizer, bert_normalizer, bert_pipeline, roberta_tokenizer,
-                                                 save_tokenizer_dir, save_transformers_dir)
+                                                 SENTENCEPIECE_MODEL_FILE, SPECIAL_TOKENS, VOCAB_CARD,
+                                                 albert_preprocessor, albert_tokenizer, bert_normalizer, bert_pipeline,
+                                                 roberta_tokenizer, save_tokenizer_dir, save_transformers_dir)
 from biomed_lm.tokenization.words import ASCII_WORD
 
 logger = logging.getLogger(__name__)
@@ -226,9 +229,9 @@ class VocabConfig:
         specials = format_special_tokens(self)
         n_special = len(specials) + (BYTE_ALPHABET_SIZE if self.format == "bytelevel-bpe" else 0)
         if self.vocab_size <= n_special:
+            bytes_too = " and the 256 bytes" if self.format == "bytelevel-bpe" else ""
             what = (f"the {self.special_token_layout!r} layout alone takes" if self.format == "wordpiece" else
-                    f"the {self.format} special tokens" + (" and the 256 bytes" if self.format == "bytelevel-bpe" else "")
-                    + " alone take")
+                    f"the {self.format} special tokens{bytes_too} alone take")
             raise VocabSizeError(f"vocab_size={self.vocab_size} leaves no room for text: {what} {n_special} ids")
         if self.min_frequency < 0:
             raise VocabBuildError(f"min_frequency must be >= 0, not {self.min_frequency}")
@@ -345,10 +348,12 @@ _FORMAT_CARDS = {"wordpiece": _wordpiece_card, "sentencepiece": _sentencepiece_c
 
 @dataclass(frozen=True)
 class VocabBuildResult:
-    """What :func:`build_vocab` wrote, and where."""
+    """What :func:`build_vocab` wrote, and where; ``already_complete``: a finished build of the same
+    command found there and left as it was (``trained`` is then read back from its files and card)."""
 
     output_dir: Path
     trained: TrainedVocab
+    already_complete: bool = False
 
     def summary(self) -> str:
         t, cfg = self.trained, self.trained.config
@@ -364,7 +369,8 @@ class VocabBuildResult:
                 f"{pruned.words} words ({pruned.occurrences} occurrences) seen at most {pruned.threshold} times dropped"
                 if pruned.prunes else "nothing dropped"))
         return (f"{size}-token {'cased' if cfg.cased else 'uncased'} {kind}{shortfall} written to {self.output_dir}\n"
-                f"learnt from {t.documents} documents ({t.text_bytes / 1e6:.1f} MB of text) in {t.seconds:.1f} s{bound}")
+                f"learnt from {t.documents} documents ({t.text_bytes / 1e6:.1f} MB of text) in {t.seconds:.1f} s"
+                f"{bound}")
 
 
 def vocab_in_id_order(tokenizer) -> list[str]:
@@ -786,7 +792,9 @@ def build_vocab(inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLi
     Everything that can be checked before the long read is checked first: the inputs exist, no
     other build holds the output directory (:mod:`biomed_lm.run_lock`), and it is empty but for
     that lock (or ``overwrite`` is set, which replaces the tokenizer files listed in
-    ``OUTPUT_FILES`` and leaves any other file alone).
+    ``OUTPUT_FILES`` and leaves any other file alone). A directory that holds a finished vocabulary
+    is left as it is when this call built it (:func:`finished_vocab`: the result says
+    ``already_complete``), and refused otherwise, naming what differs.
     """
     config = config or VocabConfig()
     names = [str(p) for p in inputs]
@@ -794,9 +802,12 @@ def build_vocab(inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLi
         raise EmptyCorpusError("no inputs given")
     skipped = _check_inputs(names)
     out = Path(output_dir)
-    _check_output_dir(out, overwrite)  # a file in its place is refused before the lock would make the folder
+    _check_not_a_file(out)  # refused before the lock would make the folder
     with acquire_run_lock(out, ARTIFACT_LOCK_FILE):  # a second build into out is refused until this one ends
-        _check_output_dir(out, overwrite)  # again: another build may have finished into it meanwhile
+        if not overwrite and (out / VOCAB_CARD).is_file():  # read under the lock: another build may have just ended
+            return finished_vocab(names, out, config, text_field)
+        _check_output_dir(out, overwrite)
+        identity = inputs_identity(names)  # before reading: a file changed meanwhile differs from it next time
         try:
             trained = train_vocab(iter_texts(names, text_field=text_field), config, progress=progress)
         except EmptyCorpusError as err:
@@ -804,37 +815,100 @@ def build_vocab(inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLi
                                    f"(text field {text_field!r}): {err}") from err
         for name in OUTPUT_FILES:
             (out / name).unlink(missing_ok=True)
-        card = {**trained.card(), "inputs": names, "skipped_inputs": [p.describe() for p in skipped],
-                "text_field": text_field,
+        card = {**trained.card(), "config": asdict(config), "inputs": names, "input_files": identity,
+                "skipped_inputs": [p.describe() for p in skipped], "text_field": text_field,
                 "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
         save_trained(trained, out, card)
     return VocabBuildResult(output_dir=out, trained=trained)
 
 
+def inputs_identity(names: Sequence[str]) -> list[dict[str, Any]]:
+    """What a rerun compares of the inputs, in input order: each file's identity (path, size, modification
+    time: :func:`tokenization.corpus.file_identity`) of those the raw inputs name, and for a prepared corpus
+    its folder with its own files' (its dataset and summary; not its ``_work`` folder or hidden lock)."""
+    identity: list[dict[str, Any]] = []
+    for name in names:
+        if is_prepared_corpus(name):
+            files = sorted(p for p in Path(name).iterdir() if p.is_file() and not p.name.startswith("."))
+            identity.append({"path": str(Path(name).resolve()), "files": [file_identity(p) for p in files]})
+        else:
+            identity += [file_identity(path) for path in corpus_files([name])[0]]
+    return identity
+
+
+def vocab_settings(config: Mapping[str, Any], text_field: Any) -> dict[str, Any]:
+    """What decides a vocabulary besides its inputs: the options of :class:`VocabConfig` (one a card predates
+    takes its default, what such cards were built with) and the text field read."""
+    return {**dataclass_defaults(VocabConfig), **config, "text_field": text_field}
+
+
+def finished_vocab(names: Sequence[str], out: Path, config: VocabConfig, text_field: str) -> VocabBuildResult:
+    """The vocabulary in ``out``, ``already_complete``, when this build made it: the same input files (path,
+    size, modification time), options and text field as its card records. OutputExistsError otherwise,
+    naming what differs, or why the card cannot tell."""
+    card = _read_card(out)
+    if card is None or not {"config", "input_files"} <= set(card):
+        why = (f"without a readable {VOCAB_CARD}" if card is None else
+               f"whose {VOCAB_CARD} predates the record of its inputs and options")
+        raise OutputExistsError(f"{out} already holds a vocabulary {why}, so this command cannot tell whether it "
+                                "built it; pass --overwrite to replace the tokenizer files in it")
+    current = vocab_settings(asdict(config), text_field)
+    changes = changed_settings(vocab_settings(card["config"], card.get("text_field")), current, "vocabulary")
+    changes += changed_files(card["input_files"], inputs_identity(names), "inputs")
+    if changes:
+        raise OutputExistsError(other_output_message(out, "a vocabulary", changes))
+    return VocabBuildResult(output_dir=out, trained=_trained_from_card(out, card, config), already_complete=True)
+
+
+def _read_card(out: Path) -> dict[str, Any] | None:
+    try:
+        card = json.loads((out / VOCAB_CARD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return card if isinstance(card, dict) else None
+
+
+def _trained_from_card(out: Path, card: Mapping[str, Any], config: VocabConfig) -> TrainedVocab:
+    """A finished build's :class:`TrainedVocab`, from its ``tokenizer.json``, model file and card."""
+    from tokenizers import Tokenizer
+
+    model = {"wordpiece": UNIGRAM_MODEL_FILE, "sentencepiece": SENTENCEPIECE_MODEL_FILE}.get(config.format)
+    pruning = card.get("word_pruning")
+    return TrainedVocab(
+        tokenizer=Tokenizer.from_file(str(out / "tokenizer.json")), config=config, documents=card["documents"],
+        text_bytes=card["text_bytes"], seconds=card["training_seconds"], alphabet_size=card["alphabet_size"],
+        unigram_model=(out / model).read_bytes() if model and (out / model).is_file() else None,
+        distinct_words=card.get("distinct_words"),
+        word_pruning=None if pruning is None else WordPruning(
+            config.max_distinct_words, pruning["threshold"], pruning["prunes"], pruning["words_dropped"],
+            pruning["occurrences_dropped"]))
+
+
 def save_trained(trained: TrainedVocab, out: Path, card: dict[str, Any]) -> None:
-    """Write a trained vocabulary as its format's tokenizer directory, with ``card``."""
+    """Write a trained vocabulary as its format's tokenizer directory, with ``card``. The card is the last
+    file written (the model files go first): its presence marks a finished build (:func:`finished_vocab`)."""
     cfg = trained.config
+    out.mkdir(parents=True, exist_ok=True)
     if cfg.format == "wordpiece":
         if trained.unigram_model is not None:
             card["unigram_model"] = UNIGRAM_MODEL_FILE
+            (out / UNIGRAM_MODEL_FILE).write_bytes(trained.unigram_model)
         with tokenizers_write(out / "tokenizer.json"):
             save_tokenizer_dir(trained.tokenizer, out, lowercase=cfg.lowercase, card=card)
-        if trained.unigram_model is not None:
-            (out / UNIGRAM_MODEL_FILE).write_bytes(trained.unigram_model)
     elif cfg.format == "sentencepiece":
         fast = albert_tokenizer(trained.unigram_model, lowercase=cfg.lowercase)
+        (out / SENTENCEPIECE_MODEL_FILE).write_bytes(trained.unigram_model)
         with tokenizers_write(out / "tokenizer.json"):
             save_transformers_dir(fast, out, cfg.lowercase, ALBERT_SPECIALS, card)
-        (out / SENTENCEPIECE_MODEL_FILE).write_bytes(trained.unigram_model)
     else:
         from tokenizers import Tokenizer
 
         fast = roberta_tokenizer(Tokenizer.from_str(trained.tokenizer.to_str()), lowercase=cfg.lowercase,
                                  add_prefix_space=cfg.add_prefix_space)
-        with tokenizers_write(out / "tokenizer.json"):
-            save_transformers_dir(fast, out, cfg.lowercase, ROBERTA_SPECIALS, card)
         with tokenizers_write(f"{out / 'vocab.json'} or {out / 'merges.txt'}"):  # it does not say which
             fast.backend_tokenizer.model.save(str(out))  # vocab.json, merges.txt
+        with tokenizers_write(out / "tokenizer.json"):
+            save_transformers_dir(fast, out, cfg.lowercase, ROBERTA_SPECIALS, card)
 
 
 _OS_ERROR_CODE = re.compile(r"os error (\d+)")
@@ -1002,9 +1076,13 @@ def _check_inputs(names: Sequence[str]) -> list[Problem]:
     return skipped
 
 
-def _check_output_dir(out: Path, overwrite: bool) -> None:
+def _check_not_a_file(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise OutputExistsError(f"output path {out} exists and is not a directory")
+
+
+def _check_output_dir(out: Path, overwrite: bool) -> None:
+    _check_not_a_file(out)
     if out.is_dir() and any(p.name != ARTIFACT_LOCK_FILE for p in out.iterdir()) and not overwrite:
         raise OutputExistsError(f"output directory {out} exists and is not empty; "
                                 "pass --overwrite to replace the tokenizer files in it")
