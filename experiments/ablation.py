@@ -451,13 +451,26 @@ class StepFailed(RuntimeError):
     output above says why."""
 
 
-def _run(title: str, command: list[str], log: Callable[[str], None], env: Mapping[str, str] | None = None) -> None:
+def _run(title: str, command: list[str], log: Callable[[str], None], env: Mapping[str, str] | None = None,
+         refused_hint: str = "") -> None:
+    """One step; StepFailed when it fails, with ``refused_hint`` added when it refused its options (exit 2)."""
     log(f"\n=== {title}\n$ {shlex.join(command)}")
     started = time.perf_counter()
     returncode = _execute(command, {**os.environ, **(env or {})})
     if returncode != 0:
-        raise StepFailed(f"step '{title}' failed with exit status {returncode}: {shlex.join(command)}")
+        hint = f"\n{refused_hint}" if refused_hint and returncode == 2 else ""
+        raise StepFailed(f"step '{title}' failed with exit status {returncode}: {shlex.join(command)}{hint}")
     log(f"--- {title}: {time.perf_counter() - started:.1f} s")
+
+
+def _run_shared(title: str, command: list[str], out: Path, log: Callable[[str], None]) -> None:
+    """A step whose output variants share (a corpus, a vocabulary, instances): always run, as the stage
+    itself tells a finished output of the same command ("already complete", exit 0) from one of another
+    command, which it refuses naming the difference. Skipping it when its output existed reused a
+    vocabulary of the old vocab_size after the config changed it."""
+    _run(title, command, log, refused_hint=(
+        f"{out} was built by this ablation's earlier config: use another output_dir, or delete {out} and what "
+        "was built from it (instances, pretraining runs) to build it again with this config"))
 
 
 def _execute(command: list[str], env: Mapping[str, str]) -> int:
@@ -713,10 +726,9 @@ def _prepare_corpora(config: AblationConfig, variants: Sequence[Variant], paths:
                      log: Callable[[str], None]) -> None:
     """launch/prepare_corpus.py once per corpus the variants use (each of a mixture's)."""
     for corpus in sorted({name for v in variants for name in config.corpus_inputs(v.corpus)}):
-        if not (paths.corpus(corpus) / "state.json").is_file():  # the dataset, not a failed run's summary
-            _run(f"prepare corpus {corpus}", _python(
-                "prepare_corpus.py", "--config", config.corpora[corpus], "--output-dir", str(paths.corpus(corpus)),
-                "--num-proc", str(config.num_proc), "--overwrite"), log)
+        _run_shared(f"prepare corpus {corpus}", _python(
+            "prepare_corpus.py", "--config", config.corpora[corpus], "--output-dir", str(paths.corpus(corpus)),
+            "--num-proc", str(config.num_proc)), paths.corpus(corpus), log)
 
 
 def _build_vocabularies(config: AblationConfig, variants: Sequence[Variant], paths: _Paths,
@@ -729,12 +741,11 @@ def _build_vocabularies(config: AblationConfig, variants: Sequence[Variant], pat
             tokenizers[vocabulary, corpus] = _general_dir(config)
             continue
         out = paths.vocab(corpus)
-        if not (out / "tokenizer.json").is_file():  # every vocabulary format writes it
-            size = ["--vocab-size", str(config.vocab_size)] if config.vocab_size else []
-            _run(f"build the in-domain vocabulary of {corpus}", _python(
-                "build_vocab.py", "--config", config.vocab_config, "--inputs",
-                *[str(paths.corpus(name)) for name in config.corpus_inputs(corpus)], *size,
-                "--output-dir", str(out), "--overwrite"), log)
+        size = ["--vocab-size", str(config.vocab_size)] if config.vocab_size else []
+        _run_shared(f"build the in-domain vocabulary of {corpus}", _python(
+            "build_vocab.py", "--config", config.vocab_config, "--inputs",
+            *[str(paths.corpus(name)) for name in config.corpus_inputs(corpus)], *size,
+            "--output-dir", str(out)), out, log)
         tokenizers[vocabulary, corpus] = str(out)
     return tokenizers
 
@@ -746,8 +757,6 @@ def _create_instances(config: AblationConfig, variants: Sequence[Variant], token
     for vocabulary, corpus, link in sorted({v.data_key for v in variants}):
         for number, phase in enumerate(phases, start=1):
             out = paths.data(vocabulary, corpus, number, link)
-            if (out / "pretraining_data.json").is_file():
-                continue
             # With two phases the tokenized corpus is kept (fingerprinted by corpus and tokenizer)
             # so that phase 2 reuses phase 1's tokenization.
             cache = ["--tokenized_cache", str(paths.root / "data" / "tokenized")] if len(phases) > 1 else []
@@ -755,11 +764,11 @@ def _create_instances(config: AblationConfig, variants: Sequence[Variant], token
             source = (["--config", str(_mixture_data_config(config, corpus, phase, paths, out))]
                       if corpus in config.mixtures else
                       ["--config", phase.data_config, "--corpus", str(paths.corpus(corpus))])
-            _run(f"pretraining instances ({vocabulary} vocabulary, {corpus}{', links' if pairs else ''}, "
-                 f"phase {number})", _python(
-                "create_pretraining_data.py", *source,
-                "--tokenizer", tokenizers[vocabulary, corpus], "--output-dir", str(out),
-                "--num-proc", str(config.num_proc), *cache, *pairs, "--overwrite"), log)
+            _run_shared(f"pretraining instances ({vocabulary} vocabulary, {corpus}{', links' if pairs else ''}, "
+                        f"phase {number})", _python(
+                            "create_pretraining_data.py", *source,
+                            "--tokenizer", tokenizers[vocabulary, corpus], "--output-dir", str(out),
+                            "--num-proc", str(config.num_proc), *cache, *pairs), out, log)
 
 
 def mixture_data_config(config: AblationConfig, mixture: str, data_config: str, paths_root: Path) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import yaml
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from biomed_lm.errors import ConfigError
-from biomed_lm.experiments.ablation import (ABLATION_FILE, Variant, _pretrain_command,  # noqa: E402
+from biomed_lm.experiments.ablation import (ABLATION_FILE, StepFailed, Variant, _pretrain_command,  # noqa: E402
                                             load_ablation_config, plan_variants, run_ablation)
 from biomed_lm.experiments.ablation_record import load_ablation_record  # noqa: E402
 from tests import forked_main  # noqa: E402
@@ -148,7 +148,8 @@ def test_link_factor_builds_drp_instances_for_its_variants(tmp_path, monkeypatch
     variants, _ = plan_variants(config.factors)
     assert [v.name for v in variants] == ["link-off", "link-on"]
     commands = []
-    monkeypatch.setattr(ablation, "_run", lambda title, command, log, env=None: commands.append(command))
+    monkeypatch.setattr(ablation, "_run",
+                        lambda title, command, log, env=None, refused_hint="": commands.append(command))
     paths = ablation._Paths(tmp_path / "out")
     ablation._create_instances(config, variants, {("in-domain", "sample"): "tok"}, config.pretrain.phases(), paths,
                                print)
@@ -195,7 +196,7 @@ def forked_steps(monkeypatch):
     forked_main.fork_ablation_steps(monkeypatch.setattr)
 
 
-def test_vocabulary_ablation_end_to_end_and_resumed(tmp_path, capsys, forked_steps):
+def test_vocabulary_ablation_end_to_end_and_resumed(tmp_path, capfd, forked_steps):
     """Two vocabularies (whole-word masking), each pretrained twice: 2 variants × 2 pretraining runs."""
     data_root = tmp_path / "blurb"
     _learnable_ncbi(data_root)
@@ -241,13 +242,32 @@ def test_vocabulary_ablation_end_to_end_and_resumed(tmp_path, capsys, forked_ste
     assert sorted(runs["checkpoint"].unique()) == [1, 2] and len(runs) == 8
 
     log.clear()
+    capfd.readouterr()
     again = run_ablation(config, log=log.append, report=False)
     assert again.variants == record.variants
-    started = [line for line in log if line.startswith("\n=== ")]
-    assert started == []  # corpus, vocabulary, instances, pretraining and the sweeps were all skipped
+    started = [line.split("\n")[1] for line in log if line.startswith("\n=== ")]
+    # the shared steps run and find their outputs complete (their own check: a changed config is refused
+    # there); pretraining and the sweeps are skipped by their done-files
+    assert started == ["=== prepare corpus sample", "=== build the in-domain vocabulary of sample",
+                       "=== pretraining instances (general vocabulary, sample, phase 1)",
+                       "=== pretraining instances (in-domain vocabulary, sample, phase 1)"]
+    assert capfd.readouterr().err.count(": already complete: ") == 4
     assert sum("pretraining phase 1 already complete" in line for line in log) == 4
     assert sum("sweep already complete" in line for line in log) == 4
     assert load_ablation_record(out / ABLATION_FILE).name == "t"
+
+    # Another vocabulary size: the shared vocabulary step refuses it, naming the change (it was skipped for
+    # existing, and the variants pretrained on the old vocabulary)
+    resized = yaml.safe_load(path.read_text())
+    resized["vocab"]["vocab_size"] = 2100
+    path.write_text(yaml.safe_dump(resized), encoding="utf-8")
+    capfd.readouterr()
+    with pytest.raises(StepFailed, match=r"build the in-domain vocabulary of sample' failed with exit status 2.*\n.*"
+                                         r"in-domain-sample was built by this ablation's earlier config"):
+        run_ablation(load_ablation_config(path), log=log.append, report=False)
+    assert "vocab_size: 2000 in the finished vocabulary, 2100 now" in capfd.readouterr().err
+    resized["vocab"]["vocab_size"] = 2000
+    path.write_text(yaml.safe_dump(resized), encoding="utf-8")
 
     # The same ablation with a longer pretraining budget: refused before anything is written (QA: ablation.json
     # took the new budget, then the first resumed run refused it, and the report showed both).

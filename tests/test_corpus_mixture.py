@@ -208,7 +208,8 @@ def test_ablation_config_expands_the_corpus_factor_into_mixture_variants(tmp_pat
     assert [v.name for v in variants] == ["pubmed", "pubmed+pmc"] and not notes
     assert config.corpus_inputs("pubmed+pmc") == ["pubmed", "pmc"] and config.corpus_inputs("pubmed") == ["pubmed"]
     commands = []
-    monkeypatch.setattr(ablation, "_run", lambda title, command, log, env=None: commands.append(command))
+    monkeypatch.setattr(ablation, "_run",
+                        lambda title, command, log, env=None, refused_hint="": commands.append(command))
     paths = ablation._Paths(tmp_path / "out")
     ablation._prepare_corpora(config, variants, paths, print)
     assert sorted(c[c.index("--output-dir") + 1].rsplit("/", 1)[1] for c in commands) == ["pmc", "pubmed"]
