@@ -44,6 +44,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from biomed_lm.finished_output import (changed_files, changed_settings, dataclass_defaults, file_identity,
+                                        other_output_message)
 from biomed_lm.pretrain.data import (DOCUMENT_COLUMN, FORMAT_VERSION, INSTANCE_SCHEMA, METADATA_FILE,
                                      load_tokenizer_or_fail, pair_task_of, vocabulary_fingerprint)
 from biomed_lm.pretrain.instance_recipe import (LINKED_DOCUMENT, NO_PAIR_LABEL, NOT_NEXT, PAIR_LABELS,
@@ -52,8 +54,6 @@ from biomed_lm.pretrain.instance_recipe import (LINKED_DOCUMENT, NO_PAIR_LABEL, 
                                                 truncation_cuts, word_boundary_markers, word_start_table)
 from biomed_lm.pretrain.prepared_corpus import PretrainingDataError, files_identity, open_corpus
 from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
-from biomed_lm.finished_output import (changed_files, changed_settings, dataclass_defaults, file_identity,
-                                        other_output_message)
 from biomed_lm.worker_lifetime import workers_die_with_this_process
 
 WORK_DIR = "_work"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from biomed_lm.errors import PretrainError
+from biomed_lm.finished_output import file_identity
 from biomed_lm.tokenization.sources import damaged_arrow_file, damaged_shard_message
 
 
@@ -48,9 +49,6 @@ def open_corpus(path: str | os.PathLike):
 
 
 def files_identity(dataset) -> list[str]:
-    """Path, size and modification time of each file behind a dataset."""
-    parts = []
-    for cache_file in dataset.cache_files:
-        stat = os.stat(cache_file["filename"])
-        parts += [str(Path(cache_file["filename"]).resolve()), str(stat.st_size), str(stat.st_mtime_ns)]
-    return parts
+    """Path, size and modification time of each file behind a dataset (:func:`file_identity`'s, flat)."""
+    return [str(value) for cache_file in dataset.cache_files
+            for value in file_identity(cache_file["filename"]).values()]
