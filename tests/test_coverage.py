@@ -496,6 +496,8 @@ def test_an_interrupted_write_leaves_the_earlier_report_whole(toy_dir, toy_a, tm
     (["--tokenizers", "a={a}", "--casing", "z=cased"], "'z' is not one of a"),
     (["--tokenizers", "a={a}", "--casing", "a=mixed"], "mixed is not one of cased, uncased"),
     (["--tokenizers", "a={a}", "a={a}"], "tokenizer name(s) used twice: a"),
+    (["--tokenizers", "a={a}", "--corpus", "terms=data/sample/sywada_PubMedAbstract_1MB.txt"],
+     "source name 'terms' is the term table's in the report: name the source otherwise"),
     (["--tokenizers", "a={a}", "--terms", "/definitely/absent_terms.txt"], "term file not found"),
     (["--tokenizers", "a={a}", "--datasets", "x={a}", "--dataset-format", "y=ner"], "'y' is not one of x"),
     (["--tokenizers", "a={a}", "--datasets", "x={a}", "--dataset-format", "conll"], "unknown format 'conll'"),

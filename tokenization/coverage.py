@@ -831,6 +831,9 @@ def build_report(vocabularies: Sequence[Vocabulary], sources: Sequence[Source] =
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise InputError(f"{what} name(s) used twice: {', '.join(duplicates)}")
+    if terms and TERMS_PLOT_KEY in {s.name for s in sources}:  # report.json's plots map keys both by name
+        raise InputError(f"source name {TERMS_PLOT_KEY!r} is the term table's in the report: name the source "
+                         f"otherwise ({TERMS_PLOT_KEY}2=PATH)")
     return CoverageReport(
         settings=settings,
         vocabularies=tuple(v.info for v in vocabularies),
@@ -881,7 +884,7 @@ def render_markdown(report: CoverageReport, plots: Mapping[str, str] | None = No
             "Definitions are at the end of this report; every number is also in `report.json`.", ""]
     out += _vocabularies_section(report.vocabularies)
     if report.terms is not None:
-        out += _terms_section(report.terms, names, plots.get("terms"))
+        out += _terms_section(report.terms, names, plots.get(TERMS_PLOT_KEY))
     if report.sources:
         out += _lengths_section(report.sources, names)
     if report.overlaps:
@@ -1078,6 +1081,7 @@ class ReportFiles:
 REPORT_MARKDOWN = "report.md"
 REPORT_JSON = "report.json"
 TERMS_PLOT = "terms_pieces.png"
+TERMS_PLOT_KEY = "terms"  # the term table's entry in report.json's plots map, beside the sources' names
 #: The names write_report gives its plots (the terms plot, one plot per source): only files so named
 #: are ever removed from a report folder, whatever an earlier report.json lists.
 OWN_PLOT = re.compile(r"(terms_pieces|pieces_per_word_[A-Za-z0-9._-]+)\.png\Z")
@@ -1162,7 +1166,7 @@ def write_report(report: CoverageReport, output_dir: str | os.PathLike) -> Repor
     earlier = previous_plots(out)
     terms_plots = [TERMS_PLOT] if report.terms is not None else []
     source_plots = source_plot_names(report.sources)
-    plots = {"terms": TERMS_PLOT} if report.terms is not None else {}  # what report.md and report.json show
+    plots = {TERMS_PLOT_KEY: TERMS_PLOT} if report.terms is not None else {}  # what report.md and .json show
     plots.update((source.name, name) for source, name in zip(report.sources, source_plots))
     data = report.to_dict()
     data["plots"] = plots
