@@ -23,6 +23,7 @@ skipped (non-finite or spiking) steps in a row, or on a last step whose loss sho
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 
 from biomed_lm.backend import end_distributed
@@ -56,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     end_distributed()
     if summary["completed"] and summary["model_dir"]:
         print(f"pretrain: finished {summary['step']} steps; model exported to {summary['model_dir']}")
+    # The run is over and said so. The interpreter's exit (a second or two with torch and DeepSpeed loaded)
+    # resets Python's handlers first, so a Ctrl-C then killed the process by SIGINT, status -2, without a
+    # word (QA: a second Ctrl-C a second after the first); there is nothing left for it to stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     return 0
 
 

@@ -207,3 +207,23 @@ def test_a_step_is_stopped_with_sigterm_when_its_pipeline_is_killed(tmp_path):
     for pid in leftovers:
         os.kill(pid, signal.SIGKILL)
     assert leftovers == [] and (tmp_path / "step got SIGTERM").exists()
+
+
+def test_a_pretraining_run_that_has_ended_ignores_ctrl_c_during_the_interpreters_exit(monkeypatch):
+    """QA: a second Ctrl-C a second after the first, while the stopped run exited, killed it by SIGINT (status
+    -2, no line): the interpreter's exit resets Python's handlers. An ended run ignores it instead."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("launch_pretrain_interrupts", REPO / "launch" / "pretrain.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "parse_config", lambda *args, **kwargs: (None, None, None, None))
+    monkeypatch.setattr(module, "train", lambda *args: {"completed": False, "model_dir": None, "step": 3})
+    monkeypatch.setattr(module, "end_distributed", lambda: None)
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        assert module.main([]) == 0
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
