@@ -44,7 +44,17 @@ def _listed(paths: list[str], what: str, most: int = 3) -> str:
     return f"{', '.join(paths[:most])}{more} {what}"
 
 
-def changed_settings(recorded: Mapping[str, Any], current: Mapping[str, Any], what: str) -> list[str]:
+def read_record(path: Path) -> dict | None:
+    """A stage's JSON record (summary, card, metadata), or None where it is missing, unreadable or not an
+    object: the callers then say the output cannot tell which command built it."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def setting_change_lines(recorded: Mapping[str, Any], current: Mapping[str, Any], what: str) -> list[str]:
     """``name: <recorded> in the finished <what>, <current> now`` for each setting that differs."""
     return [f"{name}: {json.dumps(recorded.get(name))} in the finished {what}, {json.dumps(value)} now"
             for name, value in current.items() if recorded.get(name) != value]

@@ -44,8 +44,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from biomed_lm.finished_output import (changed_files, changed_settings, dataclass_defaults, file_identity,
-                                        other_output_message)
+from biomed_lm.finished_output import (changed_files, dataclass_defaults, file_identity, other_output_message,
+                                       read_record, setting_change_lines)
 from biomed_lm.pretrain.data import (DOCUMENT_COLUMN, FORMAT_VERSION, INSTANCE_SCHEMA, METADATA_FILE,
                                      load_tokenizer_or_fail, pair_task_of, vocabulary_fingerprint)
 from biomed_lm.pretrain.instance_recipe import (LINKED_DOCUMENT, NO_PAIR_LABEL, NOT_NEXT, PAIR_LABELS,
@@ -898,16 +898,13 @@ def finished_data(config: PretrainingDataConfig, out: Path, identity: Mapping[st
     """The metadata of the data in ``out``, with ``already_complete`` set, when this command built it: the
     same corpus files, tokenizer pipeline, data format and options. PretrainingDataError otherwise, naming
     what differs, or why the metadata cannot tell."""
-    try:
-        metadata = json.loads((out / METADATA_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        metadata = None
+    metadata = read_record(out / METADATA_FILE)
     if not isinstance(metadata, dict) or not isinstance(metadata.get("inputs_identity"), dict) \
             or not isinstance(metadata.get("config"), dict):
         why = "cannot be read" if not isinstance(metadata, dict) else "predates the record of its inputs and options"
         raise PretrainingDataError(f"{out} already holds pretraining data whose {METADATA_FILE} {why}, so this "
                                    "command cannot tell whether it built it; pass --overwrite to rebuild it")
-    changes = changed_settings(data_settings(metadata["config"]), data_settings(asdict(config)), "data")
+    changes = setting_change_lines(data_settings(metadata["config"]), data_settings(asdict(config)), "data")
     changes += _changed_inputs(metadata, identity, config)
     if changes:
         raise PretrainingDataError(other_output_message(out, "pretraining data", changes))

@@ -382,8 +382,8 @@ def test_a_key_given_twice_in_a_yaml_file_is_refused_naming_both_lines(tmp_path)
 
 
 def test_an_unknown_yaml_option_names_the_close_match(tmp_path):
-    with pytest.raises(ConfigError, match=r"x\.yaml: unknown option\(s\) learning_rat \(did you mean learning_rate\?\); "
-                                          r"valid: .*\blearning_rate\b"):
+    with pytest.raises(ConfigError, match=r"x\.yaml: unknown option\(s\) learning_rat "
+                                          r"\(did you mean learning_rate\?\); valid: .*\blearning_rate\b"):
         _pretrain(tmp_path, "learning_rat: 1e-4\n")
 
 

@@ -53,8 +53,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from biomed_lm.errors import TokenizationError
-from biomed_lm.finished_output import (changed_files, changed_settings, dataclass_defaults, file_identity,
-                                        other_output_message)
+from biomed_lm.finished_output import (changed_files, dataclass_defaults, file_identity, other_output_message,
+                                       read_record, setting_change_lines)
 from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
 from biomed_lm.tokenization.pubmed_xml import CITATION_LINK_TYPES, Deletion, canonical_pmid, iter_pubmed_records
 from biomed_lm.tokenization.sources import (JSONL, TEXT, XML, Problem, corpus_files, input_format, iter_jsonl,
@@ -927,7 +927,7 @@ def finished_corpus(config: CorpusConfig, out: Path) -> dict:
     """The summary of the corpus in ``out``, with ``already_complete`` set, when ``config`` built it: the
     same input files (path, size, modification time), links file, parser and settings. FileExistsError
     otherwise, naming what differs, or why the corpus's record cannot tell."""
-    summary = _read_json(out / SUMMARY_FILE)
+    summary = read_record(out / SUMMARY_FILE)
     unknown = _why_unknown_corpus(summary)
     if unknown:
         raise FileExistsError(f"{out} already holds a prepared corpus {unknown}, so this command cannot tell "
@@ -952,7 +952,7 @@ def _why_unknown_corpus(summary: dict | None) -> str:
 def _corpus_changes(summary: dict, config: CorpusConfig) -> list[str]:
     """What differs between the corpus ``summary`` describes and the one ``config`` builds."""
     recorded = summary["inputs_identity"]
-    changes = changed_settings(corpus_settings(summary.get("config") or {}), corpus_settings(asdict(config)),
+    changes = setting_change_lines(corpus_settings(summary.get("config") or {}), corpus_settings(asdict(config)),
                                "corpus")
     if recorded.get("parser_version") != PARSER_VERSION:
         changes.append(f"parser_version: {recorded.get('parser_version')} in the finished corpus, "
@@ -962,12 +962,3 @@ def _corpus_changes(summary: dict, config: CorpusConfig) -> list[str]:
     links_before, links_now = recorded.get("links_file"), _links_file_identity(config)
     changes += changed_files([links_before] if links_before else [], [links_now] if links_now else [], "links_file")
     return changes
-
-
-def _read_json(path: Path) -> dict | None:
-    """A JSON record, or None where it is missing, unreadable or not an object."""
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None

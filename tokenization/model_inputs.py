@@ -60,7 +60,8 @@ class Source:
     """Where the report's model inputs come from: a corpus (documents) or a dataset (task inputs).
 
     ``files`` lists a dataset's files with their formats; ``skipped`` the files of a dataset
-    directory that fit no format, or of a corpus folder whose suffix says no format (with why). A corpus is read by :func:`tokenization.sources.iter_texts`.
+    directory that fit no format, or of a corpus folder whose suffix says no format (with why). A corpus
+    is read by :func:`tokenization.sources.iter_texts`.
     """
 
     name: str

@@ -163,7 +163,8 @@ def expand_inputs(specs: Iterable[str]) -> tuple[list[Path], list[Problem]]:
                 problems.append(Problem(spec, "unsupported", "this is a prepared corpus, not raw input; "
                                         "pass the raw PubMed/text files it was built from"))
                 continue
-            inside = sorted(str(p.parent) for p in Path(spec).rglob("dataset_info.json") if is_prepared_corpus(p.parent))
+            inside = sorted(str(p.parent) for p in Path(spec).rglob("dataset_info.json")
+                            if is_prepared_corpus(p.parent))
             if inside:  # its Arrow shards and JSON files would be read as text (QA: a 283-token vocabulary, exit 0)
                 problems.append(Problem(spec, "unsupported", f"the folder holds a prepared corpus ({inside[0]}); "
                                         "pass that corpus folder itself, or the raw files"))

@@ -89,7 +89,6 @@ records its casing, so a cased vocabulary is never used lowercased by accident.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import logging
 import os
 import re
@@ -103,8 +102,8 @@ from typing import Any, Collection, Iterable, Iterator, Literal, Mapping, Sequen
 
 from biomed_lm.errors import TokenizationError
 from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
-from biomed_lm.finished_output import (changed_files, changed_settings, dataclass_defaults, file_identity,
-                                        other_output_message)
+from biomed_lm.finished_output import (changed_files, dataclass_defaults, file_identity, other_output_message,
+                                       read_record, setting_change_lines)
 from biomed_lm.tokenization.sources import Problem, corpus_files, is_prepared_corpus, iter_texts
 from biomed_lm.tokenization.tokenizer_io import (ALBERT_SPECIAL_TOKENS, ROBERTA_SPECIAL_TOKENS,
                                                  SENTENCEPIECE_MODEL_FILE, SPECIAL_TOKENS, VOCAB_CARD,
@@ -846,26 +845,18 @@ def finished_vocab(names: Sequence[str], out: Path, config: VocabConfig, text_fi
     """The vocabulary in ``out``, ``already_complete``, when this build made it: the same input files (path,
     size, modification time), options and text field as its card records. OutputExistsError otherwise,
     naming what differs, or why the card cannot tell."""
-    card = _read_card(out)
+    card = read_record(out / VOCAB_CARD)
     if card is None or not {"config", "input_files"} <= set(card):
         why = (f"without a readable {VOCAB_CARD}" if card is None else
                f"whose {VOCAB_CARD} predates the record of its inputs and options")
         raise OutputExistsError(f"{out} already holds a vocabulary {why}, so this command cannot tell whether it "
                                 "built it; pass --overwrite to replace the tokenizer files in it")
     current = vocab_settings(asdict(config), text_field)
-    changes = changed_settings(vocab_settings(card["config"], card.get("text_field")), current, "vocabulary")
+    changes = setting_change_lines(vocab_settings(card["config"], card.get("text_field")), current, "vocabulary")
     changes += changed_files(card["input_files"], inputs_identity(names), "inputs")
     if changes:
         raise OutputExistsError(other_output_message(out, "a vocabulary", changes))
     return VocabBuildResult(output_dir=out, trained=_trained_from_card(out, card, config), already_complete=True)
-
-
-def _read_card(out: Path) -> dict[str, Any] | None:
-    try:
-        card = json.loads((out / VOCAB_CARD).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return card if isinstance(card, dict) else None
 
 
 def _trained_from_card(out: Path, card: Mapping[str, Any], config: VocabConfig) -> TrainedVocab:
