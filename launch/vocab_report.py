@@ -99,7 +99,10 @@ def named_options(specs: list[str], what: str, known: list[str]) -> dict[str, st
     """Per-name options (``NAME=VALUE``) whose names must be among ``known``."""
     options: dict[str, str] = {}
     for spec in specs:
-        name, value = split_named(spec, what, name_required=True)
+        # the name as it is known, not held to NAME: a dataset's default name has a '/' (NCBI-disease/test.tsv)
+        name, _, value = spec.rpartition("=")
+        if not name or not value:
+            split_named(spec, what, name_required=True)  # says what the option expects
         if name not in known:
             raise InputError(f"{what} {spec!r}: {name!r} is not one of {', '.join(known) or 'none'}")
         options[name] = value
@@ -153,7 +156,20 @@ def _is_blank(path: Path) -> bool:
     return size == 0 or (size <= 4096 and not path.read_bytes().strip())
 
 
+def check_output_folder(path: str) -> None:
+    """Refuse an --output-dir that cannot become the report's folder (a file, or a folder under one, or one
+    that may not be written) before any work, rather than after every source was read; it is created when
+    the report is written, so that a run refused for its inputs leaves nothing behind."""
+    target = Path(path).absolute()
+    existing = next(p for p in (target, *target.parents) if p.exists())
+    if not existing.is_dir():
+        raise InputError(f"--output-dir {path}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"--output-dir {path}: {existing} may not be written")
+
+
 def run(args: VocabReportArguments) -> int:
+    check_output_folder(args.output_dir)
     tokenizers = [split_named(spec, "--tokenizers", name_required=True) for spec in args.tokenizers]
     names = [name for name, _ in tokenizers]
     casings = named_options(args.casing, "--casing", names)

@@ -144,7 +144,7 @@ def test_report_numbers_by_hand(toy_dir, toy_a, toy_b):
     line 1  The cats sat .          A: the | cat ##s | sat | .          (5 pieces)   B: 4 whole words
     line 2  A doggy sat on the mat . A: [UNK] | dog ##gy | sat on the mat . (8)    B: on -> o ##n, mat -> ma ##t (9)
     line 3  Cats !                  A: cat ##s | [UNK]                  (3)          B: cats | ! (2)
-    13 words, 11 distinct (The/the and cats/Cats differ).
+    13 words, 11 distinct (The/the and cats/Cats differ), but to both uncased vocabularies Cats is cats.
     """
     source = corpus_source("toy", toy_dir / "corpus.txt")
     report = build_report([toy_a, toy_b], [source], settings=ReportSettings(top_words=10))
@@ -159,14 +159,15 @@ def test_report_numbers_by_hand(toy_dir, toy_a, toy_b):
     assert a.distinct_whole_fraction == 6 / 11   # The, sat, ., on, the, mat
     assert a.unk_words == 2 and a.unk_rate == 2 / 13   # A, !
     assert a.piece_histogram == {"[UNK]": 2 / 13, "1": 8 / 13, "2": 3 / 13, "3": 0.0, "4": 0.0, "5+": 0.0}
+    assert a.inputs_over == {"128": 0.0, "512": 0.0}
 
     assert b.pieces == 15 and b.pieces_per_word == 15 / 13 and b.pieces_per_instance == 5.0
     assert b.whole_words == 11 and b.unk_words == 0 and b.unk_rate == 0.0
 
     a_vs_b = next(x for x in s.shattered if (x.shattered_by, x.kept_whole_by) == ("a", "b"))
-    assert [(w.word, w.count, w.pieces) for w in a_vs_b.top] == [
-        ("Cats", 1, ("cat", "##s")), ("cats", 1, ("cat", "##s")), ("doggy", 1, ("dog", "##gy"))]
-    assert (a_vs_b.distinct_words, a_vs_b.occurrences, a_vs_b.occurrence_fraction) == (3, 3, 3 / 13)
+    assert [(w.word, w.count, w.pieces, w.variants) for w in a_vs_b.top] == [
+        ("cats", 2, ("cat", "##s"), ("Cats",)), ("doggy", 1, ("dog", "##gy"), ())]
+    assert (a_vs_b.distinct_words, a_vs_b.occurrences, a_vs_b.occurrence_fraction) == (2, 3, 3 / 13)
     b_vs_a = next(x for x in s.shattered if (x.shattered_by, x.kept_whole_by) == ("b", "a"))
     assert [(w.word, w.pieces) for w in b_vs_a.top] == [("mat", ("ma", "##t")), ("on", ("o", "##n"))]
 
@@ -191,6 +192,31 @@ def test_statistics_are_pure_functions_of_counts_and_pieces():
     assert [(w.word, w.count) for w in shattered_words(sample, other, seg).top] == [("x", 2)]
     with pytest.raises(ValueError, match="at least 2"):
         shattered_words(sample, seg, other, min_pieces=1)
+
+
+def test_case_variants_are_one_word_where_both_vocabularies_see_one(toy_a):
+    """'Cats' and 'cats' are one shattered word to two uncased vocabularies (same pieces in both): one row,
+    counted together, shown in its most frequent form. A cased vocabulary tells them apart, so they stay two.
+    (The top list used to show them as two rows, each with part of the count, and rank the word too low.)"""
+    sample = count_words([["Cats", "cats", "Cats", "doggy"], ["doggy", "cats", "CATS"]])
+    whole = Segmentation("whole", tuple((w.lower(),) for w in sample.words), "[UNK]")
+    a = segment_sample(toy_a, sample)
+    sh = shattered_words(sample, a, whole)
+    assert [(w.word, w.count, w.variants) for w in sh.top] == [("cats", 5, ("Cats", "CATS")), ("doggy", 2, ())]
+    assert (sh.distinct_words, sh.occurrences) == (2, 7)
+
+    cased_whole = Segmentation("cased", tuple((w,) for w in sample.words), "[UNK]")
+    sh = shattered_words(sample, a, cased_whole)
+    assert [(w.word, w.count, w.variants) for w in sh.top] == [
+        ("Cats", 2, ()), ("cats", 2, ()), ("doggy", 2, ()), ("CATS", 1, ())]
+    assert coverage._word_and_variants(shattered_words(sample, a, whole).top[0]) == "`cats` (also `Cats`, `CATS`)"
+
+
+def test_inputs_over_a_maximum_length_count_cls_and_sep():
+    """128 positions hold 126 pieces and [CLS], [SEP]: an input of 127 pieces is truncated at 128."""
+    sample = count_words([["x"] * 126, ["x"] * 127, ["x"] * 511])
+    stats = source_statistics(sample, Segmentation("v", (("x",),), "[UNK]"))
+    assert stats.inputs_over == {"128": 2 / 3, "512": 1 / 3}
 
 
 def test_max_inputs_caps_and_says_so():
@@ -425,6 +451,27 @@ def test_progress_bars_go_to_stderr_unless_turned_off(toy_dir, tmp_path, capsys)
     assert "reading:" not in err and "segmenting:" not in err
 
 
+def test_a_dataset_is_parsed_once_for_its_progress_bar(tmp_path, monkeypatch):
+    """The bar's total came from a first parse of the whole dataset, then a second parse read it."""
+    from biomed_lm.tokenization.model_inputs import Source
+
+    ner = tmp_path / "ner.tsv"
+    ner.write_text("The\tO\ncats\tO\n\nA\tO\ndog\tO\n\nCats\tO\n")
+    parses = []
+    texts = Source.texts
+
+    def counted(self):
+        parses.append(self.name)
+        yield from texts(self)
+
+    monkeypatch.setattr(Source, "texts", counted)
+    source = dataset_source("ner", ner)
+    for cap, inputs, capped in ((None, 3, False), (2, 2, True)):
+        parses.clear()
+        sample = coverage.read_source(source, max_inputs=cap, progress=True)
+        assert (parses, sample.n_inputs, sample.capped) == (["ner"], inputs, capped)
+
+
 def test_a_report_written_again_keeps_only_its_own_plots(toy_dir, tmp_path, capsys):
     """Rewritten with fewer sources (and no terms), the report folder loses the earlier report's plots
     for them; a file the report did not write stays, and no temporary file is left."""
@@ -524,6 +571,67 @@ def test_a_file_that_is_not_a_vocabulary_is_refused_naming_it(toy_dir, tmp_path,
             "--terms", "", "--output-dir", str(tmp_path / "out")]
     assert run_cli(argv) == 2
     assert f"tokenizer 'nv': {bad}: {message}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\x1f\x8b\x08\x00binary", "line 1: not UTF-8 text (invalid start byte at byte 1)"),
+    ("naloxone\tdrug\nSj\u00f6gren\tdisease\n".encode("latin-1"), "line 2: not UTF-8 text"),
+])
+def test_a_term_file_that_is_not_utf8_is_refused_naming_file_and_line(toy_dir, tmp_path, capsys, content, message):
+    """A gzip or Latin-1 term file ended in a UnicodeDecodeError traceback."""
+    terms = tmp_path / "terms.txt"
+    terms.write_bytes(content)
+    argv = ["--tokenizers", f"a={toy_dir / 'a_vocab.txt'}", "--terms", str(terms), "--output-dir", str(tmp_path)]
+    assert run_cli(argv) == 2
+    assert f"{terms}, {message}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("latin1.txt", "caf\u00e9 au lait\nfine line\n".encode("latin-1"), "latin1.txt, line 1 (byte 3): invalid_utf8"),
+    ("docs.jsonl", b'{"text": "fine"}\nnot json\n', "docs.jsonl, line 2: invalid_json: Expecting value"),
+    ("docs2.jsonl", b'{"body": "no text field"}\n', "docs2.jsonl, line 1: missing_field: no field 'text'"),
+    ("packed.txt", b"\x1f\x8b\x08\x00\x00\x00", "packed.txt: binary: the content is gzip-compressed data"),
+])
+def test_a_damaged_corpus_line_is_refused_not_left_out_of_the_numbers(toy_dir, tmp_path, capsys, name, content,
+                                                                      message):
+    """A corpus line that cannot be read was skipped without a word (iter_texts' way), so the report's
+    counts silently left it out (a Latin-1 line: '1 model inputs' of 2); now it is named, like a dataset's."""
+    corpus = tmp_path / name
+    corpus.write_bytes(content)
+    argv = ["--tokenizers", f"a={toy_dir / 'a_vocab.txt'}", "--terms", "", "--corpus", f"c={corpus}",
+            "--output-dir", str(tmp_path / "out")]
+    assert run_cli(argv) == 2
+    assert f"corpus 'c': {tmp_path}/{message}" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_output_dir_that_is_a_file_is_refused_before_any_work(toy_dir, tmp_path, capsys, monkeypatch):
+    """It was a FileExistsError traceback, raised after every source had been read."""
+    taken = tmp_path / "report.txt"
+    taken.write_text("mine")
+    monkeypatch.setattr(coverage, "read_source", lambda *a, **k: pytest.fail("a source was read"))
+    for out in (taken, taken / "sub"):
+        argv = ["--tokenizers", f"a={toy_dir / 'a_vocab.txt'}", "--corpus", str(toy_dir / "corpus.txt"),
+                "--output-dir", str(out)]
+        assert run_cli(argv) == 2
+        assert f"--output-dir {out}: {taken} is a file, not a folder" in capsys.readouterr().err
+    assert taken.read_text() == "mine"
+
+
+def test_dataset_format_names_a_dataset_by_its_default_name(toy_dir, tmp_path, capsys):
+    """An unnamed dataset file is named 'folder/file', which --dataset-format refused (its NAME may not hold a
+    '/'), though the error for an undetectable format tells the user to write exactly that."""
+    data = tmp_path / "mine" / "odd.txt"
+    data.parent.mkdir()
+    data.write_text("A sentence\t1\nAnother\t0\n")
+    argv = ["--tokenizers", f"a={toy_dir / 'a_vocab.txt'}", "--terms", "", "--datasets", str(data),
+            "--output-dir", str(tmp_path / "out")]
+    assert run_cli([*argv, "--dataset-format", "mine/other.txt=sentence_label_tsv"]) == 2
+    assert "'mine/other.txt' is not one of mine/odd.txt" in capsys.readouterr().err
+    assert run_cli([*argv, "--dataset-format", "mine/odd.txt=sentence_label_tsv"]) == 0
+    (source,) = json.loads((tmp_path / "out" / "report.json").read_text())["sources"]
+    assert (source["name"], source["instances"], source["files"][0]["format"]) == (
+        "mine/odd.txt", 2, "sentence_label_tsv")
 
 
 def test_a_directory_without_tokenizer_files_says_what_was_looked_for(toy_dir, tmp_path, capsys):

@@ -8,6 +8,7 @@ keeps more biomedical terms whole than bert-base-uncased.
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 import os
@@ -320,6 +321,29 @@ def test_a_file_of_unknown_suffix_is_skipped_in_a_folder_and_refused_alone(tmp_p
     with pytest.raises(FileNotFoundError, match=f"{table}: unknown_format: unknown suffix '.csv'.*prepare_corpus"):
         build_vocab([table], tmp_path / "alone", config)
     assert not (tmp_path / "alone").exists()
+
+def test_an_unreadable_line_or_file_is_left_out_and_named(tmp_path, docs, caplog):
+    """iter_texts skipped a Latin-1 line, a bad JSON line and a gzip file named .txt without a word (the last
+    read as text: its bytes became documents); now each is left out, logged and listed in the card, and the
+    good lines around them are all read."""
+    folder = tmp_path / "inputs"
+    folder.mkdir()
+    (folder / "a.txt").write_bytes(docs[0].encode() + b"\ncaf\xe9 zzlatinword\n" + docs[1].encode() + b"\n")
+    (folder / "b.jsonl").write_text(json.dumps({"text": docs[2]}) + "\nnot json\n", encoding="utf-8")
+    (folder / "c.txt").write_bytes(gzip.compress(b"zzgzipword " * 100))
+    with caplog.at_level("WARNING"):
+        result = build_vocab([folder], tmp_path / "vocab", VocabConfig(vocab_size=2000))
+    expected = [f"{folder / 'a.txt'}, line 2 (byte ", f"{folder / 'b.jsonl'}, line 2: invalid_json",
+                f"{folder / 'c.txt'}: binary: the content is gzip-compressed data"]
+    skipped = card(tmp_path / "vocab")["skipped_records"]
+    assert [line[:len(prefix)] for line, prefix in zip(skipped, expected)] == expected and len(skipped) == 3
+    assert all(f"skipped: {line}" in caplog.text for line in skipped)
+    assert result.trained.documents == 3 and result.skipped_records == tuple(skipped)
+    assert "3 unreadable record(s) or file(s) left out" in result.summary()
+    assert not any("zz" in token for token in result.trained.vocab)
+    again = build_vocab([folder], tmp_path / "vocab", VocabConfig(vocab_size=2000))
+    assert again.already_complete and again.skipped_records == tuple(skipped)
+
 
 
 # ------------------------------------------------------------------------------------- CLI

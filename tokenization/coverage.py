@@ -45,6 +45,7 @@ words) and a :class:`Segmentation` (each distinct word's pieces under one vocabu
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import logging
 import os
@@ -74,6 +75,9 @@ PIECE_BUCKETS = ("[UNK]", "1", "2", "3", "4", "5+")
 RESERVED_TOKEN = re.compile(r"\[[A-Za-z][A-Za-z_]*\d*\]\Z")
 #: Below this share of tokens that lowercasing changes, an inferred "cased" deserves a second look.
 SUSPICIOUS_UPPERCASE_SHARE = 0.01
+#: BERT's usual maximum sequence lengths (fine-tuning at 128, PubMedQA/BioASQ and pretraining's phase 2 at 512):
+#: the report gives the share of inputs that do not fit, [CLS] and [SEP] counted.
+MAX_LENGTHS = (128, 512)
 SEGMENT_BATCH = 8192
 #: What a tokenizer directory must hold for the report to read it: the files AutoTokenizer builds a
 #: WordPiece, byte-level BPE or SentencePiece (spiece.model, or another *.model) tokenizer from.
@@ -101,6 +105,9 @@ DEFINITIONS = {
                "and so are 'The' and 'the'.",
     "instance_pieces": "word pieces per model input (an instance, in report.json's keys): mean, median, "
                        "95th percentile and maximum over the inputs.",
+    "inputs_over": "the share of model inputs longer than a maximum sequence length (128, 512 positions) once "
+                   "[CLS] and [SEP] are added, which a model truncates; a pair input (BIOSSES, question + "
+                   "context) takes one more [SEP], not counted.",
 }
 
 
@@ -408,8 +415,14 @@ def read_terms(path: str | os.PathLike) -> list[Term]:
     p = Path(path)
     if not p.is_file():
         raise InputError(f"term file not found: {p}")
-    with open(p, encoding="utf-8") as handle:
-        terms = parse_terms(handle, origin=str(p))
+    data = p.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:  # a binary or Latin-1 file: say where, as parse_terms does for a bad line
+        line = data.count(b"\n", 0, err.start) + 1
+        raise InputError(f"{p}, line {line}: not UTF-8 text ({err.reason} at byte {err.start}); a term file "
+                         "is UTF-8 lines of 'term<TAB>category'") from err
+    terms = parse_terms(io.StringIO(text, newline=None), origin=str(p))  # lines as open() splits them
     if not terms:
         raise InputError(f"{p}: the term file lists no term")
     return terms
@@ -574,6 +587,7 @@ class SourceStats:
     unk_words: int
     unk_rate: float
     erased_words: int                      # words the normalizer erases entirely (e.g. a lone accent)
+    inputs_over: Mapping[str, float]       # str(max length) -> share of inputs (of the length sample) too long
     piece_histogram: Mapping[str, float]   # PIECE_BUCKETS -> fraction of word occurrences
 
 
@@ -609,15 +623,20 @@ def source_statistics(sample: WordSample, segmentation: Segmentation) -> SourceS
         unk_words=histogram["[UNK]"],
         unk_rate=_ratio(histogram["[UNK]"], words),
         erased_words=int(counts[lengths == 0].sum()),
+        inputs_over={str(n): _ratio(int((per_input + 2 > n).sum()), len(per_input)) for n in MAX_LENGTHS},
         piece_histogram={bucket: _ratio(histogram[bucket], words) for bucket in PIECE_BUCKETS},
     )
 
 
 @dataclass(frozen=True)
 class ShatteredWord:
+    """A word as both vocabularies see it: ``word`` its most frequent form, ``variants`` its other forms
+    (``Cats`` beside ``cats`` where both vocabularies lowercase), ``count`` the occurrences of them all."""
+
     word: str
     count: int
     pieces: tuple[str, ...]
+    variants: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -637,20 +656,31 @@ class ShatteredWords:
 def shattered_words(sample: WordSample, shattering: Segmentation, keeping: Segmentation,
                     min_pieces: int = 2, top: int = 20) -> ShatteredWords:
     """The words ``shattering`` splits into ``>= min_pieces`` pieces and ``keeping`` keeps whole,
-    most frequent first (ties by word)."""
+    most frequent first (ties by word). Words that both vocabularies segment alike are one word to
+    them (``Cats`` and ``cats`` when both lowercase): one entry, counted together, so that a word is
+    neither listed twice nor ranked by a share of its occurrences."""
     if min_pieces < 2:
         raise ValueError(f"min_pieces must be at least 2 (a word in one piece is not shattered), got {min_pieces}")
     mask = ((shattering.lengths >= min_pieces) & ~shattering.unknown
             & (keeping.lengths == 1) & ~keeping.unknown)
     chosen = np.flatnonzero(mask)
-    counts = sample.counts
-    order = sorted(chosen.tolist(), key=lambda i: (-int(counts[i]), sample.words[i]))[:max(top, 0)]
+    counts, words = sample.counts, sample.words
+    groups: dict[tuple, list[int]] = {}  # pieces in both: the word as the two vocabularies see it
+    for i in chosen.tolist():
+        groups.setdefault((shattering.pieces[i], keeping.pieces[i]), []).append(i)
+    entries = []
+    for members in groups.values():
+        # most frequent form first, then the one lowercasing leaves alone, then by spelling
+        members.sort(key=lambda i: (-int(counts[i]), words[i] != words[i].lower(), words[i]))
+        entries.append((int(counts[members].sum()), members))
+    entries.sort(key=lambda entry: (-entry[0], words[entry[1][0]]))
     occurrences = int(counts[chosen].sum())
     return ShatteredWords(
         shattered_by=shattering.vocabulary, kept_whole_by=keeping.vocabulary, min_pieces=min_pieces,
-        distinct_words=len(chosen), occurrences=occurrences,
+        distinct_words=len(groups), occurrences=occurrences,
         occurrence_fraction=_ratio(occurrences, sample.n_words),
-        top=tuple(ShatteredWord(sample.words[i], int(counts[i]), shattering.pieces[i]) for i in order))
+        top=tuple(ShatteredWord(words[m[0]], count, shattering.pieces[m[0]], tuple(words[i] for i in m[1:]))
+                  for count, m in entries[:max(top, 0)]))
 
 
 # ------------------------------------------------------------------------------------ overlap
@@ -744,8 +774,8 @@ def analyse_sample(sample: WordSample, vocabularies: Sequence[Vocabulary], setti
     return stats, shattered
 
 
-#: A dataset's model inputs are counted before they are read, for the progress bar's total, when its
-#: files hold at most this many bytes: BLURB's largest file is a few MB, a second parse of it well under a second.
+#: With progress shown, a dataset whose files hold at most this many bytes is parsed whole before its words are
+#: counted, its number of model inputs the bar's total (BLURB's largest file is a few MB; the texts are held).
 COUNTED_DATASET_BYTES = 64 << 20
 
 
@@ -764,9 +794,7 @@ def _known_input_count(source: Source, max_inputs: int | None) -> int | None:
     cannot be had: the count never fails, the read that follows reports what is wrong with the source
     (and only if it gets that far: a cap may stop it before a damaged line)."""
     try:
-        if source.kind == DATASET:
-            if sum(os.path.getsize(f.path) for f in source.files) > COUNTED_DATASET_BYTES:
-                return None
+        if _countable_dataset(source):
             return sum(1 for _ in islice(source.texts(), max_inputs))
         if is_prepared_corpus(source.path):
             from datasets import load_from_disk
@@ -775,6 +803,15 @@ def _known_input_count(source: Source, max_inputs: int | None) -> int | None:
     except (OSError, ValueError):  # InputError and DatasetFormatError are ValueErrors
         return None
     return None
+
+
+def _countable_dataset(source: Source) -> bool:
+    """A dataset whose files hold at most :data:`COUNTED_DATASET_BYTES`: cheap to count (and to hold) before
+    it is read."""
+    try:
+        return source.kind == DATASET and sum(os.path.getsize(f.path) for f in source.files) <= COUNTED_DATASET_BYTES
+    except OSError:  # a file gone since the source was listed: the read names it
+        return False
 
 
 def _progress_bar(show: bool, **options: Any):
@@ -787,10 +824,17 @@ def _progress_bar(show: bool, **options: Any):
 
 def read_source(source: Source, max_inputs: int | None = None, progress: bool = False) -> WordSample:
     """Count the words of ``source``'s model inputs (:func:`count_words`), shown by a bar of inputs read."""
-    total = expected_inputs(source, max_inputs) if progress else None  # counting costs a read: only to show it
+    texts, total = None, None
+    if progress and _countable_dataset(source):
+        # parsed once, held (at most COUNTED_DATASET_BYTES of files): its length is the bar's total;
+        # one text past the cap, which count_words reads to tell whether the source held more
+        texts = list(islice(source.texts(), None if max_inputs is None else max_inputs + 1))
+        total = len(texts) if max_inputs is None else min(len(texts), max_inputs)
+    elif progress:
+        total = expected_inputs(source, max_inputs)
     with _progress_bar(progress, desc=f"{source.name}: reading", unit="input", total=total) as bar:
         # count_words reads one input past the cap to tell whether the source held more: not shown
-        return count_words(_shown(source.inputs(), bar, max_inputs), max_inputs)
+        return count_words(_shown(source.inputs(texts), bar, max_inputs), max_inputs)
 
 
 def _shown(inputs: Iterable[Sequence[str]], bar: Any, limit: int | None) -> Iterable[Sequence[str]]:
@@ -940,6 +984,11 @@ def _lengths_section(sources, names: list[str]) -> list[str]:
         out += _table(["source", *map(_code, names)],
                       ([_cell(s.name), *[fmt.format(getattr(s.stats_for(n), metric)) for n in names]]
                        for s in sources))
+    out += [f"### Inputs longer than {_max_lengths()} positions (share of model inputs)", "",
+            "With [CLS] and [SEP] added: the inputs a model of that maximum length truncates "
+            "(of a uniform sample where a source says so in its section).", ""]
+    out += _table(["source", *map(_code, names)],
+                  ([_cell(s.name), *[_shares_over(s.stats_for(n)) for n in names]] for s in sources))
     return out
 
 
@@ -970,6 +1019,14 @@ def _source_section(s, names: list[str], plot: str | None) -> list[str]:
     return out
 
 
+def _max_lengths() -> str:
+    return " / ".join(map(str, MAX_LENGTHS))
+
+
+def _shares_over(stat: SourceStats) -> str:
+    return " / ".join(f"{stat.inputs_over[str(n)]:.1%}" for n in MAX_LENGTHS)
+
+
 def _length_sample_note(stat: Mapping[str, Any]) -> str:
     first = next(iter(stat.values()), None)
     return f", of a uniform sample of {first.length_instances:,} inputs" if first and first.length_sampled else ""
@@ -984,6 +1041,8 @@ def _source_statistics(stat: Mapping[str, Any]) -> list[list[str]]:
         ["pieces per input (median / p95 / max" + _length_sample_note(stat) + ")",
          *[f"{stat[n].instance_pieces_median:g} / {stat[n].instance_pieces_p95:.1f} / "
            f"{stat[n].instance_pieces_max:,}" for n in names]],
+        [f"inputs over {_max_lengths()} positions ([CLS] + pieces + [SEP]{_length_sample_note(stat)})",
+         *[_shares_over(stat[n]) for n in names]],
         ["words kept whole (1 piece)", *[f"{stat[n].whole_fraction:.1%}" for n in names]],
         ["distinct words kept whole", *[f"{stat[n].distinct_whole_fraction:.1%}" for n in names]],
         ["words → [UNK]", *[f"{stat[n].unk_words:,} ({stat[n].unk_rate:.2%})" for n in names]],
@@ -999,12 +1058,20 @@ def _shattered_section(sh) -> list[str]:
     out = [f"### Words {_code(sh.shattered_by)} shatters but {_code(sh.kept_whole_by)} keeps whole", ""]
     out += [f"{sh.distinct_words:,} distinct words, {sh.occurrences:,} occurrences "
             f"({sh.occurrence_fraction:.1%} of all words) are split into ≥ {sh.min_pieces} pieces by "
-            f"{_code(sh.shattered_by)} and are a single token of {_code(sh.kept_whole_by)}."
+            f"{_code(sh.shattered_by)} and are a single token of {_code(sh.kept_whole_by)}; forms that both "
+            "segment alike (`Cats`, `cats` when both lowercase) are one word."
             + (" The most frequent:" if sh.top else ""), ""]
     if sh.top:
         out += _table(["word", "count", f"pieces in {_code(sh.shattered_by)}"],
-                      ([_code(w.word), f"{w.count:,}", _pieces(w.pieces)] for w in sh.top), "lrl")
+                      ([_word_and_variants(w), f"{w.count:,}", _pieces(w.pieces)] for w in sh.top), "lrl")
     return out
+
+
+def _word_and_variants(word: ShatteredWord, shown: int = 3) -> str:
+    if not word.variants:
+        return _code(word.word)
+    more = f", {len(word.variants) - shown:,} more" if len(word.variants) > shown else ""
+    return f"{_code(word.word)} (also {', '.join(_code(v) for v in word.variants[:shown])}{more})"
 
 
 def _definitions_section(report: CoverageReport) -> list[str]:
@@ -1162,7 +1229,10 @@ def write_report(report: CoverageReport, output_dir: str | os.PathLike) -> Repor
     an earlier report wrote there that this one has not (sources no longer reported on), so that the
     folder holds one report. Other files in the folder are left alone."""
     out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"cannot create the report folder {out}: {err.strerror or err}") from err
     earlier = previous_plots(out)
     terms_plots = [TERMS_PLOT] if report.terms is not None else []
     source_plots = source_plot_names(report.sources)

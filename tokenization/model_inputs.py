@@ -21,6 +21,13 @@ Dataset files
     *format*). Files are strict: a line that does not fit its layout raises
     :class:`DatasetFormatError` naming the file and the line, because a silently skipped line would
     make the report's numbers lie.
+
+Corpus files
+    Text, JSON Lines and PubMed XML files are read as strictly: a binary file, a line that is not
+    UTF-8, a JSON line without its text field or a damaged XML record is an :class:`InputError`
+    naming the file and the line (training a vocabulary and prepare_corpus skip and list them, which
+    suits a model's text; here the numbers would silently leave them out). A prepared corpus is read
+    as it is.
 """
 
 from __future__ import annotations
@@ -29,12 +36,13 @@ import glob
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from biomed_lm.errors import InputError
 from biomed_lm.tokenization.blurb_files import DatasetFormatError  # noqa: F401  (where the report's callers catch it)
 from biomed_lm.tokenization.blurb_files import FILE_LAYOUTS, detect_file_layout
-from biomed_lm.tokenization.sources import JSONL, XML, detect_format, is_pattern, is_prepared_corpus, iter_texts
+from biomed_lm.tokenization.sources import (JSONL, XML, detect_format, is_pattern, is_prepared_corpus, iter_texts,
+                                            strict)
 from biomed_lm.tokenization.words import WordSplitter
 
 CORPUS = "corpus"
@@ -76,17 +84,18 @@ class Source:
         """The text of each model input, in order."""
         if self.kind == CORPUS:
             try:
-                yield from iter_texts(self.path, text_field=self.text_field)
+                yield from iter_texts(self.path, text_field=self.text_field, on_problem=strict)
             except (OSError, ValueError) as err:
                 raise InputError(f"corpus {self.name!r}: {err}") from err
             return
         for item in self.files:
             yield from FILE_LAYOUTS[item.format].texts(Path(item.path))
 
-    def inputs(self) -> Iterator[list[str]]:
-        """Each model input as its list of words (see the module docstring for what a word is)."""
+    def inputs(self, texts: Iterable[str] | None = None) -> Iterator[list[str]]:
+        """Each model input as its list of words (see the module docstring for what a word is); ``texts``
+        are this source's texts when the caller has read them already."""
         split = WordSplitter()
-        for text in self.texts():
+        for text in self.texts() if texts is None else texts:
             yield split(text)
 
 

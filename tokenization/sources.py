@@ -26,7 +26,7 @@ import glob
 import json
 import os
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from biomed_lm.errors import InputError
 from biomed_lm.resources import resolve_path
@@ -315,18 +315,18 @@ def _prepared_corpus_texts(spec: str, text_field: str, batch_size: int) -> Itera
 
 
 def iter_texts(specs: str | os.PathLike | Iterable[str | os.PathLike], text_field: str = "text",
-               batch_size: int = 1000) -> Iterator[str]:
+               batch_size: int = 1000, on_problem: Callable[[Problem], None] | None = None) -> Iterator[str]:
     """Yield document texts from prepared corpora, text, JSONL or PubMed XML inputs (for training
-    vocabularies and for reports). Damaged lines are skipped here; ingestion is where they are reported.
-    Files of an unknown suffix in a folder or pattern are skipped too: the callers name them first
+    vocabularies and for reports). What cannot be read — a damaged record or line, a JSON line without its
+    text field, a binary file under a text name — is skipped and handed to ``on_problem`` (build_vocab lists
+    it, vocab_report refuses the input: :func:`strict`); without one it is skipped silently, as benchmarks
+    want. Files of an unknown suffix in a folder or pattern are skipped too: the callers name them first
     (:func:`corpus_files`)."""
     if isinstance(specs, (str, os.PathLike)):
         specs = [specs]
     for spec in specs:
         spec = str(spec)
         if is_prepared_corpus(spec):
-            from datasets import load_from_disk
-
             yield from _prepared_corpus_texts(spec, text_field, batch_size)
             continue
         files, problems = corpus_files([spec])  # the callers have named the files of unknown suffix
@@ -334,16 +334,39 @@ def iter_texts(specs: str | os.PathLike | Iterable[str | os.PathLike], text_fiel
         if missing:
             raise FileNotFoundError("; ".join(p.describe() for p in missing))
         for path in files:
-            fmt = input_format(path)
-            if fmt == XML:
-                for item in iter_pubmed_records(path):
-                    if isinstance(item, Citation) and (item.title or item.abstract):
-                        yield item.document_text()
-            elif fmt == JSONL:
-                for item in iter_jsonl(path, text_field):
-                    if not isinstance(item, Problem):
-                        yield item[1][text_field]
-            else:
-                for item in iter_lines(path):
-                    if not isinstance(item, Problem) and item[1].strip():
-                        yield item[1]
+            for item in _file_texts(path, text_field):
+                if isinstance(item, Problem):
+                    if on_problem is not None:
+                        on_problem(item)
+                else:
+                    yield item
+
+
+def strict(problem: Problem) -> None:
+    """An ``on_problem`` for :func:`iter_texts` that stops at the first thing it could not read."""
+    hint = " (launch/prepare_corpus.py leaves such lines out and lists them)" if problem.line else ""
+    raise ValueError(problem.describe() + hint)
+
+
+def _file_texts(path: Path, text_field: str) -> Iterator[str | Problem]:
+    """One raw file's documents in order, and a :class:`Problem` where something could not be read."""
+    binary = sniff_binary(path)
+    if binary is not None:
+        yield Problem(str(path), "binary", f"{binary}, so the file was not read")
+        return
+    fmt = input_format(path)
+    if fmt == XML:
+        for item in iter_pubmed_records(path):
+            if isinstance(item, Problem):
+                yield item
+            elif isinstance(item, Citation) and (item.title or item.abstract):
+                yield item.document_text()
+    elif fmt == JSONL:
+        for item in iter_jsonl(path, text_field):
+            yield item if isinstance(item, Problem) else item[1][text_field]
+    else:
+        for item in iter_lines(path):
+            if isinstance(item, Problem):
+                yield item
+            elif item[1].strip():
+                yield item[1]

@@ -353,6 +353,7 @@ class VocabBuildResult:
     output_dir: Path
     trained: TrainedVocab
     already_complete: bool = False
+    skipped_records: tuple[str, ...] = ()  # what could not be read and was left out (the card's own list)
 
     def summary(self) -> str:
         t, cfg = self.trained, self.trained.config
@@ -367,9 +368,12 @@ class VocabBuildResult:
             f"\nword table bounded to {pruned.max_distinct_words} distinct words: " + (
                 f"{pruned.words} words ({pruned.occurrences} occurrences) seen at most {pruned.threshold} times dropped"
                 if pruned.prunes else "nothing dropped"))
+        skipped = "" if not self.skipped_records else (
+            f"\n{len(self.skipped_records)} unreadable record(s) or file(s) left out (listed in {VOCAB_CARD}'s "
+            f"skipped_records), the first: {self.skipped_records[0]}")
         return (f"{size}-token {'cased' if cfg.cased else 'uncased'} {kind}{shortfall} written to {self.output_dir}\n"
                 f"learnt from {t.documents} documents ({t.text_bytes / 1e6:.1f} MB of text) in {t.seconds:.1f} s"
-                f"{bound}")
+                f"{bound}{skipped}")
 
 
 def vocab_in_id_order(tokenizer) -> list[str]:
@@ -807,18 +811,32 @@ def build_vocab(inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLi
             return finished_vocab(names, out, config, text_field)
         _check_output_dir(out, overwrite)
         identity = inputs_identity(names)  # before reading: a file changed meanwhile differs from it next time
+        unreadable: list[str] = []  # a damaged line costs that line, named, as prepare_corpus does
         try:
-            trained = train_vocab(iter_texts(names, text_field=text_field), config, progress=progress)
+            texts = iter_texts(names, text_field=text_field, on_problem=lambda p: _skip(p, unreadable))
+            trained = train_vocab(texts, config, progress=progress)
         except EmptyCorpusError as err:
             raise EmptyCorpusError(f"no text to learn from in {', '.join(names)} "
                                    f"(text field {text_field!r}): {err}") from err
         for name in OUTPUT_FILES:
             (out / name).unlink(missing_ok=True)
         card = {**trained.card(), "config": asdict(config), "inputs": names, "input_files": identity,
-                "skipped_inputs": [p.describe() for p in skipped], "text_field": text_field,
+                "skipped_inputs": [p.describe() for p in skipped], "skipped_records": unreadable,
+                "text_field": text_field,
                 "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
         save_trained(trained, out, card)
-    return VocabBuildResult(output_dir=out, trained=trained)
+    return VocabBuildResult(output_dir=out, trained=trained, skipped_records=tuple(unreadable))
+
+
+#: The skipped records logged one by one; the rest are counted at the end (the card lists them all).
+LOGGED_SKIPS = 20
+
+
+def _skip(problem: Problem, unreadable: list[str]) -> None:
+    unreadable.append(problem.describe())
+    if len(unreadable) <= LOGGED_SKIPS:
+        logger.warning("skipped: %s%s", unreadable[-1],
+                       " (the next are counted, not logged)" if len(unreadable) == LOGGED_SKIPS else "")
 
 
 def inputs_identity(names: Sequence[str]) -> list[dict[str, Any]]:
@@ -856,7 +874,8 @@ def finished_vocab(names: Sequence[str], out: Path, config: VocabConfig, text_fi
     changes += changed_files(card["input_files"], inputs_identity(names), "inputs")
     if changes:
         raise OutputExistsError(other_output_message(out, "a vocabulary", changes))
-    return VocabBuildResult(output_dir=out, trained=_trained_from_card(out, card, config), already_complete=True)
+    return VocabBuildResult(output_dir=out, trained=_trained_from_card(out, card, config), already_complete=True,
+                            skipped_records=tuple(card.get("skipped_records", ())))
 
 
 def _trained_from_card(out: Path, card: Mapping[str, Any], config: VocabConfig) -> TrainedVocab:
