@@ -214,6 +214,22 @@ def save_transformers_dir(tokenizer, out_dir: str | os.PathLike, lowercase: bool
     return out
 
 
+def check_vocab_text(vocab_file: str | os.PathLike) -> None:
+    """Refuse a ``vocab.txt`` that BERT's loaders would misread without a word: binary content (a gzipped
+    vocabulary) fails in the codec with no hint, and a UTF-8 byte-order mark (an editor's) becomes part of
+    the first token, ``\ufeff[PAD]``, so the padding token is missing and the casing inferred from it."""
+    from biomed_lm.tokenization.sources import sniff_binary
+
+    with open(vocab_file, "rb") as handle:
+        head = handle.read(3)
+    if head == b"\xef\xbb\xbf":
+        raise ValueError(f"{vocab_file} starts with a UTF-8 byte-order mark, which BERT's tokenizers read as part "
+                         "of its first token; remove it (sed -i '1s/^\\xEF\\xBB\\xBF//' FILE) and load it again")
+    binary = "the content is gzip-compressed: decompress it" if head[:2] == b"\x1f\x8b" else sniff_binary(vocab_file)
+    if binary is not None:
+        raise ValueError(f"{vocab_file}: {binary}; a vocab.txt is UTF-8 text, one token per line")
+
+
 def infer_lowercase_from_vocab(vocab_file: str | os.PathLike) -> bool:
     """An uncased vocabulary was learnt from lowercased text, so lowercasing changes none of its
     tokens; a cased one has tokens that lowercasing changes ("RecA"). Symbols such as "ϒ" or "ℂ"
@@ -252,6 +268,9 @@ def load_tokenizer(path: str | os.PathLike, lowercase: bool | None = None):
     from transformers import AutoTokenizer, BertTokenizer
 
     p = Path(path)
+    vocab_text = p / "vocab.txt" if p.is_dir() else p
+    if vocab_text.is_file() and p.suffix != ".model":
+        check_vocab_text(vocab_text)
     if p.is_dir():
         recorded = recorded_lowercase(p)
         if recorded is None and (p / "vocab.txt").is_file():
