@@ -231,11 +231,17 @@ class MultilevelResult:
                  + ")")
         sds = ", ".join(f"{k} SD {math.sqrt(max(v, 0.0)):.2f}" for k, v in self.random_effects.items()
                         if k in ("group_intercept", "seed", "residual"))
-        return (f"Of the variance left after the fixed effects, {seeds}, differences between "
-                f"(pretrained model, dataset) groups {_pct(vd.get('between_groups', float('nan')))} and "
+        groups, unestimated = ", differences between (pretrained model, dataset) groups ", ""
+        if "between_groups" in vd:
+            groups += _pct(vd["between_groups"])
+        else:  # the random intercept was the seed's: no share to give, and 0% would claim groups do not differ
+            groups, unestimated = "", ("; differences between (pretrained model, dataset) groups are not estimated "
+                                       "(each group is its own combination of factor levels and datasets, so they "
+                                       "are inside the factor and dataset estimates)")
+        return (f"Of the variance left after the fixed effects, {seeds}{groups} and "
                 f"run-to-run residual noise {_pct(vd.get('residual', float('nan')))} "
                 f"({sds} points); the fixed effects explain "
-                f"{_pct(self.r_squared.get('marginal', float('nan')))} of the total variance")
+                f"{_pct(self.r_squared.get('marginal', float('nan')))} of the total variance{unestimated}")
 
     def _checkpoint_variance_reading(self) -> str:
         vd, re_ = self.variance_decomposition, self.random_effects
@@ -259,16 +265,31 @@ class MultilevelResult:
             "seed_effect": self.seed_effect, "random_slopes": list(self.random_slopes),
             "factors": dict(self.factors), "n_runs": self.n_runs, "n_groups": self.n_groups,
             "n_variants": self.n_variants, "n_datasets": self.n_datasets, "n_seeds": self.n_seeds,
-            "converged": self.converged, "coefficients": self.coefficients,
+            "converged": self.converged, "coefficients": self._tested_only(self.coefficients),
             "random_effects": dict(self.random_effects), "random_covariances": dict(self.random_covariances),
             "variance_decomposition": dict(self.variance_decomposition), "r_squared": dict(self.r_squared),
             "level1_scaling": self.level1_scaling,
-            "dataset_effects": self.dataset_effects if self.dataset_effects is not None else None,
+            "dataset_effects": (self._tested_only(self.dataset_effects) if self.dataset_effects is not None
+                                else None),
             "specification": self.specification, "n_checkpoints": self.n_checkpoints,
             "factor_tests": self.factor_tests, "caveat": self.caveat, "factor_p_basis": self.factor_p_basis,
             "zero_variance_levels": list(self.zero_variance_levels),
             "reading": self.reading(), "notes": list(self.notes),
         })
+
+    def _tested_only(self, table: pd.DataFrame) -> pd.DataFrame:
+        """``table`` with the p-values and CIs of factor effects blanked (NaN, null in JSON) when they
+        are withheld (``factor_tests`` False): the markdown and the reading give none, and a reader
+        of the JSON must not find the untrustworthy numbers there either."""
+        if self.factor_tests:
+            return table
+        if "factor" in table.columns:  # dataset_effects: every row is a factor's
+            factor_rows = pd.Series(True, index=table.index)
+        else:
+            factor_rows = table["term"].map(lambda t: self._terms.get(t, Term("", "")).kind == "factor")
+        table = table.copy()
+        table.loc[factor_rows, ["p", "ci_low", "ci_high"]] = np.nan
+        return table
 
     def _units_line(self) -> str:
         if self.specification == "checkpoints":
@@ -278,7 +299,15 @@ class MultilevelResult:
         models = self.n_checkpoints or self.n_variants
         return (f"groups = (pretrained model, dataset) pairs (paper 000); {self.n_runs} runs in {self.n_groups} "
                 f"groups ({_count(models, 'pretrained model')} of {_count(self.n_variants, 'variant')} × "
-                f"{_count(self.n_datasets, 'dataset')}), {_count(self.n_seeds, 'fine-tuning seed')}")
+                f"{_count(self.n_datasets, 'dataset')}), {_count(self.n_seeds, 'fine-tuning seed')}"
+                + ("; each group is its own combination of factor levels and datasets, so the random intercept "
+                   "below is per fine-tuning seed, not per group" if self._intercept_per_seed else ""))
+
+    @property
+    def _intercept_per_seed(self) -> bool:
+        """Whether paper 000's random intercept went to the seeds (every group its own factor cell)."""
+        return self.specification != "checkpoints" and "group_intercept" not in self.random_effects \
+            and "seed" in self.random_effects
 
     def to_markdown(self) -> str:
         """Markdown: model, fixed effects table, random effects, variance decomposition, reading, notes."""
@@ -288,7 +317,7 @@ class MultilevelResult:
         lines += [f"- Specification: `{self.specification}`; model: statsmodels MixedLM, REML; {self._units_line()}; "
                   f"converged: {'yes' if self.converged else 'no'}",
                   f"- Fixed effects: `{self.formula}`",
-                  f"- Random effects per group: `~{self.re_formula}`"
+                  f"- Random effects per {'seed' if self._intercept_per_seed else 'group'}: `~{self.re_formula}`"
                   + (f"; variance components: `{self.vc_formula}`" if self.vc_formula else ""),
                   "- Level-1 variables are standardized (centered, divided by their SD; learning rate on "
                   "log10 scale): their coefficients are points per SD.",
@@ -310,8 +339,10 @@ class MultilevelResult:
             lines += ["", "### Factor effects per dataset (points)", "",
                       "| factor | level | dataset | estimate | SE | p |", "|---|---|---|---:|---:|---:|"]
             for r in self.dataset_effects.itertuples():
+                p_cell = (_p_cell(r.p) + (" †" if self.factor_p_basis else "")) if self.factor_tests \
+                    else "— (confounded)"
                 lines.append(f"| {r.factor} | {r.level} | {r.dataset} | {_fmt(r.estimate)} | "
-                             f"{_fmt(r.se, signed=False)} | {_p_cell(r.p)}{' †' if self.factor_p_basis else ''} |")
+                             f"{_fmt(r.se, signed=False)} | {p_cell} |")
         lines += ["", "### Random effects (variances, points²)", "", "| component | variance | SD |",
                   "|---|---:|---:|"]
         for k, v in self.random_effects.items():
@@ -608,6 +639,8 @@ def _decomposition(fit, model: _Model, slopes: Sequence[str], fe: pd.Series, v: 
     between = max(between, 0.0)
     total = between + v.seed + v.residual
     decomposition = {"between_groups": between / total, "seeds": v.seed / total, "residual": v.residual / total}
+    if model.grouping == "seed":  # no group variance was fitted: a 0% share would claim groups do not differ
+        del decomposition["between_groups"]
     var_fixed = float(np.var(np.asarray(fit.model.exog, dtype=float) @ fe.to_numpy()))
     grand = var_fixed + total
     return decomposition, {"marginal": var_fixed / grand, "conditional": (var_fixed + between + v.seed) / grand}

@@ -81,6 +81,28 @@ def analyse_runs(rows: pd.DataFrame, factors: Mapping[str, str], specification: 
     marked as that specification's, under :data:`PAPER000_CAVEAT`."""
     if specification not in SPECIFICATIONS:
         raise AnalysisError(f"specification must be one of {', '.join(SPECIFICATIONS)}, got {specification!r}")
+    result = _analyse(rows, factors, specification, **fit_options)
+    result.notes += _constant_score_notes(rows, fit_options.get("response", "test_score"))
+    return result
+
+
+def _constant_score_notes(rows: pd.DataFrame | Sequence[Mapping[str, Any]], response: str = "test_score") -> list[str]:
+    """One note per (variant, dataset) whose runs (two or more) all score the same: typically a model
+    that learned nothing (F1 0 on every seed). Both models assume the same run-to-run noise in every
+    variant, so such a variant's SE and p-value are borrowed from the other variants' spread."""
+    frame = pd.DataFrame(rows)
+    if not {"variant", "dataset", response} <= set(frame.columns):
+        return []
+    spread = frame.groupby(["variant", "dataset"])[response].agg(["nunique", "size", "first"])
+    return [f"{variant} scores {100 * float(row['first']):.2f} points on every one of its {int(row['size'])} runs of "
+            f"{dataset} (did fine-tuning learn anything?): the model assumes every variant's runs spread alike, so "
+            f"its comparisons with {variant} rest on the other variants' spread"
+            for (variant, dataset), row in spread.iterrows() if row["size"] > 1 and row["nunique"] == 1]
+
+
+def _analyse(rows: pd.DataFrame, factors: Mapping[str, str], specification: Specification,
+             **fit_options: Any) -> MultilevelResult:
+    """:func:`analyse_runs` without its notes on the data."""
     if specification == "checkpoints":
         try:
             return fit_checkpoint_model(rows, factors, **fit_options)
@@ -146,6 +168,7 @@ def fit_checkpoint_model(rows: pd.DataFrame | Sequence[Mapping[str, Any]], facto
             f"runs (set pretrain_seeds ≥ 2 in the ablation config)")
     if n_checkpoints < 3:
         raise AnalysisError(f"too few checkpoints for a multilevel model: {n_checkpoints}; need at least 3")
+    _check_runs(len(data), n_checkpoints, len(design.columns) + 1, 2 + len(vc_formula or {}))
 
     formula = design.formula()
     fit, fit_notes = fit_intercepts(formula, data, vc_formula, "the checkpoint model",
@@ -163,6 +186,19 @@ def fit_checkpoint_model(rows: pd.DataFrame | Sequence[Mapping[str, Any]], facto
                      n_checkpoints=n_checkpoints)
     result.zero_variance_levels = tuple(_LEVEL_NAMES[u] for u in pooled)
     return result
+
+
+def _check_runs(n_runs: int, n_checkpoints: int, n_fixed: int, n_variances: int) -> None:
+    """Enough runs to tell a checkpoint's luck from run noise, and for the parameters. With one
+    fine-tuning run per checkpoint statsmodels either fails with a bare 'Singular matrix' or splits the
+    variance between checkpoint and residual arbitrarily (equal halves), with SEs and p-values to match."""
+    if n_runs <= n_checkpoints:
+        raise AnalysisError(f"too few runs: {n_runs} fine-tuning runs of {n_checkpoints} checkpoints; a checkpoint's "
+                            f"luck cannot be told from run noise with one run per checkpoint: fine-tune each "
+                            f"checkpoint with several seeds (num_seeds) or on several datasets")
+    if n_fixed + n_variances >= n_runs:
+        raise AnalysisError(f"too few runs: {n_runs} fine-tuning runs for {n_fixed} fixed effects and {n_variances} "
+                            f"variance parameters")
 
 
 _LEVEL_NAMES = {"grp": "checkpoint", "cell": "checkpoint × dataset"}

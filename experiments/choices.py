@@ -12,8 +12,8 @@ from typing import Literal, Mapping, get_args
 
 from biomed_lm.pretrain.config import InitMode, MaskSchedule
 
-__all__ = ["Vocabulary", "Masking", "Adversarial", "Link", "InitMode", "MaskSchedule", "Factor", "FACTORS", "FACTOR_LEVELS",
-           "GENERAL", "Specification", "SPECIFICATIONS", "SeedEffect", "SEED_EFFECTS"]
+__all__ = ["Vocabulary", "Masking", "Adversarial", "Link", "InitMode", "MaskSchedule", "Factor", "FACTORS",
+           "FACTOR_LEVELS", "GENERAL", "Specification", "SPECIFICATIONS", "SeedEffect", "SEED_EFFECTS"]
 
 #: ``general``: bert-base-uncased's WordPiece; ``in-domain``: built on the ablation's corpus.
 Vocabulary = Literal["general", "in-domain"]

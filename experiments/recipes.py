@@ -192,7 +192,8 @@ def recipe_table() -> str:
         recipe = load_recipe(name)
         cost = projected_cost(recipe)
         rows.append(f"| `{name}` | {recipe.system['name']} ({recipe.system['paper']}) | "
-                    f"{' '.join(recipe.system['reproduces'].split())} | {' '.join(recipe.system['leaves_out'].split())} | "
+                    f"{' '.join(recipe.system['reproduces'].split())} | "
+                    f"{' '.join(recipe.system['leaves_out'].split())} | "
                     f"{cost.positions / 1e9:,.0f}B positions, {cost.flops / 1e18:,.0f} EFLOP | "
                     f"{cost.hours:,.0f} h ({cost.hours / 24:,.1f} days) at {cost.mfu:.1%} MFU |")
     return "\n".join(rows)

@@ -212,20 +212,43 @@ class RunsRead:
     """What reading the variants' fine-tuning runs found: per variant the complete run records the
     ablation's plan asks for (tagged with their pretraining run); the complete records it does not
     ask for (``stale``: an earlier configuration's, left on disk); the run.json files that could not
-    be read (``unreadable``: one message each, counted as not complete)."""
+    be read (``unreadable``: one message each, counted as not complete); with a plan, per variant
+    the runs it asks for per dataset (``planned``) and the run.json paths of those not complete
+    (``missing``: not run yet, running, failed or unreadable)."""
 
     records: dict[str, list[dict[str, Any]]]
     stale: list[Path] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
+    planned: dict[str, dict[str, int]] | None = None
+    missing: dict[str, list[Path]] = field(default_factory=dict)
 
     def notes(self, ablation: Ablation) -> list[str]:
-        """One line per unreadable file, one for the stale runs."""
+        """One line per unreadable file, one for the stale runs, one per variant with planned runs
+        not complete (a variant without any complete run has its own note in the table's)."""
         notes = [f"{message}; counted as not complete" for message in self.unreadable]
         if self.stale:
             notes.append(f"left out {_count(len(self.stale), 'complete fine-tuning run')} that the plan in "
                          f"{ablation.file} ('finetune') does not ask for (an earlier configuration's grid points, "
                          f"seeds or settings), e.g. {self.stale[0].parent.parent}")
+        for name, missing in self.missing.items():
+            if missing and self.records.get(name):
+                notes.append(_missing_note(name, missing, sum((self.planned or {}).get(name, {}).values())))
         return notes
+
+
+def _missing_note(variant: str, missing: list[Path], planned: int) -> str:
+    """``general: 1 of 3 planned fine-tuning runs not complete (1 failed), e.g. <folder>: <its error>``:
+    a failed run leaves error.txt (finetune.sweep) and no run.json, so the table's mean and std are
+    over fewer seeds than the plan asks for."""
+    failed = [path.parent for path in missing if (path.parent / "error.txt").is_file()]
+    example = failed[0] if failed else missing[0].parent
+    text = (f"{variant}: {len(missing)} of {planned} planned fine-tuning runs not complete "
+            f"({f'{len(failed)} failed' if failed else 'not run yet, running or unreadable'}), e.g. {example}")
+    if failed:
+        lines = [line.strip() for line in (example / "error.txt").read_text(encoding="utf-8", errors="replace")
+                 .splitlines() if line.strip()]
+        text += f": {lines[-1][:200]}" if lines else ""
+    return text
 
 
 def _planned_settings(ablation: Ablation, finetune_dir: Path) -> dict[Path, dict[str, Any]] | None:
@@ -304,9 +327,14 @@ def _records(ablation: Ablation, variant: Variant, runs: RunsRead) -> list[dict[
     checkpoints = variant.runs()
     out = []
     for checkpoint in checkpoints:
-        if checkpoint.finetune_dir is None or not checkpoint.finetune_dir.is_dir():
+        if checkpoint.finetune_dir is None:
             continue
         planned = _planned_settings(ablation, checkpoint.finetune_dir)
+        if planned is not None:
+            _count_planned(runs, variant.name, planned)
+        if not checkpoint.finetune_dir.is_dir():
+            runs.missing.setdefault(variant.name, []).extend(planned or {})
+            continue
         found = {}
         for path in sorted(checkpoint.finetune_dir.rglob(RUN_RECORD)):
             if (record := _read_record(path, runs)) is None:
@@ -315,6 +343,8 @@ def _records(ablation: Ablation, variant: Variant, runs: RunsRead) -> list[dict[
                 runs.stale.append(path)
                 continue
             found[path] = record
+        if planned is not None:
+            runs.missing.setdefault(variant.name, []).extend(path for path in planned if path not in found)
         if planned is None and found:
             label = variant.name + (f" run {checkpoint.run}" if len(checkpoints) > 1 else "")
             _check_unplanned(ablation, label, checkpoint.finetune_dir, found)
@@ -324,6 +354,16 @@ def _records(ablation: Ablation, variant: Variant, runs: RunsRead) -> list[dict[
                 record["model"] = variant.name
             out.append(record)
     return out
+
+
+def _count_planned(runs: RunsRead, variant: str, planned: Mapping[Path, Mapping[str, Any]]) -> None:
+    """Add a pretraining run's planned fine-tuning runs to the variant's count per dataset."""
+    if runs.planned is None:
+        runs.planned = {}
+    counts = runs.planned.setdefault(variant, {})
+    for settings in planned.values():
+        dataset = _dataset_id(str(settings["dataset"]))
+        counts[dataset] = counts.get(dataset, 0) + 1
 
 
 def read_runs(ablation: Ablation) -> RunsRead:
@@ -515,11 +555,16 @@ class ResultsTable:
                 f"{len(BLURB_DATASETS)} datasets.")
 
 
-def results_table(ablation: Ablation, records: Mapping[str, list[dict[str, Any]]] | None = None) -> ResultsTable:
+def results_table(ablation: Ablation, records: Mapping[str, list[dict[str, Any]]] | None = None,
+                  planned: Mapping[str, Mapping[str, int]] | None = None) -> ResultsTable:
     """Per variant, :func:`finetune.sweep.summarize` of its complete runs (``records``: the variants'
-    run records, when already read), as a :class:`ResultsTable` (``to_markdown()``, ``to_frame()``
-    for the CSV, ``selection_markdown()``)."""
-    records = _variant_records(ablation) if records is None else records
+    run records, when already read; ``planned``: the runs the plan asks for, variant -> dataset ->
+    count, :attr:`RunsRead.planned`), as a :class:`ResultsTable` (``to_markdown()``, ``to_frame()``
+    for the CSV, ``selection_markdown()``). A cell with fewer complete runs than planned (or, without
+    a plan, than another variant has) says "k of n runs complete"."""
+    if records is None:
+        runs = read_runs(ablation)
+        records, planned = runs.records, runs.planned
     from biomed_lm.finetune.blurb import BLURB_DATASETS
     from biomed_lm.finetune.sweep import summarize
 
@@ -530,23 +575,27 @@ def results_table(ablation: Ablation, records: Mapping[str, list[dict[str, Any]]
             d = _dataset_id(str(r["dataset"]))
             counts.setdefault(d, {}).setdefault(name, 0)
             counts[d][name] += 1
-    # A variant with fewer complete runs of a dataset than another variant is still running (or
-    # failed part of its sweep): summarize() flags its cell as incomplete.
-    expected = {d: max(c.values()) for d, c in counts.items()}
+    # A variant with fewer complete runs of a dataset than planned is still running or failed part of
+    # its sweep: summarize() flags its cell as incomplete. Without a plan, the most any variant has is
+    # the best guess (it misses runs that every variant lacks).
+    most = {d: max(c.values()) for d, c in counts.items()}
     summaries: dict[str, dict[str, Any] | None] = {}
     for name, recs in records.items():
         if not recs:
             summaries[name] = None
             notes.append(f"{name}: no complete fine-tuning run (looked below {ablation.variants[name].finetune_dir})")
             continue
+        expected = dict(planned[name]) if planned is not None and name in planned else most
         try:
             summaries[name] = summarize(recs, expected={d: n for d, n in expected.items()
                                                         if d in {_dataset_id(str(r['dataset'])) for r in recs}})
         except ValueError as err:
             raise AblationError(f"variant {name} ({ablation.variants[name].finetune_dir}): {err}") from None
     if any(s and any(e.get("incomplete") for e in s["datasets"].values()) for s in summaries.values()):
-        notes.append("'k of n runs complete': n is the most complete runs any variant has for that dataset; "
-                     "compare such cells with care.")
+        notes.append("'k of n runs complete': n is " + ("the runs the fine-tuning plan asks for"
+                                                        if planned is not None else
+                                                        "the most complete runs any variant has for that dataset")
+                     + "; the mean and std are over the complete ones: compare such cells with care.")
     order = {d: i for i, d in enumerate(ablation.datasets)}
     datasets = list(ablation.datasets) + sorted(
         (d for d in counts if d not in order),
@@ -609,6 +658,7 @@ def _loss_column(frame: pd.DataFrame) -> str | None:
 
 
 _RUN_STYLES = ("-", "--", ":", "-.")  # the line style of pretraining run 1, 2, ...
+_RUN_MARKERS = ("o", "s", "^", "D")  # the marker of pretraining run 1, 2, ... in the test score plot
 
 
 def plot_pretraining_loss(ablation: Ablation, path: Path) -> PlotResult:
@@ -687,8 +737,11 @@ def plot_test_scores(ablation: Ablation, rows: pd.DataFrame, table: ResultsTable
     selected = rows[_selected_mask(rows, table)]
     datasets = [d for d in table.datasets if d in set(selected["dataset"])]
     plt = _pyplot()
+    from matplotlib.lines import Line2D
+
     variants = list(ablation.variants)
     colors = _colors(variants)
+    runs = sorted(set(selected["checkpoint"]))  # the pretraining runs: one marker each, else they look like seeds
     ncols = min(3, len(datasets))
     nrows = math.ceil(len(datasets) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(max(4.5, 1.2 * len(variants) + 2.5) * ncols, 3.6 * nrows),
@@ -698,12 +751,14 @@ def plot_test_scores(ablation: Ablation, rows: pd.DataFrame, table: ResultsTable
         for ax, dataset in zip(axes.flat, datasets):
             sub = selected[selected["dataset"] == dataset]
             for x, v in enumerate(variants):
-                scores = sub.loc[sub["variant"] == v, "test_score"].to_numpy() * 100
+                mine = sub[sub["variant"] == v]
                 entry = table.cell(v, dataset)
-                if entry is None or not len(scores):
+                if entry is None or mine.empty:
                     continue
-                jitter = rng.uniform(-0.12, 0.12, len(scores))
-                ax.scatter(x + jitter, scores, color=colors[v], alpha=0.55, s=18, zorder=3)
+                for run, points in mine.groupby("checkpoint"):
+                    scores = points["test_score"].to_numpy() * 100
+                    ax.scatter(x + rng.uniform(-0.12, 0.12, len(scores)), scores, color=colors[v], alpha=0.55, s=18,
+                               zorder=3, marker=_RUN_MARKERS[(int(run) - 1) % len(_RUN_MARKERS)])
                 test = entry["test"]
                 ax.errorbar(x + 0.28, test["mean"] * 100, yerr=(test["std"] or 0) * 100, fmt="o",
                             color=colors[v], capsize=4, markersize=6, zorder=4)
@@ -716,8 +771,14 @@ def plot_test_scores(ablation: Ablation, rows: pd.DataFrame, table: ResultsTable
             ax.set_xlim(-0.5, len(variants) - 0.3)
         for ax in list(axes.flat)[len(datasets):]:
             ax.axis("off")
+        pooled = len(runs) > 1
+        if pooled:  # the shapes' legend, once, in the first panel
+            axes.flat[0].legend(handles=[Line2D([], [], color="grey", linestyle="", label=f"pretraining run {r}",
+                                                marker=_RUN_MARKERS[(int(r) - 1) % len(_RUN_MARKERS)]) for r in runs],
+                                fontsize="small")
         fig.suptitle(f"{ablation.name}: test score per seed at the selected grid point\n"
-                     f"(points: seeds; marker and bar: mean ± std)", fontsize="medium")
+                     f"(points: seeds{'; shape: pretraining run' if pooled else ''}; "
+                     f"marker and bar: mean ± std)", fontsize="medium")
         save_figure(fig, path)
     finally:
         plt.close(fig)
@@ -827,9 +888,10 @@ def _jsonable(value: Any) -> Any:
 
 # ------------------------------------------------------------------------------------ report
 
-def _pretrain_summary(variant: Variant) -> dict[str, Any]:
-    """Steps logged, final loss (mean of the last 5% of steps), tokens seen, summed step time."""
-    mpath = variant.metrics_path
+def _pretrain_summary(checkpoint: Checkpoint) -> dict[str, Any]:
+    """One pretraining run's steps logged, final loss (mean of the last 5% of steps), tokens seen,
+    summed step time."""
+    mpath = checkpoint.metrics_path
     if mpath is None or not mpath.is_file():
         return {}
     frame, _ = read_pretraining_metrics(mpath)
@@ -847,15 +909,36 @@ def _pretrain_summary(variant: Variant) -> dict[str, Any]:
     return out
 
 
+def _per_run(summaries: list[dict[str, Any]], key: str, show: Callable[[Any], str]) -> str:
+    """A variants-table cell: the pretraining runs' values of ``key`` joined by " / " ("—" for a run
+    without it); "—" alone when no run has it."""
+    if not any(key in s for s in summaries):
+        return "—"
+    return " / ".join(show(s[key]) if key in s else "—" for s in summaries)
+
+
 def _budget_lines(budget: Mapping[str, Any]) -> list[str]:
     if not budget:
         return ["- (ablation.json gives no budget)"]
     lines = [f"- {k.replace('_', ' ')}: {v:,}" if isinstance(v, int) and not isinstance(v, bool)
-             else f"- {k.replace('_', ' ')}: {v}" for k, v in budget.items() if v is not None]
+             else f"- {k.replace('_', ' ')}: {v}" for k, v in budget.items()
+             if v is not None and not (k == "phases" and isinstance(v, list))]
+    phases = budget.get("phases")
+    if isinstance(phases, list):  # one readable line per phase, not a Python list of dicts
+        lines += [f"- phase {i}: " + ", ".join(_setting_text(k, v) for k, v in phase.items() if v not in (None, []))
+                  if isinstance(phase, dict) else f"- phase {i}: {phase}" for i, phase in enumerate(phases, start=1)]
     steps, batch = budget.get("steps"), budget.get("global_batch_size")
     if "sequences" not in budget and isinstance(steps, int) and isinstance(batch, int):
         lines.append(f"- sequences (steps × global batch size): {steps * batch:,}")
     return lines
+
+
+def _setting_text(key: str, value: Any) -> str:
+    """``max steps 20``, ``extra args `--learning_rate 2e-4```."""
+    if isinstance(value, list):
+        return f"{key.replace('_', ' ')} `{' '.join(map(str, value))}`"
+    return f"{key.replace('_', ' ')} {value:,}" if isinstance(value, int) and not isinstance(value, bool) \
+        else f"{key.replace('_', ' ')} {value}"
 
 
 def _remove(path: Path) -> None:
@@ -880,7 +963,10 @@ def write_report(ablation_dir: str | os.PathLike, output_dir: str | os.PathLike 
     """
     ablation = load_ablation(ablation_dir)
     out = Path(output_dir) if output_dir is not None else ablation.dir / REPORT_DIR
-    (out / "plots").mkdir(parents=True, exist_ok=True)
+    try:
+        (out / "plots").mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # a file where the folder should be, no permission: say which, not a traceback
+        raise AblationError(f"cannot write the report to {out}: {err.filename}: {err.strerror}") from None
     # reading
     runs = read_runs(ablation)
     read_from = _read_elsewhere(ablation)
@@ -889,7 +975,7 @@ def write_report(ablation_dir: str | os.PathLike, output_dir: str | os.PathLike 
         log(f"warning: {line}")
     rows = collect_rows(ablation, runs.records)
     # summarizing and fitting
-    table = results_table(ablation, runs.records)
+    table = results_table(ablation, runs.records, runs.planned)
     _write_tables(out, rows, table)
     plots = _draw_plots(ablation, rows, table, out / "plots")
     analysis = run_analysis(ablation, rows, specification)
@@ -1010,20 +1096,30 @@ class _ReportPage:
 
     def _variants_section(self) -> list[str]:
         ablation = self.ablation
-        refs = ablation.reference_levels()
-        head = ["variant", *ablation.factors, "pretraining runs", "fine-tuning runs", "pretraining steps logged",
+        # a factor with one level among the variants is a column of identical cells: said once below instead
+        varying = [f for f in ablation.factors if len({v.factors[f] for v in ablation.variants.values()}) > 1]
+        constant = {f: next(iter(ablation.variants.values())).factors[f] for f in ablation.factors
+                    if f not in varying}
+        refs = {f: level for f, level in ablation.reference_levels().items() if f in varying}
+        head = ["variant", *varying, "pretraining runs", "fine-tuning runs", "pretraining steps logged",
                 "final loss", "pretraining time (sum of step times)"]
         lines = ["## Variants", "", "| " + " | ".join(_md(h) for h in head) + " |", "|" + "---|" * len(head)]
         for name, variant in ablation.variants.items():
-            pre = _pretrain_summary(variant)
+            # one value per pretraining run, "/"-separated: run 1's alone would stand for all of them
+            pre = [_pretrain_summary(c) for c in variant.runs()]
             cells = [name, *(variant.factors[f] + (" (ref)" if variant.factors[f] == refs.get(f) else "")
-                             for f in ablation.factors),
-                     str(len(variant.runs())), str(len(self.records[name])), str(pre.get("steps", "—")),
-                     f"{pre['final_loss']:.3f}" if "final_loss" in pre else "—",
-                     format_duration(pre["seconds"]) if "seconds" in pre else "—"]
+                             for f in varying),
+                     str(len(variant.runs())), str(len(self.records[name])),
+                     _per_run(pre, "steps", str), _per_run(pre, "final_loss", lambda x: f"{x:.3f}"),
+                     _per_run(pre, "seconds", format_duration)]
             lines.append("| " + " | ".join(_md(c) for c in cells) + " |")
-        return lines + ["", "Reference levels (the first listed for each factor): "
-                        + ", ".join(f"{f} = {lvl}" for f, lvl in refs.items()) + ".", ""]
+        several = any(len(v.runs()) > 1 for v in ablation.variants.values())
+        return lines + ["", *(["Pretraining columns: one value per pretraining run (run 1 / run 2 / ...).", ""]
+                              if several else []),
+                        *([("Reference levels (the first listed for each factor): "
+                            + ", ".join(f"{f} = {lvl}" for f, lvl in refs.items()) + "."), ""] if refs else []),
+                        *([("The same for every variant: "
+                            + ", ".join(f"{f} = {lvl}" for f, lvl in constant.items()) + "."), ""] if constant else [])]
 
     def _analysis_section(self) -> list[str]:
         result = self.analysis.result

@@ -261,6 +261,14 @@ def test_saturated_design_groups_by_seed_and_recovers_the_effect():
         "initialization[scratch]", "se"]
     assert any("random intercept is per seed" in n for n in result.notes)
     assert result.n_groups == 3 and result.variance_decomposition["seeds"] > 0.5
+    # QA: no group variance is fitted here, yet the decomposition gave groups 0.0% ("groups do not differ")
+    assert set(result.variance_decomposition) == {"seeds", "residual"}
+    assert sum(result.variance_decomposition.values()) == pytest.approx(1.0)
+    variance = next(s for s in result.reading() if s.startswith("Of the variance"))
+    assert "groups are not estimated" in variance and "groups 0.0%" not in variance
+    assert "| between_groups |" not in result.to_markdown()
+    assert "so the random intercept below is per fine-tuning seed, not per group" in result.to_markdown()
+    assert "- Random effects per seed: `~1`" in result.to_markdown()
 
 
 def test_single_run_per_seed_cell_folds_the_seed_into_the_residual():

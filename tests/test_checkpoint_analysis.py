@@ -13,6 +13,7 @@ import pytest
 from biomed_lm.experiments.calibration import AblationDesign, VarianceComponents, simulate_runs
 from biomed_lm.experiments.checkpoint_analysis import (CONFOUNDED_CAVEAT, PAPER000_CAVEAT, PAPER000_P_BASIS,
                                                        CheckpointsConfounded, analyse_runs, fit_checkpoint_model)
+from biomed_lm.experiments.design import AnalysisError
 
 TINY_VARIANTS = tuple({"vocabulary": v, "masking": m} for v, m in itertools.product(("general", "in-domain"),
                                                                                   ("token", "whole-word")))
@@ -58,6 +59,13 @@ def test_one_checkpoint_per_variant_is_confounded_and_said_so():
                                         for s in factor_sentences)
         assert "— (confounded)" in result.to_markdown()
         assert result.to_dict()["factor_tests"] is False
+        # QA: analysis.json still held the withheld p-values and CIs of the factors
+        coefficients = {c["term"]: c for c in result.to_dict()["coefficients"]}
+        for term in ("vocabulary[in-domain]", "masking[whole-word]"):
+            assert coefficients[term]["p"] is None and coefficients[term]["ci_low"] is None
+            assert coefficients[term]["ci_high"] is None and coefficients[term]["estimate"] is not None
+        assert coefficients["Intercept"]["p"] is not None
+        assert not result.coefficients[["p", "ci_low"]].isna().any().any()  # the fit's own table is whole
 
 
 def test_one_checkpoint_per_variant_too_few_for_the_fallback_says_the_confounding_first():
@@ -133,3 +141,33 @@ def test_paper000_model_says_its_groups_are_pretrained_models_by_dataset():
     assert "(variant, dataset)" not in text + " ".join(result.notes)
     ours = analyse_runs(rows, FACTORS, "checkpoints").to_markdown()
     assert f"{result.n_runs} runs of 8 checkpoints (4 variants) × 1 dataset, 3 fine-tuning seeds" in ours
+
+
+def test_one_fine_tuning_run_per_checkpoint_is_refused_in_words():
+    """QA: two pretraining runs per variant, each fine-tuned once (num_seeds: 1, one dataset): the report
+    said only 'the checkpoint model could not be fitted (LinAlgError: Singular matrix)'."""
+    rows = simulate_runs(_design(checkpoints=2, datasets=1, seeds=1, settings=((3e-5, 16),)), QUIET, effect=1.0,
+                         rng=np.random.default_rng(6))
+    assert len(rows) == 8
+    with pytest.raises(AnalysisError, match=r"too few runs: 8 fine-tuning runs of 8 checkpoints; .* one run per "
+                                            r"checkpoint: fine-tune each checkpoint with several seeds"):
+        analyse_runs(rows, FACTORS, "checkpoints")
+
+
+def test_a_variant_scoring_the_same_on_every_run_is_named_in_the_notes():
+    """QA: two scratch variants scored 0 on every run (fine-tuning learned nothing) and the fit read
+    'vocabulary = in-domain: +0.00 points (SE 2.00, p = 1.00)', an SE borrowed from the one variant that
+    varied, without a word about it."""
+    rng = np.random.default_rng(3)
+    variants = {"general_continual": ("general", "continual"), "general_scratch": ("general", "scratch"),
+                "in-domain_scratch": ("in-domain", "scratch")}
+    rows = [{"variant": v, "vocabulary": voc, "initialization": init, "checkpoint": run, "dataset": "ncbi-disease",
+             "seed": seed, "learning_rate": 2e-4, "batch_size": 16, "epochs": 4,
+             "test_score": 0.0 if init == "scratch" else 0.5 + 0.01 * run + rng.normal(0, 0.01)}
+            for v, (voc, init) in variants.items() for run in (1, 2) for seed in (1, 2, 3)]
+    result = analyse_runs(rows, {"vocabulary": "general", "initialization": "continual"}, "checkpoints")
+    notes = [n for n in result.notes if "on every one of its" in n]
+    assert notes == [f"{v} scores 0.00 points on every one of its 6 runs of ncbi-disease (did fine-tuning learn "
+                     f"anything?): the model assumes every variant's runs spread alike, so its comparisons with {v} "
+                     f"rest on the other variants' spread" for v in ("general_scratch", "in-domain_scratch")]
+    assert notes[0] in result.to_markdown()

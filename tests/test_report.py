@@ -143,7 +143,8 @@ def test_load_ablation_reads_the_plan_and_resolves_directories(ablation_dir):
     ("{not json", "not a readable JSON object"),
     ("[]", r"not a JSON object \(a JSON list"),
     ('{"factors": {"a": ["x"]}}', "field 'variants': expected a non-empty object"),
-    ('{"factors": {"a": ["x"]}, "variants": {"v": {"factors": {"a": "y"}}}}', "field 'variants.v.factors.a': level 'y'"),
+    ('{"factors": {"a": ["x"]}, "variants": {"v": {"factors": {"a": "y"}}}}',
+     "field 'variants.v.factors.a': level 'y'"),
     ('{"factors": {"a": ["x"], "b": ["z"]}, "variants": {"v": {"factors": {"a": "x"}}}}', "no level for factor"),
     ('{"factors": {"seed": ["x"]}, "variants": {"v": {"factors": {"seed": "x"}}}}', "field 'factors.seed'.*clashes"),
 ])
@@ -483,3 +484,12 @@ def test_launch_exits_2_on_a_bad_dir_and_0_on_a_good_one(ablation_dir, tmp_path,
     assert main(["--ablation_dir", str(ablation_dir), "--output_dir", str(tmp_path / "cli")]) == 0
     assert capsys.readouterr().out.strip() == str(tmp_path / "cli" / "report.md")
     assert (tmp_path / "cli" / "results.csv").is_file()
+
+
+def test_launch_exits_2_naming_an_output_dir_that_is_a_file(ablation_dir, tmp_path, capsys, monkeypatch):
+    """QA: --output_dir naming a file ended in a NotADirectoryError traceback (and exit 1)."""
+    main = _launch_main(monkeypatch)
+    (tmp_path / "taken").write_text("not a folder", encoding="utf-8")
+    assert main(["--ablation_dir", str(ablation_dir), "--output_dir", str(tmp_path / "taken")]) == 2
+    assert capsys.readouterr().err == (f"report: error: cannot write the report to {tmp_path / 'taken'}: "
+                                       f"{tmp_path / 'taken' / 'plots'}: Not a directory\n")

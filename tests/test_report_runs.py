@@ -230,3 +230,91 @@ def test_the_loss_plot_explains_its_line_styles_and_has_whole_steps(tmp_path, mo
     assert plot.path is not None and not plot.notes
     assert seen["legend"] == ["general", "in-domain", "pretraining run 1", "pretraining run 2"]
     assert seen["ticks"] and all(math.isclose(t, round(t)) for t in seen["ticks"])
+
+
+# ------------------------------------------------- every pretraining run in the variants table (QA finding 7)
+
+def test_the_variants_table_gives_each_pretraining_run_its_own_pretraining_values(tmp_path, monkeypatch):
+    """QA: with two pretraining runs per variant the table's steps, final loss and time were run 1's
+    alone, whatever run 2 logged (here 5 steps at loss 50, 100 s each)."""
+    root = build(tmp_path / "abl", runs=2, metrics_steps=10)
+    lines = [json.dumps({"step": s, "loss": 50.0, "step_seconds": 100.0}) for s in range(1, 6)]
+    (root / "variants" / "in-domain" / "pretrain-run2" / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    _no_plots(monkeypatch)
+    text = write_report(root).read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if line.startswith("| in-domain |"))
+    assert row.endswith("| 2 | 4 | 10 / 5 | 2.000 / 50.000 | — / 8.3 min |"), row
+    general = next(line for line in text.splitlines() if line.startswith("| general |"))
+    assert general.endswith("| 2 | 4 | 10 / 10 | 2.000 / 3.000 | — |"), general
+    assert "one value per pretraining run (run 1 / run 2 / ...)" in text
+
+
+# ------------------------------------------- planned runs that no variant finished (QA finding 8)
+
+def test_a_planned_run_missing_in_every_variant_is_flagged_and_named(tmp_path, capsys, monkeypatch):
+    """QA: the plan asks for 3 seeds; seed 3 failed in both variants (finetune.sweep leaves error.txt and
+    no run.json). The table showed two-seed means as if complete, with no note: 'n' was the most runs any
+    variant had, not the plan's."""
+    root = build(tmp_path / "abl", plan={**PLAN, "num_seeds": 3})
+    failed = {}
+    for name in VARIANTS:
+        failed[name] = root / "variants" / name / "finetune" / DATASET / "lr0.0005_bs16_ep3" / "seed3"
+        failed[name].mkdir(parents=True)
+        (failed[name] / "error.txt").write_text("Traceback ...\nRuntimeError: out of memory\n", encoding="utf-8")
+    _no_plots(monkeypatch)
+    text = write_report(root).read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if line.startswith(f"| {DATASET} |"))
+    assert row.count("(2 of 3 runs complete)") == 2, row
+    err = capsys.readouterr().err
+    for name in VARIANTS:
+        line = (f"{name}: 1 of 3 planned fine-tuning runs not complete (1 failed), e.g. {failed[name]}: "
+                f"RuntimeError: out of memory")
+        assert f"report: warning: {line}" in err and f"- {line}" in text
+    assert "n is the runs the fine-tuning plan asks for" in text
+    csv = pd.read_csv(root / "report" / "results.csv").set_index("dataset")
+    assert csv.loc[DATASET, "general_n"] == 2
+
+
+def test_the_test_score_plot_tells_the_pretraining_runs_apart(tmp_path, monkeypatch):
+    """QA: with two pretraining runs per variant the plot drew their seeds alike, titled 'points: seeds',
+    so one pretraining run's luck could not be seen; now each run has its shape, explained in a legend."""
+    from biomed_lm.experiments.report import collect_rows, plot_test_scores, results_table
+
+    seen = {}
+
+    def keep(fig, path):
+        ax = fig.axes[0]
+        seen["legend"] = [t.get_text() for t in ax.get_legend().get_texts()] if ax.get_legend() else []
+        seen["shapes"] = len({tuple(map(tuple, c.get_paths()[0].vertices.round(3))) for c in ax.collections
+                              if len(c.get_offsets()) == 2})
+        seen["title"] = fig._suptitle.get_text()
+
+    monkeypatch.setattr("biomed_lm.experiments.report.save_figure", keep)
+    for runs, legend, shapes in ((2, ["pretraining run 1", "pretraining run 2"], 2), (1, [], 1)):
+        ablation = load_ablation(build(tmp_path / f"abl{runs}", runs=runs))
+        rows = collect_rows(ablation)
+        plot_test_scores(ablation, rows, results_table(ablation), tmp_path / "scores.png")
+        assert seen["legend"] == legend and seen["shapes"] == shapes
+        assert ("shape: pretraining run" in seen["title"]) == (runs == 2)
+
+
+# ------------------------------------------------------ budget phases and constant factors (QA finding 9)
+
+def test_the_index_says_constant_factors_once_and_each_phase_in_words(tmp_path, monkeypatch):
+    """QA: the demo's report had a column per factor, four of seven holding 'off (ref)' in every row, and its
+    budget printed the phases as a Python list of dicts."""
+    root = build(tmp_path / "abl")
+    record = json.loads((root / "ablation.json").read_text(encoding="utf-8"))
+    record["factors"]["masking"] = ["whole-word"]
+    for variant in record["variants"].values():
+        variant["factors"]["masking"] = "whole-word"
+    record["budget"]["phases"] = [{"config": "configs/pretrain/demo.yaml", "max_steps": 20, "global_batch_size": 8,
+                                   "extra_args": ["--learning_rate", "2.0e-4"]}]
+    (root / "ablation.json").write_text(json.dumps(record), encoding="utf-8")
+    _no_plots(monkeypatch)
+    text = write_report(root).read_text(encoding="utf-8")
+    assert ("- phase 1: config configs/pretrain/demo.yaml, max steps 20, global batch size 8, extra args "
+            "`--learning_rate 2.0e-4`") in text and "[{" not in text
+    assert "| variant | vocabulary | pretraining runs |" in text and "whole-word (ref)" not in text
+    assert "\n\nThe same for every variant: masking = whole-word.\n" in text
+    assert "Reference levels (the first listed for each factor): vocabulary = general.\n" in text
