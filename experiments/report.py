@@ -703,7 +703,7 @@ def plot_pretraining_loss(ablation: Ablation, path: Path) -> PlotResult:
                         label=f"pretraining run {r}") for r in runs] if len(runs) > 1 else []
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         ax.set_xlabel("optimizer step")
-        ax.set_ylabel("training loss (MLM + NSP)")
+        ax.set_ylabel("training loss (MLM + the pair task's, if any)")  # NSP, SOP or DRP
         ax.set_title(f"{ablation.name}: pretraining loss (faint: per step; line: moving average)")
         ax.grid(alpha=0.3)
         handles, _ = ax.get_legend_handles_labels()

@@ -240,6 +240,10 @@ def load_checkpoint_config(init_checkpoint: str | Path, architecture: str = "ber
     tokenizer). Cheap (no weights are read), so a trainer can check e.g. the positions against its
     data before loading."""
     family = get_family(architecture)
+    if not init_checkpoint:  # Path("") is ".": the message would name the working directory, not the option
+        raise InitializationError(f"no init_checkpoint given: the continual modes start from a general-domain "
+                                  f"{family.title} checkpoint directory (--init-checkpoint DIR, with config.json, "
+                                  f"weights and the tokenizer)")
     path = Path(init_checkpoint)
     if not path.exists():
         raise InitializationError(f"init_checkpoint {path} does not exist")

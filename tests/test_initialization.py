@@ -128,6 +128,16 @@ def test_argument_errors(domain_tokenizer, tmp_path):
     assert INIT_MODES == ("scratch", "continual", "continual-new-vocab")
 
 
+@pytest.mark.parametrize("given", ["", None])
+def test_checkpoint_config_without_a_checkpoint_names_the_option(given, tmp_path, monkeypatch):
+    # The trainer reads the checkpoint's config before initialize_model: an empty --init-checkpoint
+    # was Path("") = ".", reported as "init_checkpoint . is not a BERT checkpoint directory".
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InitializationError, match=r"no init_checkpoint given: .*--init-checkpoint DIR") as caught:
+        load_checkpoint_config(given)
+    assert "checkpoint . " not in str(caught.value)
+
+
 def test_checkpoint_directory_errors(domain_tokenizer, tmp_path):
     missing = tmp_path / "nowhere"
     with pytest.raises(InitializationError, match=f"{re.escape(str(missing))} does not exist"):
