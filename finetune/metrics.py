@@ -347,11 +347,19 @@ def micro_f1_positive(gold_labels: Sequence, pred_labels: Sequence,
 def binary_f1(gold: Sequence, pred: Sequence, positive: Any) -> dict[str, Any]:
     """F1 of the ``positive`` class (BLURB's GAD metric), with its precision and recall.
 
-    ``positive`` is required and must occur in gold or pred: a label of the wrong type (``1``
-    for GAD's ``"1"`` as finetune.datasets loads it) would otherwise score 0 silently.
+    ``positive`` is required. Where it occurs in neither gold nor pred, a ValueError catches a label
+    of the wrong type (``1`` for GAD's ``"1"`` as finetune.datasets loads it) or spelling, which
+    would otherwise score 0 silently; but when every item is one label of the positive's type, that
+    label is the negative class and the split simply has no positive: F1 0, as the module's 0/0
+    convention says (scikit-learn's ``zero_division=0``), not an error in the middle of a run.
     """
     gold_list, pred_list = _paired(gold, pred)
-    _check_labels_occur([positive], gold_list, pred_list, "positive")
+    seen = set(gold_list) | set(pred_list)
+    # A lone label of the positive's type is read as the negative class: a split without positives
+    # is far likelier than one whose every item is a misspelt positive.
+    no_positive_anywhere = len(seen) == 1 and type(next(iter(seen))) is type(positive)
+    if not no_positive_anywhere:
+        _check_labels_occur([positive], gold_list, pred_list, "positive")
     counts = _prf(sum(g == p == positive for g, p in zip(gold_list, pred_list)),
                   pred_list.count(positive), gold_list.count(positive))
     return {"score": counts.pop("f1"), **counts, "positive": positive,

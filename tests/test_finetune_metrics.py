@@ -299,6 +299,20 @@ def test_binary_f1_gad_example():
         binary_f1(gold, pred, positive="1")                      # wrong type: caught
 
 
+def test_binary_f1_scores_a_split_without_any_positive_as_zero():
+    # A dev/test split with no gold positive, scored for a model that predicts none: F1 is 0 by the
+    # module's 0/0 convention (scikit-learn's zero_division=0), not an error that stops the run.
+    result = binary_f1(["0", "0", "0"], ["0", "0", "0"], positive="1")
+    assert (result["score"], result["n_gold"], result["n_pred"]) == (0.0, 0, 0)
+    assert result["score"] == sk_f1(["0"] * 3, ["0"] * 3, pos_label="1", labels=["0", "1"], zero_division=0)
+    # The guard against a misspelt positive still holds where the labels seen say so: another type,
+    # or two labels of which neither is the positive.
+    with pytest.raises(ValueError, match="positive label"):
+        binary_f1([0, 0], [0, 0], positive="0")
+    with pytest.raises(ValueError, match="positive label"):
+        binary_f1(["0", "1"], ["0", "0"], positive="yes")
+
+
 @PROPS
 @given(st.lists(st.tuples(st.sampled_from(["false", "A", "B", "C"]),
                           st.sampled_from(["false", "A", "B", "C"])), min_size=1, max_size=40))
