@@ -60,6 +60,7 @@ class PaddedBatch(_Movable):
     masked_positions: torch.Tensor
     masked_labels: torch.Tensor
     lengths: tuple[int, ...]  # each sequence's real tokens
+    mlm_denominator: torch.Tensor | None = None  # see VarlenBatch
 
     @property
     def num_sequences(self) -> int:
@@ -98,6 +99,9 @@ class VarlenBatch(_Movable):
     num_sequences: int
     padded_shape: tuple[int, int]
     padding: int = 0
+    # What the summed MLM loss is divided by: the trainer's share of the step's masked tokens over all its
+    # micro-batches and ranks (pretrain.trainer.mlm_denominator); None: this micro-batch's own masked tokens.
+    mlm_denominator: torch.Tensor | None = None
 
     @property
     def cls_positions(self) -> torch.Tensor:

@@ -330,7 +330,8 @@ class PretrainingModel(nn.Module):
         hidden = sequence_output.flatten(0, -2).index_select(0, batch.masked_positions)
         # An empty selection keeps the head in the graph, with zero gradients.
         mlm = masked_lm_loss(hidden, self.mlm_head, batch.masked_labels, implementation=self.mlm_loss)
-        mlm_loss, mlm_count, mlm_correct = mlm.loss_sum / mlm.count.clamp(min=1), mlm.count, mlm.correct
+        denominator = mlm.count.clamp(min=1) if batch.mlm_denominator is None else batch.mlm_denominator
+        mlm_loss, mlm_count, mlm_correct = mlm.loss_sum / denominator, mlm.count, mlm.correct
         pair_loss, pair_correct, pair_count = self._pair_loss(pooled_output, next_sentence_label, hidden.device)
         return PretrainingOutput(
             loss=mlm_loss + pair_loss, mlm_loss=mlm_loss.detach(), pair_loss=pair_loss.detach(),

@@ -60,7 +60,7 @@ from biomed_lm.pretrain.divergence import (UNHEALTHY_WEIGHTS, DivergenceGuard, S
                                            uniform_prediction_loss)
 from biomed_lm.pretrain.families import ModelFamily, family_of, get_family, resolve_pair_objective
 from biomed_lm.pretrain.flops import mfu, peak_flops, step_flops_from_counts
-from biomed_lm.pretrain.layout import Layout, PaddedBatch, VarlenBatch
+from biomed_lm.pretrain.layout import IGNORE_INDEX, Layout, PaddedBatch, VarlenBatch
 from biomed_lm.pretrain.metrics import MetricsLogger, cuda_allocator_counts
 from biomed_lm.pretrain.modeling import PretrainingModel, count_parameters, hf_attention
 from biomed_lm.pretrain.preemption import StopRequests, ignore_stop_signals, stop_workers
@@ -125,7 +125,8 @@ class MicroBatchStream(torch.utils.data.IterableDataset):
                 if k % workers == worker:
                     features = self.dataset[indices]
                     rows = [dict(zip(features, values)) for values in zip(*features.values())]
-                    generator = torch.Generator().manual_seed(micro_batch_seed(self.plan.seed, step, micro, self.plan.rank))
+                    generator = torch.Generator().manual_seed(
+                        micro_batch_seed(self.plan.seed, step, micro, self.plan.rank))
                     masked = self.collator(rows, generator=generator, mlm_probability=self.mask_rate(step))
                     prepared = self.layout(masked["input_ids"], masked["attention_mask"], masked["token_type_ids"],
                                            masked["labels"])
@@ -324,6 +325,10 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
     if lock is not None and lock.note:
         logger.message(lock.note)
     logger.message(f"model family {family.name} ({family.model_class}); {pair.describe()}")
+    if adversarial is not None and adversarial.adversarial:  # else only metrics.jsonl's adv_* columns say so
+        logger.message(f"adversarial training (ALUM) on: alpha {adversarial.adv_alpha:g}, "
+                       f"sigma {adversarial.adv_sigma:g}, step size {adversarial.adv_step_size:g}, epsilon {adversarial.adv_epsilon:g}, "
+                       f"{adversarial.adv_steps} ascent step(s) a micro-batch")
     _log_start(logger, selection, state, config_changes, init_report, train_args, run_dir)
     logger.message(execution.describe())
     logger.message(f"{count_parameters(hf_model) / 1e6:.1f}M parameters, {len(dataset):,} instances, global batch "
@@ -703,10 +708,15 @@ def _accumulate_step(run: Run, step: int) -> PendingStep:
     engine, accumulation = run.engine, run.train_args.gradient_accumulation_steps
     started, lr = time.perf_counter(), engine.get_lr()[0]  # the rate this step's update uses
     totals = StepTotals(run.device, extra=run.model.output_type.EXTRA_TOTALS)
-    for _ in range(accumulation - 1):
-        _forward_backward(run, step, totals)
-        engine.step()  # within the accumulation: DeepSpeed counts the micro-step, nothing is updated
-    _forward_backward(run, step, totals)
+    batches = [next(run.batches) for _ in range(accumulation)]
+    for batch in batches:
+        assert batch["step"] == step, "data stream out of step"
+        batch["prepared"] = batch["prepared"].to(run.device, non_blocking=True)
+    denominator = mlm_denominator([batch["prepared"] for batch in batches], run.world_size)
+    for micro, batch in enumerate(batches):
+        _forward_backward(run, batch, dataclasses.replace(batch["prepared"], mlm_denominator=denominator), totals)
+        if micro < accumulation - 1:
+            engine.step()  # within the accumulation: DeepSpeed counts the micro-step, nothing is updated
     pending_step = PendingStep(step + 1, totals, *_judge_on_device(run, totals), lr=lr, started=started)
     # The boundary: DeepSpeed steps the optimizer (a rejected step's update is vetoed here, all else
     # runs), zeroes the gradients and steps the learning-rate schedule.
@@ -721,18 +731,30 @@ def _accumulate_step(run: Run, step: int) -> PendingStep:
     return pending_step
 
 
-def _forward_backward(run: Run, step: int, totals: StepTotals) -> None:
-    """One micro-batch: forward, backward and its sums, kept on the device. A non-finite loss is
-    backpropagated like any other (its gradients are not finite, and the verdict skips the update);
-    its sums are left out, and it is counted."""
+def mlm_denominator(batches: list[PaddedBatch | VarlenBatch], world_size: int) -> torch.Tensor:
+    """What each micro-batch of a step divides its summed MLM loss by, so that the step's gradient is that
+    of the mean over the global batch's masked tokens — every micro-batch's and every rank's, as one large
+    batch would have it — and not a mean of per-micro-batch means, which weighs a masked token by how few
+    share its micro-batch. DeepSpeed scales each micro-batch's loss by 1 / accumulation and averages the
+    ranks' gradients, so the divisor is the global count over the micro-batches of all ranks. Counted and
+    summed over ranks on the device (``batches`` are there): nothing waits for it."""
+    import torch.distributed as dist
+
+    count = torch.stack([(batch.masked_labels != IGNORE_INDEX).sum() for batch in batches]).sum().float()
+    if world_size > 1:
+        dist.all_reduce(count)
+    return count.clamp(min=1) / (len(batches) * world_size)
+
+
+def _forward_backward(run: Run, batch: dict, prepared: PaddedBatch | VarlenBatch, totals: StepTotals) -> None:
+    """One micro-batch (``prepared``: its layout on the device): forward, backward and its sums, kept on the
+    device. A non-finite loss is backpropagated like any other (its gradients are not finite, and the
+    verdict skips the update); its sums are left out, and it is counted."""
     engine, accumulation = run.engine, run.train_args.gradient_accumulation_steps
-    batch = next(run.batches)
-    assert batch["step"] == step, "data stream out of step"
-    prepared = batch["prepared"]
     totals.add(mask_rate=batch["mlm_probability"] / accumulation, **_shape_counts(prepared))
     labels = batch["next_sentence_label"]
     run.model.begin_micro_batch(accumulating=accumulation > 1)  # under CUDA graphs: a new generation
-    out = engine(prepared=prepared.to(run.device, non_blocking=True),
+    out = engine(prepared=prepared,
                  next_sentence_label=labels.to(run.device, non_blocking=True) if labels is not None else None)
     engine.backward(out.loss)
     finite = torch.isfinite(out.loss.detach())

@@ -297,3 +297,54 @@ def test_one_rank_skips_deepspeeds_all_reduce_and_accumulates_in_the_gradient_bu
     from tests.conftest import run_single_rank_deepspeed
 
     assert run_single_rank_deepspeed(ONE_RANK_ENGINE) == {"allreduce": False, "in_buffer": True, "same": True}
+
+
+GLOBAL_MEAN_ENGINE = """
+import dataclasses, json, torch
+from biomed_lm.pretrain.config import TrainArguments
+from biomed_lm.pretrain.modeling import PretrainingModel
+from biomed_lm.pretrain.trainer import _build_engine, mlm_denominator
+from tests.test_unpadded import masked_batch, tiny_bert
+
+KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels", "next_sentence_label")
+whole = masked_batch([120, 9, 64, 12, 10, 8], whole_word=True, seed=3)  # the global batch, masked once
+micro = [{key: whole[key][rows] for key in KEYS} for rows in (slice(0, 3), slice(3, 6))]
+torch.manual_seed(0)
+reference = PretrainingModel(tiny_bert(), attention="sdpa_padded")
+model = PretrainingModel(tiny_bert(), attention="sdpa_padded")
+model.load_state_dict(reference.state_dict())
+old = PretrainingModel(tiny_bert(), attention="sdpa_padded")
+old.load_state_dict(reference.state_dict())
+for m in (reference, model, old):
+    m.eval()  # no dropout: the gradients are compared exactly
+reference(**whole).loss.backward()  # one large batch: the mean over its masked tokens
+engine, _, _ = _build_engine(model, TrainArguments(max_steps=2, micro_batch_size=3, gradient_accumulation_steps=2),
+                             1, torch.device("cpu"))
+prepared = [model.prepare(*(batch[key] for key in KEYS[:4])) for batch in micro]
+denominator = mlm_denominator(prepared, world_size=1)
+for batch, layout in zip(micro, prepared):  # as the trainer's step runs them
+    layout = dataclasses.replace(layout, mlm_denominator=denominator)
+    engine.backward(engine(prepared=layout, next_sentence_label=batch["next_sentence_label"]).loss)
+    if batch is micro[0]:
+        engine.step()  # within the accumulation: nothing is updated
+for batch in micro:  # before: each micro-batch's own mean, averaged
+    (old(**batch).loss / 2).backward()
+grads = dict(reference.named_parameters())
+olds = dict(old.named_parameters())
+print("RESULT " + json.dumps({
+    "masked": [int((batch["labels"] != -100).sum()) for batch in micro],
+    "gap": max((p.grad - grads[name].grad).abs().max().item() for name, p in model.named_parameters()),
+    "mean_of_means_gap": max((p.grad - grads[name].grad).abs().max().item() for name, p in olds.items())}))
+"""
+
+
+def test_an_accumulated_step_trains_on_the_mean_over_the_global_batchs_masked_tokens():
+    """The MLM loss of a step is the mean over all its masked tokens, as one large batch of the same sequences
+    gives it: two micro-batches of unequal masked counts, accumulated through the DeepSpeed engine (which
+    scales each by 1/2) with pretrain.trainer.mlm_denominator, give that batch's gradient within 1e-5 (fp32).
+    Before, each micro-batch divided by its own count: a mean of means, off by far more."""
+    from tests.conftest import run_single_rank_deepspeed
+
+    result = run_single_rank_deepspeed(GLOBAL_MEAN_ENGINE)
+    assert result["masked"][0] > 2 * result["masked"][1]
+    assert result["gap"] < 1e-5 and result["mean_of_means_gap"] > 100 * max(result["gap"], 1e-7), result

@@ -242,6 +242,7 @@ def test_two_ranks_through_the_deepspeed_launcher(adversarial, pretraining_input
     assert record["step"] == 4 and math.isfinite(record["loss"])
     if adversarial:  # ALUM under DeepSpeed with gradient accumulation, on two gloo ranks
         assert record["adv_symmetric_kl"] > 0 and record["adv_fallbacks"] == 0
+        assert "adversarial training (ALUM) on: alpha 10, sigma 1e-05" in result.stdout + result.stderr
     assert (out / "model" / "model.safetensors").is_file()
     # Global batch: 2 ranks × 8 × 2 accumulation steps, so twice a single rank's tokens per step.
     assert "global batch 32 (2 rank(s) × 8 × 2)" in result.stdout + result.stderr
