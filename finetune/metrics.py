@@ -38,7 +38,7 @@ numbers would not (81.95 instead of PubMedBERT's 81.16).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Set
+from collections.abc import Collection, Iterable, Set
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping, NamedTuple, Sequence, get_args
 
@@ -315,7 +315,7 @@ def pico_token_macro_f1(gold: Any, pred: Any, elements: Sequence[str] = ("PAR", 
 
 
 def micro_f1_positive(gold_labels: Sequence, pred_labels: Sequence,
-                      negative_labels: Any) -> dict[str, Any]:
+                      negative_labels: Any, label_set: Collection | None = None) -> dict[str, Any]:
     """Micro F1 over the positive classes (BLURB's ChemProt and DDI metric).
 
     Every label not in ``negative_labels`` is positive. precision = correct positive predictions
@@ -325,14 +325,20 @@ def micro_f1_positive(gold_labels: Sequence, pred_labels: Sequence,
     5, 6, 9, negative "false" (spelled ``"False"`` by finetune.datasets); DDI: the four
     interaction types, negative ``"DDI-false"``. ``negative_labels`` is one label or a
     collection; at least one of them must occur in gold or pred (a ValueError otherwise catches
-    ``"false"`` passed for ``"False"``).
+    ``"false"`` passed for ``"False"``) — or, where the dataset's ``label_set`` is given (as the
+    relation adapter gives it), be in that set: a split without a negative example then scores as
+    scikit-learn scores it, not as an error.
     """
     gold, pred = _paired(gold_labels, pred_labels)
     negatives = set(negative_labels) if isinstance(negative_labels, Iterable) \
         and not isinstance(negative_labels, (str, bytes)) else {negative_labels}
     if not negatives:
         raise InputError("negative_labels is empty; use accuracy for micro F1 over all classes")
-    _check_labels_occur(negatives, gold, pred, "negative")
+    if label_set is None:
+        _check_labels_occur(negatives, gold, pred, "negative")
+    elif not negatives <= set(label_set):
+        raise InputError(f"negative label(s) {sorted(negatives - set(label_set), key=repr)} are not among the "
+                         f"dataset's labels {sorted(label_set, key=repr)}")
     positives = sorted({label for label in gold + pred if label not in negatives}, key=repr)
     per_class = {}
     for label in positives:

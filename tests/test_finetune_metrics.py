@@ -286,6 +286,19 @@ def test_micro_f1_positive_ddi_and_edge_cases():
         pytest.approx(2 / 3)   # pred positives {0}, gold positives {0, 2}: 2*1/(1+2)
 
 
+def test_micro_f1_positive_with_the_label_set_scores_a_split_without_a_negative():
+    """A split whose gold and predictions hold no negative raised (the negative could be misspelt); with the
+    dataset's labels, as the relation adapter passes them, it scores as scikit-learn does, and a misspelt
+    negative is still refused."""
+    labels = ["CPR:3", "CPR:4", "False"]
+    assert micro_f1_positive(["CPR:3"], ["CPR:4"], "False", label_set=labels)["score"] == 0.0 == \
+        sk_f1(["CPR:3"], ["CPR:4"], average="micro", labels=["CPR:3", "CPR:4"], zero_division=0)
+    assert micro_f1_positive(["CPR:3", "CPR:4"], ["CPR:3", "CPR:3"], "False", label_set=labels)["score"] == \
+        pytest.approx(sk_f1(["CPR:3", "CPR:4"], ["CPR:3", "CPR:3"], average="micro", labels=["CPR:3", "CPR:4"]))
+    with pytest.raises(ValueError, match=r"negative label\(s\) \['false'\] are not among the dataset's labels"):
+        micro_f1_positive(["CPR:3"], ["CPR:4"], "false", label_set=labels)
+
+
 def test_binary_f1_gad_example():
     gold = [1, 1, 0, 0, 1]
     pred = [1, 0, 1, 1, 1]

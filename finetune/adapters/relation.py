@@ -125,4 +125,4 @@ class RelationAdapter(TaskAdapter):
             return {}
         if self.dataset.metric == F1_POSITIVE:
             return {"positive": next(label for label in self.labels if label != negative)}
-        return {"negative_labels": negative}
+        return {"negative_labels": negative, "label_set": list(self.labels)}
