@@ -325,10 +325,8 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
     if lock is not None and lock.note:
         logger.message(lock.note)
     logger.message(f"model family {family.name} ({family.model_class}); {pair.describe()}")
-    if adversarial is not None and adversarial.adversarial:  # else only metrics.jsonl's adv_* columns say so
-        logger.message(f"adversarial training (ALUM) on: alpha {adversarial.adv_alpha:g}, "
-                       f"sigma {adversarial.adv_sigma:g}, step size {adversarial.adv_step_size:g}, epsilon {adversarial.adv_epsilon:g}, "
-                       f"{adversarial.adv_steps} ascent step(s) a micro-batch")
+    if adversarial is not None and adversarial.adversarial:
+        logger.message(adversarial.describe())
     _log_start(logger, selection, state, config_changes, init_report, train_args, run_dir)
     logger.message(execution.describe())
     logger.message(f"{count_parameters(hf_model) / 1e6:.1f}M parameters, {len(dataset):,} instances, global batch "
