@@ -54,12 +54,13 @@ from biomed_lm.resources import resolve_path
 from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
 
 __all__ = ["RunOptions", "FinetuneArgs", "RunResult", "run_finetune", "load_dataset_for", "word_windows",
-           "is_complete_run", "train_epoch", "finetune_ds_config", "RUN_RECORD", "QA_MAX_LENGTH"]
+           "is_complete_run", "train_epoch", "finetune_ds_config", "RUN_RECORD", "QA_MAX_LENGTH",
+           "predictions_file"]
 
 RUN_RECORD = "run.json"
 MAX_GRAD_NORM = 1.0
 # Settings that do not change the result; a finished run with other values of these is still the same run.
-_NOT_RESULT_SETTINGS = ("num_workers", "output_dir", "data_dir", "local_rank")
+_NOT_RESULT_SETTINGS = ("num_workers", "output_dir", "data_dir", "local_rank", "save_predictions")
 # What a record written before a setting existed was run with, where that is not today's default.
 _BEFORE_RECORDED = {"ner_f1_mode": "strict", "group_by_length": False}
 
@@ -104,6 +105,10 @@ class RunOptions:
                 "batches, each sorted by length (transformers' LengthGroupedSampler; on NCBI-disease 5%% of "
                 "the padded positions are padding, against 56%% in uniformly shuffled batches). false: "
                 "uniformly shuffled batches"})
+    save_predictions: bool = field(default=True, metadata={
+        "help": "write the test predictions (and those of the dev epoch kept) next to run.json, one JSON line "
+                "per example (predictions_test.jsonl, predictions_dev.jsonl); false: none, for sweeps where "
+                "disk matters"})
     num_workers: int = field(default=0, metadata={"help": "DataLoader worker processes", "min": 0})
     deepspeed: bool = field(default=False, metadata={
         "help": "train through DeepSpeed (launch with `deepspeed launch/finetune.py ...`); its config is "
@@ -242,8 +247,15 @@ def _gold(task: TaskAdapter, examples: Sequence) -> list:
 
 
 def _evaluate(model, task: TaskAdapter, examples, features, args, metric: str, device) -> dict[str, Any]:
+    """The metric's result alone (benchmarks/bench_finetune.py scores this way)."""
+    return _evaluated(model, task, examples, features, args, metric, device)[0]
+
+
+def _evaluated(model, task: TaskAdapter, examples, features, args, metric: str, device) -> tuple[dict[str, Any], list]:
+    """The metric's result and the predictions it scored (one per example, as the metric takes them)."""
     predictions = _predict(model, task, examples, features, args.batch_size, device)
-    return _jsonable(compute_metric(metric, _gold(task, examples), predictions, **task.metric_kwargs()))
+    scores = compute_metric(metric, _gold(task, examples), predictions, **task.metric_kwargs())
+    return _jsonable(scores), predictions
 
 
 def _jsonable(value: Any) -> Any:
@@ -324,6 +336,21 @@ def _write_json(path: Path, record: dict) -> None:
     that a resumed sweep would read as finished."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(record, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def predictions_file(split: str) -> str:
+    """The name of a split's predictions file in a run's directory (``predictions_test.jsonl``)."""
+    return f"predictions_{split}.jsonl"
+
+
+def _write_jsonl(path: Path, rows: Sequence[dict]) -> None:
+    """One JSON object a line, through a temporary file and rename as :func:`_write_json`: a file named in
+    ``run.json`` is always whole."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as out:
+        for row in rows:
+            out.write(json.dumps(_jsonable(row), ensure_ascii=False) + "\n")
     os.replace(tmp, path)
 
 
@@ -491,6 +518,7 @@ class _Selection:
     best_epoch: int = 0
     best_score: float = -math.inf
     best_dev: dict[str, Any] = field(default_factory=dict)
+    best_dev_predictions: list = field(default_factory=list)  # computed for selection anyway: kept for the file
     train_time_s: float = 0.0
 
 
@@ -501,7 +529,17 @@ def _finished_run(args: FinetuneArgs, record_path: Path, data_files: Mapping[str
     if record is None:
         return None
     log(f"skipping: {record_path} is complete (test {record['test']['score']:.4f})")
+    if args.save_predictions and not _has_predictions(record, record_path.parent):
+        # Still finished: the weights are not kept, so the predictions could only come from training again.
+        log(f"note: {record_path} has no {predictions_file(TEST)} (recorded before runs wrote one, with "
+            f"save_predictions false, or the file was removed); delete {record_path} to run again and write it")
     return RunResult(record, True, record_path)
+
+
+def _has_predictions(record: Mapping[str, Any], directory: Path) -> bool:
+    """Whether a record names its test predictions file and the file is there."""
+    named = (record.get("predictions") or {}).get(TEST) or {}
+    return bool(named.get("file")) and (directory / named["file"]).is_file()
 
 
 def finished_record(args: FinetuneArgs, record_path: Path, data_files: Mapping[str, str]) -> dict | None:
@@ -638,12 +676,14 @@ def _train_and_select(args: FinetuneArgs, data: _Data, run: _Training, log) -> _
         started = time.perf_counter()
         losses = train_epoch(run.stepper, run.loader, data.task, device, progress, epoch)
         selection.train_time_s += time.perf_counter() - started
-        dev = _evaluate(run.model, data.task, data.examples[DEV], data.features[DEV], args, metric, device)
+        dev, dev_predictions = _evaluated(run.model, data.task, data.examples[DEV], data.features[DEV], args, metric,
+                                          device)
         selection.epochs.append({"epoch": epoch, "train_loss": float(np.mean(losses)) if losses else None,
                                  "dev_score": dev["score"]})
         log(f"epoch {epoch}: train loss {selection.epochs[-1]['train_loss']:.4f}, dev {metric} {dev['score']:.4f}")
         if dev["score"] > selection.best_score or best_state is None:  # model selection on dev
             selection.best_score, selection.best_epoch, selection.best_dev = dev["score"], epoch, dev
+            selection.best_dev_predictions = dev_predictions
             best_state = copy.deepcopy({k: v.detach().cpu() for k, v in run.model.state_dict().items()})
     progress.close()
     run.model.load_state_dict(best_state)
@@ -672,11 +712,43 @@ def _run_record(args: FinetuneArgs, data: _Data, run: _Training, selection: _Sel
         "dataset_notes": list(dataset.notes), "dataset_warnings": list(dataset.warnings),
         "dev_per_epoch": selection.epochs, "best_epoch": selection.best_epoch,
         "best_dev_score": selection.best_score, "best_dev": selection.best_dev,
-        "test_score": test["score"], "test": test, "total_steps": run.total_steps,
+        "test_score": test["score"], "test": test, "predictions": None, "total_steps": run.total_steps,
         "wall_time_s": round(time.time() - started, 3), "train_time_s": round(selection.train_time_s, 3),
         "device": str(device), "world_size": run.distributed.world_size, "deepspeed": args.deepspeed,
         "memory": _peak_memory(device, rss_scope), "versions": _versions(),
     }
+
+
+def _prediction_rows(args: FinetuneArgs, data: _Data, predicted: Mapping[str, list]) -> dict[str, list[dict]]:
+    """Per split, the rows of its predictions file (the task adapter shapes them); none when not saved."""
+    if not args.save_predictions:
+        return {}
+    task = data.task
+    return {split: task.prediction_rows(data.examples[split], task.gold(data.examples[split]), predictions)
+            for split, predictions in predicted.items()}
+
+
+def _predictions_entry(data: _Data, selection: _Selection, files: Mapping[str, list]) -> dict[str, Any] | None:
+    """``run.json``'s ``predictions``: each file with its line count, and the metric's arguments, so a
+    score can be recomputed from a file alone (``compute_metric(metric, golds, predictions, **metric_kwargs)``)."""
+    if not files:
+        return None
+    entry: dict[str, Any] = {split: {"file": predictions_file(split), "lines": len(rows)}
+                             for split, rows in files.items()}
+    if DEV in entry:
+        entry[DEV]["epoch"] = selection.best_epoch
+    return {**entry, "metric": data.dataset.metric, "metric_kwargs": _jsonable(data.task.metric_kwargs())}
+
+
+def _write_predictions(directory: Path, files: Mapping[str, list]) -> None:
+    """Write each split's predictions file; with none to write, remove one an earlier run left here, which
+    the new record would not name and which would not be its predictions."""
+    for split in (TEST, DEV):
+        path = directory / predictions_file(split)
+        if split in files:
+            _write_jsonl(path, files[split])
+        else:
+            path.unlink(missing_ok=True)
 
 
 def run_finetune(args: FinetuneArgs, log=print, data_files: Mapping[str, str] | None = None) -> RunResult:
@@ -712,12 +784,15 @@ def _run_finetune(args: FinetuneArgs, distributed: DistributedContext, log,
     log(f"{data.dataset.name} ({data.dataset.task_type}): {len(data.examples[TRAIN])} train / "
         f"{len(data.examples[DEV])} dev / {len(data.examples[TEST])} test examples, {run.total_steps} steps")
     selection = _train_and_select(args, data, run, log)
-    test = _evaluate(run.model, data.task, data.examples[TEST], data.features[TEST], args, data.dataset.metric,
-                     run.distributed.device)
+    test, test_predictions = _evaluated(run.model, data.task, data.examples[TEST], data.features[TEST], args,
+                                        data.dataset.metric, run.distributed.device)
     log(f"test {data.dataset.metric} (epoch {selection.best_epoch}): {test['score']:.4f}")
     record = {**_run_record(args, data, run, selection, test, started, rss_scope), "data_files": data_files}
+    files = _prediction_rows(args, data, {TEST: test_predictions, DEV: selection.best_dev_predictions})
+    record["predictions"] = _predictions_entry(data, selection, files)
     if run.distributed.rank == 0:
         record_path.parent.mkdir(parents=True, exist_ok=True)
+        _write_predictions(record_path.parent, files)  # before run.json: a record never names a missing file
         _write_json(record_path, _jsonable(record))
     _barrier(run.distributed)
     return RunResult(record, False, record_path)

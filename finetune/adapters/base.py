@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from biomed_lm.finetune.readers.examples import BlurbDataset
     from biomed_lm.finetune.trainer import FinetuneArgs
 
-__all__ = ["TaskAdapter", "pad_sequences"]
+__all__ = ["TaskAdapter", "pad_sequences", "label_list"]
 
 
 class TaskAdapter(ABC):
@@ -107,6 +107,26 @@ class TaskAdapter(ABC):
     def metric_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of the dataset's metric (:func:`finetune.metrics.compute_metric`)."""
         return {}
+
+    # ------------------------------------------------------------------- predictions file
+
+    def prediction_rows(self, examples: Sequence, gold: Sequence, predicted: Sequence) -> list[dict]:
+        """One JSON-ready dict per example (``predictions_<split>.jsonl``), in the examples' order: ``gold``
+        and ``predicted`` as :meth:`gold` and :meth:`predictions` give them to the metric, so the score
+        can be recomputed from the file, with what a reader needs to see the error."""
+        if not len(examples) == len(gold) == len(predicted):
+            raise RuntimeError(f"{len(examples)} examples, {len(gold)} gold values, {len(predicted)} predictions")
+        return [self.prediction_row(i, *row) for i, row in enumerate(zip(examples, gold, predicted))]
+
+    def prediction_row(self, index: int, example, gold: Any, predicted: Any) -> dict[str, Any]:
+        """One example's row: its index in the split as run, its id (the dataset's, or the reader's
+        file-and-line name where the file has none), gold and prediction; families add their context."""
+        return {"index": index, "id": example.id, "gold": gold, "predicted": predicted}
+
+
+def label_list(labels) -> list[str]:
+    """A set of labels as a sorted list: JSON has no sets, and a fixed order makes files comparable."""
+    return sorted(labels)
 
 
 def pad_sequences(features: Sequence[dict], pad_id: int, label_dtype: torch.dtype) -> dict[str, torch.Tensor]:

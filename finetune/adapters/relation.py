@@ -112,6 +112,10 @@ class RelationAdapter(TaskAdapter):
         return [self.dataset.negative_label if feature.get("scored_as_negative") else label
                 for feature, label in zip(features, predicted)]
 
+    def prediction_row(self, index: int, example, gold: Any, predicted: Any) -> dict[str, Any]:
+        # the sentence as the file gives it (dummified or plain); the model's own input may carry markers
+        return {"index": index, "id": example.id, "sentence": example.text, "gold": gold, "predicted": predicted}
+
     def collate(self, features: Sequence[dict]) -> dict[str, torch.Tensor]:
         return collate_relation_features(features, self.pad_id)
 

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from biomed_lm.finetune.adapters.base import TaskAdapter, pad_sequences
+from biomed_lm.finetune.adapters.base import TaskAdapter, label_list, pad_sequences
 from biomed_lm.finetune.blurb import CLASSIFICATION, QA, SIMILARITY
 from biomed_lm.finetune.modeling import SequenceClassificationModel
 
@@ -47,6 +47,10 @@ class SimilarityAdapter(TaskAdapter):
     def gold(self, examples: Sequence) -> list:
         return [e.score for e in examples]
 
+    def prediction_row(self, index: int, example, gold: Any, predicted: Any) -> dict[str, Any]:
+        return {"index": index, "id": example.id, "text_a": example.text_a, "text_b": example.text_b,
+                "gold": gold, "predicted": predicted}
+
 
 class DocumentClassificationAdapter(TaskAdapter):
     family = CLASSIFICATION
@@ -70,6 +74,10 @@ class DocumentClassificationAdapter(TaskAdapter):
     def metric_kwargs(self) -> dict[str, Any]:
         return {"labels": list(self.labels)}
 
+    def prediction_row(self, index: int, example, gold: Any, predicted: Any) -> dict[str, Any]:
+        # the id (a PMID for HoC) finds the abstract; the text itself would make the file a copy of the test set
+        return {"index": index, "id": example.id, "gold": label_list(gold), "predicted": label_list(predicted)}
+
 
 class QAAdapter(TaskAdapter):
     family = QA
@@ -84,3 +92,7 @@ class QAAdapter(TaskAdapter):
 
     def build_head(self, encoder: nn.Module) -> nn.Module:
         return SequenceClassificationModel(encoder, len(self.labels), "single_label", "cls", self.args.dropout)
+
+    def prediction_row(self, index: int, example, gold: Any, predicted: Any) -> dict[str, Any]:
+        # the question, not the context (an abstract per line would make the file a copy of the test set)
+        return {"index": index, "id": example.id, "question": example.question, "gold": gold, "predicted": predicted}

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from biomed_lm.errors import InputError
-from biomed_lm.finetune.adapters.base import TaskAdapter
+from biomed_lm.finetune.adapters.base import TaskAdapter, label_list
 from biomed_lm.finetune.blurb import NER, PICO
 from biomed_lm.finetune.modeling import IGNORE_INDEX, MultiTokenTaggingModel, TokenTaggingModel
 from biomed_lm.finetune.tagging import convert_tags, split_tag, tag_labels
@@ -194,6 +194,10 @@ class TokenTaggingAdapter(_WordTaggingAdapter):
     def metric_kwargs(self) -> dict[str, Any]:
         return {"scheme": self.args.tagging_scheme, "mode": self.args.ner_f1_mode}
 
+    def prediction_row(self, index: int, example, gold: Any, predicted: Any) -> dict[str, Any]:
+        # tags in the run's tagging scheme, as the metric scores them (a BIO file's own tags in a BIO run)
+        return {"index": index, "id": example.id, "words": list(example.tokens), "gold": gold, "predicted": predicted}
+
 
 class PicoAdapter(_WordTaggingAdapter):
     """EBM PICO: per word the set of its PIO elements, one sigmoid per element (multi-label, so the
@@ -221,3 +225,7 @@ class PicoAdapter(_WordTaggingAdapter):
 
     def metric_kwargs(self) -> dict[str, Any]:
         return {"elements": self.labels}
+
+    def prediction_row(self, index: int, example, gold: Any, predicted: Any) -> dict[str, Any]:
+        return {"index": index, "id": example.id, "words": list(example.tokens),
+                "gold": [label_list(word) for word in gold], "predicted": [label_list(word) for word in predicted]}

@@ -1,0 +1,141 @@
+"""Each run writes its per-example predictions next to ``run.json`` (``predictions_test.jsonl``, and the
+kept dev epoch's ``predictions_dev.jsonl``), named in the record's ``predictions`` field.
+
+The checks: one line per example in the split's order, and the metric recomputed from the file alone
+(with :mod:`finetune.metrics` and the record's ``metric_kwargs``) gives exactly the recorded score; the
+option off writes no file; a finished run recorded without predictions is still skipped as finished.
+Tiny random BERT (the ``tiny_bert`` fixture), a slice of the committed NCBI-disease files, a few
+seconds per run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from biomed_lm.finetune.metrics import compute_metric  # noqa: E402
+from biomed_lm.finetune.trainer import RUN_RECORD, FinetuneArgs, run_finetune  # noqa: E402
+from tests import forked_main  # noqa: E402
+from tests.conftest import ncbi_slice  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+TEST_FILE, DEV_FILE = "predictions_test.jsonl", "predictions_dev.jsonl"
+
+
+def _args(model: Path, data: Path, out: Path, **overrides) -> FinetuneArgs:
+    values = dict(model=str(model), dataset="ncbi-disease", data_dir=str(data), output_dir=str(out),
+                  learning_rate=5e-4, batch_size=8, epochs=2, seed=1, max_length=32)
+    values.update(overrides)
+    return FinetuneArgs(**values)
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def _recomputed(record: dict, rows: list[dict]) -> dict:
+    """The metric from a predictions file and the record's description of it, nothing else."""
+    described = record["predictions"]
+    return compute_metric(described["metric"], [r["gold"] for r in rows], [r["predicted"] for r in rows],
+                          **described["metric_kwargs"])
+
+
+def _check_files(out: Path, record: dict, sizes: dict[str, int]) -> dict[str, list[dict]]:
+    """Both files as run.json names them, one line per example in order, each rescoring to the record."""
+    assert record["predictions"]["test"] == {"file": TEST_FILE, "lines": sizes["test"]}
+    assert record["predictions"]["dev"] == {"file": DEV_FILE, "lines": sizes["dev"], "epoch": record["best_epoch"]}
+    files = {split: _rows(out / record["predictions"][split]["file"]) for split in ("test", "dev")}
+    for split, rows in files.items():
+        assert [r["index"] for r in rows] == list(range(sizes[split]))
+    assert _recomputed(record, files["test"])["score"] == record["test"]["score"] == record["test_score"]
+    assert _recomputed(record, files["dev"])["score"] == record["best_dev_score"]
+    assert not list(out.glob("*.tmp"))  # written through temporary files, none left over
+    return files
+
+
+def test_ner_predictions_rescore_to_the_recorded_f1(tiny_bert, tmp_path):
+    data = ncbi_slice(tmp_path)
+    out = tmp_path / "run"
+    result = run_finetune(_args(tiny_bert, data, out), log=lambda m: None)
+    record = json.loads((out / RUN_RECORD).read_text(encoding="utf-8"))
+    assert record["predictions"] == result.record["predictions"]
+    assert record["test"]["n_pred"] > 0  # a score of something: 0 == 0 would rescore from any file
+    files = _check_files(out, record, {"test": 16, "dev": 16})
+    assert record["predictions"]["metric_kwargs"] == {"scheme": "bio", "mode": record["test"]["mode"]}
+
+    # The words and gold tags of each line are the test file's sentence, in its order.
+    sentences = (data / "test.tsv").read_text(encoding="utf-8").strip().split("\n\n")
+    for row, sentence in zip(files["test"], sentences, strict=True):
+        words, tags = zip(*(line.split("\t") for line in sentence.splitlines()))
+        assert row["words"] == list(words) and row["gold"] == list(tags)
+        assert len(row["predicted"]) == len(words) and row["id"] == f"test-{row['index']}"
+    # Entity counts too, not only the score: a file that dropped a sentence's entities would show here.
+    recomputed = _recomputed(record, files["test"])
+    assert {k: recomputed[k] for k in ("n_gold", "n_pred", "n_correct")} == \
+        {k: record["test"][k] for k in ("n_gold", "n_pred", "n_correct")}
+
+    # Resumed: the finished run is skipped, its files left as they were.
+    before = (out / TEST_FILE).read_bytes()
+    assert run_finetune(_args(tiny_bert, data, out), log=lambda m: None).skipped
+    assert (out / TEST_FILE).read_bytes() == before
+
+
+RELATION_ROWS = [
+    ("@CHEMICAL$ inhibits @GENE$ activity in liver cells .", "CPR:4"),
+    ("@GENE$ is activated by @CHEMICAL$ at low doses .", "CPR:3"),
+    ("@CHEMICAL$ and @GENE$ were measured in the same samples .", "false"),
+    ("Treatment with @CHEMICAL$ reduced @GENE$ expression .", "CPR:4"),
+    ("@CHEMICAL$ up-regulates @GENE$ in mice .", "CPR:3"),
+    ("No effect of @CHEMICAL$ on @GENE$ was seen .", "false"),
+]
+
+
+def _relation_data(root: Path) -> Path:
+    """A ChemProt-like generic relation dataset (dummified sentences, ids, two positive classes)."""
+    data = root / "chemlike"
+    data.mkdir()
+    body = "index\tsentence\tlabel\n" + "".join(f"r{i}\t{s}\t{label}\n" for i, (s, label) in enumerate(RELATION_ROWS))
+    for split in ("train", "dev", "test"):
+        (data / f"{split}.tsv").write_text(body, encoding="utf-8")
+    return data
+
+
+def test_relation_predictions_rescore_to_the_recorded_micro_f1(tiny_bert, tmp_path):
+    out = tmp_path / "run"
+    run_finetune(_args(tiny_bert, _relation_data(tmp_path), out, dataset="chemlike", task_type="relation",
+                       negative_label="false", batch_size=4), log=lambda m: None)
+    record = json.loads((out / RUN_RECORD).read_text(encoding="utf-8"))
+    assert record["metric"] == "micro_f1_positive" and record["test"]["n_pred"] > 0
+    n = len(RELATION_ROWS)
+    files = _check_files(out, record, {"test": n, "dev": n})
+    assert record["predictions"]["metric_kwargs"]["negative_labels"] == "false"
+    for row, (sentence, label) in zip(files["test"], RELATION_ROWS, strict=True):
+        assert row["id"] == f"r{row['index']}" and row["sentence"] == sentence and row["gold"] == label
+        assert row["predicted"] in {"CPR:3", "CPR:4", "false"}
+
+
+def test_save_predictions_false_writes_no_file(tiny_bert, tmp_path):
+    """``--save_predictions false`` from the command line: no file, ``predictions`` null. Run again with the
+    option on, the finished run is still finished (skipped; the weights to predict with are gone)."""
+    data = ncbi_slice(tmp_path)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / TEST_FILE).write_text("{}\n", encoding="utf-8")  # an earlier run's file, not this run's predictions
+    proc = forked_main.run_command([sys.executable, str(REPO / "launch" / "finetune.py"), "--model", str(tiny_bert),
+                                    "--dataset", "ncbi-disease", "--data_dir", str(data), "--output_dir", str(out),
+                                    "--epochs", "1", "--batch_size", "8", "--max_length", "32", "--seed", "1",
+                                    "--learning_rate", "5e-4", "--save_predictions", "false"],
+                                   env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads((out / RUN_RECORD).read_text(encoding="utf-8"))
+    assert record["status"] == "complete" and record["predictions"] is None
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("predictions")) == []
+
+    logged: list[str] = []
+    again = run_finetune(_args(tiny_bert, data, out, epochs=1), log=logged.append)
+    assert again.skipped and not (out / TEST_FILE).exists()
+    assert any("no predictions_test.jsonl" in line for line in logged), logged
