@@ -130,7 +130,7 @@ class AdversarialConfig:
             raise PretrainConfigError(f"adv_norm must be one of {', '.join(NORMS)}, got {self.adv_norm!r}")
 
     def describe(self) -> str:
-        """The run log's line (else only metrics.jsonl's adv_* columns would say ALUM is on)."""
+        """ALUM's settings, for the run log."""
         return (f"adversarial training (ALUM) on: alpha {self.adv_alpha:g}, sigma {self.adv_sigma:g}, step size "
                 f"{self.adv_step_size:g}, epsilon {self.adv_epsilon:g} ({self.adv_norm}), {self.adv_steps} ascent "
                 "step(s) a micro-batch")
