@@ -717,7 +717,9 @@ def _accumulate_step(run: Run, step: int) -> PendingStep:
     for batch in batches:
         assert batch["step"] == step, "data stream out of step"
         batch["prepared"] = batch["prepared"].to(run.device, non_blocking=True)
-    denominator = mlm_denominator([batch["prepared"] for batch in batches], run.world_size)
+    # one micro-batch on one rank: its own masked count is the step's, which the model divides by already
+    denominator = (mlm_denominator([batch["prepared"] for batch in batches], run.world_size)
+                   if accumulation * run.world_size > 1 else None)
     for micro, batch in enumerate(batches):
         _forward_backward(run, batch, dataclasses.replace(batch["prepared"], mlm_denominator=denominator), totals)
         if micro < accumulation - 1:

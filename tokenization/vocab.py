@@ -841,7 +841,7 @@ def _skip(problem: Problem, unreadable: list[str]) -> None:
 
 def inputs_identity(names: Sequence[str]) -> list[dict[str, Any]]:
     """What a rerun compares of the inputs, in input order: each file's identity (path, size, modification
-    time: :func:`tokenization.corpus.file_identity`) of those the raw inputs name, and for a prepared corpus
+    time: :func:`biomed_lm.finished_output.file_identity`) of those the raw inputs name, and for a prepared corpus
     its folder with its own files' (its dataset and summary; not its ``_work`` folder or hidden lock)."""
     identity: list[dict[str, Any]] = []
     for name in names:
