@@ -62,7 +62,7 @@ import scipy.stats
 
 from biomed_lm.experiments.choices import SEED_EFFECTS, SeedEffect
 from biomed_lm.experiments.design import (AnalysisError, Design, Names, Term, checkpoint_column, fit_intercepts,
-                                          fit_mixedlm, prepare_runs, usable_fit)
+                                          fit_mixedlm, hessian_caveat, prepare_runs, usable_fit)
 
 __all__ = ["MultilevelResult", "fit_multilevel", "format_p", "AnalysisError", "SEED_EFFECTS"]
 
@@ -155,7 +155,8 @@ class MultilevelResult:
     # specification with checkpoints nested in variants); they are printed marked with this.
     factor_p_basis: str = ""
     # Levels REML put at zero variance, whose degrees of freedom were pooled with the level below
-    # ("checkpoint", "checkpoint × dataset"): calibration counts its rates in that case apart.
+    # ("checkpoint", "checkpoint × dataset", "fine-tuning seed"): calibration counts its rates in the
+    # checkpoint's case apart.
     zero_variance_levels: tuple[str, ...] = ()
     _terms: dict[str, Term] = field(default_factory=dict, repr=False)
 
@@ -174,9 +175,18 @@ class MultilevelResult:
             out.append(self._group_variance_reading())
         if not self.converged:
             out.append("Caveat: the optimizer did not report convergence; treat the estimates as tentative")
+        hessian = hessian_caveat(self.notes, self.zero_variance_levels or self._small_variances())
+        if hessian:
+            out.append(hessian)
         if self.caveat:
             out.insert(0, f"Caveat: {self.caveat}")
         return out
+
+    def _small_variances(self, share: float = 0.01) -> list[str]:
+        """The random effects (not the residual) under ``share`` of the random variance in all."""
+        total = sum(max(v, 0.0) for v in self.random_effects.values())
+        return [name.replace("_", " ") for name, v in self.random_effects.items()
+                if name != "residual" and v <= share * total]
 
     def _factor_reading(self, by_term: Mapping[str, pd.Series]) -> list[str]:
         """One sentence per factor level (and one with its per-dataset effects, where estimated)."""

@@ -19,7 +19,8 @@ fixed dataset effects. Fine-tuning variables enter as in paper 000 (standardized
 Tests are Wald t statistics with *between-within* degrees of freedom (Schluchter & Elashoff,
 1990; SAS ``DDFM=BETWITHIN``): a term constant within checkpoints (a pretraining factor) gets the
 number of checkpoints minus the rank of the checkpoint-level design; a term constant within
-(checkpoint, dataset) cells gets the cells' degrees of freedom; the rest the runs'. With few
+(checkpoint, dataset) cells gets the cells' degrees of freedom; one constant within a fine-tuning
+seed's runs of a cell, the seed units'; the rest the runs' less one per seed unit. With few
 checkpoints the normal approximation would be far too optimistic; the calibration study
 (:mod:`experiments.calibration`, ``docs/calibration.md``) measures how well this holds.
 
@@ -201,7 +202,7 @@ def _check_runs(n_runs: int, n_checkpoints: int, n_fixed: int, n_variances: int)
                             f"variance parameters")
 
 
-_LEVEL_NAMES = {"grp": "checkpoint", "cell": "checkpoint × dataset"}
+_LEVEL_NAMES = {"grp": "checkpoint", "cell": "checkpoint × dataset", "seed_unit": "fine-tuning seed"}
 
 
 def _pooled_note(pooled: Sequence[str]) -> str:
@@ -227,6 +228,9 @@ def _variance_components(data: pd.DataFrame, datasets: Sequence[str], notes: lis
         notes.append("one run per (checkpoint, dataset): the checkpoint × dataset component is in the residual")
     if (data.groupby("seed_unit").size() > 1).any():
         vc["seed"] = "0 + C(seed_in_checkpoint)"
+        # A seed's runs share its shift: a term varying within seed units (a learning rate the seeds
+        # cross) is tested against the runs' df less one per seed unit, not per cell.
+        units.append("seed_unit")
     else:
         notes.append("one run per (checkpoint, dataset, seed): a seed's shift cannot be told from run noise, so it "
                      "is part of the residual")
@@ -240,10 +244,10 @@ def _boundary_units(fit, vc_formula: Mapping[str, str] | None, tolerance: float 
     out = []
     if float(np.atleast_2d(np.asarray(fit.cov_re, dtype=float))[0, 0]) <= tolerance * scale:
         out.append("grp")
-    if vc_formula and "checkpoint_x_dataset" in vc_formula:
-        names = list(fit.model.exog_vc.names)
-        if float(np.asarray(fit.vcomp, dtype=float)[names.index("checkpoint_x_dataset")]) <= tolerance * scale:
-            out.append("cell")
+    names = list(fit.model.exog_vc.names) if vc_formula else []
+    for component, unit in (("checkpoint_x_dataset", "cell"), ("seed", "seed_unit")):
+        if component in names and float(np.asarray(fit.vcomp, dtype=float)[names.index(component)]) <= tolerance * scale:
+            out.append(unit)
     return out
 
 

@@ -31,7 +31,7 @@ import statsmodels.formula.api as smf
 from biomed_lm.errors import ExperimentError
 
 __all__ = ["AnalysisError", "Names", "Term", "Design", "prepare_runs", "fit_mixedlm", "fit_intercepts", "usable_fit",
-           "checkpoint_column"]
+           "hessian_caveat", "HESSIAN_NOT_PD", "checkpoint_column"]
 
 
 class AnalysisError(ExperimentError, ValueError):
@@ -330,10 +330,28 @@ def fit_intercepts(formula: str, data: pd.DataFrame, vc_formula: dict | None, wh
     return result, notes
 
 
+#: statsmodels' warning when the REML surface is not curved like a maximum at the estimate (a variance
+#: at or near zero): the standard errors come from an inverse that is not a covariance.
+HESSIAN_NOT_PD = "Hessian matrix at the estimated parameter values is not positive definite"
+
+
+def hessian_caveat(notes: Sequence[str], zero_levels: Sequence[str] = ()) -> str:
+    """The reading's caveat when the fit in use (its ``statsmodels:`` notes) had a Hessian that is not
+    positive definite, or "" when it had not."""
+    used = [n for n in notes if n.startswith(("statsmodels: ", "statsmodels (random slopes): "))]
+    if not any(HESSIAN_NOT_PD in n for n in used):
+        return ""
+    where = f": {', '.join(zero_levels)}" if zero_levels else ""
+    return ("Caveat: statsmodels found the fit's Hessian not positive definite (a variance at or near zero"
+            f"{where}), so the standard errors, p-values and CIs rest on a boundary fit and may be off; "
+            "more runs at that level, or a model without it, give firmer ones")
+
+
 def usable_fit(result) -> bool:
     """A fit that converged with finite, positive standard errors and finite estimates."""
     if result is None or not bool(getattr(result, "converged", False)):
         return False
-    bse = np.asarray(result.bse_fe, dtype=float)
+    with np.errstate(invalid="ignore"):  # statsmodels takes the root of a negative variance: NaN, refused below
+        bse = np.asarray(result.bse_fe, dtype=float)
     return bool(np.all(np.isfinite(bse)) and np.all(bse > 0)
                 and np.all(np.isfinite(np.asarray(result.fe_params, dtype=float))))

@@ -171,3 +171,42 @@ def test_a_variant_scoring_the_same_on_every_run_is_named_in_the_notes():
                      f"anything?): the model assumes every variant's runs spread alike, so its comparisons with {v} "
                      f"rest on the other variants' spread" for v in ("general_scratch", "in-domain_scratch")]
     assert notes[0] in result.to_markdown()
+
+
+def test_a_learning_rate_the_seeds_cross_is_tested_on_the_runs_less_one_df_per_seed_unit():
+    """QA: the between-within df ignored the seed component. Each (checkpoint, dataset, seed) shares one
+    shift over the settings it is run with, so a term varying within those units (the learning rate and
+    batch size of the grid) has the runs' df less one per seed unit, not per (checkpoint, dataset) cell."""
+    design = _design(checkpoints=2, datasets=2, seeds=3, settings=((1e-5, 16), (3e-5, 16), (3e-5, 32)))
+    rows = simulate_runs(design, QUIET, effect=0.0, rng=np.random.default_rng(7))
+    coef = fit_checkpoint_model(rows, FACTORS).coefficients.set_index("term")
+    n_runs, seed_units, cells = 8 * 2 * 3 * 3, 8 * 2 * 3, 8 * 2
+    assert len(rows) == n_runs
+    assert coef.loc["log10(learning_rate) [z]", "df"] == n_runs - seed_units - 2  # two level-1 columns
+    assert coef.loc["dataset[d1]", "df"] == cells - 8 - 1
+    assert coef.loc["vocabulary[in-domain]", "df"] == 8 - 3
+    # one run per seed unit: no seed component, so the level-1 terms have the runs' df less the cells'
+    single = simulate_runs(_design(checkpoints=2, datasets=2, seeds=3, settings=((3e-5, 16),)), QUIET, effect=0.0,
+                           rng=np.random.default_rng(8))
+    result = fit_checkpoint_model(single, FACTORS, level1=())
+    assert "seed" not in result.random_effects
+    assert result.coefficients.set_index("term").loc["dataset[d1]", "df"] == cells - 8 - 1
+
+
+def test_a_hessian_that_is_not_positive_definite_is_a_caveat_in_the_reading():
+    """QA: statsmodels' "Hessian ... not positive definite" (a variance at zero) was only in the notes; the
+    reading gave p-values without a word about the boundary fit."""
+    quiet = VarianceComponents(checkpoint=0.0, checkpoint_x_dataset=0.0, seed=0.0, setting=0.0, residual=0.25)
+    design = AblationDesign("t", TINY_VARIANTS, dict(FACTORS), 2, {"d0": 3, "d1": 3}, ((1e-5, 16), (3e-5, 16)))
+    for seed in (1, 2):
+        result = fit_checkpoint_model(simulate_runs(design, quiet, effect=0.0, rng=np.random.default_rng(seed)),
+                                      FACTORS)
+        assert any("Hessian matrix at the estimated parameter values is not positive definite" in n
+                   for n in result.notes)
+        caveat = result.reading()[-1]
+        assert caveat.startswith("Caveat: statsmodels found the fit's Hessian not positive definite")
+        assert "standard errors, p-values and CIs rest on a boundary fit" in caveat
+    assert "checkpoint × dataset, fine-tuning seed" in caveat  # seed 2 puts every level at zero: named
+    clean = fit_checkpoint_model(simulate_runs(_design(checkpoints=4), QUIET, effect=0.0,
+                                               rng=np.random.default_rng(0)), FACTORS)
+    assert not any("Hessian" in s for s in clean.reading())
