@@ -235,6 +235,8 @@ def test_one_entity_rows_are_classified_as_given_with_the_cls_default(tiny_bert,
     rows = record["input_details"]["one_entity_rows"]
     assert rows["train"] == {"file": "train.tsv", "rows": 2, "first_lines": [8, 9], "handled": "classified as given"}
     assert rows["test"]["handled"] == "classified as given"
+    lines = (tmp_path / "out" / record["predictions"]["test"]["file"]).read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 8 and not any("scored_as_negative" in json.loads(line) for line in lines)
 
 
 def test_one_entity_rows_where_the_representation_needs_both_entities(tiny_bert, tmp_path):
@@ -277,6 +279,13 @@ def test_unrepresentable_test_rows_are_scored_as_the_negative_class(tiny_bert, t
     by_id = {e.id: p for e, p in zip(examples, predictions)}
     assert [by_id["test-8"], by_id["test-9"]] == ["False", "False"] and len(by_id) == 8
     assert record["examples"]["train"] == 6 and record["test"]["n_examples"] == 8
+    # QA: the predictions file showed "False" for these rows as if the model had said so
+    lines = (tmp_path / "run" / record["predictions"]["test"]["file"]).read_text(encoding="utf-8").splitlines()
+    flagged = {row["id"]: row.get("scored_as_negative") for row in map(json.loads, lines)}
+    why = "transformation markers" if transformation == "markers" else f"representation {representation}"
+    assert flagged.pop("test-8") == flagged.pop("test-9") == \
+        f"the sentence marks one entity of the pair; {why} needs both entities"
+    assert set(flagged.values()) == {None}  # the rows the model classified carry no flag
 
 
 def test_real_chemprot_files_load_with_their_one_entity_rows(shared_data):

@@ -114,7 +114,11 @@ class RelationAdapter(TaskAdapter):
 
     def prediction_row(self, index: int, example, gold: Any, predicted: Any) -> dict[str, Any]:
         # the sentence as the file gives it (dummified or plain); the model's own input may carry markers
-        return {"index": index, "id": example.id, "sentence": example.text, "gold": gold, "predicted": predicted}
+        row = {"index": index, "id": example.id, "sentence": example.text, "gold": gold, "predicted": predicted}
+        if self.one_entity_obstacle is not None and self._text_and_entities(example)[4]:
+            # predictions() put the negative label in place of the model's: the row says so and why
+            row["scored_as_negative"] = f"the sentence marks one entity of the pair; {self.one_entity_obstacle}"
+        return row
 
     def collate(self, features: Sequence[dict]) -> dict[str, torch.Tensor]:
         return collate_relation_features(features, self.pad_id)
