@@ -245,8 +245,9 @@ def _boundary_units(fit, vc_formula: Mapping[str, str] | None, tolerance: float 
     if float(np.atleast_2d(np.asarray(fit.cov_re, dtype=float))[0, 0]) <= tolerance * scale:
         out.append("grp")
     names = list(fit.model.exog_vc.names) if vc_formula else []
+    variances = np.asarray(fit.vcomp, dtype=float)
     for component, unit in (("checkpoint_x_dataset", "cell"), ("seed", "seed_unit")):
-        if component in names and float(np.asarray(fit.vcomp, dtype=float)[names.index(component)]) <= tolerance * scale:
+        if component in names and float(variances[names.index(component)]) <= tolerance * scale:
             out.append(unit)
     return out
 
