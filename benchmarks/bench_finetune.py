@@ -25,9 +25,9 @@ Models (``--model``): ``bert-base`` (default on cuda): BERT-base shape (12 x 768
 (``biomed_lm.reference_models.general_bert_dir()``); ``tiny`` (``--quick``): 2 x 64 random; or a
 checkpoint directory. The random models get the tokenizer of ``--tokenizer`` (a directory), else
 all-MiniLM-L6-v2's (bert-base-uncased's 30,522 WordPiece tokens) when installed, else a WordPiece
-vocabulary trained on the tasks' training text (``tokenizers``; the JSON's ``tokenizer_source`` says which); their embedding
-table has the tokenizer's size. Randomly initialized models learn little in a few epochs: their F1
-checks that both loops learn alike, not the model.
+vocabulary trained on the tasks' training text (``tokenizers``; the JSON's ``tokenizer_source`` says
+which); their embedding table has the tokenizer's size. Randomly initialized models learn little in
+a few epochs: their F1 checks that both loops learn alike, not the model.
 
 Methods, per task, in this order in one process:
 

@@ -598,8 +598,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="what one compiled region of ours holds (the trainer's --compile-scope)")
     parser.add_argument("--compile-mode", choices=("default", "reduce-overhead", "max-autotune-no-cudagraphs"),
                         nargs="+", default=["default"],
-                        help="torch.compile's mode for ours (the trainer's --compile-mode), a row each: reduce-overhead "
-                             "replays the regions as CUDA graphs, after a warm-up over the window's batches twice")
+                        help="torch.compile's mode for ours (the trainer's --compile-mode), a row each: "
+                             "reduce-overhead replays the regions as CUDA graphs, after a warm-up over the "
+                             "window's batches twice")
     parser.add_argument("--layers-per-graph", type=int, default=1,
                         help="with --compile-scope layers: consecutive layers per compiled region (the trainer's)")
     parser.add_argument("--residual-stream", choices=("fp32", "half"), nargs="+", default=["fp32"],
@@ -612,7 +613,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--attention-dropout", type=float, default=None,
                         help="override the preset's attention_probs_dropout_prob (0 lets the kernels without "
                              "dropout run, as MosaicBERT and ModernBERT train)")
-    parser.add_argument("--kernels", nargs="+", default=None, help="only these of our kernels (default: each that runs)")
+    parser.add_argument("--kernels", nargs="+", default=None,
+                        help="only these of our kernels (default: each that runs)")
     parser.add_argument("--baselines", choices=("all", "compiled", "none"), default="all",
                         help="transformers rows: eager, compiled and full-length (all); the compiled baseline alone "
                              "(a short device lease); none (ratios then null: e.g. fp8 against our bf16)")
@@ -828,7 +830,8 @@ def _print(rows: list[dict], max_length: int, batch_size: int) -> None:
     print(f"{'system':<80} {'tok/s':>10} {'×HFc':>6} {'×HFe':>6} {'MFU':>6} {'pad':>6} {'GiB':>6} {'graphs':>6}")
     for r in rows:
         mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
-        ratios = " ".join(f"{r[key]:>6.2f}" if r[key] is not None else f"{'-':>6}" for key in ("ratio", "ratio_vs_eager"))
+        ratios = " ".join(f"{r[key]:>6.2f}" if r[key] is not None else f"{'-':>6}"
+                          for key in ("ratio", "ratio_vs_eager"))
         print(f"{r['system']:<80} {r['tokens_per_s']:>10,.0f} {ratios} {mfu:>6} "
               f"{r['padding_fraction']:>6.1%} {r['peak_memory_gib']:>6.2f} {r['graphs_compiled_in_window']:>6}")
     baseline = next((r for r in rows if r["baseline"]), None)

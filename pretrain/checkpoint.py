@@ -180,7 +180,8 @@ def _shape_problem(manifest: dict[str, Any]) -> str | None:
     if not isinstance(manifest.get("files"), dict):
         return "files is not a mapping"
     for name, entry in manifest["files"].items():
-        if not (isinstance(entry, dict) and isinstance(entry.get("size"), int) and isinstance(entry.get("xxh3_128"), str)):
+        if not (isinstance(entry, dict) and isinstance(entry.get("size"), int)
+                and isinstance(entry.get("xxh3_128"), str)):
             return f"the entry of {name} is not {{size, xxh3_128}}"
     return None
 
@@ -357,7 +358,8 @@ def select_checkpoint(run_dir: str | os.PathLike, *, move_damaged: bool = True) 
             selection.notes.append(f"checkpoint {bad} is damaged ({why}); {where}; resuming from {tag}")
         return selection
     if problems or pointer is not None:
-        detail = "; ".join(problems) or f"{root / LATEST} names {pointer or 'nothing readable'} but no checkpoint is there"
+        detail = "; ".join(problems) or (f"{root / LATEST} names {pointer or 'nothing readable'} "
+                                         "but no checkpoint is there")
         raise CheckpointError(f"cannot resume {run_dir}: no verified checkpoint ({detail}). Nothing was trained or "
                               "deleted; to start over, use a new --output-dir")
     return selection

@@ -214,7 +214,8 @@ def _drp_plan(chunk: _Chunk, document_index: int, num_documents: int, linked: Se
     """LinkBERT: B contiguous, from a random document, or from a linked (cited) one, uniformly among
     the relations this chunk can have (no contiguous B for a one-sentence chunk, no linked B for a
     document without links in the corpus)."""
-    relations = ([CONTIGUOUS] if chunk.size >= 2 else []) + [RANDOM_DOCUMENT] + ([LINKED_DOCUMENT] if len(linked) else [])
+    relations = (([CONTIGUOUS] if chunk.size >= 2 else []) + [RANDOM_DOCUMENT]
+                 + ([LINKED_DOCUMENT] if len(linked) else []))
     relation = relations[int(chunk.rng.integers(len(relations)))]
     a_end = chunk.split()
     if relation == CONTIGUOUS:

@@ -1,9 +1,9 @@
 """Where pretraining metrics go: a JSONL file in the run directory, a tqdm bar, and wandb.
 
 Only rank 0 writes. ``metrics.jsonl`` gets one JSON object per logged step (appended, so a resumed
-run continues the same file), ``run_config.json`` the run's configuration; wandb gets the same. wandb is optional and offline by
-default (``wandb_mode``: offline | online | disabled): it is imported only when enabled, and a
-missing package is a logged warning, not a failure.
+run continues the same file), ``run_config.json`` the run's configuration; wandb gets the same.
+wandb is optional and offline by default (``wandb_mode``: offline | online | disabled): it is
+imported only when enabled, and a missing package is a logged warning, not a failure.
 """
 
 from __future__ import annotations

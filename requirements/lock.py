@@ -110,7 +110,8 @@ def locks(python: str) -> dict[Path, str]:
 def setup_requirements(extras: Sequence[str] = ("dev", "pretrain")) -> list[str]:
     """setup.py's install_requires and the given extras' requirements, read without running setup.py."""
     tree = ast.parse((HERE.parent / "setup.py").read_text(encoding="utf-8"))
-    (call,) = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "setup"]
+    (call,) = [node for node in ast.walk(tree)
+               if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "setup"]
     keywords = {keyword.arg: keyword.value for keyword in call.keywords}
     optional = ast.literal_eval(keywords["extras_require"])
     return list(ast.literal_eval(keywords["install_requires"])) + [r for extra in extras for r in optional[extra]]

@@ -24,7 +24,8 @@ _state = {"found": None}
 
 
 def _where() -> str:
-    frames = [f for f in traceback.extract_stack()[:-3] if "/torch/" not in f.filename and "host_syncs" not in f.filename]
+    frames = [f for f in traceback.extract_stack()[:-3]
+              if "/torch/" not in f.filename and "host_syncs" not in f.filename]
     return f"{Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else "?"
 
 

@@ -223,7 +223,8 @@ def test_ascent_increases_the_term_beyond_its_start_and_a_random_perturbation(no
     settings_ = dict(adv_epsilon=epsilon, adv_step_size=10 * epsilon, adv_sigma=epsilon / 10, adv_norm=norm)
 
     def kl(steps: int) -> float:
-        result = adversarial_pretraining_loss(model, prepared(model, batch), clean, config(adv_steps=steps, **settings_),
+        result = adversarial_pretraining_loss(model, prepared(model, batch), clean,
+                                              config(adv_steps=steps, **settings_),
                                               generator=torch.Generator().manual_seed(3))
         assert result.finite and result.delta_norm <= epsilon * (1 + 1e-6)
         return result.symmetric_kl.item()
@@ -283,7 +284,8 @@ def test_same_generator_same_term():
     model = PretrainingModel(tiny_bert()).eval()
     batch = make_batch()
     clean = clean_masked_logits(model, batch)
-    runs = [adversarial_pretraining_loss(model, prepared(model, batch), clean, config(), generator=torch.Generator().manual_seed(11))
+    runs = [adversarial_pretraining_loss(model, prepared(model, batch), clean, config(),
+                                         generator=torch.Generator().manual_seed(11))
             for _ in range(2)]
     assert torch.equal(runs[0].symmetric_kl, runs[1].symmetric_kl)
 
@@ -348,7 +350,8 @@ def test_half_precision_model_reports_how_much_of_delta_survives():
     model = PretrainingModel(tiny_bert().to(torch.bfloat16)).eval()
     batch = make_batch()
     clean = clean_masked_logits(model, batch)
-    small = adversarial_pretraining_loss(model, prepared(model, batch), clean, config(), generator=torch.Generator().manual_seed(0))
+    small = adversarial_pretraining_loss(model, prepared(model, batch), clean, config(),
+                                         generator=torch.Generator().manual_seed(0))
     large = adversarial_pretraining_loss(model, prepared(model, batch), clean, config(adv_epsilon=1e-3),
                                          generator=torch.Generator().manual_seed(0))
     assert small.finite and small.symmetric_kl.dtype == torch.float32 and small.loss_term.dtype == torch.float32

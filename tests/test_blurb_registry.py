@@ -42,7 +42,8 @@ def _docstrings(tree: ast.AST) -> set[int]:
 def dataset_literals(path: Path, keys: dict[str, str]) -> list[str]:
     """``file:line: 'literal' (dataset)`` for each string literal of ``path`` that spells a BLURB dataset:
     the whole string, or one ``/``-separated part of a string without spaces (a path such as
-    ``"ner/NCBI-disease"``), compared with case, spaces, ``-`` and ``_`` ignored. Docstrings are prose and are not searched; neither is the text
+    ``"ner/NCBI-disease"``), compared with case, spaces, ``-`` and ``_`` ignored. Docstrings are prose
+    and are not searched; neither is the text
     around a name inside a longer message (``"... (ncbi-disease, gad, ...)"``), which documents."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     skip = _docstrings(tree)

@@ -189,7 +189,8 @@ def test_help_lists_choices_and_ranges(capsys):
     with pytest.raises(SystemExit):
         parse_config(PRETRAIN, ["--help"])
     out = capsys.readouterr().out
-    assert "{constant,stepwise,linear}" in out and "{auto,flash_attn,varlen,sdpa_padded,flex,sdpa_nested,sdpa_loop,hf_sdpa,hf_eager}" in out and "{0,1,2}" in out
+    kernels = "{auto,flash_attn,varlen,sdpa_padded,flex,sdpa_nested,sdpa_loop,hf_sdpa,hf_eager}"
+    assert "{constant,stepwise,linear}" in out and kernels in out and "{0,1,2}" in out
     assert "{fp32,fp16,bf16,fp8}" in out and "{bert,albert,roberta}" in out
     assert "in [0, 1)" in out and ">= 1" in out
     # a --no_<name> flag says what it does (QA, 2026-11-28: it repeated --<name>'s help and its "(default: True)")
@@ -340,7 +341,8 @@ def _bad_cli_cases(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
 
 def test_every_launch_script_exits_2_naming_the_bad_value(tmp_path, capsys):
     cases = _bad_cli_cases(tmp_path)
-    assert set(cases) == {p.stem for p in (REPO / "launch").glob("*.py") if p.stem != "__init__"}  # a new script needs a case here
+    # a new script needs a case here
+    assert set(cases) == {p.stem for p in (REPO / "launch").glob("*.py") if p.stem != "__init__"}
     for script, (argv, fragment) in cases.items():
         assert _launch_module(script).main(argv) == 2, script
         assert fragment in capsys.readouterr().err, script

@@ -92,7 +92,8 @@ def test_arguments_built_in_code_are_checked_the_same_way():
     with pytest.raises(ConfigError, match=r"^relation_representation: 'pooled' is not one of cls, "
                                           r"mention_max_pool, entity_start$"):
         FinetuneArgs(model="m", dataset="gad", data_dir="d", output_dir="o", relation_representation="pooled")
-    with pytest.raises(ConfigError, match=r"^learning_rates: -1\.0 \(in \[3e-05, -1\.0\]\) is out of range: must be > 0$"):
+    with pytest.raises(ConfigError, match=r"^learning_rates: -1\.0 \(in \[3e-05, -1\.0\]\) is out of range: "
+                                          r"must be > 0$"):
         SweepArgs(model="m", output_dir="o", learning_rates=[3e-5, -1.0])
     with pytest.raises(ConfigError, match="^precision fp16 needs --deepspeed"):  # a rule between two fields
         SweepArgs(model="m", output_dir="o", precision="fp16")

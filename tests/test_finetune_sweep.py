@@ -20,7 +20,8 @@ import biomed_lm.finetune.sweep as sweep  # noqa: E402
 from biomed_lm.errors import ConfigError, InputError
 from biomed_lm.finetune.datasets import blurb_spec  # noqa: E402
 from biomed_lm.finetune.metrics import BLURB_DATASETS  # noqa: E402
-from biomed_lm.finetune.sweep import PROTOCOL, SweepArgs, collect_runs, format_table, plan_sweep, run_sweep, summarize  # noqa: E402
+from biomed_lm.finetune.sweep import (  # noqa: E402
+    PROTOCOL, SweepArgs, collect_runs, format_table, plan_sweep, run_sweep, summarize)
 from biomed_lm.finetune.trainer import RUN_RECORD, FinetuneArgs, run_finetune  # noqa: E402
 from tests import forked_main
 from tests.conftest import ncbi_slice  # noqa: E402

@@ -283,7 +283,8 @@ def test_pico_blurb_ebm(tiny_bert, tmp_path, predictions):
 # ------------------------------------------------------------------------------ classification
 
 DOCS = [
-    ("Tumour cells evaded apoptosis and proliferated .", ["Resisting cell death", "Sustaining proliferative signaling"]),
+    ("Tumour cells evaded apoptosis and proliferated .",
+     ["Resisting cell death", "Sustaining proliferative signaling"]),
     ("Angiogenesis was induced by VEGF secretion .", ["Inducing angiogenesis"]),
     ("The study enrolled healthy volunteers .", []),
     ("Telomerase activity enabled replicative immortality and genomic instability .",

@@ -345,7 +345,8 @@ def test_fp8_is_a_precision_choice_and_runs_deepspeed_in_bf16():
 
 @pytest.mark.parametrize("name, memory_gib, sms, peak", [
     ("NVIDIA H100 80GB HBM3", 79.6, 132, 1978.9), ("NVIDIA H100 PCIe", 79.6, 114, 1513.0),
-    ("NVIDIA H100 NVL", 93.1, 132, 1670.5), ("NVIDIA H200", 139.8, 132, 1978.9), ("NVIDIA H200 NVL", 139.8, 132, 1670.5),
+    ("NVIDIA H100 NVL", 93.1, 132, 1670.5), ("NVIDIA H200", 139.8, 132, 1978.9),
+    ("NVIDIA H200 NVL", 139.8, 132, 1670.5),
     ("NVIDIA L40S", 44.4, 142, 733.0)])
 def test_dense_fp8_peaks(monkeypatch, name, memory_gib, sms, peak):
     device = device_peak(name, int(memory_gib * GIB), sms)
@@ -353,7 +354,8 @@ def test_dense_fp8_peaks(monkeypatch, name, memory_gib, sms, peak):
     # Hopper and Ada: FP8 is twice BF16, dense (the L40S data sheet's 733 vs 362.05 is 1% off twice)
     assert device.fp8 == pytest.approx(2 * device.bf16, rel=0.015)
     monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda _: SimpleNamespace(name=name, total_memory=int(memory_gib * GIB), multi_processor_count=sms))
+                        lambda _: SimpleNamespace(name=name, total_memory=int(memory_gib * GIB),
+                                                  multi_processor_count=sms))
     assert peak_flops("fp8", "cuda:0") == peak * T
 
 

@@ -222,7 +222,8 @@ def test_the_pair_task_of_data_written_before_pair_task():
         pair_task_of({"pair_task": "xyz"})
     with pytest.raises(PretrainConfigError, match="pair_task drp with 2 classes"):
         pair_task_of({"pair_task": "drp", "pair_classes": 2})
-    assert resolve_pair_objective(ROBERTA, {"nsp": False}).task == "none"  # RoBERTa on MLM-only data, --train-pair default
+    # RoBERTa on MLM-only data, --train-pair default
+    assert resolve_pair_objective(ROBERTA, {"nsp": False}).task == "none"
 
 
 @pytest.mark.parametrize("architecture", ["bert", "albert", "roberta"])
@@ -365,7 +366,8 @@ def test_albert_continual_from_a_saved_albert(tiny_albert, wordpiece, tmp_path):
         load_checkpoint_config(tiny_albert)
 
     other = tmp_path / "other"
-    build_vocab([str(SAMPLE_DIR / "sywada_PubMedAbstract_1MB.txt")], other, VocabConfig(vocab_size=1500))  # more tokens than the old
+    # more tokens than the old
+    build_vocab([str(SAMPLE_DIR / "sywada_PubMedAbstract_1MB.txt")], other, VocabConfig(vocab_size=1500))
     new_tokenizer = load_tokenizer(other)
     torch.manual_seed(0)
     moved, report = initialize_model("continual-new-vocab", tokenizer=new_tokenizer, init_checkpoint=str(tiny_albert),

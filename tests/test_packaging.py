@@ -120,7 +120,8 @@ def test_every_requirement_has_a_floor() -> None:
     """A floor is a statement about the code; an unversioned requirement makes none."""
     keywords = setup_keywords()
     texts = keywords["install_requires"] + [r for reqs in keywords["extras_require"].values() for r in reqs]
-    bare = [text for text in texts if not any(spec.operator in (">=", "==", "~=") for spec in Requirement(text).specifier)]
+    bare = [text for text in texts
+            if not any(spec.operator in (">=", "==", "~=") for spec in Requirement(text).specifier)]
     assert not bare, f"requirements without a floor: {bare}"
 
 

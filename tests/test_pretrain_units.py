@@ -69,7 +69,8 @@ def test_ds_config_is_derived_from_typed_arguments():
                           max_grad_norm=1.0)
     config = create_ds_config(args, world_size=64)
     assert config["train_batch_size"] == 8192 and config["gradient_accumulation_steps"] == 2
-    assert config["train_micro_batch_size_per_gpu"] == 64 and config["torch_autocast"] == {"enabled": True, "dtype": "bfloat16"} and "bf16" not in config
+    assert (config["train_micro_batch_size_per_gpu"] == 64
+            and config["torch_autocast"] == {"enabled": True, "dtype": "bfloat16"} and "bf16" not in config)
     assert config["zero_optimization"] == {"stage": 1} and config["gradient_clipping"] == 1.0
     # ZeRO stage 0 outside fp16: the trainer clips (one foreach multiply by the norm it computes anyway)
     stage0 = TrainArguments(micro_batch_size=64, global_batch_size=8192, precision="bf16", max_grad_norm=1.0)

@@ -573,7 +573,8 @@ lengths_strategy = st.lists(st.integers(1, 80), min_size=1, max_size=30)
 @given(lengths_strategy, st.integers(5, 200), st.floats(0, 1), st.integers(0, 2**32 - 1), st.integers(0, 9))
 def test_plans_tile_the_document(lengths, max_num_tokens, short_seq_prob, seed, document_index):
     plans = plan_document(lengths, np.random.default_rng(seed), max_num_tokens=max_num_tokens,
-                          short_seq_prob=short_seq_prob, pair_task="nsp", document_index=document_index, num_documents=10)
+                          short_seq_prob=short_seq_prob, pair_task="nsp", document_index=document_index,
+                          num_documents=10)
     start = 0
     for plan in plans:
         assert plan.a_start == start < plan.a_end <= plan.b_end <= len(lengths)

@@ -154,8 +154,8 @@ def test_corrupt_gzip_keeps_the_data_before_the_damage(tmp_path):
     path.write_bytes(bytes(damaged))
     cits, _, problems = parse(path)
     assert len(problems) >= 1
-    assert {p.reason for p in problems} <= {"truncated_record", "truncated_or_corrupt_gzip", "malformed_xml", "malformed_record",
-                                            "invalid_utf8"}
+    assert {p.reason for p in problems} <= {"truncated_record", "truncated_or_corrupt_gzip", "malformed_xml",
+                                            "malformed_record", "invalid_utf8"}
     assert len(cits) > 50 and [c.pmid for c in cits][:50] == [str(i) for i in range(1, 51)]
 
 

@@ -149,7 +149,8 @@ def test_projected_cost_counts_every_phase_at_the_measured_mfu():
     assert cost.positions == 56250 * 8192 * 128 + 6250 * 8192 * 512
     assert cost.flops == pytest.approx(expected)
     phase_one = 56250 * step_flops(config, [128] * 8192, 19 * 8192, 8192)
-    hours = (phase_one / MEASURED_MFU["bert"][128] + (expected - phase_one) / MEASURED_MFU["bert"][512]) / 989.4e12 / 3600
+    hours = ((phase_one / MEASURED_MFU["bert"][128] + (expected - phase_one) / MEASURED_MFU["bert"][512])
+             / 989.4e12 / 3600)
     assert cost.hours == pytest.approx(hours)  # each phase at its own length's MFU
     assert MEASURED_MFU["bert"][512] < cost.mfu < MEASURED_MFU["bert"][128]
     alum = projected_cost(load_recipe("pubmedbert-alum"))  # at 512 only

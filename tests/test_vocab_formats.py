@@ -65,7 +65,8 @@ def test_sentencepiece_directory_is_an_albert_tokenizer(built, cased):
     tok = auto(out)
     assert type(tok).__name__ == "AlbertTokenizer" and tok.is_fast
     assert {t: tok.convert_tokens_to_ids(t) for t in ALBERT_IDS} == ALBERT_IDS
-    assert (tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id) == (0, 1, 2, 3, 4)
+    assert (tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id,
+            tok.mask_token_id) == (0, 1, 2, 3, 4)
     assert len(tok) == 3000 and tok.model_max_length == 512
     pair = tok("the patients", "were treated")
     tokens = tok.convert_ids_to_tokens(pair["input_ids"])
@@ -93,7 +94,8 @@ def test_sentencepiece_segments_with_the_models_own_viterbi(built, docs, cased):
     prepare = albert_preprocessor(lowercase=not cased)
     tok = auto(out)
     for text in docs:
-        assert tok.backend_tokenizer.encode(text, add_special_tokens=False).ids == sp.encode(prepare.normalize_str(text))
+        assert (tok.backend_tokenizer.encode(text, add_special_tokens=False).ids
+                == sp.encode(prepare.normalize_str(text)))
     assert [sp.id_to_piece(i) for i in range(5)] == list(ALBERT_IDS)
     assert all(sp.is_control(i) for i in (2, 3, 4)) and sp.is_unknown(1)
 
@@ -128,7 +130,8 @@ def test_bytelevel_bpe_directory_is_a_roberta_tokenizer(built):
                        "vocab_card.json"}
     tok = auto(out)
     assert type(tok).__name__ == "RobertaTokenizer" and tok.is_fast
-    assert (tok.cls_token_id, tok.pad_token_id, tok.sep_token_id, tok.unk_token_id, tok.mask_token_id) == (0, 1, 2, 3, 4)
+    assert (tok.cls_token_id, tok.pad_token_id, tok.sep_token_id, tok.unk_token_id,
+            tok.mask_token_id) == (0, 1, 2, 3, 4)
     vocab = json.loads((out / "vocab.json").read_text(encoding="utf-8"))
     assert {t: vocab[t] for t in ROBERTA_IDS} == ROBERTA_IDS and len(vocab) == len(tok) == 3000
     assert len((out / "merges.txt").read_text(encoding="utf-8").splitlines()) > 2000
@@ -150,7 +153,8 @@ def test_bytelevel_bpe_prefix_space_and_casing(built):
     assert card(built(format="bytelevel-bpe", cased=True, add_prefix_space=True))["add_prefix_space"] is True
     uncased_dir = built(format="bytelevel-bpe")
     uncased = auto(uncased_dir)  # RoBERTa's class has no normalizer: uncased is a generic fast tokenizer
-    assert json.loads((uncased_dir / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert (json.loads((uncased_dir / "tokenizer_config.json").read_text())["tokenizer_class"]
+            == "PreTrainedTokenizerFast")
     assert uncased.tokenize("DNA Müller") == uncased.tokenize("dna muller")
     assert (uncased.cls_token_id, uncased.pad_token_id, uncased.sep_token_id, uncased.mask_token_id) == (0, 1, 2, 4)
     with pytest.raises(CasingMismatchError):
@@ -223,7 +227,8 @@ def test_pretraining_instances_are_framed_and_mark_word_starts(docs, tmp_path, f
     corpus = save_corpus(documents, tmp_path / "corpus")
     vocab = build_vocab([str(corpus)], tmp_path / "vocab", VocabConfig(vocab_size=1500, format=fmt)).output_dir
     out = tmp_path / "instances"
-    metadata = create_pretraining_data(PretrainingDataConfig(corpus=str(corpus), tokenizer=str(vocab), output_dir=str(out),
+    metadata = create_pretraining_data(PretrainingDataConfig(corpus=str(corpus), tokenizer=str(vocab),
+                                                             output_dir=str(out),
                                                              max_seq_length=64, num_proc=1), progress=False)
     tokenizer = load_tokenizer(vocab)
     dataset, _ = load_pretraining_data(out, tokenizer=tokenizer)  # the vocabulary fingerprint and casing agree
@@ -278,7 +283,8 @@ def test_coverage_report_compares_the_three_formats(three, docs, tmp_path):
     assert stats["sentencepiece"] == dataclass_replace(stats["spm_file"], vocabulary="sentencepiece")
     overlap = {(o.a, o.b): o for o in report.overlaps}
     assert overlap[("sentencepiece", "spm_file")].jaccard == 1.0
-    assert 0.1 < overlap[("wordpiece", "bpe")].jaccard < 1.0 and 0.1 < overlap[("wordpiece", "sentencepiece")].jaccard < 1
+    assert (0.1 < overlap[("wordpiece", "bpe")].jaccard < 1.0
+            and 0.1 < overlap[("wordpiece", "sentencepiece")].jaccard < 1)
     print("\n" + "\n".join(f"{n}: pieces/word {s.pieces_per_word:.3f}, pieces/instance {s.pieces_per_instance:.1f}, "
                            f"whole {s.whole_fraction:.1%}, [UNK] {s.unk_rate:.2%}" for n, s in stats.items()))
     print("terms kept whole:", report.terms.whole_counts, "overlap wordpiece/sentencepiece/bpe:",

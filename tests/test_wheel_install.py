@@ -107,9 +107,11 @@ def test_wheel_holds_the_package_and_its_data(installed) -> None:
 
 
 def test_imports_come_from_the_virtualenv_not_the_checkout(installed) -> None:
-    probe = ("import json, sys, biomed_lm, biomed_lm.launch.cli, biomed_lm.pretrain.trainer, biomed_lm.launch.pretrain\n"
+    probe = ("import json, sys, biomed_lm, biomed_lm.launch.cli, biomed_lm.pretrain.trainer, "
+             "biomed_lm.launch.pretrain\n"
              "from biomed_lm.resources import shipped_dir\n"
-             "print(json.dumps({'files': [m.__file__ for m in (biomed_lm, biomed_lm.launch.cli, biomed_lm.pretrain.trainer,"
+             "print(json.dumps({'files': [m.__file__ for m in (biomed_lm, biomed_lm.launch.cli, "
+             "biomed_lm.pretrain.trainer,"
              " biomed_lm.launch.pretrain)], 'configs': str(shipped_dir('configs')), 'data': str(shipped_dir('data')),"
              " 'path': sys.path}))")
     seen = json.loads(run([str(installed["python"]), "-c", probe], cwd=installed["work"],
