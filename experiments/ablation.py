@@ -543,35 +543,44 @@ def _sweep_command(config: AblationConfig, model: Path, out: Path) -> list[str]:
     return _python("blurb.py", *flags)
 
 
-def _run_parallel(jobs: list[tuple[str, list[str]]], parallel: int, log: Callable[[str], None]) -> list[str]:
+def _run_parallel(jobs: list[tuple[str, list[str]]], parallel: int, log: Callable[[str], None],
+                  succeeded: Callable[[int], None] = lambda index: None) -> list[str]:
     """Run independent commands, ``parallel`` at a time, splitting the CPU threads between them.
-    Returns the titles of the jobs that failed (the others are not stopped)."""
+    ``succeeded(i)`` is called as soon as job ``i`` exits 0, so what a finished job earns (its done-file)
+    is kept when a later one is interrupted. Returns the titles of the jobs that failed (the others are
+    not stopped)."""
     if parallel <= 1:
         failed = []
-        for title, command in jobs:
+        for index, (title, command) in enumerate(jobs):
             try:
                 _run(title, command, log)
             except StepFailed as err:
                 log(str(err))
                 failed.append(title)
+            else:
+                succeeded(index)
         return failed
     threads = str(max(1, (os.cpu_count() or 1) // parallel))
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-    running: list[tuple[str, subprocess.Popen]] = []
-    failed, queue = [], list(jobs)
+    running: list[tuple[int, subprocess.Popen]] = []
+    failed, queue = [], list(enumerate(jobs))
     try:
         while queue or running:
             while queue and len(running) < parallel:
-                title, command = queue.pop(0)
+                index, (title, command) = queue.pop(0)
                 log(f"\n=== {title} (in parallel)\n$ {shlex.join(command)}")
-                running.append((title, start_step_process(command, env)))
+                running.append((index, start_step_process(command, env)))
             time.sleep(1.0)
             for item in list(running):
-                if item[1].poll() is not None:
-                    running.remove(item)
-                    if item[1].returncode != 0:
-                        log(f"{item[0]} failed with exit status {item[1].returncode}")
-                        failed.append(item[0])
+                index, process = item
+                if process.poll() is None:
+                    continue
+                running.remove(item)
+                if process.returncode == 0:
+                    succeeded(index)
+                else:
+                    log(f"{jobs[index][0]} failed with exit status {process.returncode}")
+                    failed.append(jobs[index][0])
     except KeyboardInterrupt:
         wait_for_interrupted([process for _, process in running])  # each stops on its own, as one step does
         raise
@@ -655,10 +664,14 @@ def run_ablation(config: AblationConfig, log: Callable[[str], None] = print, rep
             log(f"{title}: sweep already complete")
         else:
             pending.append((title, command, out))
-    record.failed = _run_parallel([(title, command) for title, command, _ in pending], config.parallel_jobs, log)
-    for title, command, out in pending:
-        if title not in record.failed and _sweep_finished(out):
+
+    def sweep_exited_0(index: int) -> None:
+        _, command, out = pending[index]
+        if _sweep_finished(out):
             _mark_done(out / FINETUNE_DONE, command)
+
+    record.failed = _run_parallel([(title, command) for title, command, _ in pending], config.parallel_jobs, log,
+                                  succeeded=sweep_exited_0)
     write_ablation_record(record, paths.root)
     if report:
         from biomed_lm.experiments.report import write_report

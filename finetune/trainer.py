@@ -102,7 +102,8 @@ class RunOptions:
                 "(JNLPBA as distributed here); the run record's dataset_notes say so"})
     group_by_length: bool = field(default=True, metadata={
         "help": "train on batches of similar lengths: the shuffled training set cut into mega-batches of 50 "
-                "batches, each sorted by length (transformers' LengthGroupedSampler; on NCBI-disease 5%% of "
+                "batches (fewer where that leaves under 4 mega-batches), each sorted by length (transformers' "
+                "LengthGroupedSampler; on NCBI-disease 5%% of "
                 "the padded positions are padding, against 56%% in uniformly shuffled batches). false: "
                 "uniformly shuffled batches"})
     save_predictions: bool = field(default=True, metadata={

@@ -5,6 +5,7 @@ multilevel analysis included), resumed without redoing anything."""
 from __future__ import annotations
 
 import json
+import sys
 import os
 from pathlib import Path
 
@@ -322,3 +323,29 @@ def test_a_sweep_counts_as_finished_only_with_every_dataset_present_and_complete
     assert _sweep_finished(summary())
     assert not _sweep_finished(summary(absent={"bc5cdr-chem": "no such directory"}))
     assert not _sweep_finished(summary(datasets={"ncbi-disease": {"incomplete": "1 of 2 runs complete"}}))
+
+
+def test_a_sweep_that_finished_keeps_its_done_file_when_a_later_one_is_interrupted(monkeypatch):
+    """QA: Ctrl-C during the second variant's sweep left the first's finished sweep without
+    finetune_done.json (done-files were written after every sweep had returned), so a resume relaunched
+    it. ``succeeded`` is now called as each job exits 0."""
+    from biomed_lm.experiments import ablation
+
+    finished: list[int] = []
+
+    def run_step(title, command, log, env=None, refused_hint=""):
+        if title == "second":
+            raise KeyboardInterrupt
+    monkeypatch.setattr(ablation, "_run", run_step)
+    with pytest.raises(KeyboardInterrupt):
+        ablation._run_parallel([("first", ["a"]), ("second", ["b"])], 1, lambda m: None, succeeded=finished.append)
+    assert finished == [0]
+
+    # In parallel: each job's exit is seen as it happens; a failure is reported and not marked.
+    jobs = [("ok", [sys.executable, "-c", "pass"]), ("bad", [sys.executable, "-c", "raise SystemExit(3)"]),
+            ("ok too", [sys.executable, "-c", "pass"])]
+    finished.clear()
+    messages: list[str] = []
+    failed = ablation._run_parallel(jobs, 2, messages.append, succeeded=finished.append)
+    assert failed == ["bad"] and sorted(finished) == [0, 2]
+    assert "bad failed with exit status 3" in messages
