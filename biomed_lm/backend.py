@@ -135,7 +135,12 @@ def start_distributed(deepspeed: bool = True, program: str = "biomed-lm") -> Dis
 
     ensure_distributed_env()
     announce_op_build(program)
-    ds.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo", verbose=False)
+    try:
+        ds.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo", verbose=False)
+    except RuntimeError as err:
+        if _op_build_interrupted(err):  # Ctrl-C reached ninja first: torch reports a failed build
+            raise KeyboardInterrupt from err
+        raise
     device = local_device(int(os.environ.get("LOCAL_RANK", "0")))
     if device.type == "cpu" and dist.get_world_size() > 1:
         dist.barrier()  # every rank has mapped its peers' all-reduce buffers: the names can go
@@ -180,7 +185,26 @@ def _op_build_ahead() -> Path | None:
     except OSError:
         return folder
     ours = all(str(path) in build_file for path in (deepspeed_dir / "ops" / "csrc", Path(torch.__file__).parent))
-    return None if ours and (folder / f"{SHM_COMM_OP}.so").is_file() else folder
+    # Without its .ninja_log (an interrupted build leaves none) ninja rebuilds everything ("build log
+    # version is too old; starting over").
+    built = all((folder / name).is_file() for name in (f"{SHM_COMM_OP}.so", ".ninja_log"))
+    return None if ours and built else folder
+
+
+def _op_build_interrupted(err: BaseException) -> bool:
+    """Whether ``err`` is torch's "Error building extension" for a ninja that SIGINT stopped (exit 130),
+    which is how Ctrl-C during the op's build reaches this process (QA: a page of build traceback per rank)."""
+    import subprocess
+
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, subprocess.CalledProcessError) and err.returncode in (130, -2):
+            return True
+        if "interrupted by user" in str(err):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def _torch_extensions_dir() -> Path:

@@ -35,6 +35,7 @@ def write_build(root: Path, sources: Path, torch_dir: Path) -> None:
                                         f"build shm.o: compile {sources / 'cpu' / 'comm' / 'shm.cpp'}\n",
                                         encoding="utf-8")
     (folder / f"{SHM_COMM_OP}.so").write_bytes(b"")
+    (folder / ".ninja_log").write_text("# ninja log v7\n", encoding="utf-8")
 
 
 def this_install() -> tuple[Path, Path]:
@@ -89,3 +90,40 @@ def test_the_line_comes_before_deepspeed_starts(cpu_jit, capsys, monkeypatch):
     with pytest.raises(RuntimeError, match="stop here"):
         backend.start_distributed(program="finetune")
     assert len(seen) == 1 and seen[0].startswith(LINE.replace("pretrain:", "finetune:"))
+
+
+def test_a_build_left_without_its_ninja_log_is_announced(cpu_jit, capsys):
+    """QA: after an interrupted build the folder kept build.ninja and the .so but no .ninja_log, and ninja
+    rebuilt for a minute ("build log version is too old; starting over") without the line."""
+    write_build(cpu_jit, *this_install())
+    (cpu_jit / SHM_COMM_OP / ".ninja_log").unlink()
+    backend.announce_op_build("pretrain")
+    assert capsys.readouterr().err.startswith(LINE)
+
+
+def test_ctrl_c_during_the_op_build_is_an_interrupt_not_a_build_error(cpu_jit, monkeypatch):
+    """QA: Ctrl-C a minute into a two-rank CPU run stopped ninja (exit 130) and each rank printed torch's
+    "Error building extension ... interrupted by user" traceback. It is now a KeyboardInterrupt, which the
+    entry scripts end with their one line and exit 130; another build error stays what it is."""
+    import subprocess
+
+    import deepspeed
+
+    from biomed_lm.errors import caused_by_interrupt
+
+    def failed_build(returncode: int, text: str):
+        def init_distributed(**_kwargs):
+            try:
+                raise subprocess.CalledProcessError(returncode, ["ninja", "-v"])
+            except subprocess.CalledProcessError as err:
+                raise RuntimeError(f"Error building extension 'deepspeed_shm_comm': {text}") from err
+        return init_distributed
+
+    monkeypatch.setattr(backend, "ensure_distributed_env", lambda: None)
+    monkeypatch.setattr(deepspeed, "init_distributed", failed_build(130, "ninja: build stopped: interrupted by user."))
+    with pytest.raises(KeyboardInterrupt) as interrupted:
+        backend.start_distributed(program="pretrain")
+    assert caused_by_interrupt(interrupted.value)
+    monkeypatch.setattr(deepspeed, "init_distributed", failed_build(1, "shm.cpp:12: error: expected ';'"))
+    with pytest.raises(RuntimeError, match="expected ';'"):
+        backend.start_distributed(program="pretrain")
