@@ -226,15 +226,17 @@ def test_resume_lr_scale_on_a_fresh_run_applies_from_step_1_and_says_so(pretrain
 
 # --- units: the run lock, the save diagnosis, the loss ceiling, the workers' shutdown ----------
 
+# The holder keeps the lock until the test kills it (its process group): a fixed minute ran out on a loaded
+# machine before a two-rank launch got to the lock, which it then took (seen once, 2026-11-28).
 HOLD_LOCK = """
 import os, sys, time
 from biomed_lm.run_lock import acquire_run_lock
 lock = acquire_run_lock(sys.argv[1], *sys.argv[3:])
 if sys.argv[2] == "fork" and os.fork() == 0:  # a child that outlives its parent, as a DataLoader worker can
-    time.sleep(60)
+    time.sleep(900)
     os._exit(0)
 print("held", flush=True)
-time.sleep(60)
+time.sleep(900)
 """
 
 
