@@ -115,9 +115,18 @@ def checkpoint_family(model_type: str | None) -> CheckpointFamily:
 
 
 def prepare_tokenizer(tokenizer, family: CheckpointFamily) -> list[str]:
-    """Set what ``family`` needs on a loaded tokenizer (pad token, EOS framing); returns notes for the
-    run record. The prefix space is a loading option (:meth:`CheckpointFamily.tokenizer_kwargs`)."""
+    """Set what ``family`` needs on a loaded tokenizer (pad token, EOS framing, a byte-level BPE's prefix
+    space); returns notes for the run record. The prefix space is a loading option
+    (:meth:`CheckpointFamily.tokenizer_kwargs`) that transformers' generic fast tokenizer (an uncased
+    byte-level BPE export) ignores (QA: NER words tokenized as text starts, ``['p','ati','ent']``), so it
+    is also set on the backend here."""
+    from biomed_lm.tokenization.tokenizer_io import with_prefix_space
+
     notes = []
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if family.prefix_space and backend is not None and with_prefix_space(backend):
+        notes.append(f"{family.name}: the tokenizer's byte-level pre-tokenizer set to add a prefix space "
+                     "(add_prefix_space was not applied on loading)")
     if family.pad_from_eos and tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise InputError(f"{family.name}: the tokenizer has neither a pad nor an EOS token to pad with")

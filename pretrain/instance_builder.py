@@ -160,9 +160,13 @@ class RecipeOptions:
 
 def pipeline_tokenizer(tokenizer):
     """A private copy of the fast tokenizer behind ``tokenizer`` (``transformers`` or ``tokenizers``),
-    set up for building instances: no truncation, no padding, and special-token text such as a
-    literal "[SEP]" in an abstract tokenized as ordinary text."""
+    set up for building instances: no truncation, no padding, special-token text such as a
+    literal "[SEP]" in an abstract tokenized as ordinary text, and a byte-level BPE's first word
+    given its ``Ġ``: each sentence is tokenized on its own, and without it every sentence after a
+    document's first lost the space before it (QA: ``field.Compared``, one word to whole-word masking)."""
     from tokenizers import Tokenizer
+
+    from biomed_lm.tokenization.tokenizer_io import with_prefix_space
 
     backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
     if not isinstance(backend, Tokenizer):
@@ -171,6 +175,7 @@ def pipeline_tokenizer(tokenizer):
     copy.no_truncation()
     copy.no_padding()
     copy.encode_special_tokens = True
+    with_prefix_space(copy)
     return copy
 
 

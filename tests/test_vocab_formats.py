@@ -249,6 +249,30 @@ def test_pretraining_instances_are_framed_and_mark_word_starts(docs, tmp_path, f
     assert marked > 100
 
 
+def test_a_byte_level_bpe_sentence_keeps_the_space_before_it(built):
+    """QA: instances are built sentence by sentence, and byte-level BPE without a prefix space gave each
+    sentence's first word no ``Ġ``: ``field.Compared`` decoded, 8,350 of 13,426 tokens after a full stop
+    unmarked, and whole-word masking read ``field.Compared`` as one word. Each sentence is now tokenized
+    as it stands in running text; SentencePiece and WordPiece are unchanged."""
+    from biomed_lm.pretrain.instance_builder import encode_documents, pipeline_tokenizer
+
+    for fmt, cased in (("bytelevel-bpe", True), ("bytelevel-bpe", False)):
+        tokenizer = auto(built(format=fmt, cased=cased))
+        pipeline = pipeline_tokenizer(tokenizer)
+        encoded = encode_documents(pipeline, [["The test field.", "Compared to normals, the cells died."]])
+        second = encoded.ids[encoded.sentence_offsets[1]:encoded.sentence_offsets[2]].tolist()
+        running_text = tokenizer(" Compared to normals, the cells died.", add_special_tokens=False)["input_ids"]
+        assert second == running_text and tokenizer.convert_ids_to_tokens(second)[0].startswith("\u0120")
+        assert tokenizer.convert_ids_to_tokens(second[:1]) != ["Compared"]
+    from tokenizers import Tokenizer
+
+    from biomed_lm.tokenization.tokenizer_io import with_prefix_space
+
+    for fmt in ("sentencepiece", "wordpiece"):  # no byte-level pre-tokenizer: nothing to change
+        backend = Tokenizer.from_str(auto(built(format=fmt)).backend_tokenizer.to_str())
+        assert not with_prefix_space(backend)
+
+
 # --------------------------------------------------------------------------- coverage report
 
 @pytest.fixture(scope="module")
@@ -336,3 +360,25 @@ def test_vocab_report_cli_takes_every_format(three, tmp_path, capsys):
     data = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert [v["format"] for v in data["vocabularies"]] == ["wordpiece", "sentencepiece", "sentencepiece",
                                                            "bytelevel-bpe"]
+
+
+def test_fine_tuning_gives_an_uncased_byte_level_bpe_its_prefix_space(built):
+    """QA: an uncased byte-level BPE export loads as transformers' generic fast tokenizer, which ignores
+    ``add_prefix_space=True``, so NER's pre-split words were tokenized as text starts
+    (``['p','ati','ent']`` where running text has ``Ġpatient``). prepare_tokenizer sets it on the backend."""
+    from transformers import AutoTokenizer
+
+    from biomed_lm.finetune.adapters.tagging import _word_pieces
+    from biomed_lm.finetune.model_families import checkpoint_family, prepare_tokenizer
+
+    roberta = checkpoint_family("roberta")
+    for cased in (False, True):
+        tokenizer = AutoTokenizer.from_pretrained(str(built(format="bytelevel-bpe", cased=cased)),
+                                                  **roberta.tokenizer_kwargs())
+        notes = prepare_tokenizer(tokenizer, roberta)
+        assert bool(notes) == (not cased)  # the cased RobertaTokenizer applied the option itself
+        words = ["the", "patient", "had", "breast", "cancer"]
+        pieces = _word_pieces(tokenizer, [words])[0]
+        running = tokenizer(" " + " ".join(words), add_special_tokens=False)["input_ids"]
+        assert sum(pieces, []) == running
+        assert all(tokenizer.convert_ids_to_tokens(p)[0].startswith("\u0120") for p in pieces)

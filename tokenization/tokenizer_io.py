@@ -192,6 +192,32 @@ def roberta_tokenizer(tokenizer, lowercase: bool, add_prefix_space: bool,
                                    add_prefix_space=add_prefix_space, **roles)
 
 
+def with_prefix_space(backend) -> bool:
+    """Make a byte-level BPE ``tokenizers.Tokenizer`` give a text's first word the ``Ġ`` every other word
+    has (``ByteLevel(add_prefix_space=True)``), in place; whether it changed anything. For text that
+    stands for a piece of running text: a sentence cut out of a document (pretraining instances), or
+    a pre-split word (NER/PICO). transformers' generic ``PreTrainedTokenizerFast`` (an uncased byte-level
+    BPE export) ignores an ``add_prefix_space`` argument, so callers set it on the backend with this."""
+    from tokenizers import Tokenizer
+
+    pipeline = json.loads(backend.to_str())
+    found = [p for p in _pre_tokenizer_nodes(pipeline.get("pre_tokenizer"))
+             if p.get("type") == "ByteLevel" and not p.get("add_prefix_space")]
+    for node in found:
+        node["add_prefix_space"] = True
+    if found:
+        backend.pre_tokenizer = Tokenizer.from_str(json.dumps(pipeline)).pre_tokenizer
+    return bool(found)
+
+
+def _pre_tokenizer_nodes(node: dict | None) -> list[dict]:
+    if not node:
+        return []
+    if node.get("type") == "Sequence":
+        return [leaf for child in node.get("pretokenizers", ()) for leaf in _pre_tokenizer_nodes(child)]
+    return [node]
+
+
 def save_transformers_dir(tokenizer, out_dir: str | os.PathLike, lowercase: bool, specials,
                           card: dict[str, Any] | None = None) -> Path:
     """Write a ``transformers`` fast tokenizer with ``save_pretrained`` (``tokenizer.json``,
