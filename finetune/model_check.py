@@ -91,6 +91,9 @@ def resolve_model_dir(path: str | Path) -> tuple[Path, list[str]]:
         return path, []
     if (path / "model" / CONFIG_FILE).is_file():
         return path / "model", [f"{path} is a pretraining run directory: using its export {path / 'model'}"]
+    if (path / "hf" / CONFIG_FILE).is_file():
+        raise InputError(f"{path} holds no {CONFIG_FILE}: it looks like a pretraining checkpoint; its transformers "
+                         f"export is {path / 'hf'}: pass that to fine-tune it")
     exports = sorted(path.glob("checkpoints/step-*/hf"), key=_step_of)
     if exports:
         raise InputError(f"{path} holds no {CONFIG_FILE}: it looks like a pretraining run that has not finished "

@@ -42,8 +42,8 @@ class ModelArguments:
     architecture: Architecture = field(default="bert", metadata={
         "help": "the model family: bert (BertForPreTraining; pair tasks nsp, sop, drp), albert "
                 "(AlbertForPreTraining: factorized embeddings, shared layers, SOP head; pair tasks sop, nsp) or "
-                "roberta (RobertaForMaskedLM: MLM only, no pair head); albert and roberta run transformers' "
-                "padded forward"})
+                "roberta (RobertaForMaskedLM: MLM only, no pair head); every family trains on the real tokens "
+                "only (unpadded), as --attention names"})
     init: InitMode = field(default="scratch", metadata={
         "help": "scratch: random weights, the in-domain vocabulary (PubMedBERT); continual: a general-domain "
                 "checkpoint and its own vocabulary (BioBERT); continual-new-vocab: its weights with the "

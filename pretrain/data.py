@@ -93,7 +93,8 @@ def load_pretraining_data(path: str | os.PathLike, tokenizer=None, max_position_
     metadata.setdefault("pair_classes", len(PAIR_LABELS[metadata["pair_task"]]))
     if expect_pair and metadata["pair_task"] == "none":
         raise PretrainingDataError(f"{p} was built without sentence pairs (pair_task none) but training expects a "
-                                   "pair objective; rebuild it with --pair-task nsp (or sop, drp) or train MLM only")
+                                   "pair objective; rebuild it with --pair-task nsp (or sop, drp) or train MLM only "
+                                   "(--no-train-pair)")
     return dataset, metadata
 
 

@@ -175,7 +175,7 @@ class ModelFamily:
             family = _BY_MODEL_TYPE.get(declared)
             fix = f"pass --architecture {family.name}" if family else "use a preset of this family"
             raise PretrainConfigError(
-                f"model preset {name!r} describes a {declared} model (model_type: {declared}) but --architecture is "
+                f"model preset {name!r} describes {_article(declared)} {declared} model (model_type: {declared}) but --architecture is "
                 f"{self.name}, which takes {' or '.join(self.preset_types)} presets: {fix}, or choose another "
                 f"--model (default for {self.name}: {self.default_preset})")
         return {key: value for key, value in fields.items() if key != "model_type"}
@@ -349,6 +349,10 @@ ROBERTA = ModelFamily(
 FAMILIES: Mapping[str, ModelFamily] = MappingProxyType({family.name: family for family in (BERT, ALBERT, ROBERTA)})
 assert tuple(FAMILIES) == get_args(Architecture)  # one choice set: pretrain.config's Literal
 _BY_MODEL_TYPE = {family.model_type: family for family in FAMILIES.values()}
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1].lower() in "aeiou" else "a"
 
 
 def get_family(architecture: str) -> ModelFamily:

@@ -154,6 +154,10 @@ def test_a_run_directory_resolves_to_its_export_or_names_the_newest_checkpoint(t
         resolve_model_dir(tmp_path / "file")
     with pytest.raises(InputError, match="not a checkpoint directory"):
         resolve_model_dir(run / "checkpoints")
+    # QA: a checkpoint's step folder got the bare "not a checkpoint directory", not its hf/ export
+    (run / "checkpoints" / "step-200" / "hf" / "config.json").write_text("{}")
+    with pytest.raises(InputError, match=r"a pretraining checkpoint; its transformers export is .*step-200/hf: pass"):
+        resolve_model_dir(run / "checkpoints" / "step-200")
 
 
 # ---------------------------------------------------------------------- through fine-tuning

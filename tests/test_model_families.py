@@ -114,7 +114,7 @@ def test_presets_are_validated_against_the_family_config_class(tmp_path):
     path.write_text("model_type: albart\n", encoding="utf-8")
     with pytest.raises(PretrainConfigError, match="model_type 'albart' is not a transformers model type"):
         load_model_preset(str(path))
-    with pytest.raises(PretrainConfigError, match="describes a albert model .* pass --architecture albert"):
+    with pytest.raises(PretrainConfigError, match="describes an albert model .* pass --architecture albert"):
         BERT.preset_fields(load_model_preset("albert-tiny"), "albert-tiny")
     with pytest.raises(PretrainConfigError, match="pass --architecture bert"):
         ALBERT.preset_fields(load_model_preset("bert-tiny"), "bert-tiny")
