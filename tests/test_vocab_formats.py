@@ -382,3 +382,15 @@ def test_fine_tuning_gives_an_uncased_byte_level_bpe_its_prefix_space(built):
         running = tokenizer(" " + " ".join(words), add_special_tokens=False)["input_ids"]
         assert sum(pieces, []) == running
         assert all(tokenizer.convert_ids_to_tokens(p)[0].startswith("\u0120") for p in pieces)
+
+
+def test_one_file_of_a_tokenizer_directory_is_refused_naming_the_directory(built):
+    """QA: ``--tokenizer vocab/vocab.json`` (RoBERTa's) was read as a bare vocab.txt, and
+    create_pretraining_data ended in a traceback from the WordPiece model; ``tokenizer.json`` gave "ids
+    are not contiguous". Every stage loads through load_tokenizer, which now names the directory."""
+    out = built(format="bytelevel-bpe", cased=True)
+    for name in ("vocab.json", "tokenizer.json", "merges.txt", "tokenizer_config.json"):
+        with pytest.raises(ValueError, match=rf"{name} is one file of a tokenizer directory, .*pass the directory "
+                                             rf"\({re.escape(str(out))}\)"):
+            load_tokenizer(out / name)
+    assert load_tokenizer(out).is_fast  # the directory itself loads

@@ -283,6 +283,11 @@ def recorded_lowercase(path: str | os.PathLike) -> bool | None:
     return None
 
 
+#: Files that are part of a tokenizer directory and mean nothing alone.
+_DIRECTORY_FILES = frozenset({"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                              "merges.txt", "added_tokens.json", "vocab_card.json"})
+
+
 def load_tokenizer(path: str | os.PathLike, lowercase: bool | None = None):
     """Load a tokenizer from a directory (any format ``AutoTokenizer`` reads), a bare ``vocab.txt``
     (BERT WordPiece) or a bare SentencePiece ``.model`` file (ALBERT's pipeline around it).
@@ -294,6 +299,11 @@ def load_tokenizer(path: str | os.PathLike, lowercase: bool | None = None):
     from transformers import AutoTokenizer, BertTokenizer
 
     p = Path(path)
+    if p.is_file() and p.name in _DIRECTORY_FILES:
+        # QA: a RoBERTa folder's vocab.json was read as a bare vocab.txt (a traceback from the WordPiece
+        # model much later), its tokenizer.json as a vocabulary with gaps in its ids
+        raise ValueError(f"{p} is one file of a tokenizer directory, not a vocab.txt or a SentencePiece .model: "
+                         f"pass the directory ({p.parent})")
     vocab_text = p / "vocab.txt" if p.is_dir() else p
     if vocab_text.is_file() and p.suffix != ".model":
         check_vocab_text(vocab_text)
