@@ -175,6 +175,20 @@ class InitReport:
         return text.strip()
 
 
+
+def _sequence_token_ids(config, tokenizer) -> None:
+    """The ids a config names for a sequence's start and end (RoBERTa's and ALBERT's configs carry
+    ``bos_token_id``/``eos_token_id``; BERT's none), set from the tokenizer the model is trained with: the
+    configs' defaults are ids of RoBERTa's and ALBERT's own vocabularies, which another vocabulary (a
+    WordPiece one) gives to other tokens (QA: the export said bos 0 = [PAD], eos 2 = [unused1])."""
+    for name, roles in (("bos_token_id", ("bos", "cls")), ("eos_token_id", ("eos", "sep"))):
+        if getattr(config, name, None) is None:
+            continue
+        token_id = next((getattr(tokenizer, f"{role}_token_id", None) for role in roles
+                         if getattr(tokenizer, f"{role}_token_id", None) is not None), None)
+        if token_id is not None:
+            setattr(config, name, int(token_id))
+
 def initialize_model(mode: str, *, tokenizer, model_fields: dict | None = None, init_checkpoint: str | None = None,
                      attn_implementation: str = "sdpa", architecture: str = "bert", pair_task: str | None = None
                      ) -> tuple[BertForPreTraining, InitReport]:
@@ -200,6 +214,7 @@ def initialize_model(mode: str, *, tokenizer, model_fields: dict | None = None, 
             raise InitializationError("mode 'scratch' needs model_fields (a model preset) for the architecture")
         model = family.build(model_fields, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
                              attn_implementation=attn_implementation, pair_task=pair_task)
+        _sequence_token_ids(model.config, tokenizer)
         return model, InitReport(mode=mode, checkpoint=None, vocab_size=len(tokenizer),
                                  newly_initialized=[name for name, _ in model.named_parameters()])
 
@@ -373,6 +388,7 @@ def _transplant_vocabulary(old_model, old_tokenizer, new_tokenizer, attn_impleme
     config = copy.deepcopy(old_model.config)
     config.vocab_size = len(new_tokens)
     config.pad_token_id = new_tokenizer.pad_token_id
+    _sequence_token_ids(config, new_tokenizer)
     config.architectures = [family.model_class]
     model = family.transformers_class(family.model_class)._from_config(config, attn_implementation=attn_implementation)
     family.set_pair_task(model, pair_task)  # the head old_model was given, so its tensors fit

@@ -352,3 +352,17 @@ def test_report_is_serializable(new_vocab):
     _, report = new_vocab
     assert isinstance(report, InitReport)
     assert json.loads(json.dumps(report.as_dict()))["built_rows"] == report.built_rows
+
+
+@pytest.mark.parametrize("architecture, preset", [("roberta", "bert-tiny"), ("albert", "albert-tiny")])
+def test_a_scratch_model_names_its_tokenizers_sequence_tokens(domain_tokenizer, architecture, preset):
+    """QA: RoBERTa and ALBERT trained on a WordPiece vocabulary exported their configs' default bos/eos ids
+    (RoBERTa's 0 and 2: [PAD] and [unused1] there). They are now the tokenizer's [CLS] and [SEP]; BERT's
+    config, which names none, stays without."""
+    model, _ = initialize_model("scratch", tokenizer=domain_tokenizer, model_fields=load_model_preset(preset),
+                                architecture=architecture)
+    assert (model.config.bos_token_id, model.config.eos_token_id) == \
+        (domain_tokenizer.cls_token_id, domain_tokenizer.sep_token_id)
+    assert model.config.pad_token_id == domain_tokenizer.pad_token_id
+    bert, _ = initialize_model("scratch", tokenizer=domain_tokenizer, model_fields=load_model_preset("bert-tiny"))
+    assert getattr(bert.config, "bos_token_id", None) is None
