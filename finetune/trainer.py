@@ -597,10 +597,30 @@ def _prepare_data(args: FinetuneArgs, log) -> _Data:
                 ((TRAIN, args.max_train_examples), (DEV, args.max_eval_examples), (TEST, args.max_eval_examples))}
     for line in task.summary():
         log(line)
+    for line in _one_label_slices(args, dataset, examples):
+        log(f"warning: {line}")
     if not examples[TRAIN]:
         raise InputError(f"dataset {dataset.name!r}: no training example is left to train on (see above)")
     features = {split: task.featurize(exs) for split, exs in examples.items()}
     return _Data(dataset, checked, task, examples, features, generator)
+
+
+def _one_label_slices(args: FinetuneArgs, dataset, examples: Mapping[str, Sequence]) -> list[str]:
+    """A split that ``--max_*_examples`` cut down to examples of one label where the whole split has several
+    (QA: the first 200 of GAD's test file are all positive, and F1 1.0 came without a word)."""
+    lines = []
+    for split, limit, flag in ((TRAIN, args.max_train_examples, "max_train_examples"),
+                               (DEV, args.max_eval_examples, "max_eval_examples"),
+                               (TEST, args.max_eval_examples, "max_eval_examples")):
+        full = dataset.splits[split]
+        if limit is None or limit >= len(full) or not isinstance(getattr(full[0], "label", None), (str, int)):
+            continue
+        kept = {e.label for e in examples[split]}
+        if len(kept) == 1 and len({e.label for e in full}) > 1:
+            lines.append(f"--{flag} {limit} keeps the first {len(examples[split])} {split} examples, all labelled "
+                         f"{next(iter(kept))!r} (the whole split has {len({e.label for e in full})} labels): "
+                         "scores on them say little")
+    return lines
 
 
 def _prepare_training(args: FinetuneArgs, data: _Data, distributed: DistributedContext) -> _Training:

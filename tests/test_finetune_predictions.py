@@ -139,3 +139,16 @@ def test_save_predictions_false_writes_no_file(tiny_bert, tmp_path):
     again = run_finetune(_args(tiny_bert, data, out, epochs=1), log=logged.append)
     assert again.skipped and not (out / TEST_FILE).exists()
     assert any("no predictions_test.jsonl" in line for line in logged), logged
+
+
+def test_an_eval_slice_of_one_label_is_a_warning(tiny_bert, tmp_path):
+    """QA: --max_eval_examples 200 kept GAD test rows that were all positive; the run scored F1 1.0 without
+    a word. A slice of one label, where the whole split has several, is named in a warning."""
+    lines: list[str] = []
+    run_finetune(_args(tiny_bert, _relation_data(tmp_path), tmp_path / "run", dataset="chemlike",
+                       task_type="relation", negative_label="false", batch_size=4, epochs=1, max_eval_examples=1),
+                 log=lines.append)
+    warnings = [line for line in lines if "--max_eval_examples 1 keeps the first 1" in line]
+    assert [w.split(" examples,")[0].split()[-1] for w in warnings] == ["dev", "test"]
+    assert all(w.startswith("warning: ") and "all labelled 'CPR:4' (the whole split has 3 labels)" in w
+               for w in warnings)
