@@ -175,8 +175,8 @@ class ModelFamily:
             family = _BY_MODEL_TYPE.get(declared)
             fix = f"pass --architecture {family.name}" if family else "use a preset of this family"
             raise PretrainConfigError(
-                f"model preset {name!r} describes {_article(declared)} {declared} model (model_type: {declared}) but --architecture is "
-                f"{self.name}, which takes {' or '.join(self.preset_types)} presets: {fix}, or choose another "
+                f"model preset {name!r} describes {_article(declared)} {declared} model (model_type: {declared}) "
+                f"but --architecture is {self.name}, which takes {' or '.join(self.preset_types)} presets: {fix}, or choose another "
                 f"--model (default for {self.name}: {self.default_preset})")
         return {key: value for key, value in fields.items() if key != "model_type"}
 
