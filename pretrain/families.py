@@ -176,8 +176,8 @@ class ModelFamily:
             fix = f"pass --architecture {family.name}" if family else "use a preset of this family"
             raise PretrainConfigError(
                 f"model preset {name!r} describes {_article(declared)} {declared} model (model_type: {declared}) "
-                f"but --architecture is {self.name}, which takes {' or '.join(self.preset_types)} presets: {fix}, or choose another "
-                f"--model (default for {self.name}: {self.default_preset})")
+                f"but --architecture is {self.name}, which takes {' or '.join(self.preset_types)} presets: {fix}, "
+                f"or choose another --model (default for {self.name}: {self.default_preset})")
         return {key: value for key, value in fields.items() if key != "model_type"}
 
     def position_offset(self, pad_token_id: int | None) -> int:
