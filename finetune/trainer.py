@@ -103,9 +103,8 @@ class RunOptions:
     group_by_length: bool = field(default=True, metadata={
         "help": "train on batches of similar lengths: the shuffled training set cut into mega-batches of 50 "
                 "batches (fewer where that leaves under 4 mega-batches), each sorted by length (transformers' "
-                "LengthGroupedSampler; on NCBI-disease 5%% of "
-                "the padded positions are padding, against 56%% in uniformly shuffled batches). false: "
-                "uniformly shuffled batches"})
+                "LengthGroupedSampler; on NCBI-disease 5%% of the padded positions are padding, against 56%% "
+                "in uniformly shuffled batches). false: uniformly shuffled batches"})
     save_predictions: bool = field(default=True, metadata={
         "help": "write the test predictions (and those of the dev epoch kept) next to run.json, one JSON line "
                 "per example (predictions_test.jsonl, predictions_dev.jsonl); false: none, for sweeps where "
@@ -615,11 +614,10 @@ def _one_label_slices(args: FinetuneArgs, dataset, examples: Mapping[str, Sequen
         full = dataset.splits[split]
         if limit is None or limit >= len(full) or not isinstance(getattr(full[0], "label", None), (str, int)):
             continue
-        kept = {e.label for e in examples[split]}
-        if len(kept) == 1 and len({e.label for e in full}) > 1:
+        kept, labels = {e.label for e in examples[split]}, {e.label for e in full}
+        if len(kept) == 1 and len(labels) > 1:
             lines.append(f"--{flag} {limit} keeps the first {len(examples[split])} {split} examples, all labelled "
-                         f"{next(iter(kept))!r} (the whole split has {len({e.label for e in full})} labels): "
-                         "scores on them say little")
+                         f"{next(iter(kept))!r} (the whole split has {len(labels)} labels): scores on them say little")
     return lines
 
 

@@ -175,7 +175,6 @@ class InitReport:
         return text.strip()
 
 
-
 def _sequence_token_ids(config, tokenizer) -> None:
     """The ids a config names for a sequence's start and end (RoBERTa's and ALBERT's configs carry
     ``bos_token_id``/``eos_token_id``; BERT's none), set from the tokenizer the model is trained with: the
@@ -188,6 +187,7 @@ def _sequence_token_ids(config, tokenizer) -> None:
                          if getattr(tokenizer, f"{role}_token_id", None) is not None), None)
         if token_id is not None:
             setattr(config, name, int(token_id))
+
 
 def initialize_model(mode: str, *, tokenizer, model_fields: dict | None = None, init_checkpoint: str | None = None,
                      attn_implementation: str = "sdpa", architecture: str = "bert", pair_task: str | None = None
