@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, get_args
 
-from biomed_lm.errors import BiomedLMError, ConfigError
+from biomed_lm.errors import BiomedLMError, ConfigError, exception_chain
 
 if TYPE_CHECKING:
     import torch
@@ -196,15 +196,8 @@ def _op_build_interrupted(err: BaseException) -> bool:
     which is how Ctrl-C during the op's build reaches this process (QA: a page of build traceback per rank)."""
     import subprocess
 
-    seen: set[int] = set()
-    while err is not None and id(err) not in seen:
-        if isinstance(err, subprocess.CalledProcessError) and err.returncode in (130, -2):
-            return True
-        if "interrupted by user" in str(err):
-            return True
-        seen.add(id(err))
-        err = err.__cause__ or err.__context__
-    return False
+    return any(isinstance(e, subprocess.CalledProcessError) and e.returncode in (130, -2)
+               or "interrupted by user" in str(e) for e in exception_chain(err))
 
 
 def _torch_extensions_dir() -> Path:

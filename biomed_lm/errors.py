@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Callable
+from typing import Callable, Iterator
 
 #: The exit status of every entry script for unusable options or inputs (nothing was done).
 EXIT_BAD_INPUT = 2
@@ -94,14 +94,17 @@ def _end_progress_bars() -> None:
         bar.close()
 
 
+def exception_chain(err: BaseException | None) -> Iterator[BaseException]:
+    """``err`` and the exceptions it was raised while handling (or from), each once."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        yield err
+        seen.add(id(err))
+        err = err.__context__ or err.__cause__
+
+
 def caused_by_interrupt(err: BaseException | None) -> bool:
     """Whether ``err`` is a ``KeyboardInterrupt`` or was raised while one was being handled. A process
     pool's clean-up replaces the interrupt with its own error (``datasets``' ``map(num_proc=...)`` raises
     ``multiprocess``'s ``TimeoutError`` from its ``finally``), so the chain of contexts is searched."""
-    seen: set[int] = set()
-    while err is not None and id(err) not in seen:
-        if isinstance(err, KeyboardInterrupt):
-            return True
-        seen.add(id(err))
-        err = err.__context__ or err.__cause__
-    return False
+    return any(isinstance(e, KeyboardInterrupt) for e in exception_chain(err))

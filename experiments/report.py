@@ -920,8 +920,7 @@ def _per_run(summaries: list[dict[str, Any]], key: str, show: Callable[[Any], st
 def _budget_lines(budget: Mapping[str, Any]) -> list[str]:
     if not budget:
         return ["- (ablation.json gives no budget)"]
-    lines = [f"- {k.replace('_', ' ')}: {v:,}" if isinstance(v, int) and not isinstance(v, bool)
-             else f"- {k.replace('_', ' ')}: {v}" for k, v in budget.items()
+    lines = [f"- {k.replace('_', ' ')}: {_value_text(v)}" for k, v in budget.items()
              if v is not None and not (k == "phases" and isinstance(v, list))]
     phases = budget.get("phases")
     if isinstance(phases, list):  # one readable line per phase, not a Python list of dicts
@@ -937,8 +936,12 @@ def _setting_text(key: str, value: Any) -> str:
     """``max steps 20``, ``extra args `--learning_rate 2e-4```."""
     if isinstance(value, list):
         return f"{key.replace('_', ' ')} `{' '.join(map(str, value))}`"
-    return f"{key.replace('_', ' ')} {value:,}" if isinstance(value, int) and not isinstance(value, bool) \
-        else f"{key.replace('_', ' ')} {value}"
+    return f"{key.replace('_', ' ')} {_value_text(value)}"
+
+
+def _value_text(value: Any) -> str:
+    """An integer with thousands separators (not a bool); anything else as str() gives it."""
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
 
 
 def _remove(path: Path) -> None:

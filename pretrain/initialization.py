@@ -183,8 +183,8 @@ def _sequence_token_ids(config, tokenizer) -> None:
     for name, roles in (("bos_token_id", ("bos", "cls")), ("eos_token_id", ("eos", "sep"))):
         if getattr(config, name, None) is None:
             continue
-        token_id = next((getattr(tokenizer, f"{role}_token_id", None) for role in roles
-                         if getattr(tokenizer, f"{role}_token_id", None) is not None), None)
+        token_id = next((i for i in (getattr(tokenizer, f"{role}_token_id", None) for role in roles)
+                         if i is not None), None)
         if token_id is not None:
             setattr(config, name, int(token_id))
 
