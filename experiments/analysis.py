@@ -62,7 +62,7 @@ import scipy.stats
 
 from biomed_lm.experiments.choices import SEED_EFFECTS, SeedEffect
 from biomed_lm.experiments.design import (AnalysisError, Design, Names, Term, checkpoint_column, fit_intercepts,
-                                          fit_mixedlm, hessian_caveat, prepare_runs, usable_fit)
+                                          fit_mixedlm, fit_notes, hessian_caveat, prepare_runs, usable_fit)
 
 __all__ = ["MultilevelResult", "fit_multilevel", "format_p", "AnalysisError", "SEED_EFFECTS"]
 
@@ -574,7 +574,7 @@ def _fit_with_fallback(model: _Model, slopes: Sequence[str], auto: bool) -> tupl
         re_try = "1 + " + " + ".join(model.level1_cols[v] for v in slopes)
         result, messages, error = fit_mixedlm(formula, data, re_try, model.vc_formula)
         if usable_fit(result):
-            notes += [f"statsmodels (random slopes): {m}" for m in messages]
+            notes += fit_notes(messages, "random slopes")
             return result, list(slopes), re_try
         why = error or ("did not converge" if result is not None and not result.converged
                         else "gave non-finite standard errors")
@@ -582,10 +582,10 @@ def _fit_with_fallback(model: _Model, slopes: Sequence[str], auto: bool) -> tupl
                      + (f"; {'; '.join(messages[:3])}" if messages else "")
                      + "): fell back to random intercepts only"
                      + (" (slopes chosen automatically)" if auto else ""))
-    result, fit_notes = fit_intercepts(formula, data, model.vc_formula, "the multilevel model",
-                                       f"with {len(data)} runs in {model.n_groups} groups",
-                                       "the intercept-only fit did not converge cleanly: estimates are tentative")
-    notes += fit_notes
+    result, intercept_notes = fit_intercepts(formula, data, model.vc_formula, "the multilevel model",
+                                             f"with {len(data)} runs in {model.n_groups} groups",
+                                             "the intercept-only fit did not converge cleanly: estimates are tentative")
+    notes += intercept_notes
     return result, [], "1"
 
 

@@ -31,7 +31,7 @@ import statsmodels.formula.api as smf
 from biomed_lm.errors import ExperimentError
 
 __all__ = ["AnalysisError", "Names", "Term", "Design", "prepare_runs", "fit_mixedlm", "fit_intercepts", "usable_fit",
-           "hessian_caveat", "HESSIAN_NOT_PD", "checkpoint_column"]
+           "fit_notes", "hessian_caveat", "HESSIAN_NOT_PD", "checkpoint_column"]
 
 
 class AnalysisError(ExperimentError, ValueError):
@@ -324,10 +324,19 @@ def fit_intercepts(formula: str, data: pd.DataFrame, vc_formula: dict | None, wh
     result, messages, error = fit_mixedlm(formula, data, "1", vc_formula)
     if result is None:
         raise AnalysisError(f"{what} could not be fitted ({error}) {size}")
-    notes = [f"statsmodels: {m}" for m in messages]
+    notes = fit_notes(messages)
     if not usable_fit(result):
         notes.append(unclean)
     return result, notes
+
+
+#: The prefix of a note that carries statsmodels' own warning for the fit in use; hessian_caveat reads them.
+FIT_NOTE_PREFIX = "statsmodels"
+
+
+def fit_notes(messages: Sequence[str], fit: str = "") -> list[str]:
+    """statsmodels' warnings as the analysis notes them: ``statsmodels: m``, or ``statsmodels (fit): m``."""
+    return [f"{FIT_NOTE_PREFIX}{f' ({fit})' if fit else ''}: {m}" for m in messages]
 
 
 #: statsmodels' warning when the REML surface is not curved like a maximum at the estimate (a variance
@@ -338,7 +347,7 @@ HESSIAN_NOT_PD = "Hessian matrix at the estimated parameter values is not positi
 def hessian_caveat(notes: Sequence[str], zero_levels: Sequence[str] = ()) -> str:
     """The reading's caveat when the fit in use (its ``statsmodels:`` notes) had a Hessian that is not
     positive definite, or "" when it had not."""
-    used = [n for n in notes if n.startswith(("statsmodels: ", "statsmodels (random slopes): "))]
+    used = [n for n in notes if n.startswith(FIT_NOTE_PREFIX + ":") or n.startswith(FIT_NOTE_PREFIX + " (")]
     if not any(HESSIAN_NOT_PD in n for n in used):
         return ""
     where = f": {', '.join(zero_levels)}" if zero_levels else ""
