@@ -29,7 +29,6 @@ from biomed_lm.errors import ConfigError
 from biomed_lm.experiments.ablation import AblationConfig, ablation_config_from
 from biomed_lm.resources import resolve_path, shipped_dir
 
-RECIPE_KEYS = ("system", "tiny")
 SYSTEM_KEYS = ("name", "paper", "reproduces", "leaves_out", "shape")
 TINY_CORPUS = "configs/corpus/demo.yaml"  # the embedded sample
 TINY_FINETUNE = "configs/blurb/recipe_tiny.yaml"  # 32 examples of the committed NER dataset

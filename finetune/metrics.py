@@ -542,10 +542,6 @@ class BlurbScore:
         return bool(self.missing_datasets)
 
     @property
-    def present_datasets(self) -> tuple[str, ...]:
-        return tuple(self.dataset_scores)
-
-    @property
     def present_tasks(self) -> tuple[str, ...]:
         return tuple(self.task_scores)
 

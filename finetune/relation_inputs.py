@@ -46,10 +46,8 @@ ENTITY_MARKERS: tuple[str, str, str, str] = ("[E1]", "[/E1]", "[E2]", "[/E2]")
 #: A BLURB placeholder: ``@GENE$``, ``@CHEMICAL$``, ``@CHEM-GENE$`` (overlapping mentions).
 PLACEHOLDER_PATTERN = re.compile(r"@([A-Z][A-Z0-9_]*(?:-[A-Z][A-Z0-9_]*)?)\$")
 
-# The BLURB datasets' entity-type maps and placeholder pairs live in the registry (finetune.blurb);
-# by dataset name here for callers that look them up.
-TYPE_MAPS: Mapping[str, Mapping[str, str]] = MappingProxyType(
-    {e.name: e.type_map for e in BLURB.values() if e.type_map is not None})
+# The BLURB datasets' placeholder pairs live in the registry (finetune.blurb); by dataset name here for
+# callers that look them up.
 PLACEHOLDER_PAIRS: Mapping[str, PlaceholderPair] = MappingProxyType(
     {e.name: e.placeholder_pair for e in BLURB.values() if e.placeholder_pair is not None})
 

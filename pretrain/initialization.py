@@ -105,13 +105,6 @@ SCRATCH, CONTINUAL, CONTINUAL_NEW_VOCAB = INIT_MODES
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json")
-# Missing from a checkpoint, these are legitimately initialized fresh: the pretraining heads and
-# the pooler (BertForMaskedLM checkpoints have no pooler). Anything else missing is refused.
-# (BERT's; each family has its own: ModelFamily.initializable.)
-INITIALIZABLE_PREFIXES = BERT.initializable
-# The state-dict entries indexed by vocabulary id (the decoder ones are tied to the other two).
-WORD_EMBEDDINGS, MLM_BIAS = BERT.vocabulary_tensors[:2]
-VOCABULARY_TENSORS = frozenset(BERT.vocabulary_tensors)
 # Config fields that never come from a model preset (the tokenizer decides them).
 TOKENIZER_FIELDS = frozenset({"vocab_size", "pad_token_id"})
 _PLACEHOLDER = re.compile(r"\[[^\[\]\s]+\]")

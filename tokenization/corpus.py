@@ -365,7 +365,6 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
 
 # --------------------------------------------------------------------------- stage 2: resolve
 
-DROP_REASONS = ("deleted", "superseded", "duplicate_text", "empty_abstract", "language", "too_short")
 
 
 def resolve(keys: np.ndarray, is_delete: np.ndarray, n_words: np.ndarray, language_ok: np.ndarray,

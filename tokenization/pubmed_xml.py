@@ -52,7 +52,6 @@ from biomed_lm.tokenization.streams import Problem, StreamDamage, iter_blocks
 READ_BLOCK = 1 << 22           # 4 MiB of decompressed XML per read
 MAX_RECORD_BYTES = 1 << 26     # a record larger than 64 MiB is certainly damage, not a citation
 
-RECORD_TAGS = (b"PubmedArticle", b"PubmedBookArticle", b"MedlineCitation", b"DeleteCitation")
 _RECORD_START = re.compile(rb"<(PubmedArticle|PubmedBookArticle|MedlineCitation|DeleteCitation)(?=[\s/>])")
 _YEAR = re.compile(r"\b(1[89]\d\d|20\d\d)\b")
 _LINK_PMID = re.compile(r"0*([1-9][0-9]{0,17})")
