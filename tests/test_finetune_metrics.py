@@ -115,6 +115,22 @@ def test_entity_f1_io():
     assert result["score"] == 0.5 and result["mode"] == "conlleval"
 
 
+def test_an_io_run_is_scored_against_the_files_own_entities():
+    """Gold converted to IO merges two touching entities of one type into one: an IO run that
+    predicts that one span would score F1 1.0 against 2 real entities. Scored against the gold in
+    BIO (``gold_scheme``), it finds 0 of the 2."""
+    gold_bio = [["B-X", "B-X", "O", "B-Y"]]
+    pred_io = [["I-X", "I-X", "O", "I-Y"]]
+    merged = entity_f1([["I-X", "I-X", "O", "I-Y"]], pred_io, scheme="io")
+    assert merged["score"] == 1.0
+    result = entity_f1(gold_bio, pred_io, scheme="io", gold_scheme="bio")
+    # gold {X(0,1), X(1,2), Y(3,4)}, pred {X(0,2), Y(3,4)}: 1 correct, P 1/2, R 1/3
+    assert (result["precision"], result["recall"]) == (0.5, pytest.approx(1 / 3))
+    assert result["gold_scheme"] == "bio" and result["scheme"] == "io"
+    with pytest.raises(ValueError, match="gold sequence 0"):  # gold is checked in its own scheme
+        entity_f1([["O", "I-X"]], [["O", "I-X"]], scheme="io", gold_scheme="bio")
+
+
 def test_entity_f1_edge_cases():
     # No predicted entity: precision 0/0 -> 0, recall 0/1, F1 0 (never NaN).
     result = entity_f1([["B-X"]], [["O"]])

@@ -171,10 +171,14 @@ def test_ner_schemes_and_layers(tiny_bert, ner_data, tmp_path, predictions, sche
     assert test["n_invalid_pred_sequences"] == invalid
     if scheme == "io":  # IO has no ill-formed sequences
         assert invalid == 0
-    # Gold went to the metric converted to the scheme (validate_tags would refuse BIO gold in BIOUL).
+    # Gold went to the metric converted to the scheme (validate_tags would refuse BIO gold in BIOUL);
+    # an IO run's gold is the file's own entities in BIO, which IO could merge.
     trainer_gold = trainer._gold(call["task"], call["examples"])
+    gold_scheme = "bio" if scheme == "io" else scheme
+    assert test.get("gold_scheme", scheme) == gold_scheme
+    assert call["task"].metric_kwargs().get("gold_scheme", scheme) == gold_scheme
     for tags in trainer_gold:
-        validate_tags(tags, scheme)
+        validate_tags(tags, gold_scheme)
     if scheme == "bioul":
         assert "U-Chemical" in trainer_gold[0] and "L-Disease" in trainer_gold[0]
 

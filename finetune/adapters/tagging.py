@@ -174,10 +174,13 @@ class TokenTaggingAdapter(_WordTaggingAdapter):
         types = list(dict.fromkeys(split_tag(t)[1] for t in _bioes_as_bioul(dataset.labels) if t != "O"))
         self.labels = tuple(tag_labels(types, args.tagging_scheme))
         self.index = {tag: i for i, tag in enumerate(self.labels)}
+        # IO cannot write two touching entities of one type: an IO run is scored against the file's
+        # own entities, in BIO (metrics.entity_f1's gold_scheme)
+        self.gold_scheme = "bio" if args.tagging_scheme == "io" else args.tagging_scheme
 
-    def to_model_tags(self, tags: Sequence[str]) -> list[str]:
-        """A dataset's tag sequence in the model's scheme (the gold for scoring)."""
-        return convert_tags(_bioes_as_bioul(tags), self.source_scheme, self.args.tagging_scheme)
+    def to_model_tags(self, tags: Sequence[str], scheme: str | None = None) -> list[str]:
+        """A dataset's tag sequence in the model's scheme (or in ``scheme``)."""
+        return convert_tags(_bioes_as_bioul(tags), self.source_scheme, scheme or self.args.tagging_scheme)
 
     def encode_labels(self, example) -> list:
         return [self.index[t] for t in self.to_model_tags(example.tags)]
@@ -189,13 +192,15 @@ class TokenTaggingAdapter(_WordTaggingAdapter):
         return TokenTaggingModel(encoder, len(self.labels), self.args.tagging_layer, self.args.dropout)
 
     def gold(self, examples: Sequence) -> list:
-        return [self.to_model_tags(e.tags) for e in examples]
+        return [self.to_model_tags(e.tags, self.gold_scheme) for e in examples]
 
     def metric_kwargs(self) -> dict[str, Any]:
-        return {"scheme": self.args.tagging_scheme, "mode": self.args.ner_f1_mode}
+        kwargs = {"scheme": self.args.tagging_scheme, "mode": self.args.ner_f1_mode}
+        return kwargs if self.gold_scheme == self.args.tagging_scheme else {**kwargs, "gold_scheme": self.gold_scheme}
 
     def prediction_row(self, index: int, example, gold: Any, predicted: Any) -> dict[str, Any]:
-        # tags in the run's tagging scheme, as the metric scores them (a BIO file's own tags in a BIO run)
+        # tags as the metric scores them: predicted in the run's tagging scheme, gold in metric_kwargs'
+        # gold_scheme (the run's, or BIO in an IO run; a BIO file's own tags in a BIO run)
         return {"index": index, "id": example.id, "words": list(example.tokens), "gold": gold, "predicted": predicted}
 
 
