@@ -77,7 +77,8 @@ class Mention(Protocol):
 class Entity:
     """A mention: half-open character span ``[start, end)`` in the original text and its type.
 
-    A discontinuous mention (DDI offsets such as ``"42-60;75-85"``) is passed as its hull.
+    A discontinuous mention (DDI offsets such as ``"42-60;75-85"``) is passed as its hull (the readers'
+    entities also carry its fragments, ``spans``, which :func:`dummify` reads).
     """
 
     start: int
@@ -150,9 +151,18 @@ def _check_entities(text: str, entities: Sequence[Mention]) -> tuple[Mention, Me
     return entities[0], entities[1]
 
 
+def _replaced(entity: Mention) -> Entity:
+    """The stretch a placeholder replaces: the mention, or a discontinuous mention's first fragment
+    (DDI's ``spans``, "[live] or inactivated [vaccines]"), the rest kept, as BLURB's own dummified DDI
+    sentences have it: "@DRUG$ or inactivated vaccines", and "@DRUG$ or @DRUG$" where the other
+    mention is "inactivated vaccines" (every one of its pairs whose replaced stretches do not overlap)."""
+    fragments = getattr(entity, "spans", ())
+    return Entity(entity.start, fragments[0][1] if len(fragments) > 1 else entity.end, entity.type)
+
+
 def dummify(text: str, entities: Sequence[Mention], type_map: Mapping[str, str] | None = None) -> TransformedText:
     """Replace each mention by its ``@TYPE$`` placeholder (overlapping mentions: one combined one)."""
-    first, second = _check_entities(text, entities)
+    first, second = (_replaced(entity) for entity in _check_entities(text, entities))
     if mentions_overlap(first, second):
         start, end = min(first.start, second.start), max(first.end, second.end)
         token = overlap_placeholder(first, second, type_map)
