@@ -248,6 +248,7 @@ def _run_sweep(args: SweepArgs, rank: int, log: Callable[[str], None], progress:
     done = _count_finished_runs(plan.runs, fingerprints, args.output_dir)
     log(f"{len(plan.runs)} runs over {len({r.dataset for r in plan.runs})} datasets; {done} already complete")
     failed: dict[str, str] = {}
+    said: set[tuple[str, str]] = set()
     bar = tqdm(plan.runs, desc="BLURB sweep", unit="run", dynamic_ncols=True, disable=not progress)
 
     def say(message: str) -> None:  # on its own line, not after the bar's
@@ -258,7 +259,8 @@ def _run_sweep(args: SweepArgs, rank: int, log: Callable[[str], None], progress:
             continue
         bar.set_postfix(dataset=run.dataset, grid=run.grid_point, seed=run.seed, refresh=False)
         try:
-            result = run_finetune(run.args, log=lambda message: None, data_files=fingerprints[run.args.data_dir])
+            result = run_finetune(run.args, log=_warnings_once(run.dataset, said, say),
+                                  data_files=fingerprints[run.args.data_dir])
             if not result.skipped:
                 say(f"{run.dataset} {run.grid_point} seed {run.seed}: dev {result.record['best_dev_score']:.4f}, "
                     f"test {result.record['test_score']:.4f} ({result.record['wall_time_s']:.0f} s)")
@@ -302,6 +304,21 @@ def _grid_key(record: Mapping[str, Any]) -> tuple:
     return tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in settings.items()))
 
 
+def _warnings_once(dataset: str, said: set[tuple[str, str]], say: Callable[[str], None]) -> Callable[[str], None]:
+    """A run's log for the sweep: its warnings (a one-label slice, a dataset's own) once per dataset,
+    the rest of its lines dropped (the bar and the per-run score line say the progress)."""
+    def log(message: str) -> None:
+        if message.startswith("warning: ") and (dataset, message) not in said:
+            said.add((dataset, message))
+            say(f"{dataset}: {message}")
+    return log
+
+
+def _run_warnings(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The runs' dataset and slice warnings, each once, in the order first seen."""
+    return list(dict.fromkeys(w for r in runs for w in [*r.get("dataset_warnings", []), *r.get("slice_warnings", [])]))
+
+
 def summarize(records: Iterable[Mapping[str, Any]], *, absent: Mapping[str, str] | None = None,
               failed: Mapping[str, str] | None = None, expected: Mapping[str, int] | None = None
               ) -> dict[str, Any]:
@@ -339,7 +356,7 @@ def summarize(records: Iterable[Mapping[str, Any]], *, absent: Mapping[str, str]
         entry = {"task_type": runs[0]["task_type"], "metric": runs[0]["metric"], "runs": len(runs),
                  "selected": {k: best[k] for k in ("learning_rate", "batch_size", "epochs", "seeds")},
                  "dev": best["dev"], "test": best["test"], "grid": points,
-                 "notes": list(runs[0].get("dataset_notes", []))}
+                 "notes": list(runs[0].get("dataset_notes", [])), "warnings": _run_warnings(runs)}
         if expected is not None and dataset in expected and len(runs) < expected[dataset]:
             entry["incomplete"] = f"{len(runs)} of {expected[dataset]} runs complete"
         datasets[dataset] = entry
@@ -402,6 +419,7 @@ def format_table(summary: Mapping[str, Any]) -> str:
     notes = [f"- {d}: absent ({why})" for d, why in summary.get("absent", {}).items()]
     notes += [f"- {d}: failed ({why})" for d, why in summary.get("failed", {}).items()]
     notes += [f"- {d}: {n}" for d, e in summary["datasets"].items() for n in e.get("notes", [])]
+    notes += [f"- {d}: warning: {w}" for d, e in summary["datasets"].items() for w in e.get("warnings", [])]
     if notes:
         lines += ["", "Notes:", *notes]
     return "\n".join(lines) + "\n"

@@ -496,6 +496,7 @@ class _Data:
     examples: dict[str, list]
     features: dict[str, list[dict]]
     generator: torch.Generator
+    slice_warnings: list[str]      # what --max_*_examples left unfit to score (run.json's slice_warnings)
 
 
 @dataclass
@@ -596,12 +597,13 @@ def _prepare_data(args: FinetuneArgs, log) -> _Data:
                 ((TRAIN, args.max_train_examples), (DEV, args.max_eval_examples), (TEST, args.max_eval_examples))}
     for line in task.summary():
         log(line)
-    for line in _one_label_slices(args, dataset, examples):
+    slice_warnings = _one_label_slices(args, dataset, examples)
+    for line in slice_warnings:
         log(f"warning: {line}")
     if not examples[TRAIN]:
         raise InputError(f"dataset {dataset.name!r}: no training example is left to train on (see above)")
     features = {split: task.featurize(exs) for split, exs in examples.items()}
-    return _Data(dataset, checked, task, examples, features, generator)
+    return _Data(dataset, checked, task, examples, features, generator, slice_warnings)
 
 
 def _one_label_slices(args: FinetuneArgs, dataset, examples: Mapping[str, Sequence]) -> list[str]:
@@ -729,6 +731,7 @@ def _run_record(args: FinetuneArgs, data: _Data, run: _Training, selection: _Sel
         "features": {split: len(fs) for split, fs in data.features.items()},
         "input_stats": dict(data.task.stats), "input_details": _jsonable(data.task.details),
         "dataset_notes": list(dataset.notes), "dataset_warnings": list(dataset.warnings),
+        "slice_warnings": data.slice_warnings,
         "dev_per_epoch": selection.epochs, "best_epoch": selection.best_epoch,
         "best_dev_score": selection.best_score, "best_dev": selection.best_dev,
         "test_score": test["score"], "test": test, "predictions": None, "total_steps": run.total_steps,

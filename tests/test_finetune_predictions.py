@@ -152,3 +152,5 @@ def test_an_eval_slice_of_one_label_is_a_warning(tiny_bert, tmp_path):
     assert [w.split(" examples,")[0].split()[-1] for w in warnings] == ["dev", "test"]
     assert all(w.startswith("warning: ") and "all labelled 'CPR:4' (the whole split has 3 labels)" in w
                for w in warnings)
+    record = json.loads((tmp_path / "run" / RUN_RECORD).read_text(encoding="utf-8"))
+    assert record["slice_warnings"] == [w.removeprefix("warning: ") for w in warnings]  # for the sweep's table

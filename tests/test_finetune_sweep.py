@@ -131,6 +131,26 @@ def test_summary_refuses_mixed_models_and_flags_unfinished_datasets():
     assert "hoc: absent (not found at x)" in table and "gad: failed (DatasetFormatError: bad line)" in table
 
 
+def test_a_runs_warnings_reach_the_sweeps_output_and_its_table_once():
+    """QA: a BLURB sweep on GAD's first 64 test rows, all positive, printed F1 99.21 without a word:
+    the sweep dropped each run's log, and the one-label warning with it. Each warning is now said once
+    per dataset as the sweep runs, and listed under the table's notes."""
+    said_lines: list[str] = []
+    said: set[tuple[str, str]] = set()
+    slice_line = "--max_eval_examples 64 keeps the first 64 test examples, all labelled '1' (...)"
+    for dataset in ("gad", "gad", "ddi"):
+        log = sweep._warnings_once(dataset, said, said_lines.append)
+        for message in ("gad: 3 runs over 1 datasets", f"warning: {slice_line}", "epoch 1: dev 0.5"):
+            log(message)
+    assert said_lines == [f"gad: warning: {slice_line}", f"ddi: warning: {slice_line}"]
+    records = [{**_record("gad", 1e-5, 16, seed, .5, .9, task_type="relation", metric="f1_positive"),
+                "dataset_warnings": ["2 rows mark one entity"], "slice_warnings": [slice_line]} for seed in (1, 2)]
+    summary = summarize(records)
+    assert summary["datasets"]["gad"]["warnings"] == ["2 rows mark one entity", slice_line]
+    table = format_table(summary)
+    assert table.count(f"- gad: warning: {slice_line}") == 1 and "- gad: warning: 2 rows mark one entity" in table
+
+
 def test_plan_reports_absent_datasets_and_uses_overrides(tmp_path):
     data = ncbi_slice(tmp_path / "data")
     args = SweepArgs(model="m", output_dir=str(tmp_path / "out"), data_root=str(tmp_path / "nowhere"),
