@@ -147,6 +147,7 @@ class Cost:
     flops: float       # their model FLOPs (pretrain.flops: forward + backward, full-length sequences)
     hours: float       # on one H100/H200 at the family's measured MFU (x ALUM's measured step cost)
     mfu: float         # the phases' FLOPs over their hours at the peak: each phase at its length's MFU
+    caveats: tuple[str, ...] = ()  # where the hours rest on a figure measured elsewhere (another length, ALUM)
 
 
 def measured_mfu(family: str, length: int) -> float:
@@ -171,15 +172,22 @@ def projected_cost(recipe: Recipe) -> Cost:
     config = SimpleNamespace(**{"vocab_size": vocab, **load_model_preset(recipe.system["shape"])})
     peak = device_peak(PROJECTION_DEVICE).bf16
     positions = flops = seconds_at_peak = 0.0
+    caveats = []
     for phase in budget.phases():
         length = int(load_yaml_mapping(phase.data_config)["max_seq_length"])
+        if length not in MEASURED_MFU[family]:
+            nearest = min(MEASURED_MFU[family], key=lambda measured: abs(measured - length))
+            caveats.append(f"{family} MFU measured at length {nearest} only, used at {length}")
         batch = phase.global_batch(budget.num_gpus)  # recipes fix global_batch_size; no hostfile needed
         positions += phase.max_steps * batch * length
         phase_flops = phase.max_steps * step_flops(config, [length] * batch, round(0.15 * length) * batch, batch)
         flops += phase_flops
         seconds_at_peak += phase_flops / measured_mfu(family, length) / peak
     hours = seconds_at_peak * (ALUM_STEP_COST if adversarial else 1.0) / 3600
-    return Cost(int(positions), flops, hours, flops / (seconds_at_peak * peak))
+    if adversarial:
+        caveats.append(f"x{ALUM_STEP_COST} for ALUM's extra passes (measured on BERT-small on a CPU): "
+                       f"{flops / (hours * 3600 * peak):.1%} of the peak in the model's FLOPs")
+    return Cost(int(positions), flops, hours, flops / (seconds_at_peak * peak), tuple(dict.fromkeys(caveats)))
 
 
 def recipe_table() -> str:
@@ -194,5 +202,6 @@ def recipe_table() -> str:
                     f"{' '.join(recipe.system['reproduces'].split())} | "
                     f"{' '.join(recipe.system['leaves_out'].split())} | "
                     f"{cost.positions / 1e9:,.0f}B positions, {cost.flops / 1e18:,.0f} EFLOP | "
-                    f"{cost.hours:,.0f} h ({cost.hours / 24:,.1f} days) at {cost.mfu:.1%} MFU |")
+                    f"{cost.hours:,.0f} h ({cost.hours / 24:,.1f} days) at {cost.mfu:.1%} MFU"
+                    + "".join(f"; {caveat}" for caveat in cost.caveats) + " |")
     return "\n".join(rows)

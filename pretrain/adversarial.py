@@ -52,14 +52,17 @@ Defaults are ALUM's pretraining settings: α = 10, σ = 1e-5, η = 1e-3, ε = 1e
 η ≫ ε, one L∞ step lands most coordinates of δ on ±ε: in effect a sign-of-gradient perturbation
 of size ε.
 
-Precision. δ is kept in float32, but the model adds it to embeddings of its own dtype. Under
-DeepSpeed bf16 (the module's weights are bf16) a coordinate of magnitude 0.02 has a spacing of
-1.2e-4, so e + δ rounds back to e for most coordinates when ε = 1e-5: with N(0, 0.02²) embeddings
-only about a fifth of such a δ reaches the model (less for larger, trained embeddings), and the
-term drifts towards a mere dropout-consistency penalty. fp16 keeps nearly all of it at that
-scale (about half at 0.05), fp32 all of it. :attr:`AdversarialResult.delta_retained` measures the
-share that got through; raise ``adv_epsilon`` (≈1e-3 under bf16) when it is well below 1. ALUM's
-runs kept fp32 embeddings (apex mixed precision), where 1e-5 survives.
+Precision. δ is kept in float32 and added to the embeddings in their own dtype; with bf16 weights a
+coordinate of magnitude 0.02 has a spacing of 1.2e-4, so e + δ would round back to e for most
+coordinates at ε = 1e-5. :attr:`AdversarialResult.delta_retained` measures the share that got
+through; the toolkit's bf16 is autocast over fp32 weights, where it is 1. But every bf16 matrix
+multiply rounds its input to 8 significant bits (a spacing of 7.8e-3 at 1, after the embeddings'
+LayerNorm), and a δ of 1e-5 moves few of them across a rounding step: the clean and perturbed
+passes then differ by rounding more than by δ. Measured on bert-small (N(0, 0.02²) embeddings, no
+dropout, the same δ draws; ``benchmarks/README.md``, "ALUM step cost"), the symmetric KL at
+ε = 1e-5 is 7.9e-8 in fp32, 2.0e-7 under fp16 autocast and 5.8e-6 under bf16 autocast (×73 the fp32
+term: rounding noise); at ε = 1e-4 bf16's is ×2.4 fp32's, at 1e-3 ×1.10. :meth:`AdversarialConfig.
+precision_caveat` says so in the run log under bf16 and fp8 with ε below 1e-3.
 
 Cost: a step is the standard forward+backward, plus per ascent step one forward and a backward
 to δ only (no weight gradients), plus one forward+backward for the final term: about (6 + 2K) / 3
@@ -93,6 +96,10 @@ NORMS: tuple[str, ...] = get_args(Norm)
 Reduction = Literal["mean", "sum", "none"]
 
 
+#: The ε from which bf16 autocast's term is within about 10% of fp32's (the module docstring's measurement).
+BF16_EPSILON_FLOOR = 1e-3
+
+
 @dataclass
 class AdversarialConfig:
     """ALUM's hyper-parameters. Field names carry an ``adv`` prefix because they are parsed by one
@@ -110,7 +117,8 @@ class AdversarialConfig:
         "help": "ascent step size η, applied to the per-token normalized gradient", "min": 0})
     adv_epsilon: float = field(default=1e-5, metadata={
         "help": "radius ε of the per-token ball δ is projected onto, in adv_norm (ALUM: 1e-5, L∞). Under bf16 "
-                "weights 1e-5 is below the embeddings' resolution; use about 1e-3 there", "gt": 0})
+                "a δ of 1e-5 is smaller than the matrix multiplies' rounding, which then dominates the term; "
+                "about 1e-3 is above it (pretrain/adversarial.py)", "gt": 0})
     adv_steps: int = field(default=1, metadata={
         "help": "ascent steps K (0: the projected random perturbation only)", "min": 0})
     adv_norm: Norm = field(default="linf", metadata={
@@ -128,6 +136,16 @@ class AdversarialConfig:
             raise PretrainConfigError(f"adv_steps must be an integer >= 0, got {self.adv_steps!r}")
         if self.adv_norm not in NORMS:
             raise PretrainConfigError(f"adv_norm must be one of {', '.join(NORMS)}, got {self.adv_norm!r}")
+
+    def precision_caveat(self, precision: str) -> str | None:
+        """The run log's warning when ε is below bf16's rounding of the matrix multiplies' inputs (see
+        the module docstring), or None."""
+        if precision not in ("bf16", "fp8") or self.adv_epsilon >= BF16_EPSILON_FLOOR:
+            return None
+        return (f"ALUM's epsilon {self.adv_epsilon:g} under {precision}: the matrix multiplies round their bf16 "
+                "inputs more coarsely than δ moves them, so the adversarial term is mostly rounding noise (on "
+                "bert-small at 1e-5: symmetric KL x73 the fp32 term's, x1.10 at 1e-3); --adv-epsilon "
+                f"{BF16_EPSILON_FLOOR:g} or --precision fp32 keep δ's effect")
 
     def describe(self) -> str:
         """ALUM's settings, for the run log."""

@@ -359,6 +359,31 @@ def test_half_precision_model_reports_how_much_of_delta_survives():
     assert large.symmetric_kl > small.symmetric_kl
 
 
+def test_under_bf16_autocast_a_small_epsilon_is_mostly_rounding_and_the_config_says_so():
+    """Autocast keeps fp32 weights, so δ reaches the embeddings whole (retained 1), yet the bf16
+    matrix multiplies round their inputs more coarsely than a δ of 1e-5 moves them: the term is far
+    larger than fp32's (rounding, not δ). At 1e-3 the two agree closely. The run log's caveat
+    (``precision_caveat``) names the case; fp32, or ε of 1e-3, get none."""
+    model = AdversarialPretrainingModel(tiny_bert(), adversarial=config()).eval()
+    batch = make_batch()
+
+    def term(epsilon: float, autocast: bool):
+        model.adversarial = config(adv_epsilon=epsilon)
+        torch.manual_seed(0)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            out = adversarial_pretraining_loss(model, prepared(model, batch), clean_masked_logits(model, batch),
+                                               model.adversarial, generator=torch.Generator().manual_seed(0))
+        return out.symmetric_kl.item(), out.delta_retained.item()
+
+    (small_fp32, _), (small_bf16, retained) = term(1e-5, False), term(1e-5, True)
+    (large_fp32, _), (large_bf16, _) = term(1e-3, False), term(1e-3, True)
+    assert retained == pytest.approx(1.0, abs=1e-4)
+    assert small_bf16 > 5 * small_fp32 and large_bf16 == pytest.approx(large_fp32, rel=0.5)
+    assert "mostly rounding noise" in config().precision_caveat("bf16")
+    assert config().precision_caveat("fp8") is not None
+    assert config().precision_caveat("fp32") is None and config(adv_epsilon=1e-3).precision_caveat("bf16") is None
+
+
 # --------------------------------------------------------------------------------------------
 # DeepSpeed (CPU, one process)
 # --------------------------------------------------------------------------------------------

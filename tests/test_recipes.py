@@ -56,6 +56,19 @@ def test_a_tiny_recipe_schedules_over_the_steps_it_runs(name):
     assert flags.get("--schedule_total_steps") == ("2" if name == "pubmedbert" else None)
 
 
+def test_the_alum_recipe_continues_the_model_the_pubmedbert_recipe_writes():
+    """Recipe audit (2026-11-28): pubmedbert-alum's default checkpoint named a variant folder
+    (``in-domain_whole-word_scratch``) the pubmedbert recipe never makes: a recipe of one variant writes
+    ``variants/baseline``. Its phase-2 export is where the ALUM recipe starts."""
+    from biomed_lm.experiments.ablation import _Paths
+
+    pubmedbert, alum = load_recipe("pubmedbert").ablation, load_recipe("pubmedbert-alum").ablation
+    (variant,), _ = plan_variants(pubmedbert.factors)
+    last_phase = len(pubmedbert.pretrain.phases())
+    written = _Paths(Path(pubmedbert.output_dir)).pretrain(variant.name, phase=last_phase) / "model"
+    assert Path(alum.continual_from) == written
+
+
 def test_scale_multiplies_every_phase():
     full, half = load_recipe("pubmedbert"), load_recipe("pubmedbert", scale=0.5)
     assert half.ablation.pretrain.max_steps == full.ablation.pretrain.max_steps // 2
