@@ -22,7 +22,7 @@ def test_parameter_counts_match_the_published_ones(preset, vocab_size, expected,
     assert abs(count - expected) <= tolerance * expected, f"{preset}: {count:,} parameters, published {expected:,}"
 
 
-@pytest.mark.parametrize("preset, shape", [("bioformer-8l", (8, 512, 8, 2048)), ("bioformer-16l", (16, 384, 8, 1536))])
+@pytest.mark.parametrize("preset, shape", [("bioformer-8l", (8, 512, 8, 2048)), ("bioformer-16l", (16, 384, 6, 1536))])
 def test_bioformer_shapes(preset, shape):
     fields = load_model_preset(preset)
     assert (fields["num_hidden_layers"], fields["hidden_size"], fields["num_attention_heads"],
