@@ -314,9 +314,12 @@ def _warnings_once(dataset: str, said: set[tuple[str, str]], say: Callable[[str]
     return log
 
 
-def _run_warnings(runs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The runs' dataset and slice warnings, each once, in the order first seen."""
-    return list(dict.fromkeys(w for r in runs for w in [*r.get("dataset_warnings", []), *r.get("slice_warnings", [])]))
+def _run_warnings(runs: Sequence[Mapping[str, Any]], selected: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The runs' dataset and slice warnings, and the selected grid point's prediction warnings (another
+    point's one-label predictions do not bear on the reported score), each once, in the order first seen."""
+    found = [w for r in runs for kind in ("dataset_warnings", "slice_warnings") for w in r.get(kind, [])]
+    found += [f"{w} (seed {r['seed']})" for r in selected for w in r.get("prediction_warnings", [])]
+    return list(dict.fromkeys(found))
 
 
 def summarize(records: Iterable[Mapping[str, Any]], *, absent: Mapping[str, str] | None = None,
@@ -340,7 +343,7 @@ def summarize(records: Iterable[Mapping[str, Any]], *, absent: Mapping[str, str]
         grid: dict[tuple, list[Mapping[str, Any]]] = {}
         for run in runs:
             grid.setdefault(_grid_key(run), []).append(run)
-        points = []
+        points, point_runs = [], {}
         for group in grid.values():
             group = sorted(group, key=lambda r: r["seed"])
             hp = group[0]["hyperparameters"]
@@ -350,13 +353,14 @@ def summarize(records: Iterable[Mapping[str, Any]], *, absent: Mapping[str, str]
                            "dev": _ms(dev), "test": _ms(test),
                            "wall_time_s": sum(r.get("wall_time_s", 0.0) for r in group),
                            "peak_rss_bytes": max(r.get("memory", {}).get("peak_rss_bytes", 0) for r in group)})
+            point_runs[id(points[-1])] = group
         # The best mean dev score wins; ties go to the point with more seeds, then the smaller lr.
         points.sort(key=lambda p: (-p["dev"]["mean"], -p["dev"]["n"], p["learning_rate"], p["batch_size"]))
         best = points[0]
         entry = {"task_type": runs[0]["task_type"], "metric": runs[0]["metric"], "runs": len(runs),
                  "selected": {k: best[k] for k in ("learning_rate", "batch_size", "epochs", "seeds")},
                  "dev": best["dev"], "test": best["test"], "grid": points,
-                 "notes": list(runs[0].get("dataset_notes", [])), "warnings": _run_warnings(runs)}
+                 "notes": list(runs[0].get("dataset_notes", [])), "warnings": _run_warnings(runs, point_runs[id(best)])}
         if expected is not None and dataset in expected and len(runs) < expected[dataset]:
             entry["incomplete"] = f"{len(runs)} of {expected[dataset]} runs complete"
         datasets[dataset] = entry

@@ -623,6 +623,18 @@ def _one_label_slices(args: FinetuneArgs, dataset, examples: Mapping[str, Sequen
     return lines
 
 
+def _one_label_predictions(data: _Data, predictions: Sequence) -> list[str]:
+    """A classification run whose test predictions are all one label where the gold has several (QA: DDI
+    at 64 examples predicted DDI-false throughout and scored 0.00, which read like a failure)."""
+    if not predictions or not all(isinstance(p, (str, int)) for p in predictions):
+        return []  # tags, element sets, scores: not one label per example
+    gold = {getattr(e, "label", None) for e in data.examples[TEST]}
+    if len(set(predictions)) == 1 and len(gold) > 1:
+        return [f"every test prediction is {predictions[0]!r} (the test set has {len(gold)} labels): "
+                "the model has not learned to tell them apart, and the score reflects that"]
+    return []
+
+
 def _prepare_training(args: FinetuneArgs, data: _Data, distributed: DistributedContext) -> _Training:
     """Stage 3: the model, the shuffled (or distributed) loader, AdamW with the slanted triangular
     schedule, and the stepper (plain PyTorch or a DeepSpeed engine)."""
@@ -809,7 +821,11 @@ def _run_finetune(args: FinetuneArgs, distributed: DistributedContext, log,
     test, test_predictions = _evaluated(run.model, data.task, data.examples[TEST], data.features[TEST], args,
                                         data.dataset.metric, run.distributed.device)
     log(f"test {data.dataset.metric} (epoch {selection.best_epoch}): {test['score']:.4f}")
-    record = {**_run_record(args, data, run, selection, test, started, rss_scope), "data_files": data_files}
+    prediction_warnings = _one_label_predictions(data, test_predictions)
+    for line in prediction_warnings:
+        log(f"warning: {line}")
+    record = {**_run_record(args, data, run, selection, test, started, rss_scope), "data_files": data_files,
+              "prediction_warnings": prediction_warnings}
     files = _prediction_rows(args, data, {TEST: test_predictions, DEV: selection.best_dev_predictions})
     record["predictions"] = _predictions_entry(data, selection, files)
     if run.distributed.rank == 0:

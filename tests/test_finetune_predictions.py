@@ -141,6 +141,21 @@ def test_save_predictions_false_writes_no_file(tiny_bert, tmp_path):
     assert any("no predictions_test.jsonl" in line for line in logged), logged
 
 
+def test_test_predictions_of_one_label_are_a_warning():
+    """QA: DDI at 64 examples predicted DDI-false throughout and scored 0.00 without a word."""
+    from types import SimpleNamespace
+
+    from biomed_lm.finetune.trainer import TEST, _one_label_predictions
+
+    data = SimpleNamespace(examples={TEST: [SimpleNamespace(label=label) for label in ("false", "mechanism", "false")]})
+    (line,) = _one_label_predictions(data, ["false"] * 3)
+    assert line.startswith("every test prediction is 'false' (the test set has 2 labels)")
+    assert _one_label_predictions(data, ["false", "mechanism", "false"]) == []
+    assert _one_label_predictions(data, [["B-X", "O"]] * 3) == []  # tag sequences are not labels
+    one_gold = SimpleNamespace(examples={TEST: [SimpleNamespace(label="yes")] * 2})
+    assert _one_label_predictions(one_gold, ["yes", "yes"]) == []
+
+
 def test_an_eval_slice_of_one_label_is_a_warning(tiny_bert, tmp_path):
     """QA: --max_eval_examples 200 kept GAD test rows that were all positive; the run scored F1 1.0 without
     a word. A slice of one label, where the whole split has several, is named in a warning."""

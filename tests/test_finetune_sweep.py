@@ -143,10 +143,15 @@ def test_a_runs_warnings_reach_the_sweeps_output_and_its_table_once():
         for message in ("gad: 3 runs over 1 datasets", f"warning: {slice_line}", "epoch 1: dev 0.5"):
             log(message)
     assert said_lines == [f"gad: warning: {slice_line}", f"ddi: warning: {slice_line}"]
+    one_label = "every test prediction is '1' (the test set has 2 labels): ..."
     records = [{**_record("gad", 1e-5, 16, seed, .5, .9, task_type="relation", metric="f1_positive"),
-                "dataset_warnings": ["2 rows mark one entity"], "slice_warnings": [slice_line]} for seed in (1, 2)]
+                "dataset_warnings": ["2 rows mark one entity"], "slice_warnings": [slice_line],
+                "prediction_warnings": [one_label] if seed == 2 else []} for seed in (1, 2)]
+    # another grid point's one-label predictions do not bear on the reported score: not listed
+    records.append({**_record("gad", 5e-5, 16, 1, .1, .1, task_type="relation", metric="f1_positive"),
+                    "prediction_warnings": ["every test prediction is '0' (...)"]})
     summary = summarize(records)
-    assert summary["datasets"]["gad"]["warnings"] == ["2 rows mark one entity", slice_line]
+    assert summary["datasets"]["gad"]["warnings"] == ["2 rows mark one entity", slice_line, f"{one_label} (seed 2)"]
     table = format_table(summary)
     assert table.count(f"- gad: warning: {slice_line}") == 1 and "- gad: warning: 2 rows mark one entity" in table
 
