@@ -51,7 +51,8 @@ from biomed_lm.pretrain.data import (DOCUMENT_COLUMN, FORMAT_VERSION, INSTANCE_S
 from biomed_lm.pretrain.instance_recipe import (LINKED_DOCUMENT, NO_PAIR_LABEL, NOT_NEXT, PAIR_LABELS,
                                                 RANDOM_DOCUMENT, InstancePlan, Packing, PairTask,
                                                 continuation_end, continuation_start, pack_documents, plan_document,
-                                                truncation_cuts, word_boundary_markers, word_start_table)
+                                                truncation_cuts, word_boundary_markers, word_start_rule,
+                                                word_start_table)
 from biomed_lm.pretrain.prepared_corpus import PretrainingDataError, files_identity, open_corpus
 from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
 from biomed_lm.worker_lifetime import workers_die_with_this_process
@@ -192,6 +193,7 @@ class TokenizerInfo:
     word_starts: np.ndarray    # word_start_table of the vocabulary
     structural_ids: tuple[int, ...] = ()  # [CLS], [SEP], [PAD], [MASK]: never part of a word
     marks_word_starts: bool = False  # SentencePiece / byte-level BPE: words start at a marker, not at a non-##
+    word_rule: str = ""        # instance_recipe.word_start_rule: part of the data's tokenizer identity
 
     @property
     def cls_id(self) -> int:
@@ -219,7 +221,8 @@ def describe_tokenizer(tokenizer, path: str = "") -> TokenizerInfo:
                          lowercase=lowercase if isinstance(lowercase, bool) else None, special_token_ids=specials,
                          pipeline_json=pipeline_json,
                          word_starts=word_start_table(vocab, structural, continuation_prefix, start_marker),
-                         structural_ids=tuple(structural), marks_word_starts=start_marker is not None)
+                         structural_ids=tuple(structural), marks_word_starts=start_marker is not None,
+                         word_rule=word_start_rule(start_marker))
 
 
 def load_tokenizer_info(path: str | os.PathLike) -> TokenizerInfo:
@@ -882,10 +885,12 @@ _NOT_DATA_SETTINGS = ("corpus", "tokenizer", "output_dir", "num_proc", "batch_si
 def inputs_identity(corpus, info: TokenizerInfo) -> dict:
     """``pretraining_data.json``'s ``inputs_identity``: the data format's version, the corpus files (path,
     size, modification time: every corpus of a mixture) and the sha256 of the tokenizer's whole pipeline
-    (normalizer, pre-tokenizer, vocabulary)."""
+    (normalizer, pre-tokenizer, vocabulary), with the word-start rule read from it where there is one
+    beside the vocabulary's markers (SentencePiece's: data built before it differs)."""
+    tokenizer = info.pipeline_json + (f"\n{info.word_rule}" if info.word_rule else "")
     return {"format_version": FORMAT_VERSION,
             "corpus_files": [file_identity(item["filename"]) for item in corpus.cache_files],
-            "tokenizer_sha256": hashlib.sha256(info.pipeline_json.encode("utf-8")).hexdigest()}
+            "tokenizer_sha256": hashlib.sha256(tokenizer.encode("utf-8")).hexdigest()}
 
 
 def data_settings(values: Mapping[str, Any]) -> dict:
@@ -929,7 +934,8 @@ def _changed_inputs(metadata: Mapping[str, Any], identity: Mapping[str, Any], co
         now = str(Path(config.tokenizer).resolve())
         before = metadata.get("tokenizer")
         changes.append(f"tokenizer: {before} in the finished data, {now} now" if before != now else
-                       f"tokenizer: {now} changed since the data was built (its vocabulary or pipeline)")
+                       f"tokenizer: {now} changed since the data was built (its vocabulary or pipeline, "
+                       "or the word starts read from it)")
     return changes
 
 

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from biomed_lm.pretrain.instance_recipe import starts_sentencepiece_word, word_start_rule, word_start_table
 from biomed_lm.run_lock import ARTIFACT_LOCK_FILE
 from biomed_lm.tokenization.coverage import (ReportSettings, build_report, count_words, load_vocabulary, parse_terms,
                                              segment_sample, source_statistics)
@@ -235,18 +236,36 @@ def test_pretraining_instances_are_framed_and_mark_word_starts(docs, tmp_path, f
     assert metadata["summary"]["instances"] == len(dataset) > 20
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
     assert (cls, sep) == ((2, 3) if fmt == "sentencepiece" else (0, 2))
-    marker, marked = MARKERS[fmt], 0
+    marker, marked, continuations = MARKERS[fmt], 0, 0
+    starts = starts_sentencepiece_word if fmt == "sentencepiece" else lambda t: t.startswith(marker)
     for row in dataset:
         ids = row["input_ids"]
         assert ids[0] == cls and ids[-1] == sep and ids.count(sep) == 2 and ids.count(cls) == 1
         tokens = tokenizer.convert_ids_to_tokens(ids)
         after_special = [False] + [i in (cls, sep) for i in ids[:-1]]
-        expected = [0 if i in (cls, sep) else int(t.startswith(marker) or after) for i, t, after in
+        expected = [0 if i in (cls, sep) else int(starts(t) or after) for i, t, after in
                     zip(ids, tokens, after_special)]
         assert row["word_starts"] == expected
         marked += sum(t.startswith(marker) for t in tokens)
-        assert 0 < sum(row["word_starts"]) < len(ids) - 3  # words of several pieces exist
-    assert marked > 100
+        assert 0 < sum(row["word_starts"])
+        continuations += len(ids) - 3 - sum(row["word_starts"])
+    assert marked > 100 and continuations > len(dataset)  # words of several pieces exist
+
+
+def test_sentencepiece_words_start_where_albert_starts_them():
+    """Data audit (2026-11-28): a SentencePiece word started only at ``▁``, so punctuation stayed glued
+    to the word before it (``▁( standard / d evi ant ) :`` one word). ALBERT's create_pretraining_data
+    starts a word at ``▁``, at ``<...>`` symbols, at punctuation pieces and at pieces with characters
+    other than ASCII letters; byte-level BPE keeps fairseq's rule (the marker alone)."""
+    pieces = ["▁(", "▁standard", "/", "d", "evi", "ant", ")", ":", "▁il", "-", "6", "▁α", "s.", "<unk>", "[CLS]"]
+    vocab = {piece: index for index, piece in enumerate(pieces)}
+    table = word_start_table(vocab, [vocab["[CLS]"]], start_marker="▁")
+    assert dict(zip(pieces, table.tolist())) == {
+        "▁(": 1, "▁standard": 1, "/": 1, "d": 0, "evi": 0, "ant": 0, ")": 1, ":": 1, "▁il": 1, "-": 1, "6": 1,
+        "▁α": 1, "s.": 0, "<unk>": 1, "[CLS]": 0}
+    bpe = word_start_table({"Ġthe": 0, "(": 1, "ant": 2}, [], start_marker="Ġ")
+    assert bpe.tolist() == [1, 0, 0]
+    assert word_start_rule("▁") and not word_start_rule("Ġ") and not word_start_rule(None)
 
 
 def test_a_byte_level_bpe_sentence_keeps_the_space_before_it(built):
