@@ -113,8 +113,9 @@ class DataArguments:
         "help": "with whole-word masking, mask spans of up to this many words, n with probability proportional "
                 "to 1/n (ALBERT's n-gram masking: 3); 1 masks single words", "min": 1})
     max_predictions: Optional[int] = field(default=None, metadata={
-        "help": "at most this many masked tokens per sequence (BERT's and ALBERT's max_predictions_per_seq: 20 "
-                "at length 512); default: the rate alone decides", "min": 1})
+        "help": "at most this many masked tokens per sequence (max_predictions_per_seq: ALBERT's and BioALBERT's 20 "
+                "at length 512; BERT's about length x rate, 20 at 128 and 80 at 512); default: the rate alone "
+                "decides", "min": 1})
     train_pair: bool = field(default=True, metadata={
         "help": "train the data's sentence-pair objective (its pair_task: nsp, sop or drp; the data must have one, "
                 "and the architecture's head must take it); --no-train-pair trains MLM only. metrics.jsonl's "

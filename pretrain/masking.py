@@ -109,8 +109,8 @@ class MaskingConfig:
         "help": "whole-word masking of n-gram spans of up to this many words, n drawn with probability "
                 "proportional to 1/n (ALBERT: 3); 1 masks single words"})
     max_predictions: int | None = field(default=None, metadata={
-        "help": "at most this many tokens selected per sequence (ALBERT and BERT's max_predictions_per_seq: "
-                "20 at length 512); None: the rate alone decides"})
+        "help": "at most this many tokens selected per sequence (max_predictions_per_seq: ALBERT's 20 at "
+                "length 512; BERT's about length x rate); None: the rate alone decides"})
 
     def __post_init__(self) -> None:
         for name in ("mlm_probability", "mask_replace_prob", "random_replace_prob"):
