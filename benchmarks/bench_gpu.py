@@ -162,6 +162,7 @@ class WindowCounts:
     tokens: int
     positions: int
     flops: float
+    sequences: int
 
 
 def length_mix(count: int, max_length: int, generator: torch.Generator) -> list[int]:
@@ -254,16 +255,20 @@ def real_rows(instances: str, max_length: int, count: int) -> list[dict]:
 
 def window_counts(cpu_batches: list[dict], config, computed_positions: Callable) -> WindowCounts:
     """Real tokens, computed positions and model FLOPs of the window's batches, from their CPU copies
-    (so the window itself never reads a device tensor back)."""
+    (so the window itself never reads a device tensor back). The pair head counts where the family has
+    one (RoBERTa has none), as the trainer counts it."""
+    from biomed_lm.pretrain.families import family_of
     from biomed_lm.pretrain.flops import step_flops
 
-    tokens, positions, flops = 0, 0, 0.0
+    # a config without model_type (a plain namespace of sizes) is counted as BERT's, with its pair head
+    pair_head = getattr(config, "model_type", None) is None or family_of(config).pair_head is not None
+    tokens, positions, flops, sequences = 0, 0, 0.0, 0
     for batch in cpu_batches:
         lengths = batch["attention_mask"].sum(1).tolist()
-        tokens += sum(lengths)
+        tokens, sequences = tokens + sum(lengths), sequences + len(lengths)
         positions += computed_positions(batch)
-        flops += step_flops(config, lengths, int((batch["labels"] != -100).sum()), len(lengths))
-    return WindowCounts(tokens, positions, flops)
+        flops += step_flops(config, lengths, int((batch["labels"] != -100).sum()), len(lengths) if pair_head else 0)
+    return WindowCounts(tokens, positions, flops, sequences)
 
 
 def make_step(model, loss_fn: Callable, optimizer, device: torch.device, dtype,
@@ -341,7 +346,8 @@ def run_system(system: System, cpu_batches: list[dict], warmup: int, device: tor
            "windows": windows, "window_tokens_per_s": [counts.tokens / each for each in window_seconds],
            "window_spread": (max(window_seconds) - min(window_seconds)) / seconds,
            "mfu_peak": precision,
-           "padding_fraction": 1 - counts.tokens / counts.positions, "peak_memory_gib": _peak_memory(device),
+           "padding_fraction": 1 - counts.tokens / counts.positions, "mean_length": counts.tokens / counts.sequences,
+           "peak_memory_gib": _peak_memory(device),
            "graphs_compiled_in_window": compiled_graphs() - graphs_before, "warmup_seconds": warmup_seconds}
     for key, after in cuda_allocator_counts(device).items():  # the trainer's metrics log the same counts
         if key != "peak_memory_gib":  # the row has the peak since the warm-up began
@@ -686,8 +692,12 @@ def main(argv: list[str] | None = None) -> None:
     real_data = [r for r in results if r["role"] not in (HF_FULL_LENGTH, FAILED) and r["seq"] == min(args.seq_lengths)]
     if real_data:
         best = max(real_data, key=lambda r: r["tokens_per_s"])
-        hours = PAPER_TOKENS / best["tokens_per_s"] / 3600
-        print(f"paper budget (65.5B tokens at seq {best['seq']}) with {best['system']}: {hours:,.0f} device-hours here")
+        # 65.5B positions, 128 a sequence; the batches' sequences hold mean_length real tokens, and the row's
+        # pace counts real tokens: the budget's real tokens are its positions at that share
+        real_share = min(1.0, best["mean_length"] / best["seq"])
+        hours = PAPER_TOKENS * real_share / best["tokens_per_s"] / 3600
+        print(f"paper budget (65.5B positions at seq {best['seq']}, {real_share:.1%} of them real tokens as in these "
+              f"batches) with {best['system']}: {hours:,.0f} device-hours here")
     report = {"device": str(device), "device_name": device_name(device), "torch": torch.__version__,
               "architecture": family.name, "model": args.model,
               "vocab_size": model_vocab(args, family),

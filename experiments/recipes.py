@@ -130,11 +130,16 @@ def merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, An
 # Model-FLOPs utilisation measured on one NVIDIA H200, bf16, by sequence length (benchmarks/README.md):
 # the BERT family unpadded (sdpa_padded, BERT's attention dropout, layers compiled) as launch/pretrain.py
 # ran it, 29.2% at 128 x 256 on real instances (run C, commit bf9dea3; the bench's own row 32.0%), and
-# 25.7% at 512 x 64 on BERT's length mix (the bench, commit 78b1a2b); and from the
-# 2026-11-26 runs transformers' padded forward, which the RoBERTa layout runs (14.8%, at 128), and
-# ALBERT-base padded (8%, at 64 x 128). A phase's length takes the nearest measured length's figure.
-MEASURED_MFU: dict[str, dict[int, float]] = {"bert": {128: 0.292, 512: 0.257}, "roberta": {128: 0.148},
-                                             "albert": {128: 0.08}}
+# 25.7% at 512 x 64 on BERT's length mix (the bench, commit 78b1a2b). RoBERTa and ALBERT run the same
+# unpadded path since a91cae4, not yet measured on a GPU; until then their figure is their transformers class
+# under torch.compile on the same H200 and instances (run C: RobertaForMaskedLM 26.2% with BERT's 30,522-token
+# head, AlbertForPreTraining 31.2%, at 128 x 256), the pace a user has without this toolkit. (Before, 14.8% and
+# 8%: transformers' padded eager forward, which these families no longer run.) A phase's length takes the
+# nearest measured length's figure.
+MEASURED_MFU: dict[str, dict[int, float]] = {"bert": {128: 0.292, 512: 0.257}, "roberta": {128: 0.262},
+                                             "albert": {128: 0.312}}
+#: The families whose MEASURED_MFU is their transformers class's, not the toolkit's own path (the table says so).
+STAND_IN_MFU = frozenset({"roberta", "albert"})
 PROJECTION_DEVICE = "NVIDIA H100 80GB HBM3"  # SXM: 989.4 dense bf16 TFLOP/s, the H200's too
 DEFAULT_VOCAB = 30522
 # An ALUM step (K = 1) against a standard one, measured: benchmarks/README.md, "ALUM step cost" (x2.74-x2.97).
@@ -162,17 +167,19 @@ def projected_cost(recipe: Recipe) -> Cost:
     from types import SimpleNamespace
 
     from biomed_lm.pretrain.config import load_model_preset
+    from biomed_lm.pretrain.families import get_family
     from biomed_lm.pretrain.flops import device_peak, step_flops
 
     budget = recipe.ablation.pretrain
     settings = load_yaml_mapping(budget.config)
     family = settings.get("architecture", "bert")
+    pairs = get_family(family).pair_head is not None and settings.get("train_pair", True) is not False
     adversarial = settings.get("adversarial") or "on" in recipe.ablation.factors.get("adversarial", [])
     vocab = load_yaml_mapping(recipe.ablation.vocab_config).get("vocab_size", DEFAULT_VOCAB)
     config = SimpleNamespace(**{"vocab_size": vocab, **load_model_preset(recipe.system["shape"])})
     peak = device_peak(PROJECTION_DEVICE).bf16
     positions = flops = seconds_at_peak = 0.0
-    caveats = []
+    caveats = [f"{family} MFU of its transformers class compiled (ours unmeasured)"] if family in STAND_IN_MFU else []
     for phase in budget.phases():
         length = int(load_yaml_mapping(phase.data_config)["max_seq_length"])
         if length not in MEASURED_MFU[family]:
@@ -180,7 +187,8 @@ def projected_cost(recipe: Recipe) -> Cost:
             caveats.append(f"{family} MFU measured at length {nearest} only, used at {length}")
         batch = phase.global_batch(budget.num_gpus)  # recipes fix global_batch_size; no hostfile needed
         positions += phase.max_steps * batch * length
-        phase_flops = phase.max_steps * step_flops(config, [length] * batch, round(0.15 * length) * batch, batch)
+        phase_flops = phase.max_steps * step_flops(config, [length] * batch, round(0.15 * length) * batch,
+                                                   batch if pairs else 0)
         flops += phase_flops
         seconds_at_peak += phase_flops / measured_mfu(family, length) / peak
     hours = seconds_at_peak * (ALUM_STEP_COST if adversarial else 1.0) / 3600

@@ -370,3 +370,19 @@ def test_every_rows_step_clips_the_gradients_before_the_optimizer(bench_gpu):
     assert update_norm(0.5) == pytest.approx(0.5, rel=1e-4)
     assert update_norm(0.0) > 100
     assert bench_gpu.parse_args(["--device", "cpu"]).max_grad_norm == 1.0
+
+
+def test_window_flops_count_a_pair_head_only_where_the_family_has_one(bench_gpu):
+    """FLOP audit (2026-11-28): RoBERTa's rows were charged an NSP head it does not have (the trainer was right)."""
+    from transformers import BertConfig, RobertaConfig
+
+    from biomed_lm.pretrain.flops import pair_head_multiply_adds
+
+    sizes = dict(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    batch = {"attention_mask": torch.tensor([[1] * 8, [1] * 5 + [0] * 3]),
+             "labels": torch.tensor([[-100] * 7 + [3], [-100] * 8])}
+    bert, roberta = BertConfig(**sizes), RobertaConfig(**sizes)
+    counted = {name: bench_gpu.window_counts([batch], config, lambda b: 16) for name, config in
+               (("bert", bert), ("roberta", roberta))}
+    assert counted["bert"].flops - counted["roberta"].flops == pytest.approx(6 * 2 * pair_head_multiply_adds(bert))
+    assert counted["bert"].sequences == 2 and counted["bert"].tokens == 13

@@ -160,3 +160,27 @@ def test_allocator_retries_show_beside_the_launch_pace_and_in_a_bench_row(gpu_go
     assert source.endswith("; with expandable segments ×0.991 (launch_expandable_vs_bench.json)")
     text = gpu_goals.report(results)
     assert "| ours [varlen, compiled by layer] | 128 × 256 | 598,482 | 32.9% | 1.26 |  | allocator retries 2 |" in text
+
+
+def test_a_speed_goal_is_not_met_by_a_row_whose_stream_failed_its_convergence_check(gpu_goals, tmp_path):
+    """FLOP audit (2026-11-28): the fastest row was the bf16 residual stream's, whose 300-step check had
+    failed (+3.10%); ×1.5 read "met" at ×1.510 where the checked fp32 stream's row gave ×1.450."""
+    compiled = row("transformers BertForPreTraining (torch.compile)", "hf_compiled", 400_000.0, ratio=1.0, mfu=0.25)
+    fp32 = row("ours [varlen, compiled by layer]", "ours", 580_000.0, ratio=1.450, mfu=0.36)
+    half = row("ours [varlen, compiled by layer, bf16 residual stream]", "ours", 604_000.0, ratio=1.510, mfu=0.3996,
+               residual_stream="half")
+    for check, expected in (({"passed": False, "relative_difference": 0.031}, ("×1.450", "missed")),
+                            (None, ("×1.450", "missed")),
+                            ({"passed": True, "relative_difference": 0.001}, ("×1.510", "met"))):
+        write(tmp_path, "bert128.json", bench("bert", compiled, fp32, half, convergence={"half_stream": check}))
+        measured, verdict, source = verdicts(gpu_goals, tmp_path)["seq 128: ×1.5 of transformers + torch.compile"]
+        assert (measured, verdict) == expected, check
+        assert ("bf16-residual-stream rows left out" in source) == (expected[1] == "missed")
+
+
+def test_a_missed_figure_never_prints_as_its_threshold(gpu_goals):
+    """An MFU of 39.996% printed "40.0%" beside "missed"; a launch pace of 0.94986 printed "×0.950"."""
+    assert gpu_goals.shown(39.996, "%", 40.0) == "39.996%"
+    assert gpu_goals.shown(0.949861, "×", 0.95) == "×0.9499"
+    assert gpu_goals.shown(32.94, "%", 40.0) == "32.9%" and gpu_goals.shown(1.26, "×", 1.5) == "×1.260"
+    assert gpu_goals.shown(40.04, "%", 40.0) == "40.0%"  # met: the usual digits
