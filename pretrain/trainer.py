@@ -237,6 +237,7 @@ def _run_steps(run: Run) -> int:
     """The step loop, from the resumed step to ``max_steps`` or a stop request; the step reached."""
     args, step = run.train_args, run.state.step
     pending: list[PendingStep] = []
+    since: float | None = None  # where the next read's window starts (None: at its first step's start)
     profiler = StepProfiler(args.profile_steps if run.rank == 0 else 0, args.profile_after, run.run_dir, run.device,
                             f"launch/pretrain.py, {run.model_args.architecture}, micro-batch {args.micro_batch_size} "
                             f"x {args.gradient_accumulation_steps} x {run.world_size}")
@@ -250,13 +251,15 @@ def _run_steps(run: Run) -> int:
                 run.logger.message(f"profile of steps {profiler.first}-{profiler.last}: {report}")
             if not _is_read_point(args, step):
                 continue  # the device runs ahead; nothing of this step is read yet
-            done = _read_steps(run, pending)
+            done = _read_steps(run, pending, since)
+            since = time.perf_counter()  # the accounting and logging below are the next window's host time
             pending.clear()
             for result in done:
                 _account_step(run, result)
             stopping = any(result.stopping for result in done)
             if step % args.checkpoint_every == 0 or step == args.max_steps or stopping:
                 _checkpoint(run, step)
+                since = None  # a save is not the steps' time
             if stopping:
                 reason = run.stops.reason() or "another rank was asked to stop"
                 run.logger.message(f"{reason}: stopped after step {step} with a checkpoint; resume with the same "
@@ -792,15 +795,18 @@ def _judge_on_device(run: Run, totals: StepTotals) -> tuple[torch.Tensor, torch.
     return sums, run.guard.judge_on_device(loss, norm), norm is not None
 
 
-def _read_steps(run: Run, steps: list[PendingStep]) -> list[StepResult]:
+def _read_steps(run: Run, steps: list[PendingStep], since: float | None = None) -> list[StepResult]:
     """Bring the pending steps' sums and verdicts to the host in one read (the wait for the device),
-    as results for accounting. The device ran them back to back, so the time since the first was
-    queued is shared out by their real tokens: every step of the window logs the window's tokens/s.
-    Steps already read keep their result."""
+    as results for accounting. The device ran them back to back, so the window's time is shared out by
+    their real tokens: every step of the window logs the window's tokens/s. The window runs from
+    ``since`` (the last read, so the host's accounting and logging in between count, as a run pays for
+    them) or, after a checkpoint or at the start, from its first step's start. Steps already read keep
+    their result."""
     unread = [pending for pending in steps if pending.result is None]
     if unread:
         rows = torch.stack([torch.cat([pending.sums, pending.record]) for pending in unread]).cpu().tolist()
-        window = time.perf_counter() - unread[0].started
+        start = unread[0].started if since is None else min(since, unread[0].started)
+        window = time.perf_counter() - start
         tokens = [pending.totals.host[pending.totals.index("tokens")] for pending in unread]
         for pending, row, share in zip(unread, rows, _shares(tokens)):
             pending.totals.read(row[:len(pending.totals.names)])

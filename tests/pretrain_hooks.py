@@ -166,10 +166,10 @@ def _install_host_sync_spy(trainer, path: Path) -> None:
             report["steps"] += 1
             path.write_text(json.dumps(report))
 
-    def reading(run, steps):
+    def reading(run, steps, since=None):
         report["reads"].append([pending.number for pending in steps])
         path.write_text(json.dumps(report))
-        return read_steps(run, steps)
+        return read_steps(run, steps, since)
 
     trainer._accumulate_step = spied
     trainer._read_steps = reading
