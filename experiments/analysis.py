@@ -223,8 +223,11 @@ class MultilevelResult:
             scale = self.level1_scaling.get(term.variable, {})
             sd = scale.get("sd", float("nan"))
             if scale.get("transform") == "log10":
+                span = scale.get("span")  # per 10x over a grid narrower than 10x is a linear extrapolation
+                narrow = span is not None and span < 1
+                within = f", a linear trend over a grid {span:.2f} decades wide" if narrow else ""
                 unit = (f"1 SD = {sd:.2f} log10 units, i.e. {_fmt(row['estimate'] / sd)} points per "
-                        f"10× {term.variable}")
+                        f"10× {term.variable}{within}")
             else:
                 unit = f"1 SD = {sd:.3g}, i.e. {_fmt(row['estimate'] / sd, digits=3)} points per unit"
             level1.append(f"{label} {_fmt(row['estimate'])} points per SD (SE {_fmt(row['se'], signed=False)}, "

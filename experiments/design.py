@@ -198,7 +198,8 @@ class Design:
             col = self.names.make("z", "log10", var) if transform == "log10" else self.names.make("z", var)
             label = f"log10({var}) [z]" if transform == "log10" else f"{var} [z]"
             self.add(col, (x - mean) / sd, Term("level1", label, variable=var))
-            scaling[var] = {"transform": transform, "mean": mean, "sd": sd, "column": col}
+            scaling[var] = {"transform": transform, "mean": mean, "sd": sd, "column": col,
+                            "span": float(x.max() - x.min())}
             level1_cols[var] = col
         if scaling:
             notes.append("level-1 variables standardized (centered, divided by their SD"
@@ -296,24 +297,43 @@ def _fit_once(formula: str, data: pd.DataFrame, re_formula: str, vc_formula: dic
     return attempt, messages, attempt_error
 
 
+def _on_boundary(messages: Sequence[str]) -> bool:
+    """Whether statsmodels warned that a fit's estimate is on the boundary (a variance at zero) or its
+    Hessian is not positive definite: where optimizers can stop at different optima."""
+    return any("boundary" in m or HESSIAN_NOT_PD in m for m in messages)
+
+
 def fit_mixedlm(formula: str, data: pd.DataFrame, re_formula: str, vc_formula: dict | None):
     """REML fits (groups: ``data["grp"]``) with one optimizer after the other until one converges
-    cleanly (an optimizer can also raise, e.g. a singular matrix after a wild line search). Returns
-    (result or None, warning messages of the returned fit plus the optimizers that failed, error
-    message or None)."""
-    result, messages, error, failed = None, [], None, []
+    cleanly (an optimizer can also raise, e.g. a singular matrix after a wild line search). A usable fit
+    on the boundary (statsmodels' warning) is compared with the other optimizers' and the highest REML
+    log-likelihood kept: lbfgs can stop at a variance of zero where another optimizer finds a better
+    optimum (audit, 2026-11-28: 2 of 300 simulated fits, one with a seed variance of 0.00 against the
+    truth's 15.4). Returns (result or None, warning messages of the returned fit plus the optimizers that
+    failed or were compared, error message or None)."""
+    fallback, best, error, failed, compared = None, None, None, [], []
     for method in _OPTIMIZERS:
         attempt, attempt_messages, attempt_error = _fit_once(formula, data, re_formula, vc_formula, method)
-        if attempt is not None and (result is None or usable_fit(attempt)):
-            result, messages, error = attempt, attempt_messages, None
-        elif result is None:
-            error = attempt_error
         if usable_fit(attempt):
-            if failed:
-                messages = [f"optimizer {method} converged after {', '.join(failed)} failed"] + messages
-            break
+            compared.append(f"{method} {float(attempt.llf):.2f}")
+            if best is None or attempt.llf > best[0].llf:
+                best = (attempt, attempt_messages, method)
+            if not _on_boundary(attempt_messages):
+                break
+            continue
+        if attempt is not None and fallback is None:
+            fallback = (attempt, attempt_messages)
+        error = error or attempt_error
         failed.append(f"{method} ({attempt_error or 'not converged'})")
-    return result, messages, error
+    if best is None:
+        return (fallback[0], fallback[1], None) if fallback else (None, [], error)
+    result, messages, method = best
+    if len(compared) > 1:
+        messages = [f"optimizer {method} kept: the highest REML log-likelihood of the boundary fits "
+                    f"({', '.join(compared)})"] + messages
+    if failed:
+        messages = [f"optimizer {method} converged after {', '.join(failed)} failed"] + messages
+    return result, messages, None
 
 
 def fit_intercepts(formula: str, data: pd.DataFrame, vc_formula: dict | None, what: str, size: str,
@@ -350,15 +370,20 @@ def hessian_caveat(notes: Sequence[str], zero_levels: Sequence[str] = ()) -> str
     used = [n for n in notes if n.startswith(FIT_NOTE_PREFIX + ":") or n.startswith(FIT_NOTE_PREFIX + " (")]
     if not any(HESSIAN_NOT_PD in n for n in used):
         return ""
-    where = f": {', '.join(zero_levels)}" if zero_levels else ""
-    return ("Caveat: statsmodels found the fit's Hessian not positive definite (a variance at or near zero"
-            f"{where}), so the standard errors, p-values and CIs rest on a boundary fit and may be off; "
-            "more runs at that level, or a model without it, give firmer ones")
+    why = (f"a variance at or near zero: {', '.join(zero_levels)}" if zero_levels else
+           "with no variance near zero, often a random slope fitted on few groups")
+    return (f"Caveat: statsmodels found the fit's Hessian not positive definite ({why}), so the standard "
+            "errors, p-values and CIs rest on a boundary fit and may be off; more runs at that level, or a "
+            "model without it, give firmer ones")
 
 
 def usable_fit(result) -> bool:
-    """A fit that converged with finite, positive standard errors and finite estimates."""
+    """A fit that converged with a finite log-likelihood, finite, positive standard errors and finite
+    estimates (audit, 2026-11-28: powell "converged" to a log-likelihood of +inf, a singular covariance
+    and a batch-size SE of 1e7)."""
     if result is None or not bool(getattr(result, "converged", False)):
+        return False
+    if not np.isfinite(float(getattr(result, "llf", np.nan))):
         return False
     with np.errstate(invalid="ignore"):  # statsmodels takes the root of a negative variance: NaN, refused below
         bse = np.asarray(result.bse_fe, dtype=float)

@@ -134,6 +134,8 @@ def test_reading(planted):
     assert any(s.startswith("masking = whole-word (vs token): +") for s in sentences)
     assert any(s.startswith("adversarial = on (vs off): ") for s in sentences)
     assert any("learning_rate" in s and "per SD" in s for s in sentences)
+    # the grid (1e-5 to 5e-5) is 0.70 decades wide: "per 10×" is a linear extrapolation, and says so
+    assert any("points per 10× learning_rate, a linear trend over a grid 0.70 decades wide" in s for s in sentences)
     assert any("seeds explain" in s and "%" in s for s in sentences)
 
 
@@ -279,3 +281,31 @@ def test_single_run_per_seed_cell_folds_the_seed_into_the_residual():
     result = fit_multilevel(rows, {"vocabulary": "gen", "masking": "tok"})
     assert "seed" not in result.random_effects
     assert any("single run" in n for n in result.notes)
+
+
+def _fake_fit(llf: float, converged: bool = True):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(converged=converged, llf=llf, bse_fe=np.array([1.0, 0.5]), fe_params=np.array([80.0, 2.0]))
+
+
+def test_a_boundary_fit_is_compared_with_the_other_optimizers_and_the_best_kept(monkeypatch):
+    """Audit (2026-11-28): lbfgs "converged" at a seed variance of 0.00 (REML log-likelihood -2063.69) where
+    powell found 15.64 (-2043.13), and a powell fit at a log-likelihood of +inf was used. A fit on the
+    boundary is compared with the other optimizers' and the highest finite log-likelihood kept; a fit
+    without a finite log-likelihood is not usable."""
+    from biomed_lm.experiments import design
+
+    boundary = ["The MLE may be on the boundary of the parameter space."]
+    attempts = {"lbfgs": (_fake_fit(-2063.69), boundary, None), "powell": (_fake_fit(-2043.13), boundary, None),
+                "bfgs": (_fake_fit(float("inf")), [], None), "cg": (None, [], "LinAlgError: singular")}
+    monkeypatch.setattr(design, "_fit_once", lambda formula, data, re, vc, method: attempts[method])
+    result, messages, error = design.fit_mixedlm("y ~ 1", None, "1", None)
+    assert result is attempts["powell"][0] and error is None
+    assert messages[1].startswith("optimizer powell kept: the highest REML log-likelihood of the boundary fits "
+                                  "(lbfgs -2063.69, powell -2043.13)")
+    assert not design.usable_fit(_fake_fit(float("inf"))) and design.usable_fit(_fake_fit(-10.0))
+
+    clean = {**attempts, "lbfgs": (_fake_fit(-2063.69), [], None)}  # an interior optimum: no other optimizer tried
+    monkeypatch.setattr(design, "_fit_once", lambda formula, data, re, vc, method: clean[method])
+    assert design.fit_mixedlm("y ~ 1", None, "1", None) == (clean["lbfgs"][0], [], None)
