@@ -108,7 +108,9 @@ def test_labels_option_fixes_the_model_label_order(tiny_bert, tmp_path):
     data = qa_dir(tmp_path / "qa", COMMON[:2])  # 'maybe' is never seen in training: the option still has it
     done = _finetune(tiny_bert, data, tmp_path / "out", "--labels", "no, maybe ,yes")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "warning" not in done.stderr  # a stated label set is not second-guessed
+    # a stated label set is not second-guessed (a tiny model's one-label predictions may still be said)
+    assert [line for line in done.stderr.splitlines()
+            if "warning" in line and "every test prediction is" not in line] == []
     record = json.loads((tmp_path / "out" / RUN_RECORD).read_text(encoding="utf-8"))
     assert record["labels"] == ["no", "maybe", "yes"] and record["settings"]["labels"] == "no,maybe,yes"
     assert record["dataset_warnings"] == []
