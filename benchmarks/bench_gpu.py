@@ -260,8 +260,7 @@ def window_counts(cpu_batches: list[dict], config, computed_positions: Callable)
     from biomed_lm.pretrain.families import family_of
     from biomed_lm.pretrain.flops import step_flops
 
-    # a config without model_type (a plain namespace of sizes) is counted as BERT's, with its pair head
-    pair_head = getattr(config, "model_type", None) is None or family_of(config).pair_head is not None
+    pair_head = family_of(config).pair_head is not None
     tokens, positions, flops, sequences = 0, 0, 0.0, 0
     for batch in cpu_batches:
         lengths = batch["attention_mask"].sum(1).tolist()

@@ -367,7 +367,7 @@ HESSIAN_NOT_PD = "Hessian matrix at the estimated parameter values is not positi
 def hessian_caveat(notes: Sequence[str], zero_levels: Sequence[str] = ()) -> str:
     """The reading's caveat when the fit in use (its ``statsmodels:`` notes) had a Hessian that is not
     positive definite, or "" when it had not."""
-    used = [n for n in notes if n.startswith(FIT_NOTE_PREFIX + ":") or n.startswith(FIT_NOTE_PREFIX + " (")]
+    used = [n for n in notes if n.startswith((FIT_NOTE_PREFIX + ":", FIT_NOTE_PREFIX + " ("))]
     if not any(HESSIAN_NOT_PD in n for n in used):
         return ""
     why = (f"a variance at or near zero: {', '.join(zero_levels)}" if zero_levels else

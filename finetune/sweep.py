@@ -343,24 +343,26 @@ def summarize(records: Iterable[Mapping[str, Any]], *, absent: Mapping[str, str]
         grid: dict[tuple, list[Mapping[str, Any]]] = {}
         for run in runs:
             grid.setdefault(_grid_key(run), []).append(run)
-        points, point_runs = [], {}
+        scored = []  # (grid point, its runs)
         for group in grid.values():
             group = sorted(group, key=lambda r: r["seed"])
             hp = group[0]["hyperparameters"]
             dev, test = mean_std(r["best_dev_score"] for r in group), mean_std(r["test_score"] for r in group)
-            points.append({"learning_rate": hp["learning_rate"], "batch_size": hp["batch_size"],
-                           "epochs": hp["epochs"], "seeds": [r["seed"] for r in group],
-                           "dev": _ms(dev), "test": _ms(test),
-                           "wall_time_s": sum(r.get("wall_time_s", 0.0) for r in group),
-                           "peak_rss_bytes": max(r.get("memory", {}).get("peak_rss_bytes", 0) for r in group)})
-            point_runs[id(points[-1])] = group
+            scored.append(({"learning_rate": hp["learning_rate"], "batch_size": hp["batch_size"],
+                            "epochs": hp["epochs"], "seeds": [r["seed"] for r in group],
+                            "dev": _ms(dev), "test": _ms(test),
+                            "wall_time_s": sum(r.get("wall_time_s", 0.0) for r in group),
+                            "peak_rss_bytes": max(r.get("memory", {}).get("peak_rss_bytes", 0) for r in group)},
+                           group))
         # The best mean dev score wins; ties go to the point with more seeds, then the smaller lr.
-        points.sort(key=lambda p: (-p["dev"]["mean"], -p["dev"]["n"], p["learning_rate"], p["batch_size"]))
-        best = points[0]
+        scored.sort(key=lambda pair: (-pair[0]["dev"]["mean"], -pair[0]["dev"]["n"], pair[0]["learning_rate"],
+                                      pair[0]["batch_size"]))
+        points = [point for point, _ in scored]
+        best, best_runs = scored[0]
         entry = {"task_type": runs[0]["task_type"], "metric": runs[0]["metric"], "runs": len(runs),
                  "selected": {k: best[k] for k in ("learning_rate", "batch_size", "epochs", "seeds")},
                  "dev": best["dev"], "test": best["test"], "grid": points,
-                 "notes": list(runs[0].get("dataset_notes", [])), "warnings": _run_warnings(runs, point_runs[id(best)])}
+                 "notes": list(runs[0].get("dataset_notes", [])), "warnings": _run_warnings(runs, best_runs)}
         if expected is not None and dataset in expected and len(runs) < expected[dataset]:
             entry["incomplete"] = f"{len(runs)} of {expected[dataset]} runs complete"
         datasets[dataset] = entry

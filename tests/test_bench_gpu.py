@@ -66,7 +66,7 @@ def test_a_system_is_counted_on_the_host_before_its_window(bench_gpu, monkeypatc
                 "labels": torch.tensor([[-100] * 7 + [3], [-100] * 8])} for _ in range(5)]
     system = bench_gpu.System("toy", "ours", model, lambda model, batch: model(batch["input_ids"]).square().mean(),
                               lambda batch: batch["input_ids"].numel())
-    config = SimpleNamespace(hidden_size=4, num_hidden_layers=1, intermediate_size=8, vocab_size=50,
+    config = SimpleNamespace(model_type="bert", hidden_size=4, num_hidden_layers=1, intermediate_size=8, vocab_size=50,
                              num_attention_heads=2, embedding_size=4)
     row, _, window = bench_gpu.run_system(system, batches, 2, torch.device("cpu"), torch.float32, config, sync)
     assert len(syncs) == 2 * 3 and read_backs == [] and len(window) == row["steps"] == 3 and row["warmup_steps"] == 2
@@ -310,7 +310,7 @@ def test_with_fp8_each_of_our_kernels_runs_in_bf16_then_fp8(bench_gpu, monkeypat
     model = torch.nn.Embedding(50, 4)
     batches = [{"input_ids": torch.randint(50, (2, 8)), "attention_mask": torch.ones(2, 8, dtype=torch.long),
                 "labels": torch.tensor([[-100] * 7 + [3]] * 2)} for _ in range(3)]
-    config = SimpleNamespace(hidden_size=4, num_hidden_layers=1, intermediate_size=8, vocab_size=50,
+    config = SimpleNamespace(model_type="bert", hidden_size=4, num_hidden_layers=1, intermediate_size=8, vocab_size=50,
                              num_attention_heads=2, embedding_size=4)
     measured = {}
     for in_fp8 in (False, True):
