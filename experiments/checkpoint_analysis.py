@@ -43,8 +43,8 @@ import scipy.stats
 
 from biomed_lm.experiments.analysis import MultilevelResult, fit_multilevel
 from biomed_lm.experiments.choices import SPECIFICATIONS, Specification
-from biomed_lm.experiments.design import (AnalysisError, Design, Names, checkpoint_column, fit_intercepts,
-                                          prepare_runs)
+from biomed_lm.experiments.design import (AnalysisError, Design, Names, between_within_df, checkpoint_column,
+                                          fit_intercepts, prepare_runs)
 
 __all__ = ["CheckpointsConfounded", "fit_checkpoint_model", "analyse_runs", "SPECIFICATIONS", "CONFOUNDED_CAVEAT",
            "PAPER000_CAVEAT", "PAPER000_P_BASIS"]
@@ -154,7 +154,7 @@ def fit_checkpoint_model(rows: pd.DataFrame | Sequence[Mapping[str, Any]], facto
 
     n_checkpoints = int(data["grp"].nunique())
     vc_formula, units = _variance_components(data, datasets, notes)
-    df = _between_within_df(data, design.columns, units)
+    df = between_within_df(data, design.columns, units)
     factor_cols = [c for c in design.columns if design.terms[c].kind == "factor"]
     if factor_cols and n_checkpoints <= int(frame["variant"].nunique()):
         # Any df left come from assuming the factors do not interact: the checkpoints' luck is then
@@ -180,7 +180,7 @@ def fit_checkpoint_model(rows: pd.DataFrame | Sequence[Mapping[str, Any]], facto
                  + (", ".join(vc_formula) if vc_formula else "none") + "; tests: t with between-within df")
     pooled = _boundary_units(fit, vc_formula)
     if pooled:
-        df = _between_within_df(data, design.columns, [u for u in units if u not in pooled])
+        df = between_within_df(data, design.columns, [u for u in units if u not in pooled])
         notes.append(_pooled_note(pooled))
     result = _result(fit, design=design, df=df, scaling=scaling, factors=kept_factors, notes=notes,
                      formula=formula, vc_formula=vc_formula, response=response, frame=frame,
@@ -250,30 +250,6 @@ def _boundary_units(fit, vc_formula: Mapping[str, str] | None, tolerance: float 
         if component in names and float(variances[names.index(component)]) <= tolerance * scale:
             out.append(unit)
     return out
-
-
-def _between_within_df(data: pd.DataFrame, columns: Sequence[str], units: Sequence[str]) -> dict[str, float]:
-    """Degrees of freedom per fixed-effect column (and ``Intercept``): a column belongs to the
-    highest unit within which it is constant; that unit's df is its number of units less those of
-    the unit above, less the rank the unit's columns add."""
-    levels = list(units) + [None]  # None: the runs
-    counts = [int(data[u].nunique()) for u in units] + [len(data)]
-    level_of = {"Intercept": 0}
-    for col in columns:
-        level_of[col] = next(i for i, u in enumerate(levels)
-                             if u is None or bool((data.groupby(u)[col].nunique() <= 1).all()))
-    df: dict[str, float] = {}
-    previous_rank, previous_count = 0, 0
-    for i in range(len(levels)):
-        cols = [c for c, lv in level_of.items() if lv <= i]
-        matrix = np.column_stack([np.ones(len(data)) if c == "Intercept" else data[c].to_numpy() for c in cols])
-        rank = int(np.linalg.matrix_rank(matrix))
-        level_df = float(counts[i] - previous_count - (rank - previous_rank))
-        for c, lv in level_of.items():
-            if lv == i:
-                df[c] = level_df
-        previous_rank, previous_count = rank, counts[i]
-    return df
 
 
 def _result(fit, *, design: Design, df: Mapping[str, float], scaling, factors, notes, formula, vc_formula,

@@ -11,7 +11,8 @@ groups. This module is that common part:
   dataset dummies, anything a model adds), each with its readable :class:`Term`;
 * :func:`fit_mixedlm` / :func:`usable_fit`: REML fits, one optimizer after another;
   :func:`fit_intercepts`, the random-intercept fit that must succeed, with its notes;
-* :func:`checkpoint_column`: each run's pretraining run (checkpoint).
+* :func:`checkpoint_column`: each run's pretraining run (checkpoint); :func:`between_within_df`, the tests' degrees
+  of freedom.
 
 Data a model cannot take raise :class:`AnalysisError`, naming why.
 """
@@ -31,7 +32,7 @@ import statsmodels.formula.api as smf
 from biomed_lm.errors import ExperimentError
 
 __all__ = ["AnalysisError", "Names", "Term", "Design", "prepare_runs", "fit_mixedlm", "fit_intercepts", "usable_fit",
-           "fit_notes", "hessian_caveat", "HESSIAN_NOT_PD", "checkpoint_column"]
+           "fit_notes", "hessian_caveat", "HESSIAN_NOT_PD", "checkpoint_column", "between_within_df"]
 
 
 class AnalysisError(ExperimentError, ValueError):
@@ -272,6 +273,33 @@ def _dropped_level1(frame: pd.DataFrame, var: str, x: pd.Series, notes: list[str
                      f"the dataset effects: dropped")
         return True
     return False
+
+
+# ------------------------------------------------------------------------------ degrees of freedom
+
+def between_within_df(data: pd.DataFrame, columns: Sequence[str], units: Sequence[str]) -> dict[str, float]:
+    """Between-within degrees of freedom (Schluchter & Elashoff, 1990; SAS ``DDFM=BETWITHIN``) per
+    fixed-effect column (and ``Intercept``). ``units`` are the nested units of ``data``, top first. A
+    column belongs to the highest unit within which it is constant; that unit's df is its number of
+    units less those of the unit above, less the rank the unit's columns add."""
+    levels = list(units) + [None]  # None: the runs
+    counts = [int(data[u].nunique()) for u in units] + [len(data)]
+    level_of = {"Intercept": 0}
+    for col in columns:
+        level_of[col] = next(i for i, u in enumerate(levels)
+                             if u is None or bool((data.groupby(u)[col].nunique() <= 1).all()))
+    df: dict[str, float] = {}
+    previous_rank, previous_count = 0, 0
+    for i in range(len(levels)):
+        cols = [c for c, lv in level_of.items() if lv <= i]
+        matrix = np.column_stack([np.ones(len(data)) if c == "Intercept" else data[c].to_numpy() for c in cols])
+        rank = int(np.linalg.matrix_rank(matrix))
+        level_df = float(counts[i] - previous_count - (rank - previous_rank))
+        for c, lv in level_of.items():
+            if lv == i:
+                df[c] = level_df
+        previous_rank, previous_count = rank, counts[i]
+    return df
 
 
 # ---------------------------------------------------------------------------------- fitting

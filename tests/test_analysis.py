@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+import scipy.stats
 
 from biomed_lm.experiments.analysis import MultilevelResult, fit_multilevel, format_p
 
@@ -309,3 +310,84 @@ def test_a_boundary_fit_is_compared_with_the_other_optimizers_and_the_best_kept(
     clean = {**attempts, "lbfgs": (_fake_fit(-2063.69), [], None)}  # an interior optimum: no other optimizer tried
     monkeypatch.setattr(design, "_fit_once", lambda formula, data, re, vc, method: clean[method])
     assert design.fit_mixedlm("y ~ 1", None, "1", None) == (clean["lbfgs"][0], [], None)
+
+
+# ------------------------------------------------------------------------- degrees of freedom
+
+def _slope_varying(rng_seed: int, n_datasets: int = 2) -> pd.DataFrame:
+    """2 variants × ``n_datasets`` datasets (so 2·n groups), 3 learning rates × 2 batch sizes × 3 seeds,
+    a learning-rate slope that varies between groups around 0 and no batch-size effect."""
+    rng = np.random.default_rng(rng_seed)
+    rows = []
+    for voc, ds in itertools.product(("general", "in-domain"), range(n_datasets)):
+        group, slope = rng.normal(0, 3), rng.normal(0, 4)  # points per decade
+        for s in range(3):
+            shift = rng.normal(0, 2)
+            for lr, bs in itertools.product((1e-5, 3e-5, 5e-5), (16, 32)):
+                points = 70 + group + slope * math.log10(lr / 3e-5) + shift + rng.normal(0, 3)
+                rows.append({"variant": voc, "vocabulary": voc, "dataset": f"d{ds}", "seed": s, "learning_rate": lr,
+                             "batch_size": bs, "epochs": 3, "test_score": points / 100})
+    return pd.DataFrame(rows)
+
+
+def test_tests_use_between_within_df_and_the_groups_df_for_a_slope_variable():
+    """Paper 000 tested with lmerTest's t; a normal approximation with few groups is optimistic. A factor
+    gets the groups' between-within df (groups less the rank of the group-level columns); a level-1 variable a
+    random slope was tried for gets the groups' number less one; one without a slope, the runs' df."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = fit_multilevel(_slope_varying(3, n_datasets=4), {"vocabulary": "general"},
+                                random_slopes=["learning_rate"])
+    df = result.coefficients.set_index("term")["df"]
+    assert df["vocabulary[in-domain]"] == 8 - 5  # 8 groups; intercept, the factor and 3 dataset dummies
+    assert df["log10(learning_rate) [z]"] == 8 - 1
+    # batch size varies within seed units: 144 runs less 24 (group, seed) units less the 2 run-level columns
+    assert df["batch_size [z]"] == 144 - 24 - 2
+    row = result.coefficients.set_index("term").loc["vocabulary[in-domain]"]
+    assert math.isclose(row["p"], 2 * scipy.stats.t.sf(abs(row["z"]), 3), rel_tol=1e-9)
+    assert "tests: t with between-within df" in " ".join(result.notes)
+    assert "| df |" in result.to_markdown() and "Wald z" not in result.to_markdown()
+
+
+def test_a_failed_joint_slope_fit_keeps_the_best_single_slope(monkeypatch):
+    """A slope that does not vary (batch size here) puts the joint fit on its boundary; the learning rate's
+    slope alone is then still fitted, not dropped with it."""
+    from biomed_lm.experiments import analysis
+
+    real = analysis.fit_mixedlm
+
+    def joint_fails(formula, data, re_formula, vc_formula):
+        if re_formula.count("+") > 1:
+            return None, [], "LinAlgError: singular"
+        return real(formula, data, re_formula, vc_formula)
+
+    monkeypatch.setattr(analysis, "fit_mixedlm", joint_fails)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = fit_multilevel(_slope_varying(3, n_datasets=4), {"vocabulary": "general"})
+    assert len(result.random_slopes) == 1
+    assert any("failed (LinAlgError: singular): kept the random slope for" in n for n in result.notes)
+    # both slopes were tried, so both variables are tested on the groups' df, and the one not fitted is named
+    df = result.coefficients.set_index("term")["df"]
+    assert df["log10(learning_rate) [z]"] == df["batch_size [z]"] == 7
+    assert result.slopes_not_fitted == tuple(v for v in ("learning_rate", "batch_size")
+                                             if v not in result.random_slopes)
+    level1 = next(s for s in result.reading() if s.startswith("Fine-tuning (level-1) variables"))
+    assert level1.count("assumed the same in every group") == 1
+
+
+def test_when_no_slope_fits_the_level1_tests_say_they_assume_one_effect(monkeypatch):
+    from biomed_lm.experiments import analysis
+
+    real = analysis.fit_mixedlm
+    monkeypatch.setattr(analysis, "fit_mixedlm", lambda f, d, re_formula, vc: (
+        (None, [], "did not converge") if re_formula != "1" else real(f, d, re_formula, vc)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = fit_multilevel(_slope_varying(3), {"vocabulary": "general"})
+    assert result.random_slopes == () and set(result.slopes_not_fitted) == {"learning_rate", "batch_size"}
+    assert any("each slope alone failed too): fell back to random intercepts only" in n for n in result.notes)
+    assert result.coefficients.set_index("term").loc["log10(learning_rate) [z]", "df"] == 4 - 1
+    level1 = next(s for s in result.reading() if s.startswith("Fine-tuning (level-1) variables"))
+    assert level1.count("assumed the same in every group") == 2
+    assert result.to_dict()["slopes_not_fitted"] == list(result.slopes_not_fitted)
