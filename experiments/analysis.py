@@ -620,10 +620,11 @@ def _degrees_of_freedom(model: _Model, slopes_tried: Sequence[str]) -> dict[str,
     """The tests' df: between-within over (group, seed within group) for every column, except the
     level-1 variables a random slope was tried for. Their effect may differ between groups, so their
     mean effect is estimated from the groups' slopes and gets the number of groups less one (the
-    containment rule). Simulated (2026-11-29; 2 variants × 2 or 4 datasets, 3 learning rates × 2 batch sizes × 3 seeds, a
-    learning-rate slope varying 4 points a decade between groups around no mean effect; 100 fits each):
-    the learning rate was called significant in 2% of fits at 4 groups and 3% at 8, against 21% and 12%
-    under the normal approximation with one fallback to random intercepts only."""
+    containment rule). Simulated (2026-11-29; 2 variants × 2 or 4 datasets, 3 learning rates × 2 batch
+    sizes × 3 seeds, a learning-rate slope varying 4 points a decade between groups around no mean
+    effect; 100 fits each): the learning rate was called significant in 2% of fits at 4 groups and 3%
+    at 8, against 21% and 12% under the normal approximation with one fallback to random intercepts
+    only."""
     data = model.data
     if model.vc_formula:
         data = data.assign(seed_unit=data["grp"] + " | " + data["seed"])

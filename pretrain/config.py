@@ -171,6 +171,11 @@ class TrainArguments:
         "help": "steps between metric lines (skipped steps are always logged). The host reads the device's "
                 "numbers at logged steps, checkpoints and at least every 16 micro-batches, and the device runs "
                 "ahead in between: on a GPU 10 or more keeps it from waiting on the host", "min": 1})
+    stall_timeout: float = field(default=300.0, metadata={
+        "help": "with several ranks, end this rank with an error after this many seconds (or 20 times its slowest "
+                "step so far, if longer) without progress, checkpoint saves and the first step not counted: a rank "
+                "that freezes without exiting (a stopped node, a network partition) otherwise leaves its peers "
+                "waiting in a collective for 10 (NCCL) to 30 (gloo) minutes. 0: off", "min": 0})
     max_consecutive_skips: int = field(default=5, metadata={
         "help": "abort (keeping the last checkpoint) after this many skipped steps in a row (non-finite or "
                 "spiking)", "min": 1})

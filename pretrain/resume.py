@@ -36,6 +36,7 @@ HARMLESS = frozenset({
     "train.spike_window", "train.spike_warmup_steps", "train.loss_ceiling_factor", "train.stop_after_hours",
     "train.allow_config_change",
     "train.resume_lr_scale", "train.continue_from", "train.profile_steps", "train.profile_after",
+    "train.stall_timeout",
 })
 # Settings whose saved tensors would not fit another value.
 FIXED = frozenset({"model.init", "model.model", "model.architecture", "data.vocab_sha256", "train.zero_stage"})
@@ -46,7 +47,7 @@ FIXED = frozenset({"model.init", "model.model", "model.architecture", "data.voca
 ADDED_FIELDS = {"train.schedule_total_steps": 0, "train.continue_from": "", "train.loss_ceiling_factor": 0.0,
                 "model.compile_mode": "default", "model.compile_scope": "whole", "model.layers_per_graph": 1,
                 "data.sample_order": "permutation", "train.profile_steps": 0, "train.profile_after": 20,
-                "model.residual_stream": "fp32"}
+                "model.residual_stream": "fp32", "train.stall_timeout": 300.0}
 # Fields renamed after checkpoints were already being written: old name -> name. An older checkpoint's
 # value is compared under the new name, so the rename alone is no change.
 RENAMED_FIELDS = {"data.nsp": "data.train_pair"}

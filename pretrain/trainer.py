@@ -69,6 +69,7 @@ from biomed_lm.pretrain.resume import (SCHEDULE_FIELDS, apply_learning_rate, com
                                       follow_changed_schedule, run_signature)
 from biomed_lm.run_lock import RunLock, acquire_run_lock
 from biomed_lm.pretrain.sampler import BatchPlan
+from biomed_lm.pretrain.stall import StallWatchdog
 from biomed_lm.pretrain.trainer_state import TrainerState, VariantState
 
 if TYPE_CHECKING:
@@ -241,11 +242,16 @@ def _run_steps(run: Run) -> int:
     profiler = StepProfiler(args.profile_steps if run.rank == 0 else 0, args.profile_after, run.run_dir, run.device,
                             f"launch/pretrain.py, {run.model_args.architecture}, micro-batch {args.micro_batch_size} "
                             f"x {args.gradient_accumulation_steps} x {run.world_size}")
+    progress = {"step": step, "saved": step if run.state.step else None}  # what the watchdog's line says
+    # Alone, a rank has no peer to wait for: a slow step is just slow.
+    watchdog = StallWatchdog(args.stall_timeout if run.world_size > 1 else 0, lambda: _stall_line(run, progress))
     try:
         while step < args.max_steps:
             profiler.before_step(step)
             pending.append(_accumulate_step(run, step))
             step += 1
+            progress["step"] = step
+            watchdog.beat()  # the first beat arms it: the first step's compilation is not counted
             report = profiler.after_step(step)
             if report is not None:
                 run.logger.message(f"profile of steps {profiler.first}-{profiler.last}: {report}")
@@ -253,12 +259,15 @@ def _run_steps(run: Run) -> int:
                 continue  # the device runs ahead; nothing of this step is read yet
             done = _read_steps(run, pending, since)
             since = time.perf_counter()  # the accounting and logging below are the next window's host time
+            watchdog.beat()
             pending.clear()
             for result in done:
                 _account_step(run, result)
             stopping = any(result.stopping for result in done)
             if step % args.checkpoint_every == 0 or step == args.max_steps or stopping:
-                _checkpoint(run, step)
+                with watchdog.paused():
+                    _checkpoint(run, step)
+                progress["saved"] = step
                 since = None  # a save is not the steps' time
             if stopping:
                 reason = run.stops.reason() or "another rank was asked to stop"
@@ -266,12 +275,24 @@ def _run_steps(run: Run) -> int:
                                    "command")
                 break
     finally:
+        watchdog.stop()
         # Workers ignore SIGTERM (pre-emption is the main process's to handle), so they are stopped
         # here on every way out: left to interpreter exit, multiprocessing would wait for them forever.
         stop_workers(run.batches)
         run.stops.restore()
         run.logger.close()
     return step
+
+
+def _stall_line(run: Run, progress: dict[str, int | None]) -> str:
+    """The watchdog's words (:mod:`pretrain.stall`), from what the loop last recorded: no file is read, the
+    file system may be what hangs."""
+    saved = progress["saved"]
+    resume = (f"the same command resumes from the checkpoint of step {saved}" if saved is not None else
+              "no checkpoint was written yet: the same command starts again")
+    return (f"rank {run.rank} of {run.world_size} ends after step {progress['step']} was queued rather than wait in a "
+            f"collective for the process group's timeout: a rank stopped answering without exiting (a stopped node, a "
+            f"network partition, a hung device or file system); {resume}")
 
 
 def _is_read_point(args: TrainArguments, step: int) -> bool:
