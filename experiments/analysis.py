@@ -38,7 +38,7 @@ How to read the output
       has no Satterthwaite df like R's lmerTest (paper 000's), so the df are between-within ones
       (:func:`experiments.design.between_within_df`: a factor gets the groups' df), except for a
       level-1 variable a random slope was tried for: its mean effect is read off the groups' slopes,
-      so it gets the groups' number less one, whether or not the slope's fit converged. A factor
+      so it gets the number of groups less one, whether or not the slope's fit converged. A factor
       row ``vocabulary[in-domain]`` is the average gain of ``in-domain`` over the reference level,
       all else equal.
     * ``random_effects``: variances in points² — ``group_intercept``, ``slope[...]`` (one per
