@@ -69,8 +69,8 @@ from biomed_lm.pretrain.resume import (SCHEDULE_FIELDS, apply_learning_rate, com
                                       follow_changed_schedule, run_signature)
 from biomed_lm.run_lock import RunLock, acquire_run_lock
 from biomed_lm.pretrain.sampler import BatchPlan
-from biomed_lm.pretrain.stall import StallWatchdog
 from biomed_lm.pretrain.trainer_state import TrainerState, VariantState
+from biomed_lm.stall import StallWatchdog
 
 if TYPE_CHECKING:
     from deepspeed import DeepSpeedEngine
@@ -285,7 +285,7 @@ def _run_steps(run: Run) -> int:
 
 
 def _stall_line(run: Run, progress: dict[str, int | None]) -> str:
-    """The watchdog's words (:mod:`pretrain.stall`), from what the loop last recorded: no file is read, the
+    """The watchdog's words (:mod:`biomed_lm.stall`), from what the loop last recorded: no file is read, the
     file system may be what hangs."""
     saved = progress["saved"]
     resume = (f"the same command resumes from the checkpoint of step {saved}" if saved is not None else

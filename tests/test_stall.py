@@ -1,4 +1,4 @@
-"""pretrain.stall: a rank whose peers freeze without exiting ends with one line instead of waiting in a
+"""biomed_lm.stall: a rank whose peers freeze without exiting ends with one line instead of waiting in a
 collective for the process group's timeout (30 minutes on gloo: QA found a two-node run hung at step 12)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from biomed_lm.pretrain.stall import EXIT_STALLED, SLOWEST_MULTIPLE, StallWatchdog
+from biomed_lm.stall import EXIT_STALLED, SLOWEST_MULTIPLE, StallWatchdog
 
 
 class FakeClock:

@@ -1,4 +1,5 @@
-"""A rank whose peers stop answering without exiting: end it, with one line, instead of hanging.
+"""A rank whose peers stop answering without exiting: end it, with one line, instead of hanging
+(pretraining's step loop; shared, like :mod:`biomed_lm.backend`, with any loop of several ranks).
 
 A rank that dies closes its connections, and its peers' next collective fails at once (the trainer's
 ``LostRank``: "another rank ... is gone"). A rank that *freezes* (a node stopped or swapping, a network
@@ -40,13 +41,14 @@ class StallWatchdog:
     """Ends this process when no :meth:`beat` comes, while armed, for ``limit_s`` seconds or
     :data:`SLOWEST_MULTIPLE` times the longest interval between beats so far, whichever is longer.
 
-    ``describe()`` gives the line's second half: where the run was and how to resume it. ``limit_s`` 0
-    makes a watchdog that never starts a thread."""
+    ``describe()`` gives the line's second half: where the run was and how to resume it; ``program``
+    starts the line. ``limit_s`` 0 makes a watchdog that never starts a thread."""
 
-    def __init__(self, limit_s: float, describe: Callable[[], str], *, stream: TextIO | None = None,
-                 end: Callable[[int], None] = os._exit, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, limit_s: float, describe: Callable[[], str], *, program: str = "pretrain",
+                 stream: TextIO | None = None, end: Callable[[int], None] = os._exit,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.limit_s = float(limit_s)
-        self._describe, self._stream, self._end, self._clock = describe, stream, end, clock
+        self._describe, self._program, self._stream, self._end, self._clock = describe, program, stream, end, clock
         self._last: float | None = None  # None: not armed (before the first beat, or paused)
         self._slowest = 0.0  # the longest interval between two beats (a pause's not counted)
         self._lock = threading.Lock()
@@ -91,7 +93,8 @@ class StallWatchdog:
                 limit = max(self.limit_s, SLOWEST_MULTIPLE * self._slowest)
             if silent is not None and silent > limit:
                 stream = self._stream or sys.stderr
-                print(f"\npretrain: error: no progress for {silent:.0f} s (--stall-timeout {self.limit_s:g}, the "
-                      f"slowest step so far {self._slowest:.1f} s): {self._describe()}", file=stream, flush=True)
+                print(f"\n{self._program}: error: no progress for {silent:.0f} s (--stall-timeout "
+                      f"{self.limit_s:g}, the slowest step so far {self._slowest:.1f} s): {self._describe()}",
+                      file=stream, flush=True)
                 self._end(EXIT_STALLED)
                 return
