@@ -243,6 +243,22 @@ def decided_on_rank0(rank: int, decide: Callable[[], Any], share: bool = True) -
     return result if rank == 0 else outcome[1]
 
 
+class LostRank(RuntimeError):
+    """Another rank is gone in the middle of a job of several ranks (killed, out of memory, crashed): this
+    rank's collective failed. Its traceback says nothing about why (that rank's own output does); the
+    message says what was kept and what the same command does next."""
+
+
+def lost_rank(err: BaseException, rank: int, world_size: int, kept: str) -> LostRank | None:
+    """``err`` as a :class:`LostRank` whose one line says which rank saw it, the transport's words and
+    ``kept`` (what survives and what a re-run does); None when ``err`` is not a lost peer."""
+    reason = lost_peer_reason(err)
+    if reason is None:
+        return None
+    return LostRank(f"rank {rank}: another rank of the {world_size} is gone ({reason}); its own output says why "
+                    f"(killed, out of memory, an error). {kept}")
+
+
 #: What gloo and NCCL say when a collective's peer is gone (killed, out of memory, crashed): the
 #: connection to it ended, or the communicator was aborted.
 _LOST_PEER_SIGNS = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "remote process exited",

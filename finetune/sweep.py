@@ -28,7 +28,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from biomed_lm.backend import decided_on_rank0, start_distributed
+from biomed_lm.backend import LostRank, decided_on_rank0, start_distributed
 from biomed_lm.errors import ConfigError, InputError
 from biomed_lm.finetune.blurb import (BLURB, BLURB_DATASETS, BLURB_TASK_OF, BLURB_TASK_TYPES, UnknownDatasetError,
                                       canonical_dataset_name, default_max_length)
@@ -43,6 +43,7 @@ __all__ = ["DatasetProtocol", "PROTOCOL", "SweepArgs", "SweepPlan", "PlannedRun"
            "run_sweep", "collect_runs", "summarize", "format_table", "find_dataset_dir", "SUMMARY_FILE", "TABLE_FILE"]
 
 SUMMARY_FILE = "summary.json"
+ERROR_FILE = "error.txt"  # a failed run's traceback, in its folder (removed once the run completes)
 TABLE_FILE = "blurb.md"
 
 
@@ -264,13 +265,18 @@ def _run_sweep(args: SweepArgs, rank: int, log: Callable[[str], None], progress:
             if not result.skipped:
                 say(f"{run.dataset} {run.grid_point} seed {run.seed}: dev {result.record['best_dev_score']:.4f}, "
                     f"test {result.record['test_score']:.4f} ({result.record['wall_time_s']:.0f} s)")
+            # An earlier attempt's error is over: its folder should not read as failed and complete at once.
+            (Path(run.args.output_dir) / ERROR_FILE).unlink(missing_ok=True)
+        except LostRank:  # not this dataset's failure: every later run would fail on the missing rank too
+            bar.close()
+            raise
         except Exception as err:  # noqa: BLE001 - recorded and reported; one dataset's failure is not the sweep's
             if args.stop_on_error:
                 raise
             failed[run.dataset] = f"{type(err).__name__}: {err}"
             say(f"{run.dataset}: run {run.grid_point}/seed{run.seed} failed: {failed[run.dataset]}")
             (Path(run.args.output_dir)).mkdir(parents=True, exist_ok=True)
-            (Path(run.args.output_dir) / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
+            (Path(run.args.output_dir) / ERROR_FILE).write_text(traceback.format_exc(), encoding="utf-8")
     bar.close()
     records = [json.loads((Path(r.args.output_dir) / RUN_RECORD).read_text(encoding="utf-8"))
                for r in plan.runs if is_complete_run(Path(r.args.output_dir) / RUN_RECORD)]

@@ -27,7 +27,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -36,7 +36,7 @@ from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Samp
 from tqdm.auto import tqdm
 
 from biomed_lm.backend import (DistributedContext, Precision, ZeroStage, decided_on_rank0, ds_config,
-                               initialize_engine, start_distributed)
+                               initialize_engine, lost_rank, start_distributed)
 from biomed_lm.config import check_fields
 from biomed_lm.errors import ConfigError, InputError
 from biomed_lm.finetune.adapters import TaskAdapter, adapter_for
@@ -52,6 +52,7 @@ from biomed_lm.finetune.tagging import SchemeName, normalize_scheme
 from biomed_lm.optim import ScheduleConfig, build_lr_scheduler, build_optimizer, parameter_groups
 from biomed_lm.resources import resolve_path
 from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
+from biomed_lm.stall import StallWatchdog
 
 __all__ = ["RunOptions", "FinetuneArgs", "RunResult", "run_finetune", "load_dataset_for", "word_windows",
            "is_complete_run", "train_epoch", "finetune_ds_config", "RUN_RECORD", "QA_MAX_LENGTH",
@@ -60,7 +61,7 @@ __all__ = ["RunOptions", "FinetuneArgs", "RunResult", "run_finetune", "load_data
 RUN_RECORD = "run.json"
 MAX_GRAD_NORM = 1.0
 # Settings that do not change the result; a finished run with other values of these is still the same run.
-_NOT_RESULT_SETTINGS = ("num_workers", "output_dir", "data_dir", "local_rank", "save_predictions")
+_NOT_RESULT_SETTINGS = ("num_workers", "output_dir", "data_dir", "local_rank", "save_predictions", "stall_timeout")
 # What a record written before a setting existed was run with, where that is not today's default.
 _BEFORE_RECORDED = {"ner_f1_mode": "strict", "group_by_length": False}
 
@@ -115,6 +116,11 @@ class RunOptions:
                 "generated from batch_size, precision and zero_stage"})
     precision: Precision = field(default="fp32", metadata={"help": "bf16/fp16 need --deepspeed on a GPU"})
     zero_stage: ZeroStage = field(default=0, metadata={"help": "DeepSpeed ZeRO stage"})
+    stall_timeout: float = field(default=300.0, metadata={
+        "help": "with several ranks, end a rank with an error after this many seconds (or 20 times its slowest "
+                "step so far, if longer) without a training step, evaluation not counted: a rank that freezes "
+                "without exiting otherwise leaves its peers waiting in a collective for 10 (NCCL) to 30 (gloo) "
+                "minutes. 0: off", "min": 0})
 
     def __post_init__(self) -> None:
         """Check every value as ``parse_config`` does (runs and sweeps are also built in code, from an
@@ -427,10 +433,11 @@ LOSS_READS_EVERY = 32
 
 
 def train_epoch(step: "_PlainStepper | _DeepSpeedStepper", loader, task: TaskAdapter, device: torch.device,
-                progress=None, epoch: int = 0) -> list[float]:
+                progress=None, epoch: int = 0, beat: Callable[[], None] = lambda: None) -> list[float]:
     """One pass over ``loader``; ``step(inputs) -> loss`` does forward, backward and the update on
-    the inputs ``task`` picks from each batch. Returns the per-step losses, kept on the device and read
-    back :data:`LOSS_READS_EVERY` steps at a time (the progress bar's loss is the last one read)."""
+    the inputs ``task`` picks from each batch, and ``beat()`` follows each (a stall watchdog's). Returns
+    the per-step losses, kept on the device and read back :data:`LOSS_READS_EVERY` steps at a time (the
+    progress bar's loss is the last one read)."""
     losses: list[float] = []
     unread: list[torch.Tensor] = []
     step.module.train()
@@ -442,6 +449,7 @@ def train_epoch(step: "_PlainStepper | _DeepSpeedStepper", loader, task: TaskAda
             progress.update()
         if len(unread) == LOSS_READS_EVERY:
             losses += _read_losses(unread, progress, epoch)
+        beat()
     return losses + (_read_losses(unread, progress, epoch) if unread else [])
 
 
@@ -699,28 +707,45 @@ class _DistributedLengthGroupedSampler(DistributedSampler):
 
 def _train_and_select(args: FinetuneArgs, data: _Data, run: _Training, log) -> _Selection:
     """Stage 4: the epochs, each scored on dev; the best dev epoch's weights are kept and loaded."""
-    name, metric, device = data.dataset.name, data.dataset.metric, run.distributed.device
     selection, best_state = _Selection(), None
-    progress = tqdm(total=run.total_steps, desc=f"finetune {name}", unit="step", dynamic_ncols=True,
+    progress = tqdm(total=run.total_steps, desc=f"finetune {data.dataset.name}", unit="step", dynamic_ncols=True,
                     disable=run.distributed.rank != 0)
-    for epoch in range(1, args.epochs + 1):
-        if isinstance(run.loader.sampler, DistributedSampler):
-            run.loader.sampler.set_epoch(epoch)
-        started = time.perf_counter()
-        losses = train_epoch(run.stepper, run.loader, data.task, device, progress, epoch)
-        selection.train_time_s += time.perf_counter() - started
-        dev, dev_predictions = _evaluated(run.model, data.task, data.examples[DEV], data.features[DEV], args, metric,
-                                          device)
-        selection.epochs.append({"epoch": epoch, "train_loss": float(np.mean(losses)) if losses else None,
-                                 "dev_score": dev["score"]})
-        log(f"epoch {epoch}: train loss {selection.epochs[-1]['train_loss']:.4f}, dev {metric} {dev['score']:.4f}")
-        if dev["score"] > selection.best_score or best_state is None:  # model selection on dev
-            selection.best_score, selection.best_epoch, selection.best_dev = dev["score"], epoch, dev
-            selection.best_dev_predictions = dev_predictions
-            best_state = copy.deepcopy({k: v.detach().cpu() for k, v in run.model.state_dict().items()})
-    progress.close()
+    rank, ranks, epoch = run.distributed.rank, run.distributed.world_size, 1
+    watchdog = StallWatchdog(args.stall_timeout if ranks > 1 else 0, program="finetune", describe=lambda: (
+        f"rank {rank} of {ranks} ends in epoch {epoch} rather than wait in a collective for the process group's "
+        "timeout: a rank stopped answering without exiting (a stopped node, a network partition, a hung device). "
+        "This run is not recorded: the same command starts it again (complete runs are skipped)"))
+    try:
+        for epoch in range(1, args.epochs + 1):
+            if _train_and_score_epoch(args, data, run, selection, epoch, progress, watchdog, log):
+                best_state = copy.deepcopy({k: v.detach().cpu() for k, v in run.model.state_dict().items()})
+    finally:  # the bar closed on any way out: an error's line then starts on a line of its own
+        watchdog.stop()
+        progress.close()
     run.model.load_state_dict(best_state)
     return selection
+
+
+def _train_and_score_epoch(args: FinetuneArgs, data: _Data, run: _Training, selection: _Selection, epoch: int,
+                           progress, watchdog: StallWatchdog, log) -> bool:
+    """One epoch, scored on dev and added to ``selection``: whether it is the best so far (model selection)."""
+    metric, device = data.dataset.metric, run.distributed.device
+    if isinstance(run.loader.sampler, DistributedSampler):
+        run.loader.sampler.set_epoch(epoch)
+    started = time.perf_counter()
+    losses = train_epoch(run.stepper, run.loader, data.task, device, progress, epoch, watchdog.beat)
+    selection.train_time_s += time.perf_counter() - started
+    with watchdog.paused():  # every rank scores all of dev on its own: no collective, and not a stall
+        dev, dev_predictions = _evaluated(run.model, data.task, data.examples[DEV], data.features[DEV], args, metric,
+                                          device)
+    selection.epochs.append({"epoch": epoch, "train_loss": float(np.mean(losses)) if losses else None,
+                             "dev_score": dev["score"]})
+    log(f"epoch {epoch}: train loss {selection.epochs[-1]['train_loss']:.4f}, dev {metric} {dev['score']:.4f}")
+    if dev["score"] > selection.best_score or not selection.best_epoch:
+        selection.best_score, selection.best_epoch, selection.best_dev = dev["score"], epoch, dev
+        selection.best_dev_predictions = dev_predictions
+        return True
+    return False
 
 
 _HYPERPARAMETERS = ("learning_rate", "batch_size", "epochs", "warmup_ratio", "weight_decay", "dropout",
@@ -800,6 +825,12 @@ def run_finetune(args: FinetuneArgs, log=print, data_files: Mapping[str, str] | 
                             share=False)
     try:
         return _run_finetune(args, distributed, log, data_files)
+    except Exception as err:
+        lost = lost_rank(err, distributed.rank, distributed.world_size, "This run did not finish and is not "
+                         "recorded: the same command starts it again (complete runs are skipped)")
+        if lost is None:
+            raise
+        raise lost from err
     finally:
         if lock is not None:
             lock.release()

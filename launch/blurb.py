@@ -19,7 +19,7 @@ import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # checkpoints are local directories; never reach a hub
 
-from biomed_lm.backend import end_distributed
+from biomed_lm.backend import LostRank, end_distributed
 from biomed_lm.config import parse_config
 from biomed_lm.errors import BiomedLMError, bad_input, exits_cleanly_on_interrupt
 from biomed_lm.finetune.sweep import SweepArgs, format_table, run_sweep
@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     except (BiomedLMError, FileNotFoundError) as err:
         end_distributed()  # every rank raises these together (a lock refusal too): none is left in a collective
         return bad_input("blurb", err)
+    except LostRank as err:  # the sweep cannot go on without its peers; its finished runs are kept
+        print(f"blurb: error: {err}", file=sys.stderr)
+        return 1
     print(format_table(summary))
     return EXIT_FAILED_RUNS if summary["failed"] else 0
 

@@ -25,6 +25,7 @@ import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # checkpoints are local directories; never reach a hub
 
+from biomed_lm.backend import LostRank
 from biomed_lm.config import parse_config
 from biomed_lm.errors import BiomedLMError, bad_input, exits_cleanly_on_interrupt, io_failure
 from biomed_lm.finetune.trainer import FinetuneArgs, run_finetune
@@ -38,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
         result = run_finetune(args, log=lambda message: print(message, file=sys.stderr))
     except (BiomedLMError, FileNotFoundError) as err:
         return bad_input("finetune", err)
+    except LostRank as err:  # one of several ranks is gone: this rank's one line, not gloo's traceback
+        print(f"finetune: error: {err}", file=sys.stderr)
+        return 1
     except OSError as err:  # a full disk, a read-only folder, part-way
         return io_failure("finetune", err)
     record = result.record

@@ -26,13 +26,13 @@ import logging
 import signal
 import sys
 
-from biomed_lm.backend import end_distributed
+from biomed_lm.backend import LostRank, end_distributed
 from biomed_lm.config import parse_config
 from biomed_lm.errors import BiomedLMError, bad_input, exits_cleanly_on_interrupt
 from biomed_lm.pretrain.adversarial import AdversarialConfig
 from biomed_lm.pretrain.checkpoint import CheckpointSaveError
 from biomed_lm.pretrain.config import DataArguments, ModelArguments, TrainArguments
-from biomed_lm.pretrain.trainer import EXIT_DIVERGED, DivergenceAbort, LostRank, train
+from biomed_lm.pretrain.trainer import EXIT_DIVERGED, DivergenceAbort, train
 
 
 @exits_cleanly_on_interrupt("pretrain",

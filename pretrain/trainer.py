@@ -49,7 +49,7 @@ import numpy as np
 import torch
 
 from biomed_lm.backend import (decided_on_rank0, initialize_engine, lost_peer_reason,  # shared with fine-tuning
-                               start_distributed)
+                               lost_rank, start_distributed)
 from biomed_lm.pretrain.attention import KERNELS, PADDED
 from biomed_lm.pretrain.checkpoint import (Selection, checkpoint_tags, checkpoints_root, latest_tag, load_checkpoint,
                                            save_checkpoint, select_checkpoint, set_aside_diverged)
@@ -85,12 +85,6 @@ EXIT_DIVERGED = 3
 
 class DivergenceAbort(RuntimeError):
     """Too many optimizer steps in a row were skipped (non-finite or spiking)."""
-
-
-class LostRank(RuntimeError):
-    """Another rank is gone in the middle of training (killed, out of memory, crashed): this rank's
-    collective failed. Its traceback says nothing about why (that rank's own output does), and the
-    checkpoints written so far are kept; the message says which one a re-run resumes from."""
 
 
 def micro_batch_seed(seed: int, step: int, micro: int, rank: int) -> int:
@@ -218,15 +212,13 @@ def train(model_args: ModelArguments, data_args: DataArguments, train_args: Trai
             _export_hf(run.hf_model, run.tokenizer, final_dir)
         dist.barrier()
     except Exception as err:
-        reason = lost_peer_reason(err)
-        if reason is None:
+        if lost_peer_reason(err) is None:
             raise
         newest = latest_tag(run.run_dir)
         resume = (f"The same command resumes from the newest verified checkpoint "
                   f"({checkpoints_root(run.run_dir) / newest})" if newest else
                   "No checkpoint was written yet: the same command starts again")
-        raise LostRank(f"rank {run.rank}: another rank of the {run.world_size} is gone ({reason}); its own output "
-                       f"says why (killed, out of memory, an error). {resume}") from err
+        raise lost_rank(err, run.rank, run.world_size, resume) from err
     finally:  # the directory is the run's until the export is written, then free on any way out
         if run.lock is not None:
             run.lock.release()

@@ -202,15 +202,19 @@ def test_sweep_runs_resumes_and_skips_finished_runs(tiny_bert, tmp_path, monkeyp
         summary["datasets"]["ncbi-disease"]["test"]
     assert len(collect_runs(out)) == 4
 
-    # As if the sweep had been killed during its last run: that run left no record.
+    # As if the sweep had been killed during its last run: that run left no record, and an earlier attempt of
+    # it failed (its error.txt).
     last = Path(calls[-1][0]) / RUN_RECORD
     kept = {p: p.read_text() for p in out.rglob(RUN_RECORD) if p != last}
     last.unlink()
+    (last.parent / sweep.ERROR_FILE).write_text("Traceback ...\nRuntimeError: an earlier attempt\n")
     calls.clear()
     again = run_sweep(SweepArgs(**args), log=lambda m: None, progress=False)
     assert [skipped for _, skipped in calls].count(False) == 1
     assert all(p.read_text() == text for p, text in kept.items())  # finished runs untouched
     assert again["datasets"]["ncbi-disease"]["runs"] == 4
+    # QA (2026-11-29): the stale error.txt stayed beside the complete run.json
+    assert not list(out.rglob(sweep.ERROR_FILE))
 
     # Resumed with a changed flag (QA: every run failed, then the old scores were summarized under the new
     # settings): refused before any run, the summary as it was.
