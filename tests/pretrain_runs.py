@@ -86,6 +86,15 @@ def losses(run_dir: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in map(json.loads, lines)}
 
 
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited (a zombie, exited but not yet reaped, is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
 def group_ended(pgid: int, timeout: float) -> bool:
     """Whether every process of the group (launchers, ranks, DataLoader workers) exits within
     ``timeout`` seconds; those still alive then are killed, so no test leaves one behind."""

@@ -77,7 +77,7 @@ def _wait_for_mark(marks: Path, name: str, job: subprocess.Popen, timeout: float
 
 def _strike(job: subprocess.Popen, marks: Path, how: signal.Signals) -> str:
     """``how`` to rank 1 after its 3rd step; rank 1 is killed at the end either way. The launch's stderr."""
-    from tests.pretrain_runs import group_ended
+    from tests.pretrain_runs import group_ended, process_alive
 
     rank1 = None
     try:
@@ -86,13 +86,13 @@ def _strike(job: subprocess.Popen, marks: Path, how: signal.Signals) -> str:
         os.kill(rank1, how)
         if how == signal.SIGSTOP:  # a frozen rank: the scheduler's kill comes once its peer has ended
             rank0, struck = _rank_pid(job.pid, 0), time.monotonic()
-            while time.monotonic() - struck < 120 and _alive(rank0):
+            while time.monotonic() - struck < 120 and process_alive(rank0):
                 time.sleep(0.2)
-            assert not _alive(rank0), "rank 0 still waits 120 s after its peer froze"
+            assert not process_alive(rank0), "rank 0 still waits 120 s after its peer froze"
             os.kill(rank1, signal.SIGKILL)
         _, stderr = job.communicate(timeout=120)
     finally:
-        if rank1 is not None and _alive(rank1):
+        if rank1 is not None and process_alive(rank1):
             os.kill(rank1, signal.SIGKILL)
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
@@ -101,14 +101,6 @@ def _strike(job: subprocess.Popen, marks: Path, how: signal.Signals) -> str:
     assert job.returncode != 0
     assert "Traceback" not in stderr, stderr[-3000:]
     return stderr
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ")[1][0] != "Z"
-    except OSError:
-        return False
 
 
 def _finetune_args(tiny_bert: Path, data: Path, out: Path) -> list[str]:

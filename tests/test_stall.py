@@ -99,7 +99,7 @@ def test_a_frozen_rank_ends_its_peer_with_one_line_naming_the_checkpoint(pretrai
     """Two ranks; rank 1 frozen (SIGSTOP) after step 12: rank 0 used to wait in DeepSpeed's gradient all-reduce
     for the process group's timeout. With --stall-timeout 3 it ends with one line and status 1."""
     from tests.chaos import launch
-    from tests.pretrain_runs import deepspeed_launcher, group_ended, pretrain_args, with_option
+    from tests.pretrain_runs import deepspeed_launcher, group_ended, pretrain_args, process_alive, with_option
     from tests.test_reliability_cluster import _rank_pid, wait_for_steps
 
     if deepspeed_launcher() is None:
@@ -115,14 +115,14 @@ def test_a_frozen_rank_ends_its_peer_with_one_line_naming_the_checkpoint(pretrai
         assert rank0 is not None and rank1 is not None
         os.kill(rank1, signal.SIGSTOP)
         frozen_at = time.monotonic()
-        while time.monotonic() - frozen_at < 120 and _alive(rank0):
+        while time.monotonic() - frozen_at < 120 and process_alive(rank0):
             time.sleep(0.2)
         waited = time.monotonic() - frozen_at
-        assert not _alive(rank0), "rank 0 still waits 120 s after its peer froze"
+        assert not process_alive(rank0), "rank 0 still waits 120 s after its peer froze"
         os.kill(rank1, signal.SIGKILL)  # what a scheduler does with a frozen job
         _, stderr = job.communicate(timeout=60)
     finally:
-        if rank1 is not None and _alive(rank1):
+        if rank1 is not None and process_alive(rank1):
             os.kill(rank1, signal.SIGKILL)
         assert group_ended(job.pid, 30)
     lines = [line for line in stderr.splitlines() if "no progress for" in line]
@@ -132,13 +132,6 @@ def test_a_frozen_rank_ends_its_peer_with_one_line_naming_the_checkpoint(pretrai
     assert waited < 90, waited
     print(lines[0], f"(rank 0 gone {waited:.1f} s after rank 1 froze)")
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ")[1][0] != "Z"
-    except OSError:
-        return False
 
 
 def test_a_checkpoint_from_before_the_option_resumes_as_before_and_a_changed_limit_is_harmless():
