@@ -733,7 +733,7 @@ def _train_and_score_epoch(args: FinetuneArgs, data: _Data, run: _Training, sele
     if isinstance(run.loader.sampler, DistributedSampler):
         run.loader.sampler.set_epoch(epoch)
     started = time.perf_counter()
-    losses = train_epoch(run.stepper, run.loader, data.task, device, progress, epoch, watchdog.beat)
+    losses = train_epoch(run.stepper, run.loader, data.task, device, progress, epoch, beat=watchdog.beat)
     selection.train_time_s += time.perf_counter() - started
     with watchdog.paused():  # every rank scores all of dev on its own: no collective, and not a stall
         dev, dev_predictions = _evaluated(run.model, data.task, data.examples[DEV], data.features[DEV], args, metric,

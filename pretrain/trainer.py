@@ -234,15 +234,14 @@ def _run_steps(run: Run) -> int:
     profiler = StepProfiler(args.profile_steps if run.rank == 0 else 0, args.profile_after, run.run_dir, run.device,
                             f"launch/pretrain.py, {run.model_args.architecture}, micro-batch {args.micro_batch_size} "
                             f"x {args.gradient_accumulation_steps} x {run.world_size}")
-    progress = {"step": step, "saved": step if run.state.step else None}  # what the watchdog's line says
+    saved = step if run.state.step else None  # the newest checkpoint, for the watchdog's line
     # Alone, a rank has no peer to wait for: a slow step is just slow.
-    watchdog = StallWatchdog(args.stall_timeout if run.world_size > 1 else 0, lambda: _stall_line(run, progress))
+    watchdog = StallWatchdog(args.stall_timeout if run.world_size > 1 else 0, lambda: _stall_line(run, step, saved))
     try:
         while step < args.max_steps:
             profiler.before_step(step)
             pending.append(_accumulate_step(run, step))
             step += 1
-            progress["step"] = step
             watchdog.beat()  # the first beat arms it: the first step's compilation is not counted
             report = profiler.after_step(step)
             if report is not None:
@@ -259,7 +258,7 @@ def _run_steps(run: Run) -> int:
             if step % args.checkpoint_every == 0 or step == args.max_steps or stopping:
                 with watchdog.paused():
                     _checkpoint(run, step)
-                progress["saved"] = step
+                saved = step
                 since = None  # a save is not the steps' time
             if stopping:
                 reason = run.stops.reason() or "another rank was asked to stop"
@@ -276,13 +275,12 @@ def _run_steps(run: Run) -> int:
     return step
 
 
-def _stall_line(run: Run, progress: dict[str, int | None]) -> str:
-    """The watchdog's words (:mod:`biomed_lm.stall`), from what the loop last recorded: no file is read, the
-    file system may be what hangs."""
-    saved = progress["saved"]
+def _stall_line(run: Run, step: int, saved: int | None) -> str:
+    """The watchdog's words (:mod:`biomed_lm.stall`), from the step last queued and the newest checkpoint the
+    loop saved: no file is read, the file system may be what hangs."""
     resume = (f"the same command resumes from the checkpoint of step {saved}" if saved is not None else
               "no checkpoint was written yet: the same command starts again")
-    return (f"rank {run.rank} of {run.world_size} ends after step {progress['step']} was queued rather than wait in a "
+    return (f"rank {run.rank} of {run.world_size} ends after step {step} was queued rather than wait in a "
             f"collective for the process group's timeout: a rank stopped answering without exiting (a stopped node, a "
             f"network partition, a hung device or file system); {resume}")
 

@@ -38,8 +38,6 @@ def _marked_steps(marks: Path) -> None:
             count[0] += 1
             time.sleep(STEP_SLEEP)
             (marks / f"rank{rank}-step{count[0]}").touch()
-        if len(args) > 6:  # beat given by position
-            args, beat = args[:6], args[6]
         return real(*args, beat=marked, **kwargs)
 
     trainer.train_epoch = train_epoch
