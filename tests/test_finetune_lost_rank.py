@@ -12,6 +12,7 @@ rank mid-training; then SCRIPT (launch/finetune.py or launch/blurb.py) runs as `
 
 from __future__ import annotations
 
+import contextlib
 import os
 import runpy
 import signal
@@ -66,6 +67,21 @@ def _rank_pid(group: int, rank: int) -> int:
     return pid
 
 
+def _launcher_pids(group: int) -> list[int]:
+    """The launch's processes that are not ranks (the ``deepspeed`` command and its per-node launcher)."""
+    from tests.test_reliability_cluster import _rank_pid as find
+
+    ranks = {find(group, 0), find(group, 1)}
+    pids = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.getpgid(int(entry)) == group and int(entry) not in ranks:
+                pids.append(int(entry))
+        except (OSError, ProcessLookupError):
+            continue
+    return pids
+
+
 def _wait_for_mark(marks: Path, name: str, job: subprocess.Popen, timeout: float = 240) -> None:
     deadline = time.monotonic() + timeout
     while not (marks / name).exists():
@@ -80,14 +96,22 @@ def _strike(job: subprocess.Popen, marks: Path, how: signal.Signals) -> str:
     rank1 = None
     try:
         _wait_for_mark(marks, "rank1-step3", job)
-        rank1 = _rank_pid(job.pid, 1)
+        rank0, rank1 = _rank_pid(job.pid, 0), _rank_pid(job.pid, 1)
+        # DeepSpeed's one-node launcher kills the other ranks about a second after one dies, which can come
+        # before rank 0 meets the dead peer in a collective (CI, under load); on several nodes nothing does.
+        # Held still, the launchers leave rank 0 to find out on its own, as a rank on another node must.
+        launchers = _launcher_pids(job.pid)
+        for pid in launchers:
+            os.kill(pid, signal.SIGSTOP)
         os.kill(rank1, how)
-        if how == signal.SIGSTOP:  # a frozen rank: the scheduler's kill comes once its peer has ended
-            rank0, struck = _rank_pid(job.pid, 0), time.monotonic()
-            while time.monotonic() - struck < 120 and process_alive(rank0):
-                time.sleep(0.2)
-            assert not process_alive(rank0), "rank 0 still waits 120 s after its peer froze"
+        struck = time.monotonic()
+        while time.monotonic() - struck < 120 and process_alive(rank0):
+            time.sleep(0.2)
+        assert not process_alive(rank0), "rank 0 still runs 120 s after its peer was struck"
+        with contextlib.suppress(ProcessLookupError):  # a frozen rank: the scheduler's kill, once its peer ended
             os.kill(rank1, signal.SIGKILL)
+        for pid in launchers:
+            os.kill(pid, signal.SIGCONT)
         _, stderr = job.communicate(timeout=120)
     finally:
         if rank1 is not None and process_alive(rank1):
