@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["Precision", "PRECISIONS", "ZeroStage", "OptimizerName", "ScheduleName", "ds_config",
            "initialize_engine", "ensure_distributed_env", "DistributedContext", "start_distributed", "local_device",
            "decided_on_rank0", "lost_peer_reason", "end_distributed", "release_shm_buffer_name", "SHM_COMM_OP",
-           "announce_op_build"]
+           "announce_op_build", "launched_rank", "rank0_log"]
 
 #: The precisions a run trains in through this backend (pretraining's fp8 runs DeepSpeed in bf16).
 Precision = Literal["fp32", "bf16", "fp16"]
@@ -153,10 +153,22 @@ def start_distributed(deepspeed: bool = True, program: str = "biomed-lm") -> Dis
 SHM_COMM_OP = "deepspeed_shm_comm"
 
 
+def launched_rank() -> int:
+    """This process's rank as its launcher set it (``RANK``), 0 without a launcher: known before the
+    process group starts, and where the group is long gone (a launcher's last line)."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def rank0_log(rank: int, log: Callable[[str], None]) -> Callable[[str], None]:
+    """``log`` on rank 0, a log that says nothing on the others: every rank runs the same steps and
+    reaches the same lines, and one rank says them (a rank's own error is still its own line)."""
+    return log if rank == 0 else (lambda message: None)
+
+
 def announce_op_build(program: str) -> None:
     """One line from rank 0 before a start that builds DeepSpeed's CPU op: the build prints nothing for about
     a minute, which looked like a hang (QA, 2026-11-28). Ranks are known from the launcher's RANK here."""
-    if os.environ.get("RANK", "0") != "0":
+    if launched_rank() != 0:
         return
     folder = _op_build_ahead()
     if folder is not None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from biomed_lm.backend import LostRank, decided_on_rank0, start_distributed
+from biomed_lm.backend import LostRank, decided_on_rank0, rank0_log, start_distributed
 from biomed_lm.errors import ConfigError, InputError
 from biomed_lm.finetune.blurb import (BLURB, BLURB_DATASETS, BLURB_TASK_OF, BLURB_TASK_TYPES, UnknownDatasetError,
                                       canonical_dataset_name, default_max_length)
@@ -207,6 +207,7 @@ def run_sweep(args: SweepArgs, log: Callable[[str], None] = print, progress: boo
     # holds the lock, and a refusal reaches every rank (decided_on_rank0) rather than leave rank 0's peers
     # waiting in the first run's collectives.
     rank = start_distributed(args.deepspeed, "blurb").rank
+    log, progress = rank0_log(rank, log), progress and rank == 0
     lock = decided_on_rank0(rank, lambda: acquire_run_lock(args.output_dir, ARTIFACT_LOCK_FILE), share=False)
     try:
         return _run_sweep(args, rank, log, progress)

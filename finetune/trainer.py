@@ -36,7 +36,7 @@ from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Samp
 from tqdm.auto import tqdm
 
 from biomed_lm.backend import (DistributedContext, Precision, ZeroStage, decided_on_rank0, ds_config,
-                               initialize_engine, lost_rank, start_distributed)
+                               initialize_engine, lost_rank, rank0_log, start_distributed)
 from biomed_lm.config import check_fields
 from biomed_lm.errors import ConfigError, InputError
 from biomed_lm.finetune.adapters import TaskAdapter, adapter_for
@@ -118,9 +118,9 @@ class RunOptions:
     zero_stage: ZeroStage = field(default=0, metadata={"help": "DeepSpeed ZeRO stage"})
     stall_timeout: float = field(default=300.0, metadata={
         "help": "with several ranks, end a rank with an error after this many seconds (or 20 times its slowest "
-                "step so far, if longer) without a training step, evaluation not counted: a rank that freezes "
-                "without exiting otherwise leaves its peers waiting in a collective for 10 (NCCL) to 30 (gloo) "
-                "minutes. 0: off", "min": 0})
+                "step so far, if longer) without a training step (evaluation not counted), or waiting that long "
+                "at the run's last barrier: a rank that freezes without exiting otherwise leaves its peers waiting "
+                "in a collective for 10 (NCCL) to 30 (gloo) minutes. 0: off", "min": 0})
 
     def __post_init__(self) -> None:
         """Check every value as ``parse_config`` does (runs and sweeps are also built in code, from an
@@ -821,6 +821,7 @@ def run_finetune(args: FinetuneArgs, log=print, data_files: Mapping[str, str] | 
     dataset once, not once per run).
     """
     distributed = start_distributed(args.deepspeed, "finetune")
+    log = rank0_log(distributed.rank, log)
     lock = decided_on_rank0(distributed.rank, lambda: acquire_run_lock(args.output_dir, ARTIFACT_LOCK_FILE),
                             share=False)
     try:
@@ -863,5 +864,20 @@ def _run_finetune(args: FinetuneArgs, distributed: DistributedContext, log,
         record_path.parent.mkdir(parents=True, exist_ok=True)
         _write_predictions(record_path.parent, files)  # before run.json: a record never names a missing file
         _write_json(record_path, _jsonable(record))
-    _barrier(run.distributed)
+    _last_barrier(args, run.distributed, record_path)
     return RunResult(record, False, record_path)
+
+
+def _last_barrier(args: FinetuneArgs, distributed: DistributedContext, record_path: Path) -> None:
+    """Every rank waits here for rank 0's writing, watched as the steps are: a rank that froze here, or
+    while writing, would leave the others in the barrier for the process group's timeout."""
+    rank, ranks = distributed.rank, distributed.world_size
+    watchdog = StallWatchdog(args.stall_timeout if ranks > 1 else 0, program="finetune", describe=lambda: (
+        f"rank {rank} of {ranks} ends at the run's last barrier, where rank 0 writes {record_path}: a rank "
+        "stopped answering without exiting. The run is complete if that file exists (the same command then "
+        "skips it); otherwise the same command starts it again"))
+    watchdog.beat()
+    try:
+        _barrier(distributed)
+    finally:
+        watchdog.stop()

@@ -19,7 +19,7 @@ import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # checkpoints are local directories; never reach a hub
 
-from biomed_lm.backend import LostRank, end_distributed
+from biomed_lm.backend import LostRank, end_distributed, launched_rank
 from biomed_lm.config import parse_config
 from biomed_lm.errors import BiomedLMError, bad_input, exits_cleanly_on_interrupt
 from biomed_lm.finetune.sweep import SweepArgs, format_table, run_sweep
@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     except LostRank as err:  # the sweep cannot go on without its peers; its finished runs are kept
         print(f"blurb: error: {err}", file=sys.stderr)
         return 1
-    print(format_table(summary))
+    if launched_rank() == 0:  # every rank has the summary; one prints it
+        print(format_table(summary))
     return EXIT_FAILED_RUNS if summary["failed"] else 0
 
 

@@ -25,7 +25,7 @@ import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # checkpoints are local directories; never reach a hub
 
-from biomed_lm.backend import LostRank
+from biomed_lm.backend import LostRank, launched_rank
 from biomed_lm.config import parse_config
 from biomed_lm.errors import BiomedLMError, bad_input, exits_cleanly_on_interrupt, io_failure
 from biomed_lm.finetune.trainer import FinetuneArgs, run_finetune
@@ -45,8 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:  # a full disk, a read-only folder, part-way
         return io_failure("finetune", err)
     record = result.record
-    print(f"{record['dataset']} {record['metric']} test score: {record['test']['score']:.4f}"
-          f"{' (skipped: already complete)' if result.skipped else ''}")
+    if launched_rank() == 0:  # every rank has the record; one prints it
+        print(f"{record['dataset']} {record['metric']} test score: {record['test']['score']:.4f}"
+              f"{' (skipped: already complete)' if result.skipped else ''}")
     return 0
 
 

@@ -117,3 +117,6 @@ def test_two_ranks_fine_tune_on_their_shares_of_length_grouped_batches(tiny_bert
     assert record["status"] == "complete" and record["world_size"] == 2 and record["deepspeed"] is True
     assert record["settings"]["group_by_length"] is True and len(record["dev_per_epoch"]) == 2
     assert record["total_steps"] == 2 * 40 // 8  # 4 examples a rank a step: each its own share
+    # Every rank runs the same steps, and rank 0 alone says them (each line came twice before)
+    assert sum("test score:" in line for line in done.stdout.splitlines()) == 1, done.stdout
+    assert sum("epoch 2: train loss" in line for line in done.stderr.splitlines()) == 1, done.stderr[-3000:]

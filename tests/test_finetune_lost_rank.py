@@ -13,6 +13,7 @@ rank mid-training; then SCRIPT (launch/finetune.py or launch/blurb.py) runs as `
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import runpy
 import signal
@@ -42,6 +43,15 @@ def _marked_steps(marks: Path) -> None:
         return real(*args, beat=marked, **kwargs)
 
     trainer.train_epoch = train_epoch
+    real_barrier = trainer._barrier
+
+    def last_barrier(distributed) -> None:  # rank 1 marks it, then waits: a strike lands before it joins
+        (marks / f"rank{rank}-last-barrier").touch()
+        if rank == "1":
+            time.sleep(2)
+        real_barrier(distributed)
+
+    trainer._barrier = last_barrier
 
 
 def _launch(tmp_path: Path, script: str, args: list[str]) -> tuple[subprocess.Popen, Path]:
@@ -89,13 +99,14 @@ def _wait_for_mark(marks: Path, name: str, job: subprocess.Popen, timeout: float
         time.sleep(0.05)
 
 
-def _strike(job: subprocess.Popen, marks: Path, how: signal.Signals) -> str:
-    """``how`` to rank 1 after its 3rd step; rank 1 is killed at the end either way. The launch's stderr."""
+def _strike(job: subprocess.Popen, marks: Path, how: signal.Signals, at: str = "rank1-step3") -> str:
+    """``how`` to rank 1 at its mark ``at`` (after its 3rd step); rank 1 is killed at the end either way.
+    The launch's stderr."""
     from tests.pretrain_runs import group_ended, process_alive
 
     rank1 = None
     try:
-        _wait_for_mark(marks, "rank1-step3", job)
+        _wait_for_mark(marks, at, job)
         rank0, rank1 = _rank_pid(job.pid, 0), _rank_pid(job.pid, 1)
         # DeepSpeed's one-node launcher kills the other ranks about a second after one dies, which can come
         # before rank 0 meets the dead peer in a collective (CI, under load); on several nodes nothing does.
@@ -177,6 +188,22 @@ def test_a_frozen_rank_ends_finetune_on_the_others_after_the_stall_timeout(tiny_
     assert len(stalled) == 1, stderr[-3000:]
     assert stalled[0].startswith("finetune: error: no progress for ") and "rank 0 of 2 ends in epoch 1" in stalled[0]
     assert not (out / "run.json").exists()
+
+
+def test_a_rank_frozen_at_the_last_barrier_ends_the_others_and_the_record_stands(tiny_bert, tmp_path):
+    """Rank 0 has written run.json and waits for its peer at the run's last barrier: the watchdog ends it
+    there too, and its line says the record is whole (the same command skips the run)."""
+    from tests.conftest import ncbi_slice
+
+    out = tmp_path / "ft"
+    job, marks = _launch(tmp_path, "launch/finetune.py",
+                         _finetune_args(tiny_bert, ncbi_slice(tmp_path, train=40, eval_=8), out)
+                         + ["--stall_timeout", "3"])
+    stderr = _strike(job, marks, signal.SIGSTOP, at="rank1-last-barrier")
+    stalled = [line for line in stderr.splitlines() if "no progress for" in line]
+    assert len(stalled) == 1, stderr[-3000:]
+    assert "rank 0 of 2 ends at the run's last barrier" in stalled[0], stalled[0]
+    assert json.loads((out / "run.json").read_text())["status"] == "complete"
 
 
 if __name__ == "__main__":
