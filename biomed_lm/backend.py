@@ -36,7 +36,7 @@ ZeroStage = Literal[0, 1, 2]
 #: The optimizers and learning-rate schedules both trainers hand the engine (built by
 #: :mod:`biomed_lm.optim`; named here, where no torch import is needed to check a config).
 OptimizerName = Literal["adamw", "lamb"]
-ScheduleName = Literal["slanted_triangular", "polynomial", "constant_with_warmup"]
+ScheduleName = Literal["slanted_triangular", "polynomial", "polynomial_from_start", "constant_with_warmup"]
 
 
 def ds_config(*, global_batch_size: int, micro_batch_size: int, gradient_accumulation_steps: int,

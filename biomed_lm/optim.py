@@ -57,10 +57,10 @@ SCHEDULE_NAMES: tuple[str, ...] = get_args(ScheduleName)
 
 __all__ = [
     "PAPER_PEAK_LR", "PAPER_BETAS", "PAPER_EPS", "PAPER_WEIGHT_DECAY", "PAPER_WARMUP_RATIO",
-    "OPTIMIZER_NAMES", "SCHEDULE_NAMES", "OptimizerConfig", "ScheduleConfig", "BuiltOptimizer",
+    "OPTIMIZER_NAMES", "SCHEDULE_NAMES", "ScheduleConfig", "BuiltOptimizer",
     "is_norm_module", "is_bias_parameter", "parameter_groups", "summarize_parameter_groups",
-    "Lamb", "build_optimizer", "optimizer_from_config",
-    "warmup_steps", "slanted_triangular", "polynomial_decay", "constant_with_warmup",
+    "Lamb", "build_optimizer",
+    "warmup_steps", "slanted_triangular", "polynomial_decay", "polynomial_from_start", "constant_with_warmup",
     "schedule_factor", "learning_rate_at", "lr_lambda", "build_lr_scheduler",
 ]
 
@@ -70,44 +70,13 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class OptimizerConfig:
-    """Optimizer options; the defaults are the paper's (AdamW, 6e-4, (0.9, 0.999), 1e-6, 0.01).
-
-    Field names follow HF ``TrainingArguments`` where they mean the same thing, and are distinct
-    from :class:`ScheduleConfig`'s, so both dataclasses (and a trainer's own) can be filled from
-    one YAML file and one command line (:func:`common.config.parse_config`); two scalar betas
-    instead of a tuple for the same reason. ``lamb_max_grad_norm`` and ``use_nvlamb`` are LAMB's
-    (see :class:`Lamb`); AdamW ignores them and leaves clipping to DeepSpeed's ``gradient_clipping``.
-    """
-
-    optimizer: OptimizerName = "adamw"
-    learning_rate: float = PAPER_PEAK_LR
-    adam_beta1: float = PAPER_BETAS[0]
-    adam_beta2: float = PAPER_BETAS[1]
-    adam_epsilon: float = PAPER_EPS
-    weight_decay: float = PAPER_WEIGHT_DECAY
-    lamb_max_grad_norm: float | None = 1.0
-    use_nvlamb: bool = False
-    prefer_fused: bool = True
-
-    def __post_init__(self) -> None:
-        if self.optimizer not in OPTIMIZER_NAMES:
-            raise ValueError(f"optimizer must be one of {OPTIMIZER_NAMES}, got {self.optimizer!r}")
-        _check_hyperparameters(self.learning_rate, self.betas, self.adam_epsilon, self.weight_decay)
-        _check_max_grad_norm(self.lamb_max_grad_norm)
-
-    @property
-    def betas(self) -> tuple[float, float]:
-        return (self.adam_beta1, self.adam_beta2)
-
-
-@dataclass(frozen=True)
 class ScheduleConfig:
     """Learning-rate schedule options; the default is the paper's slanted triangular schedule.
 
     ``warmup_ratio`` is the fraction of the total steps spent warming up linearly from 0 (every
-    schedule here has the same warm-up). ``lr_power`` and ``end_lr`` are the polynomial schedule's:
-    after the warm-up it decays from the peak to ``end_lr`` as ``(remaining fraction) ** lr_power``;
+    schedule here has the same warm-up). ``lr_power`` and ``end_lr`` are the polynomial schedules':
+    after the warm-up they decay to ``end_lr`` as ``(remaining fraction) ** lr_power``, the fraction of the
+    decay's span (``polynomial``, HF's) or of the whole run (``polynomial_from_start``, NVIDIA's);
     ``end_lr`` is absolute, relative to the optimizer's default learning rate (see
     :func:`build_lr_scheduler`), the convention of HF's polynomial schedule.
     """
@@ -367,10 +336,32 @@ class Lamb(torch.optim.Optimizer):
             return loss
 
         grad_scale = self._grad_scales([p.grad for params in with_grads for p in params])
+        found_inf = getattr(self, "found_inf", None)  # set around step() by a caller that vetoes on the device
+        if found_inf is not None and not self.skips_on_device():
+            raise RuntimeError("found_inf needs the fused kernel for every parameter (Lamb.skips_on_device)")
         for group, params in zip(self.param_groups, with_grads):
             if params:
-                self._step_group(group, params, grad_scale)
+                self._step_group(group, params, grad_scale, found_inf)
         return loss
+
+    def skips_on_device(self) -> bool:
+        """Whether a ``found_inf`` tensor (1: skip) set on the optimizer around ``step()`` can skip the update
+        inside the kernels, as torch's fused Adam does, so a caller's verdict need not reach the host: only
+        where every tensor runs the fused kernel (the ``foreach`` one reads its step counts back anyway)."""
+        return all(self.kernel(group, p.device, p.dtype) == "fused_adam"
+                   for group in self.param_groups for p in group["params"])
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Also apex ``FusedLAMB``'s layout, which counts steps per group and keeps none per tensor (a run
+        that began where apex was picked resumes here with the same bias correction)."""
+        super().load_state_dict(state_dict)
+        for group in self.param_groups:
+            if "step" not in group:
+                continue
+            for p in group["params"]:
+                state = self.state.get(p)
+                if state and "step" not in state:
+                    state["step"] = torch.tensor(float(group["step"]), dtype=torch.float32, device=p.device)
 
     def _grad_scales(self, grads: list[torch.Tensor]) -> dict[torch.device, torch.Tensor] | None:
         """``max(1, N / max_grad_norm)`` as a 0-dim tensor per device (no host sync), or None if off.
@@ -393,7 +384,7 @@ class Lamb(torch.optim.Optimizer):
         return {device: scale.to(device) for device in {d for d, _ in buckets}}
 
     def _step_group(self, group: dict[str, Any], params: list[torch.Tensor],
-                    grad_scale: dict[torch.device, torch.Tensor] | None) -> None:
+                    grad_scale: dict[torch.device, torch.Tensor] | None, found_inf: torch.Tensor | None) -> None:
         buckets: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
         for p in params:
             buckets.setdefault((p.device, p.dtype), []).append(p)
@@ -406,7 +397,7 @@ class Lamb(torch.optim.Optimizer):
             chunks = _chunks(bucket)
             scratch = self._scratch(max(sum(p.numel() for p in chunk) for chunk in chunks), dtype, device)
             for chunk in chunks:
-                self._step_chunk(group, chunk, scratch, scale, kernel)
+                self._step_chunk(group, chunk, scratch, scale, kernel, found_inf)
 
     def _scratch(self, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """A buffer for one chunk's updates, contents undefined.
@@ -438,7 +429,7 @@ class Lamb(torch.optim.Optimizer):
         return exp_avgs, exp_avg_sqs, steps
 
     def _step_chunk(self, group: dict[str, Any], params: list[torch.Tensor], scratch: torch.Tensor,
-                    grad_scale: torch.Tensor | None, kernel: LambKernel) -> None:
+                    grad_scale: torch.Tensor | None, kernel: LambKernel, found_inf: torch.Tensor | None) -> None:
         grads = [p.grad for p in params]
         exp_avgs, exp_avg_sqs, steps = self._state_tensors(params)
         updates, offset = [], 0
@@ -446,20 +437,28 @@ class Lamb(torch.optim.Optimizer):
             updates.append(scratch[offset:offset + p.numel()].view_as(p))
             offset += p.numel()
         beta1, beta2 = group["betas"]
-        adam = _adam_direction_fused if kernel == "fused_adam" else _adam_direction_foreach
-        adam(updates, grads, exp_avgs, exp_avg_sqs, steps, grad_scale=grad_scale, beta1=beta1, beta2=beta2,
-             eps=group["eps"])
+        if kernel == "fused_adam":
+            _adam_direction_fused(updates, grads, exp_avgs, exp_avg_sqs, steps, grad_scale=grad_scale, beta1=beta1,
+                                  beta2=beta2, eps=group["eps"], found_inf=found_inf)
+        else:
+            _adam_direction_foreach(updates, grads, exp_avgs, exp_avg_sqs, steps, grad_scale=grad_scale,
+                                    beta1=beta1, beta2=beta2, eps=group["eps"])
         lr = float(group["lr"])
         weight_decay = group["weight_decay"]
         if weight_decay != 0:
             torch._foreach_add_(updates, params, alpha=weight_decay)
+        # A skipped step's direction is 0 but its decay term is not: the step size is multiplied by 0 there.
+        kept = None if found_inf is None else 1.0 - found_inf.to(torch.promote_types(params[0].dtype, torch.float32))
         if weight_decay != 0 or group["use_nvlamb"]:
             norm_dtype = torch.promote_types(params[0].dtype, torch.float32)
             param_norms = torch.stack(torch._foreach_norm(params, 2, dtype=norm_dtype))
             update_norms = torch.stack(torch._foreach_norm(updates, 2, dtype=norm_dtype))
             trust = torch.where((param_norms > 0) & (update_norms > 0), param_norms / update_norms, 1.0)
-            torch._foreach_addcmul_(params, updates, list((trust * -lr).unbind()))
+            step_sizes = trust * -lr if kept is None else trust * -lr * kept
+            torch._foreach_addcmul_(params, updates, list(step_sizes.unbind()))
         else:
+            if kept is not None:
+                torch._foreach_mul_(updates, kept)
             torch._foreach_add_(params, updates, alpha=-lr)
 
 
@@ -481,18 +480,23 @@ def _chunks(params: list[torch.Tensor]) -> list[list[torch.Tensor]]:
 
 def _adam_direction_fused(out: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
                           exp_avg_sqs: list[torch.Tensor], steps: list[torch.Tensor], *,
-                          grad_scale: torch.Tensor | None, beta1: float, beta2: float, eps: float) -> None:
+                          grad_scale: torch.Tensor | None, beta1: float, beta2: float, eps: float,
+                          found_inf: torch.Tensor | None = None) -> None:
     """Update the moments and write ``m^ / (sqrt(v^) + eps)`` into ``out``, with torch's fused Adam.
 
     Adam's step on a zero "parameter" with learning rate -1 and no weight decay is exactly
     ``0 - (-1) * m^ / (sqrt(v^) + eps)``; ``grad_scale`` divides the gradients (the kernel's
-    loss-scale input, here the global-norm pre-normalization) and is written back to them.
+    loss-scale input, here the global-norm pre-normalization) and is written back to them. Where
+    ``found_inf`` is 1 the kernel leaves the moments and ``out`` (0) as they were, and the step counts are
+    taken back, as torch's fused Adam does.
     """
     torch._foreach_zero_(out)
     torch._foreach_add_(steps, 1)
     torch._fused_adam_(out, grads, exp_avgs, exp_avg_sqs, [], steps, lr=-1.0, beta1=beta1, beta2=beta2,
                        weight_decay=0.0, eps=eps, amsgrad=False, maximize=False, grad_scale=grad_scale,
-                       found_inf=None)
+                       found_inf=found_inf)
+    if found_inf is not None:
+        torch._foreach_sub_(steps, [found_inf] * len(steps))
 
 
 def _adam_direction_foreach(out: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
@@ -559,21 +563,25 @@ def _optimizer_candidates(name: str, groups: Callable[[], list[dict[str, Any]]],
         return lambda: Lamb(groups(), lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                             max_grad_norm=max_grad_norm, use_nvlamb=use_nvlamb, fused=fused)
 
+    # Torch's fused AdamW and our fused LAMB come first: they skip a rejected update inside the kernel
+    # (found_inf), so the trainer's step never waits for the device; DeepSpeed's and apex's kernels (same
+    # math) cannot, and are the fallbacks on CUDA.
     fused_kernel = device_type in _FUSED_DEVICE_TYPES
+    on_cuda = prefer_fused and device_type == "cuda"
     if name == "adamw":
         candidates = []
-        if prefer_fused and device_type == "cuda":
-            candidates += [_Candidate("deepspeed.ops.adam.FusedAdam", deepspeed_adam),
-                           _Candidate("apex.optimizers.FusedAdam", apex_adam)]
         if prefer_fused and fused_kernel:
             candidates.append(_Candidate("torch.optim.AdamW(fused=True)", lambda: torch_adamw(fused=True)))
+        if on_cuda:
+            candidates += [_Candidate("deepspeed.ops.adam.FusedAdam", deepspeed_adam),
+                           _Candidate("apex.optimizers.FusedAdam", apex_adam)]
         candidates.append(_Candidate("torch.optim.AdamW(foreach=True)", lambda: torch_adamw(foreach=True)))
         return candidates
     candidates = []
-    if prefer_fused and device_type == "cuda":
-        candidates.append(_Candidate("apex.optimizers.FusedLAMB", apex_lamb))
     if prefer_fused and fused_kernel:
         candidates.append(_Candidate("biomed_lm.optim.Lamb(kernel=fused_adam)", our_lamb(True)))
+    if on_cuda:
+        candidates.append(_Candidate("apex.optimizers.FusedLAMB", apex_lamb))
     candidates.append(_Candidate("biomed_lm.optim.Lamb(kernel=foreach)", our_lamb(False)))
     return candidates
 
@@ -594,13 +602,16 @@ def build_optimizer(name: str, param_groups: Iterable[torch.Tensor] | Iterable[d
     :func:`parameter_groups` returns; a group's own ``weight_decay`` overrides the argument). Order
     of preference, each tried only if the previous one cannot be imported or built:
 
-    * adamw on CUDA: DeepSpeed ``FusedAdam``, apex ``FusedAdam``, ``torch.optim.AdamW(fused=True)``;
-      on CPU: ``torch.optim.AdamW(fused=True)`` (torch's vectorized multithreaded CPU kernel, about
-      5x faster than ``foreach`` on a bert-base parameter set, see ``benchmarks/bench_optim.py``);
-      then ``torch.optim.AdamW(foreach=True)``. All of them are AdamW with bias correction: same math.
-    * lamb on CUDA: apex ``FusedLAMB``, then :class:`Lamb` (fused-Adam kernel, then ``foreach``);
-      on CPU: :class:`Lamb`. DeepSpeed's ``FusedLamb`` implements a different LAMB variant and is
-      never picked (see :class:`Lamb`).
+    * adamw: ``torch.optim.AdamW(fused=True)`` (on CPU torch's vectorized multithreaded kernel, about
+      5x faster than ``foreach`` on a bert-base parameter set, see ``benchmarks/bench_optim.py``); on
+      CUDA then DeepSpeed ``FusedAdam`` and apex ``FusedAdam``; then ``torch.optim.AdamW(foreach=True)``.
+      All of them are AdamW with bias correction: same math.
+    * lamb: :class:`Lamb` on the fused-Adam kernel; on CUDA then apex ``FusedLAMB`` (same math, and
+      :meth:`Lamb.load_state_dict` reads its state); then :class:`Lamb` on ``foreach``. DeepSpeed's
+      ``FusedLamb`` implements a different LAMB variant and is never picked (see :class:`Lamb`).
+
+    The first of each can skip a rejected update on the device (``found_inf``), which the trainer's
+    divergence guard uses to keep the host from waiting for the device every step.
 
     ``prefer_fused=False`` skips straight to the ``foreach`` implementations. ``max_grad_norm`` and
     ``use_nvlamb`` are LAMB's. The choice and every fallback reason are logged and returned.
@@ -660,20 +671,6 @@ def _as_groups(param_groups: Iterable[torch.Tensor] | Iterable[dict[str, Any]]) 
     if any(isinstance(item, dict) for item in items):
         raise TypeError("param_groups must be all tensors or all group dicts")
     return [{"params": items}]
-
-
-def optimizer_from_config(model: nn.Module, config: OptimizerConfig,
-                          device: torch.device | str | None = None) -> BuiltOptimizer:
-    """:func:`parameter_groups` of ``model`` plus :func:`build_optimizer` with ``config``'s options.
-
-    ``device`` defaults to where the model's first parameter is.
-    """
-    if device is None:
-        device = next(model.parameters()).device
-    return build_optimizer(config.optimizer, parameter_groups(model, config.weight_decay), lr=config.learning_rate,
-                           betas=config.betas, eps=config.adam_epsilon, weight_decay=config.weight_decay,
-                           device=device, prefer_fused=config.prefer_fused, max_grad_norm=config.lamb_max_grad_norm,
-                           use_nvlamb=config.use_nvlamb)
 
 
 # --------------------------------------------------------------------------------------------
@@ -736,8 +733,9 @@ def polynomial_decay(step: int, total_steps: int, warmup_ratio: float = 0.0, pow
     """Linear warm-up (optional), then ``end + (1 - end) * (remaining fraction) ** power``.
 
     ``end_factor`` is the final learning rate as a factor of the peak; ``power=1, end_factor=0`` is
-    :func:`slanted_triangular`. NVIDIA's PyTorch BERT LAMB recipe uses ``power=0.5``. Stays at
-    ``end_factor`` beyond ``total_steps``.
+    :func:`slanted_triangular`; the remaining fraction is of the decay's span, ``(total - step) / (total -
+    W)``, as HF's ``get_polynomial_decay_schedule_with_warmup`` counts it (NVIDIA's count over the whole run
+    is :func:`polynomial_from_start`). Stays at ``end_factor`` beyond ``total_steps``.
     """
     step = _check_step(step)
     if not (power > 0 and math.isfinite(power)):
@@ -753,6 +751,19 @@ def polynomial_decay(step: int, total_steps: int, warmup_ratio: float = 0.0, pow
     return end_factor + (1.0 - end_factor) * remaining ** power
 
 
+def polynomial_from_start(step: int, total_steps: int, warmup_ratio: float = 0.0, power: float = 1.0,
+                          end_factor: float = 0.0) -> float:
+    """:func:`polynomial_decay` with the remaining fraction counted over the whole run, ``1 - step /
+    total_steps``, as NVIDIA's BERT recipe (``schedulers.py``'s ``PolyWarmUpScheduler``) and MLPerf's BERT
+    schedule count it: the learning rate drops at the warm-up's end from the peak to ``(1 - W / total) **
+    power`` of it (0.846 for NVIDIA's phase 1) and sums to less over the run than :func:`polynomial_decay`'s."""
+    step = _check_step(step)
+    factor = polynomial_decay(step, total_steps, warmup_ratio, power, end_factor)  # checks the arguments
+    if step < warmup_steps(total_steps, warmup_ratio) or step >= total_steps:
+        return factor
+    return end_factor + (1.0 - end_factor) * (1.0 - step / total_steps) ** power
+
+
 def constant_with_warmup(step: int, total_steps: int, warmup_ratio: float = PAPER_WARMUP_RATIO) -> float:
     """Linear warm-up to the peak, then constant (for short runs and learning-rate sweeps)."""
     step = _check_step(step)
@@ -766,11 +777,13 @@ def schedule_factor(step: int, config: ScheduleConfig, total_steps: int, end_fac
         return slanted_triangular(step, total_steps, config.warmup_ratio)
     if config.lr_schedule == "polynomial":
         return polynomial_decay(step, total_steps, config.warmup_ratio, config.lr_power, end_factor)
+    if config.lr_schedule == "polynomial_from_start":
+        return polynomial_from_start(step, total_steps, config.warmup_ratio, config.lr_power, end_factor)
     return constant_with_warmup(step, total_steps, config.warmup_ratio)
 
 
 def _end_factor(config: ScheduleConfig, peak_lr: float) -> float:
-    if config.lr_schedule != "polynomial" or config.end_lr == 0:
+    if not config.lr_schedule.startswith("polynomial") or config.end_lr == 0:
         return 0.0
     if not (peak_lr > 0) or config.end_lr > peak_lr:
         raise ValueError(f"end_lr ({config.end_lr}) must not exceed the peak learning rate ({peak_lr})")

@@ -142,7 +142,9 @@ class TrainArguments:
     weight_decay: float = field(default=0.01, metadata={"help": "not applied to biases and LayerNorm weights",
                                                         "min": 0})
     schedule: ScheduleName = field(default="slanted_triangular", metadata={
-        "help": "slanted_triangular (linear warm-up, linear decay to 0), polynomial or constant_with_warmup"})
+        "help": "slanted_triangular (linear warm-up, linear decay to 0), polynomial (the decay's remaining "
+                "fraction to the power polynomial_power: HF's), polynomial_from_start (the run's remaining "
+                "fraction: NVIDIA's BERT recipe, a drop at the warm-up's end) or constant_with_warmup"})
     warmup_ratio: float = field(default=0.1, metadata={"help": "share of the schedule spent warming up",
                                                        "min": 0, "lt": 1})
     schedule_total_steps: int = field(default=0, metadata={

@@ -218,8 +218,13 @@ class StepGate:
     def vetoes_on_device(self) -> bool:
         """Whether the optimizer can skip an update on the device: torch's fused Adam and AdamW take a
         ``found_inf`` tensor (AMP's overflow flag) and leave weights, moments and step count as they
-        were where it is 1, inside the kernel, so the verdict need not reach the host first."""
+        were where it is 1, inside the kernel, so the verdict need not reach the host first; our
+        :class:`~biomed_lm.optim.Lamb` does the same on its fused kernel."""
+        from biomed_lm.optim import Lamb
+
         optimizer = self.optimizer
+        if isinstance(optimizer, Lamb):
+            return optimizer.skips_on_device()
         return isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)) and bool(optimizer.defaults.get("fused"))
 
     @contextlib.contextmanager

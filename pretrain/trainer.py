@@ -723,9 +723,9 @@ def _accumulate_step(run: Run, step: int) -> PendingStep:
     """Forward and backward over this rank's micro-batches of step ``step`` + 1, the verdict on the
     step (taken on numbers reduced over all ranks, before the optimizer runs), and the optimizer step.
 
-    Where the optimizer can skip an update on the device (fused AdamW: :meth:`StepGate.vetoes_on_device`),
-    the verdict stays there and vetoes the update there: the step queues its work and returns without
-    waiting for the device, which the host reads at the next read point (:func:`_read_steps`).
+    Where the optimizer can skip an update on the device (fused AdamW, our fused LAMB:
+    :meth:`StepGate.vetoes_on_device`), the verdict stays there and vetoes the update there: the step
+    queues its work and returns without waiting for the device, which the host reads at the next read point (:func:`_read_steps`).
     Otherwise the host reads the step now, before the optimizer, to veto around ``engine.step()``."""
     engine, accumulation = run.engine, run.train_args.gradient_accumulation_steps
     started, lr = time.perf_counter(), engine.get_lr()[0]  # the rate this step's update uses

@@ -200,14 +200,16 @@ def test_the_spy_sees_every_kind_of_host_sync():
     assert all(entry["at"].startswith("test_compiled_step.py:") for entry in found)
 
 
-def test_the_trainers_steps_make_no_host_sync_and_are_read_at_the_logged_steps(pretraining_inputs, tmp_path):
-    """Through launch/pretrain.py with fused AdamW: every step — each micro-batch's forward and
-    backward, the sums, the gradient norm and clipping, the guard's verdict, the update it vetoes
-    or lets through — is queued without reading anything back; the host reads the device's numbers
-    once per logged step, covering the steps since the last read."""
+@pytest.mark.parametrize("optimizer", ["adamw", "lamb"])
+def test_the_trainers_steps_make_no_host_sync_and_are_read_at_the_logged_steps(pretraining_inputs, tmp_path,
+                                                                               optimizer):
+    """Through launch/pretrain.py with fused AdamW or our LAMB on the fused kernel: every step — each
+    micro-batch's forward and backward, the sums, the gradient norm and clipping, the guard's verdict,
+    the update it vetoes or lets through — is queued without reading anything back; the host reads the
+    device's numbers once per logged step, covering the steps since the last read."""
     report = tmp_path / "syncs.json"
-    args = with_option(with_option(pretrain_args(pretraining_inputs, tmp_path / "run"), "--max-steps", "8"),
-                       "--log-every", "4")
+    args = with_option(with_option(with_option(pretrain_args(pretraining_inputs, tmp_path / "run"), "--max-steps",
+                                               "8"), "--log-every", "4"), "--optimizer", optimizer)
     done = run(args, hooks={"host_syncs": str(report)})
     assert done.returncode == 0, done.stderr[-3000:]
     spied = json.loads(report.read_text())
@@ -217,12 +219,14 @@ def test_the_trainers_steps_make_no_host_sync_and_are_read_at_the_logged_steps(p
     assert [record["step"] for record in records] == [4, 8] and all(record["loss"] > 0 for record in records)
 
 
-def test_a_skipped_step_is_vetoed_on_the_device_and_reported_at_the_next_read(pretraining_inputs, tmp_path):
+@pytest.mark.parametrize("optimizer", ["adamw", "lamb"])
+def test_a_skipped_step_is_vetoed_on_the_device_and_reported_at_the_next_read(pretraining_inputs, tmp_path,
+                                                                              optimizer):
     """A NaN loss at step 3, found by the guard on the device between reads: its update is skipped
     there (applied, its NaN gradients would leave every later loss NaN), and the host learns of it
     at the read after step 4."""
-    args = with_option(with_option(pretrain_args(pretraining_inputs, tmp_path / "run"), "--max-steps", "4"),
-                       "--log-every", "4")
+    args = with_option(with_option(with_option(pretrain_args(pretraining_inputs, tmp_path / "run"), "--max-steps",
+                                               "4"), "--log-every", "4"), "--optimizer", optimizer)
     hooks = {"loss_factor_at_steps": {"factor": float("nan"), "steps": [3], "micro_per_step": 2}}
     done = run(args, hooks=hooks)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -14,6 +14,7 @@ import io
 import logging
 import math
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,11 +24,10 @@ from hypothesis import strategies as st
 from torch import nn
 
 from biomed_lm import optim
-from biomed_lm.optim import (PAPER_BETAS, PAPER_EPS, PAPER_PEAK_LR, PAPER_WEIGHT_DECAY, Lamb, OptimizerConfig,
-                                      ScheduleConfig, build_lr_scheduler, build_optimizer, constant_with_warmup,
-                                      is_norm_module, learning_rate_at, optimizer_from_config, parameter_groups,
-                                      polynomial_decay, schedule_factor, slanted_triangular, summarize_parameter_groups,
-                                      warmup_steps)
+from biomed_lm.optim import (PAPER_BETAS, PAPER_EPS, PAPER_PEAK_LR, PAPER_WEIGHT_DECAY, Lamb, ScheduleConfig,
+                             build_lr_scheduler, build_optimizer, constant_with_warmup, is_norm_module,
+                             learning_rate_at, parameter_groups, polynomial_decay, polynomial_from_start,
+                             schedule_factor, slanted_triangular, summarize_parameter_groups, warmup_steps)
 from tests.conftest import run_single_rank_deepspeed
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -341,6 +341,68 @@ def test_lamb_state_dict_round_trip_resumes_exactly():
             assert torch.equal(opt.state[p][key], resumed_opt.state[q][key])
 
 
+def _lamb_snapshot(model: nn.Module, opt: Lamb) -> list[torch.Tensor]:
+    return [t.clone() for p in model.parameters() for t in (p, *(opt.state[p][k] for k in sorted(opt.state[p])))]
+
+
+@pytest.mark.parametrize("use_nvlamb", [False, True])
+def test_lamb_found_inf_skips_the_update_on_the_device_and_zero_changes_nothing(use_nvlamb):
+    """A found_inf of 1 (the trainer's device-side veto) leaves weights, moments and step counts as they
+    were, decayed tensors too; 0 gives the very update of a step without it."""
+    model, reference = toy_model(), toy_model()
+    opt = Lamb(parameter_groups(model, 0.01), lr=0.01, max_grad_norm=1.0, use_nvlamb=use_nvlamb, fused=True)
+    ref_opt = Lamb(parameter_groups(reference, 0.01), lr=0.01, max_grad_norm=1.0, use_nvlamb=use_nvlamb, fused=True)
+    assert opt.skips_on_device()
+    for seed in range(2):
+        for m, o in ((model, opt), (reference, ref_opt)):
+            fixed_gradients(m, seed)
+            o.step()
+    before = _lamb_snapshot(model, opt)
+    fixed_gradients(model, 7)
+    opt.found_inf = torch.ones((), dtype=torch.float32)
+    opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(before, _lamb_snapshot(model, opt)))
+    for m, o, found_inf in ((model, opt, torch.zeros((), dtype=torch.float32)), (reference, ref_opt, None)):
+        fixed_gradients(m, 8)
+        o.found_inf = found_inf
+        o.step()
+    assert all(torch.equal(a, b) for a, b in zip(_lamb_snapshot(model, opt), _lamb_snapshot(reference, ref_opt)))
+
+
+def test_lamb_on_foreach_cannot_skip_on_the_device_and_says_so():
+    from pretrain.divergence import StepGate
+
+    fused, foreach = (Lamb(toy_model().parameters(), fused=kind) for kind in (True, False))
+    assert StepGate(fused).vetoes_on_device() and not StepGate(foreach).vetoes_on_device()
+    foreach.found_inf = torch.ones(())
+    for p in foreach.param_groups[0]["params"]:
+        p.grad = torch.ones_like(p)
+    with pytest.raises(RuntimeError, match="skips_on_device"):
+        foreach.step()
+
+
+def test_lamb_resumes_from_apex_fused_lamb_state_with_its_bias_correction():
+    """apex FusedLAMB counts steps per group and keeps none per tensor; a run apex began (where it was
+    the first choice) resumes on this class with the same step count, as if it had never stopped."""
+    model, resumed = toy_model(), toy_model()
+    opt = Lamb(parameter_groups(model, 0.01), lr=0.01)
+    for seed in range(3):
+        fixed_gradients(model, seed)
+        opt.step()
+    apex_layout = copy.deepcopy(opt.state_dict())  # its per-tensor dicts are the live ones
+    for state in apex_layout["state"].values():
+        del state["step"]
+    for group in apex_layout["param_groups"]:
+        group["step"] = 3
+    resumed.load_state_dict(model.state_dict())
+    resumed_opt = Lamb(parameter_groups(resumed, 0.01), lr=0.01)
+    resumed_opt.load_state_dict(apex_layout)
+    for m, o in ((model, opt), (resumed, resumed_opt)):
+        fixed_gradients(m, 3)
+        o.step()
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), resumed.parameters()))
+
+
 # --------------------------------------------------------------------------------------------
 # DeepSpeed client optimizer (CPU)
 # --------------------------------------------------------------------------------------------
@@ -416,27 +478,16 @@ def test_build_optimizer_errors():
         build_optimizer("adamw", [])
 
 
-def test_optimizer_from_config():
-    config = OptimizerConfig(optimizer="lamb", learning_rate=1e-3, weight_decay=0.02, use_nvlamb=True)
-    built = optimizer_from_config(toy_model(), config)
-    assert isinstance(built.optimizer, Lamb)
-    assert [g["weight_decay"] for g in built.optimizer.param_groups] == [0.02, 0.0]
-    assert all(g["use_nvlamb"] for g in built.optimizer.param_groups)
-    with pytest.raises(ValueError):
-        OptimizerConfig(optimizer="adam")
-    with pytest.raises(ValueError):
-        OptimizerConfig(lamb_max_grad_norm=0)
-
-
 def test_cuda_preference_order_never_substitutes_deepspeed_fused_lamb():
     def labels(name, prefer_fused=True):
         return [c.label for c in optim._optimizer_candidates(
             name, lambda: [], lr=1e-3, betas=PAPER_BETAS, eps=PAPER_EPS, weight_decay=0.01, device_type="cuda",
             prefer_fused=prefer_fused, max_grad_norm=1.0, use_nvlamb=False)]
 
-    assert labels("adamw") == ["deepspeed.ops.adam.FusedAdam", "apex.optimizers.FusedAdam",
-                               "torch.optim.AdamW(fused=True)", "torch.optim.AdamW(foreach=True)"]
-    assert labels("lamb") == ["apex.optimizers.FusedLAMB", "biomed_lm.optim.Lamb(kernel=fused_adam)",
+    # The kernels that skip a rejected update on the device (found_inf) first; DeepSpeed's and apex's after
+    assert labels("adamw") == ["torch.optim.AdamW(fused=True)", "deepspeed.ops.adam.FusedAdam",
+                               "apex.optimizers.FusedAdam", "torch.optim.AdamW(foreach=True)"]
+    assert labels("lamb") == ["biomed_lm.optim.Lamb(kernel=fused_adam)", "apex.optimizers.FusedLAMB",
                               "biomed_lm.optim.Lamb(kernel=foreach)"]
     assert labels("adamw", prefer_fused=False) == ["torch.optim.AdamW(foreach=True)"]
 
@@ -485,6 +536,33 @@ def test_schedules_are_monotonic_in_each_piece():
         assert all(a < b for a, b in zip(values[:w], values[1:w + 1]))  # strictly up to the peak
         assert all(a >= b for a, b in zip(values[w:], values[w + 1:]))  # never up afterwards
         assert values[w] == 1.0
+
+
+def test_polynomial_from_start_is_nvidias_schedule():
+    """NVIDIA's PolyWarmUpScheduler: linear warm-up, then (1 - step / total) ** degree of the peak, so the
+    rate drops at the warm-up's end; its phase 1 (7,038 steps, warm-up 0.2843, degree 0.5)."""
+    total, ratio = 7_038, 0.2843
+    w = warmup_steps(total, ratio)
+    assert [polynomial_from_start(s, total, ratio, 0.5) for s in (0, w // 2)] == [0.0, (w // 2) / w]
+    for step in (w, 4_000, total - 1):
+        assert polynomial_from_start(step, total, ratio, 0.5) == pytest.approx((1 - step / total) ** 0.5, rel=1e-12)
+    assert polynomial_from_start(w, total, ratio, 0.5) == pytest.approx(0.846, abs=1e-3)
+    assert polynomial_from_start(total, total, ratio, 0.5) == 0.0
+    assert polynomial_from_start(total // 2 + w // 2, total, ratio, 0.5) < polynomial_decay(total // 2 + w // 2, total,
+                                                                                          ratio, 0.5)
+    config = ScheduleConfig("polynomial_from_start", warmup_ratio=ratio, lr_power=0.5, end_lr=6e-4)
+    assert learning_rate_at(total, config, total, 6e-3) == pytest.approx(6e-4)
+    assert learning_rate_at(4_000, config, total, 6e-3) == pytest.approx(6e-4 + 5.4e-3 * (1 - 4_000 / total) ** 0.5)
+
+
+def test_the_nvidia_lamb_recipes_run_nvidias_schedule():
+    import yaml
+
+    for phase in (1, 2):
+        recipe = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "pretrain"
+                                 / f"nvidia_lamb_phase{phase}.yaml").read_text())
+        assert (recipe["schedule"], recipe["polynomial_power"], recipe["optimizer"]) == \
+            ("polynomial_from_start", 0.5, "lamb")
 
 
 def test_schedule_edge_cases():
