@@ -725,7 +725,8 @@ def _accumulate_step(run: Run, step: int) -> PendingStep:
 
     Where the optimizer can skip an update on the device (fused AdamW, our fused LAMB:
     :meth:`StepGate.vetoes_on_device`), the verdict stays there and vetoes the update there: the step
-    queues its work and returns without waiting for the device, which the host reads at the next read point (:func:`_read_steps`).
+    queues its work and returns without waiting for the device, which the host reads at the next read
+    point (:func:`_read_steps`).
     Otherwise the host reads the step now, before the optimizer, to veto around ``engine.step()``."""
     engine, accumulation = run.engine, run.train_args.gradient_accumulation_steps
     started, lr = time.perf_counter(), engine.get_lr()[0]  # the rate this step's update uses
