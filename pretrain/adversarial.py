@@ -3,7 +3,7 @@ Large Neural Language Models", arXiv:2004.08994; the PubMedBERT paper's §2.1.4 
 
 ALUM regularizes training with a small perturbation δ of the input embeddings chosen to change the
 model's predictions as much as possible, and penalizes that change. Per micro-batch (ALUM's
-Algorithm 1, with the gradient normalization of its MT-DNN reference implementation):
+Algorithm 1 as written, with the ascent step's gradient normalized per token):
 
 1. δ ~ N(0, σ²) on every token of the embedding output, projected onto the ε-ball;
 2. K times: g = ∇_δ SymKL(stop(f(x)), f(x + δ)), δ ← Π_ε(δ + η · g / ‖g‖), per token;
@@ -36,17 +36,28 @@ Definitions (the choices the paper leaves open, fixed here):
   never fire. The ascent objective is summed over positions (its per-token direction does not
   depend on the reduction, and a sum keeps fp16 gradients away from underflow). The step direction
   is the gradient normalized per token by its L∞ norm (``g / max|g|``) or L2 norm (``g / ‖g‖₂``),
-  as MT-DNN's ``SmartPerturbation._norm_grad`` does (without its additive 1e-6: rows with a zero
-  gradient stay zero, and the direction is exactly scale-invariant).
+  without the additive 1e-6 of the public code's normalizations: rows with a zero gradient stay zero,
+  and the direction is exactly scale-invariant.
 * **Projection** Π_ε, per token (over the hidden dimension): L∞ clamps every coordinate to
   [−ε, ε]; L2 rescales a token's δ to norm ε when its norm exceeds ε and leaves it unchanged
   otherwise (a true Euclidean projection; exact up to one float rounding of the rescaled norm).
   The initial noise is projected too, so ‖δ‖ ≤ ε holds for every K, including K = 0.
-* **Final term**: gradients flow through *both* the clean and the perturbed logits, with δ held
-  fixed, which is the literal g_θ = ∇_θ ℓ(y) + α ∇_θ ℓ(f(x;θ), f(x+δ;θ)) of ALUM's Algorithm 1
-  (line 8). MT-DNN's ``SymKlCriterion`` instead detaches the target distribution inside each of
-  the two KL directions; the two gradients differ only by terms proportional to log(p/q), which
-  vanish as the perturbed prediction approaches the clean one.
+* **Final term**: by default (``adv_kl_targets="live"``) gradients flow through *both* the clean and
+  the perturbed distributions, with δ held fixed: the literal g_θ = ∇_θ ℓ(y) + α ∇_θ ℓ(f(x;θ),
+  f(x+δ;θ)) of ALUM's Algorithm 1 (line 8). The released code (ALUM's fairseq pretraining criterion,
+  MT-DNN's ``SymKlCriterion``) holds each KL direction's target distribution fixed,
+  KL(stop(p)‖q) + KL(stop(q)‖p): ``adv_kl_targets="detached"``. Same value, another gradient, and not
+  a small difference: the extra terms are of the same order in δ as the detached gradient itself. On
+  a tiny BERT (QA, 2026-11-29) the live gradient was 13.7 times the detached one's norm at ε = 1e-2
+  without dropout (cosine 0.31), 7.1 times with dropout 0.1 (cosine 0.10), so α = 10 here is not the
+  released code's α = 10. Other choices of that code differ from the paper's algorithm too, and are
+  not reproduced: δ is added after the embeddings' LayerNorm (here before it, which at initialization
+  amplifies δ about 37 times), and its step normalizes δ + η·g per token to norm 1 instead of
+  projecting onto the ε-ball.
+* **Weighting**: the term is α times the SymKL summed over the masked positions and divided as the
+  MLM loss is, by the step's masked tokens over all micro-batches and ranks (the released criterion
+  sums both and divides by the update's sample size alike), so accumulation weighs every masked
+  token as one large batch would.
 
 Defaults are ALUM's pretraining settings: α = 10, σ = 1e-5, η = 1e-3, ε = 1e-5 (L∞), K = 1. Since
 η ≫ ε, one L∞ step lands most coordinates of δ on ±ε: in effect a sign-of-gradient perturbation
@@ -93,6 +104,8 @@ from biomed_lm.pretrain.trainer_state import VariantState
 
 Norm = Literal["linf", "l2"]
 NORMS: tuple[str, ...] = get_args(Norm)
+KlTargets = Literal["live", "detached"]
+KL_TARGETS: tuple[str, ...] = get_args(KlTargets)
 Reduction = Literal["mean", "sum", "none"]
 
 
@@ -124,6 +137,11 @@ class AdversarialConfig:
     adv_norm: Norm = field(default="linf", metadata={
         "help": "per-token norm of the ball and of the gradient normalization: linf or l2. An L2 ball of "
                 "radius ε is √hidden_size times smaller per coordinate than an L∞ ball of the same ε"})
+    adv_kl_targets: KlTargets = field(default="live", metadata={
+        "help": "the final term's gradient: live (through both distributions of the symmetric KL, ALUM's "
+                "Algorithm 1 as written) or detached (each KL direction's target distribution held fixed, as "
+                "ALUM's released pretraining criterion and MT-DNN's SymKlCriterion do: on a tiny BERT a gradient "
+                "7 to 14 times smaller at the same α)"})
 
     def __post_init__(self) -> None:
         for name in ("adv_alpha", "adv_sigma", "adv_step_size"):
@@ -136,6 +154,9 @@ class AdversarialConfig:
             raise PretrainConfigError(f"adv_steps must be an integer >= 0, got {self.adv_steps!r}")
         if self.adv_norm not in NORMS:
             raise PretrainConfigError(f"adv_norm must be one of {', '.join(NORMS)}, got {self.adv_norm!r}")
+        if self.adv_kl_targets not in KL_TARGETS:
+            raise PretrainConfigError(f"adv_kl_targets must be one of {', '.join(KL_TARGETS)}, "
+                                      f"got {self.adv_kl_targets!r}")
 
     def precision_caveat(self, precision: str) -> str | None:
         """The run log's warning when ε is below bf16's rounding of the matrix multiplies' inputs (see
@@ -151,7 +172,7 @@ class AdversarialConfig:
         """ALUM's settings, for the run log."""
         return (f"adversarial training (ALUM) on: alpha {self.adv_alpha:g}, sigma {self.adv_sigma:g}, step size "
                 f"{self.adv_step_size:g}, epsilon {self.adv_epsilon:g} ({self.adv_norm}), {self.adv_steps} ascent "
-                "step(s) a micro-batch")
+                f"step(s) a micro-batch, KL targets {self.adv_kl_targets}")
 
 
 @dataclass(frozen=True)
@@ -192,20 +213,30 @@ def token_norm(x: torch.Tensor, norm: Norm) -> torch.Tensor:
     raise ValueError(f"norm must be one of {', '.join(NORMS)}, got {norm!r}")
 
 
-def symmetric_kl(logits_p: torch.Tensor, logits_q: torch.Tensor, reduction: Reduction = "mean") -> torch.Tensor:
+def symmetric_kl(logits_p: torch.Tensor, logits_q: torch.Tensor, reduction: Reduction = "mean", *,
+                 detached_targets: bool = False) -> torch.Tensor:
     """KL(p‖q) + KL(q‖p) between the softmaxes of two logit tensors over their last dimension.
 
     Computed in at least float32 as Σ (p − q)(log p − log q): both factors of a summand have the
     same sign (exp is monotone), so every summand is ≥ 0, and swapping the arguments negates both
     factors, so the result is symmetric exactly, not just up to rounding. ``reduction``: "mean"
     over rows (every leading position; an empty input gives 0), "sum", or "none" (one value per
-    row). Gradients flow into whichever arguments require them."""
+    row). Gradients flow into whichever arguments require them; with ``detached_targets`` only through
+    the log-softmaxes, each direction's target distribution held fixed (the value is the same)."""
     if logits_p.shape != logits_q.shape:
         raise ValueError(f"logits shapes differ: {tuple(logits_p.shape)} vs {tuple(logits_q.shape)}")
     dtype = _compute_dtype(logits_p.dtype, logits_q.dtype)
     log_p = F.log_softmax(logits_p.to(dtype), dim=-1)
     log_q = F.log_softmax(logits_q.to(dtype), dim=-1)
-    per_row = ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum(dim=-1)
+    if detached_targets:  # KL(stop(p)‖q) + KL(stop(q)‖p): the same value, the log-softmaxes' gradient only
+        p, q = log_p.detach().exp(), log_q.detach().exp()
+        per_row = (p * (log_p.detach() - log_q) + q * (log_q.detach() - log_p)).sum(dim=-1)
+    else:
+        per_row = ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum(dim=-1)
+    return _reduced(per_row, reduction)
+
+
+def _reduced(per_row: torch.Tensor, reduction: Reduction) -> torch.Tensor:
     if reduction == "none":
         return per_row
     if reduction == "sum":
@@ -245,8 +276,8 @@ def ascent_direction(grad: torch.Tensor, norm: Norm) -> torch.Tensor:
 def adversarial_term(forward_fn: Callable[[torch.Tensor], torch.Tensor], embeds: torch.Tensor,
                      clean_logits: torch.Tensor, config: AdversarialConfig,
                      generator: torch.Generator | None = None,
-                     noise: tuple[tuple[int, ...], Callable[[torch.Tensor], torch.Tensor]] | None = None
-                     ) -> AdversarialResult:
+                     noise: tuple[tuple[int, ...], Callable[[torch.Tensor], torch.Tensor]] | None = None,
+                     denominator: torch.Tensor | None = None) -> AdversarialResult:
     """ALUM's term for any model written as ``forward_fn(embeddings) -> logits``.
 
     ``embeds`` are the clean embedding outputs (with their graph, so the final term also trains
@@ -256,7 +287,10 @@ def adversarial_term(forward_fn: Callable[[torch.Tensor], torch.Tensor], embeds:
     comes from ``generator`` (which must live on ``embeds``' device) or, when None, from the global
     RNG, which the trainer seeds and checkpoints per rank. See the module docstring for the exact
     definitions. ``noise`` = (shape, to_layout) draws δ's noise in ``shape`` and maps it onto
-    ``embeds``' layout (the unpadded pretraining layout draws it as if padded)."""
+    ``embeds``' layout (the unpadded pretraining layout draws it as if padded). The loss term is α times
+    the SymKL summed over rows and divided by ``denominator`` (the step's share of masked tokens, as the MLM
+    loss divides: :func:`pretrain.trainer.mlm_denominator`), or averaged over rows without one; the
+    logged ``symmetric_kl`` is the rows' mean either way."""
     dtype = _compute_dtype(embeds.dtype)
     shape, to_layout = noise if noise is not None else (embeds.shape, lambda x: x)
     delta = to_layout(torch.randn(shape, generator=generator, device=embeds.device, dtype=dtype)) * config.adv_sigma
@@ -273,14 +307,17 @@ def adversarial_term(forward_fn: Callable[[torch.Tensor], torch.Tensor], embeds:
     delta = delta.detach()
 
     perturbed = embeds + delta.to(embeds.dtype)
-    kl = symmetric_kl(clean_logits, forward_fn(perturbed))
+    kl_sum = symmetric_kl(clean_logits, forward_fn(perturbed), reduction="sum",
+                          detached_targets=config.adv_kl_targets == "detached")
+    rows = max(math.prod(clean_logits.shape[:-1]), 1)
     delta_norm = token_norm(delta, config.adv_norm).max()
     applied = perturbed.detach().to(dtype) - base.to(dtype)
     energy = (delta * delta).sum()
     delta_retained = torch.where(energy > 0, (applied * delta).sum() / energy, torch.ones_like(energy))
-    finite = bool(torch.isfinite(kl) & torch.isfinite(delta_norm))  # the one host synchronization
-    loss_term = config.adv_alpha * kl if finite else torch.zeros((), dtype=kl.dtype, device=kl.device)
-    return AdversarialResult(loss_term=loss_term, symmetric_kl=kl.detach(), delta_norm=delta_norm,
+    finite = bool(torch.isfinite(kl_sum) & torch.isfinite(delta_norm))  # the one host synchronization
+    weighted = kl_sum / (rows if denominator is None else denominator)
+    loss_term = config.adv_alpha * weighted if finite else torch.zeros((), dtype=kl_sum.dtype, device=kl_sum.device)
+    return AdversarialResult(loss_term=loss_term, symmetric_kl=kl_sum.detach() / rows, delta_norm=delta_norm,
                              delta_retained=delta_retained, finite=finite)
 
 
@@ -304,7 +341,8 @@ def adversarial_pretraining_loss(model: PretrainingModel, prepared: PaddedBatch 
         return torch.cat([real, real.new_zeros(embeds.shape[0] - real.shape[0], real.shape[1])])
 
     return adversarial_term(lambda inputs_embeds: model.masked_logits(prepared, inputs_embeds), embeds, clean_logits,
-                            config, generator=generator, noise=(noise_shape, to_layout))
+                            config, generator=generator, noise=(noise_shape, to_layout),
+                            denominator=prepared.mlm_denominator)
 
 
 @dataclass
@@ -343,7 +381,9 @@ class AdversarialPretrainingOutput(PretrainingOutput):
     @classmethod
     def step_metrics(cls, totals: Mapping[str, float], micro_batches: int, nonfinite: bool,
                      state: AdversarialState) -> dict[str, Any]:
-        return {"adv_symmetric_kl": None if nonfinite else totals["adv_kl"] / micro_batches,
+        finite_micro_batches = micro_batches - int(totals["adv_nonfinite"])
+        return {"adv_symmetric_kl": None if nonfinite or finite_micro_batches <= 0
+                else totals["adv_kl"] / finite_micro_batches,
                 "adv_fallbacks": state.adversarial_fallbacks}
 
 
@@ -398,6 +438,7 @@ class AdversarialPretrainingModel(PretrainingModel):
         result = adversarial_pretraining_loss(self, prepared, head_outputs[0], self.adversarial)
         standard["loss"] = out.loss + result.loss_term
         return AdversarialPretrainingOutput(
-            **standard, adv_loss=result.loss_term.detach().float(), adv_kl=result.symmetric_kl.float(),
+            **standard, adv_loss=result.loss_term.detach().float(),
+            adv_kl=result.symmetric_kl.float() if result.finite else zero,  # a dropped term is not averaged
             adv_delta_norm=result.delta_norm.float(), adv_delta_retained=result.delta_retained.float(),
             adv_nonfinite=torch.tensor(int(not result.finite), device=out.loss.device))

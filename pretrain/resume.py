@@ -47,7 +47,7 @@ FIXED = frozenset({"model.init", "model.model", "model.architecture", "data.voca
 ADDED_FIELDS = {"train.schedule_total_steps": 0, "train.continue_from": "", "train.loss_ceiling_factor": 0.0,
                 "model.compile_mode": "default", "model.compile_scope": "whole", "model.layers_per_graph": 1,
                 "data.sample_order": "permutation", "train.profile_steps": 0, "train.profile_after": 20,
-                "model.residual_stream": "fp32", "train.stall_timeout": 300.0}
+                "model.residual_stream": "fp32", "train.stall_timeout": 300.0, "adversarial.adv_kl_targets": "live"}
 # Fields renamed after checkpoints were already being written: old name -> name. An older checkpoint's
 # value is compared under the new name, so the rename alone is no change.
 RENAMED_FIELDS = {"data.nsp": "data.train_pair"}

@@ -280,6 +280,62 @@ def test_final_term_differentiates_through_both_sides():
     assert not torch.allclose(grad_both, grad_one_sided)
 
 
+def test_detached_targets_give_the_released_criterions_gradient_and_the_same_value():
+    """adv_kl_targets="detached" is ALUM's released pretraining criterion: KL(adv‖stop(clean)) +
+    KL(clean‖stop(adv)) as F.kl_div computes them; its value is the live term's, its gradient not."""
+    torch.manual_seed(0)
+    clean, adv = torch.randn(5, 13, requires_grad=True), torch.randn(5, 13, requires_grad=True)
+    released = (F.kl_div(F.log_softmax(adv, -1), F.softmax(clean.detach(), -1), reduction="sum")
+                + F.kl_div(F.log_softmax(clean, -1), F.softmax(adv.detach(), -1), reduction="sum"))
+    ours = symmetric_kl(clean, adv, reduction="sum", detached_targets=True)
+    live = symmetric_kl(clean, adv, reduction="sum")
+    torch.testing.assert_close(ours, released, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(live, ours, rtol=1e-6, atol=1e-6)
+    for mine, theirs in zip(torch.autograd.grad(ours, [clean, adv]), torch.autograd.grad(released, [clean, adv])):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-7)
+    live_grads = torch.autograd.grad(live, [clean, adv])
+    assert not torch.allclose(live_grads[0], torch.autograd.grad(
+        symmetric_kl(clean, adv, reduction="sum", detached_targets=True), clean)[0], rtol=1e-2)
+    with pytest.raises(PretrainConfigError, match="adv_kl_targets"):
+        config(adv_kl_targets="fixed")
+
+
+def test_the_term_divides_by_the_steps_masked_share_as_the_mlm_loss_does():
+    """With the step's masked share as denominator (accumulation, several ranks) the term is α times the
+    summed SymKL over it, so a masked token weighs the same in every micro-batch; the logged SymKL stays
+    the rows' mean."""
+    model = PretrainingModel(tiny_bert(dropout=0.0)).train()
+    batch = make_batch()
+    layout = prepared(model, batch)
+    rows = layout.masked_positions.numel()
+    results = []
+    for denominator in (None, torch.tensor(3.5)):
+        clean = model.masked_logits(layout)
+        torch.manual_seed(5)
+        results.append(adversarial_pretraining_loss(model, dataclasses.replace(layout, mlm_denominator=denominator),
+                                                    clean, config(adv_alpha=2.0, adv_epsilon=1e-2)))
+    own, shared = results
+    torch.testing.assert_close(shared.symmetric_kl, own.symmetric_kl)
+    torch.testing.assert_close(shared.loss_term * 3.5, own.loss_term * rows, rtol=1e-5, atol=0)
+    torch.testing.assert_close(own.loss_term, 2.0 * own.symmetric_kl, rtol=1e-5, atol=0)
+
+
+def test_a_dropped_term_is_left_out_of_the_logged_symmetric_kl(monkeypatch):
+    """A micro-batch whose term was not finite logs 0 (not NaN, which metrics.jsonl cannot hold) and the
+    step's SymKL is the mean over the others."""
+    model = AdversarialPretrainingModel(tiny_bert(), adversarial=config()).train()
+    batch = make_batch()
+    real_randn = torch.randn
+    monkeypatch.setattr(torch, "randn", lambda *args, **kwargs: real_randn(*args, **kwargs) * float("nan"))
+    out = model(**batch)
+    assert int(out.adv_nonfinite) == 1 and out.adv_kl.item() == 0.0 and math.isfinite(out.loss.item())
+    state = AdversarialPretrainingOutput.state_type()
+    metrics = AdversarialPretrainingOutput.step_metrics({"adv_kl": 0.3, "adv_nonfinite": 1}, 2, False, state)
+    assert metrics["adv_symmetric_kl"] == pytest.approx(0.3)
+    assert AdversarialPretrainingOutput.step_metrics({"adv_kl": 0.0, "adv_nonfinite": 2}, 2, False,
+                                                     state)["adv_symmetric_kl"] is None
+
+
 def test_same_generator_same_term():
     model = PretrainingModel(tiny_bert()).eval()
     batch = make_batch()

@@ -10,6 +10,7 @@ dense blocks compile for every family."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -123,6 +124,13 @@ def test_unpadded_alum_equals_the_padded_alum(architecture, pair_task):
         torch.manual_seed(7)  # δ's noise comes from the global RNG, as in training
         results.append(losses_and_grads(wrapped, batch))
     assert_same(*results)
+    noise_only = dataclasses.replace(adversarial, adv_epsilon=1e-2, adv_sigma=1e-2, adv_steps=0)
+    kls = []
+    for attention in ("hf_sdpa", "sdpa_loop"):  # the term alone, K = 0: δ is the projected noise
+        wrapped = AdversarialPretrainingModel(copy.deepcopy(model), adversarial=noise_only, attention=attention)
+        torch.manual_seed(7)
+        kls.append(wrapped(**batch).adv_kl.item())
+    assert kls[0] > 1e-4 and kls[1] == pytest.approx(kls[0], rel=1e-4)
 
 
 @pytest.mark.parametrize("pad", [1, 0], ids=["pad-1", "pad-0"])
