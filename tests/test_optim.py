@@ -30,7 +30,14 @@ from biomed_lm.optim import (PAPER_BETAS, PAPER_EPS, PAPER_PEAK_LR, PAPER_WEIGHT
                              schedule_factor, slanted_triangular, summarize_parameter_groups, warmup_steps)
 from tests.conftest import run_single_rank_deepspeed
 
-requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+# gpu: what benchmarks/gpu_check.sh's tests stage selects (-m gpu); without it these never ran on a GPU.
+CUDA_MARKS = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+
+def requires_cuda(test):
+    for mark in CUDA_MARKS:
+        test = mark(test)
+    return test
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,7 +308,7 @@ def toy_model() -> nn.Module:
 def fixed_gradients(model: nn.Module, seed: int) -> None:
     generator = torch.Generator().manual_seed(seed)
     for p in model.parameters():
-        p.grad = torch.randn(p.shape, generator=generator)
+        p.grad = torch.randn(p.shape, generator=generator).to(p.device)
 
 
 def test_lamb_state_dict_round_trip_resumes_exactly():
@@ -345,11 +352,12 @@ def _lamb_snapshot(model: nn.Module, opt: Lamb) -> list[torch.Tensor]:
     return [t.clone() for p in model.parameters() for t in (p, *(opt.state[p][k] for k in sorted(opt.state[p])))]
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA_MARKS)])
 @pytest.mark.parametrize("use_nvlamb", [False, True])
-def test_lamb_found_inf_skips_the_update_on_the_device_and_zero_changes_nothing(use_nvlamb):
+def test_lamb_found_inf_skips_the_update_on_the_device_and_zero_changes_nothing(use_nvlamb, device):
     """A found_inf of 1 (the trainer's device-side veto) leaves weights, moments and step counts as they
     were, decayed tensors too; 0 gives the very update of a step without it."""
-    model, reference = toy_model(), toy_model()
+    model, reference = toy_model().to(device), toy_model().to(device)
     opt = Lamb(parameter_groups(model, 0.01), lr=0.01, max_grad_norm=1.0, use_nvlamb=use_nvlamb, fused=True)
     ref_opt = Lamb(parameter_groups(reference, 0.01), lr=0.01, max_grad_norm=1.0, use_nvlamb=use_nvlamb, fused=True)
     assert opt.skips_on_device()
@@ -359,10 +367,11 @@ def test_lamb_found_inf_skips_the_update_on_the_device_and_zero_changes_nothing(
             o.step()
     before = _lamb_snapshot(model, opt)
     fixed_gradients(model, 7)
-    opt.found_inf = torch.ones((), dtype=torch.float32)
+    opt.found_inf = torch.ones((), dtype=torch.float32, device=device)
     opt.step()
     assert all(torch.equal(a, b) for a, b in zip(before, _lamb_snapshot(model, opt)))
-    for m, o, found_inf in ((model, opt, torch.zeros((), dtype=torch.float32)), (reference, ref_opt, None)):
+    for m, o, found_inf in ((model, opt, torch.zeros((), dtype=torch.float32, device=device)),
+                            (reference, ref_opt, None)):
         fixed_gradients(m, 8)
         o.found_inf = found_inf
         o.step()
