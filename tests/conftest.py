@@ -24,7 +24,7 @@ def pytest_addoption(parser) -> None:
 
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA device and skips without one; on a GPU machine run "
-                                       "`.venv/bin/python -m pytest -m gpu tests/test_gpu.py`")
+                                       "`.venv/bin/python -m pytest -m gpu tests`")
     if config.getoption("--failures-at-once"):
         config.pluginmanager.register(FailuresAtOnce(config), "failures-at-once")
     share_cores_among_workers()
