@@ -318,7 +318,12 @@ def _parser_class() -> type:
             if old:
                 metadata["aliases"] = [*metadata.get("aliases", ()), *_flags(old)]
             field.metadata = types.MappingProxyType(metadata)
+            optional = _NONE in typing.get_args(field.type)
             HfArgumentParser._parse_dataclass_field(parser, field)
+            if optional:  # null on the command line too, as in YAML and as --help says ("null: all")
+                for action in parser._actions:
+                    if action.dest == field.name and action.type is not None:
+                        action.type = _or_null(action.type)
             if field.default is True:  # HfArgumentParser gives its --no_<name> the field's own help, word for word
                 for action in parser._actions:
                     if f"--no_{field.name}" in action.option_strings:
@@ -327,6 +332,14 @@ def _parser_class() -> type:
                 parser.add_argument(*_flags(f"no_{old}"), action="store_false", dest=field.name, help=argparse.SUPPRESS)
 
     return RangeAwareParser
+
+
+def _or_null(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A flag's conversion that also reads ``null`` (YAML's spelling, which ``--help`` uses) as None."""
+    def converted(text: str) -> Any:
+        return None if text == "null" else convert(text)
+    converted.__name__ = getattr(convert, "__name__", "value")  # argparse names it in "invalid int value"
+    return converted
 
 
 def _flags(name: str) -> list[str]:

@@ -396,3 +396,19 @@ def test_a_shortened_flag_is_not_taken_for_a_longer_one():
     with pytest.raises(SystemExit) as exit_:
         parse_config([TrainArguments], ["--learning_rat", "1e-3"])
     assert exit_.value.code == 2
+
+
+def test_null_on_the_command_line_is_none_as_in_yaml(tmp_path):
+    """`--limit-alphabet null`, as --help spells it ("null: all"), was "invalid int value: 'null'"."""
+    from biomed_lm.tokenization.vocab import VocabConfig
+
+    (from_flag,) = parse_config([VocabConfig], ["--limit-alphabet", "null", "--max-distinct-words", "null"])
+    config = tmp_path / "vocab.yaml"
+    config.write_text("limit_alphabet: null\nmax_distinct_words: null\n")
+    (from_yaml,) = parse_config([VocabConfig], ["--config", str(config)])
+    assert (from_flag.limit_alphabet, from_flag.max_distinct_words) == (None, None) == \
+        (from_yaml.limit_alphabet, from_yaml.max_distinct_words)
+    (given,) = parse_config([VocabConfig], ["--limit-alphabet", "500"])
+    assert given.limit_alphabet == 500
+    with pytest.raises(SystemExit):  # any other word is still argparse's error
+        parse_config([VocabConfig], ["--limit-alphabet", "all"])

@@ -387,6 +387,23 @@ def test_cli_unigram_cased_compact(tmp_path, docs_file, capsys):
     assert auto_tokenizer(out).convert_tokens_to_ids("[MASK]") == 4
 
 
+def test_what_limit_alphabet_leaves_out_is_recorded_and_said(tmp_path, docs_file, capsys):
+    """The characters limit_alphabet drops turn every word holding them into [UNK]: the card and the summary
+    say how many and how often (the card only had the alphabet's size); null keeps them all."""
+    out, everything = tmp_path / "vocab", tmp_path / "all"
+    assert run_cli(["--inputs", str(docs_file), "--output-dir", str(out), "--vocab-size", "2000",
+                    "--limit-alphabet", "20", "--no-progress"]) == 0
+    dropped = card(out)["alphabet_dropped"]
+    assert card(out)["alphabet_size"] == 20 and dropped["characters"] > 0 and dropped["occurrences"] >= \
+        dropped["characters"]
+    assert f"limit_alphabet 20 left out {dropped['characters']} rarer characters" in capsys.readouterr().out
+    assert run_cli(["--inputs", str(docs_file), "--output-dir", str(everything), "--vocab-size", "2000",
+                    "--limit-alphabet", "null", "--no-progress"]) == 0
+    assert card(everything)["alphabet_dropped"] == {"characters": 0, "occurrences": 0}
+    assert card(everything)["alphabet_size"] == card(out)["alphabet_size"] + dropped["characters"]
+    assert "left out" not in capsys.readouterr().out
+
+
 def test_cli_script_runs_as_a_program(tmp_path, docs_file):
     out = tmp_path / "vocab"
     result = subprocess.run([sys.executable, "launch/build_vocab.py", "--inputs", str(docs_file),

@@ -276,6 +276,9 @@ class TrainedVocab:
     unigram_model: bytes | None = None  # the serialized SentencePiece model (algorithm unigram, format sentencepiece)
     distinct_words: int | None = None   # in the word table the trainer learnt from (bytelevel-bpe: not counted here)
     word_pruning: WordPruning | None = None  # what max_distinct_words dropped while counting
+    # What limit_alphabet left out: (distinct characters, their occurrences in the counted words); each
+    # word holding one becomes [UNK] under this vocabulary (None: not counted, bytelevel-bpe)
+    alphabet_dropped: tuple[int, int] | None = None
 
     @property
     def vocab(self) -> list[str]:
@@ -309,8 +312,11 @@ class TrainedVocab:
     def _word_counting_card(self) -> dict[str, Any]:
         if self.config.format == "bytelevel-bpe":
             return {}
+        dropped = self.alphabet_dropped
         return {"max_distinct_words": self.config.max_distinct_words, "distinct_words": self.distinct_words,
-                "word_pruning": None if self.word_pruning is None else self.word_pruning.card()}
+                "word_pruning": None if self.word_pruning is None else self.word_pruning.card(),
+                "alphabet_dropped": None if dropped is None else {"characters": dropped[0],
+                                                                  "occurrences": dropped[1]}}
 
 
 def _wordpiece_card(cfg: VocabConfig) -> dict[str, Any]:
@@ -368,12 +374,15 @@ class VocabBuildResult:
             f"\nword table bounded to {pruned.max_distinct_words} distinct words: " + (
                 f"{pruned.words} words ({pruned.occurrences} occurrences) seen at most {pruned.threshold} times dropped"
                 if pruned.prunes else "nothing dropped"))
+        left_out = "" if not t.alphabet_dropped or not t.alphabet_dropped[0] else (
+            f"\nlimit_alphabet {cfg.limit_alphabet} left out {t.alphabet_dropped[0]} rarer characters "
+            f"({t.alphabet_dropped[1]} occurrences): a word holding one is [UNK] under this vocabulary")
         skipped = "" if not self.skipped_records else (
             f"\n{len(self.skipped_records)} unreadable record(s) or file(s) left out (listed in {VOCAB_CARD}'s "
             f"skipped_records), the first: {self.skipped_records[0]}")
         return (f"{size}-token {'cased' if cfg.cased else 'uncased'} {kind}{shortfall} written to {self.output_dir}\n"
                 f"learnt from {t.documents} documents ({t.text_bytes / 1e6:.1f} MB of text) in {t.seconds:.1f} s"
-                f"{bound}{skipped}")
+                f"{bound}{left_out}{skipped}")
 
 
 def vocab_in_id_order(tokenizer) -> list[str]:
@@ -563,15 +572,20 @@ class ChunkCounter(_ChunkFolder):
         self._chunks.clear()
 
 
-def alphabet_of(word_counts: Mapping[str, int], limit: int | None) -> set[str]:
+def alphabet_of(word_counts: Mapping[str, int], limit: int | None,
+                stats: "_ReadStats | None" = None) -> set[str]:
     """The characters of the words, keeping the ``limit`` most frequent (as WordPieceTrainer's
-    ``limit_alphabet`` does); ``None`` keeps them all."""
+    ``limit_alphabet`` does); ``None`` keeps them all. ``stats`` gets what was left out."""
     chars: Counter[str] = Counter()
     for word, n in word_counts.items():
         for ch in word:
             chars[ch] += n
     ranked = sorted(chars.items(), key=lambda kv: (-kv[1], kv[0]))
-    return {ch for ch, _ in (ranked if limit is None else ranked[:limit])}
+    kept = ranked if limit is None else ranked[:limit]
+    if stats is not None:
+        dropped = ranked[len(kept):]
+        stats.alphabet_dropped = (len(dropped), sum(n for _, n in dropped))
+    return {ch for ch, _ in kept}
 
 
 def trainable_words(word_counts: Mapping[str, int], alphabet: Collection[str]) -> dict[str, int]:
@@ -597,7 +611,7 @@ def check_room(vocab_size: int, specials: Sequence[str], alphabet: Collection[st
 
 
 def wordpiece_merges(word_counts: Mapping[str, int], alphabet: Collection[str], specials: Sequence[str],
-                     config: VocabConfig) -> list[str]:
+                     config: VocabConfig, *, progress: bool = False) -> list[str]:
     """Tokens HF's ``WordPieceTrainer`` learns from the counted words, in merge order (the special
     tokens and the alphabet's single characters excluded).
 
@@ -608,6 +622,7 @@ def wordpiece_merges(word_counts: Mapping[str, int], alphabet: Collection[str], 
     way on every run.
     """
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from tqdm.auto import tqdm
 
     chars = sorted(alphabet)
     reserved = [*specials, *(CONTINUATION_PREFIX + ch for ch in chars)]
@@ -619,7 +634,11 @@ def wordpiece_merges(word_counts: Mapping[str, int], alphabet: Collection[str], 
         initial_alphabet=chars, limit_alphabet=len(chars), continuing_subword_prefix=CONTINUATION_PREFIX,
         show_progress=False)
     logger.info("learning WordPiece merges from %d distinct words", len(word_counts))
-    tokenizer.train_from_iterator(_repeated_words(word_counts), trainer=trainer)
+    # The trainer reads every occurrence again (it counts words itself): on full PubMed the longest part
+    # after the reading, so it has a bar of its own, in words handed over.
+    with tqdm(total=sum(word_counts.values()), desc="WordPiece trainer", unit=" words", unit_scale=True,
+              disable=not progress) as bar:
+        tokenizer.train_from_iterator(_counted_out(_repeated_words(word_counts), bar), trainer=trainer)
     learnt = vocab_in_id_order(tokenizer)
     fixed = set(reserved) | set(chars)
     if set(learnt[:len(fixed)]) != fixed:
@@ -693,10 +712,12 @@ def train_vocab(texts: Iterable[str], config: VocabConfig, *, progress: bool = F
     (nothing is written)."""
     start = time.perf_counter()
     stats = _ReadStats()
-    tokenizer, alphabet_size, model = _TRAINERS[config.format](_metered(texts, stats, progress), stats, config)
+    tokenizer, alphabet_size, model = _TRAINERS[config.format](_metered(texts, stats, progress), stats, config,
+                                                               progress=progress)
     return TrainedVocab(tokenizer=tokenizer, config=config, documents=stats.documents, text_bytes=stats.text_bytes,
                         seconds=time.perf_counter() - start, alphabet_size=alphabet_size, unigram_model=model,
-                        distinct_words=stats.distinct_words, word_pruning=stats.word_pruning)
+                        distinct_words=stats.distinct_words, word_pruning=stats.word_pruning,
+                        alphabet_dropped=stats.alphabet_dropped)
 
 
 def _counted(counter, texts: Iterable[str], stats: "_ReadStats") -> Counter[str]:
@@ -712,23 +733,27 @@ def _counted(counter, texts: Iterable[str], stats: "_ReadStats") -> Counter[str]
     return word_counts
 
 
-def _train_wordpiece(texts: Iterable[str], stats: "_ReadStats", config: VocabConfig) -> tuple[Any, int, bytes | None]:
+def _train_wordpiece(texts: Iterable[str], stats: "_ReadStats", config: VocabConfig, *,
+                     progress: bool = False) -> tuple[Any, int, bytes | None]:
     """Format wordpiece: count BERT's words, learn (algorithm), assemble in the layout's id order."""
     word_counts = _counted(BertWordCounter(config.lowercase, max_distinct_words=config.max_distinct_words), texts,
                            stats)
     specials = special_tokens(config.special_token_layout)
-    alphabet = alphabet_of(word_counts, config.limit_alphabet)
+    alphabet = alphabet_of(word_counts, config.limit_alphabet, stats)
     check_room(config.vocab_size, specials, alphabet)  # before the long part
-    candidates, unigram_model = _learn(trainable_words(word_counts, alphabet), alphabet, specials, config)
+    candidates, unigram_model = _learn(trainable_words(word_counts, alphabet), alphabet, specials, config,
+                                       progress=progress)
     vocab = assemble_vocab(candidates, alphabet, specials, config.vocab_size)
     return build_wordpiece_tokenizer(vocab, lowercase=config.lowercase), len(alphabet), unigram_model
 
 
-def _train_sentencepiece(texts: Iterable[str], stats: "_ReadStats", config: VocabConfig) -> tuple[Any, int, bytes]:
+def _train_sentencepiece(texts: Iterable[str], stats: "_ReadStats", config: VocabConfig, *,
+                         progress: bool = False) -> tuple[Any, int, bytes]:
     """Format sentencepiece: count the whitespace-separated chunks of the text as ALBERT prepares
-    it, train a SentencePiece unigram model on them, and wrap it in ALBERT's tokenizer."""
+    it, train a SentencePiece unigram model on them, and wrap it in ALBERT's tokenizer (SentencePiece
+    trains on the distinct chunks, without a bar: ``progress`` covers the reading)."""
     chunks = _counted(ChunkCounter(config.lowercase, max_distinct_words=config.max_distinct_words), texts, stats)
-    alphabet = alphabet_of(chunks, config.limit_alphabet)
+    alphabet = alphabet_of(chunks, config.limit_alphabet, stats)
     needed = len(ALBERT_SPECIALS) + len(alphabet)
     if needed > config.vocab_size:
         raise VocabSizeError(f"vocab_size={config.vocab_size} is too small: the {len(ALBERT_SPECIALS)} special tokens "
@@ -742,7 +767,8 @@ def _train_sentencepiece(texts: Iterable[str], stats: "_ReadStats", config: Voca
     return albert_tokenizer(model, lowercase=config.lowercase).backend_tokenizer, len(alphabet), model
 
 
-def _train_bytelevel_bpe(texts: Iterable[str], stats: "_ReadStats", config: VocabConfig) -> tuple[Any, int, None]:
+def _train_bytelevel_bpe(texts: Iterable[str], stats: "_ReadStats", config: VocabConfig, *,
+                         progress: bool = False) -> tuple[Any, int, None]:
     """Format bytelevel-bpe: ``tokenizers``' BPE trainer on the documents, byte-level pre-tokenized,
     the 256 bytes as its alphabet and RoBERTa's special tokens first."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -754,7 +780,7 @@ def _train_bytelevel_bpe(texts: Iterable[str], stats: "_ReadStats", config: Voca
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=config.add_prefix_space)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=config.vocab_size, min_frequency=config.min_frequency,
-                                  special_tokens=list(ROBERTA_SPECIALS), show_progress=False,
+                                  special_tokens=list(ROBERTA_SPECIALS), show_progress=progress,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tokenizer.train_from_iterator(texts, trainer=trainer)
     if stats.documents == 0:
@@ -770,14 +796,14 @@ _TRAINERS = {"wordpiece": _train_wordpiece, "sentencepiece": _train_sentencepiec
 
 
 def _learn(words: Mapping[str, int], alphabet: Collection[str], specials: Sequence[str],
-           config: VocabConfig) -> tuple[dict[str, float], bytes | None]:
+           config: VocabConfig, *, progress: bool = False) -> tuple[dict[str, float], bytes | None]:
     """Candidate tokens beyond the alphabet, each with a rank value (higher is kept first), and
     the unigram model when there is one."""
     budget = config.vocab_size - len(specials) - 2 * len(alphabet)
     if not words or budget == 0:
         return {}, None
     if config.algorithm == "wordpiece":
-        merged = wordpiece_merges(words, alphabet, specials, config)
+        merged = wordpiece_merges(words, alphabet, specials, config, progress=progress)
         return {token: -rank for rank, token in enumerate(merged)}, None  # in merge order
     # Single-character pieces map onto the alphabet entries already reserved, and a piece may be
     # used both at word starts and in word middles: ask for enough pieces to fill the budget;
@@ -889,6 +915,8 @@ def _trained_from_card(out: Path, card: Mapping[str, Any], config: VocabConfig) 
         text_bytes=card["text_bytes"], seconds=card["training_seconds"], alphabet_size=card["alphabet_size"],
         unigram_model=(out / model).read_bytes() if model and (out / model).is_file() else None,
         distinct_words=card.get("distinct_words"),
+        alphabet_dropped=(card["alphabet_dropped"]["characters"], card["alphabet_dropped"]["occurrences"])
+        if card.get("alphabet_dropped") else None,
         word_pruning=None if pruning is None else WordPruning(
             config.max_distinct_words, pruning["threshold"], pruning["prunes"], pruning["words_dropped"],
             pruning["occurrences_dropped"]))
@@ -949,6 +977,7 @@ class _ReadStats:
     has_text: bool = False  # some document holds more than whitespace
     distinct_words: int | None = None  # set by the word counting (formats wordpiece and sentencepiece)
     word_pruning: WordPruning | None = None
+    alphabet_dropped: tuple[int, int] | None = None  # set with the alphabet (see TrainedVocab)
 
 
 def _metered(texts: Iterable[str], stats: _ReadStats, progress: bool) -> Iterator[str]:
@@ -968,6 +997,13 @@ def _metered(texts: Iterable[str], stats: _ReadStats, progress: bool) -> Iterato
         bar.set_postfix_str(f"{stats.text_bytes / 1e6:.1f} MB", refresh=False)
         bar.update(stats.documents % _PROGRESS_EVERY)
     logger.info("read %d documents (%.1f MB of text)", stats.documents, stats.text_bytes / 1e6)
+
+
+def _counted_out(batches: Iterator[list[str]], bar) -> Iterator[list[str]]:
+    """``batches`` of :func:`_repeated_words`, each counted on ``bar`` (in words) as it is handed over."""
+    for batch in batches:
+        yield batch
+        bar.update(sum(text.count(" ") for text in batch))
 
 
 def _repeated_words(word_counts: Mapping[str, int], batch_chars: int = 1 << 16) -> Iterator[list[str]]:
