@@ -78,12 +78,13 @@ business).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any, Iterator, get_args
 
 import torch
 
@@ -168,6 +169,23 @@ class InitReport:
         return text.strip()
 
 
+@contextlib.contextmanager
+def quiet_loading() -> Iterator[None]:
+    """transformers' loading report (missing and unexpected keys, its progress bar) silenced for the block:
+    for a model whose weights are about to be replaced (a resumed run's)."""
+    from transformers.utils import logging as hf_logging
+
+    level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
 def _sequence_token_ids(config, tokenizer) -> None:
     """The ids a config names for a sequence's start and end (RoBERTa's and ALBERT's configs carry
     ``bos_token_id``/``eos_token_id``; BERT's none), set from the tokenizer the model is trained with: the
@@ -219,7 +237,10 @@ def initialize_model(mode: str, *, tokenizer, model_fields: dict | None = None, 
     old_tokenizer = _checkpoint_tokenizer(path)
     if config.vocab_size < len(old_tokenizer):
         raise InitializationError(f"{path}: the model has {config.vocab_size} embedding rows but its tokenizer "
-                                  f"has {len(old_tokenizer)} tokens; the checkpoint is inconsistent")
+                                  f"has {len(old_tokenizer)} tokens; the checkpoint is inconsistent: resize its "
+                                  "embeddings to the tokenizer first (transformers' resize_token_embeddings, then "
+                                  "save_pretrained), or start from its weights with your own tokenizer through "
+                                  "--init continual-new-vocab")
     ignored = _conflicting_fields(model_fields or {}, config)
     if ignored:
         LOG.warning("initialization %s: model preset fields ignored, the architecture is the checkpoint's: %s",

@@ -145,15 +145,34 @@ def test_test_predictions_of_one_label_are_a_warning():
     """QA: DDI at 64 examples predicted DDI-false throughout and scored 0.00 without a word."""
     from types import SimpleNamespace
 
-    from biomed_lm.finetune.trainer import TEST, _one_label_predictions
+    from biomed_lm.finetune.trainer import TEST, _degenerate_predictions
 
     data = SimpleNamespace(examples={TEST: [SimpleNamespace(label=label) for label in ("false", "mechanism", "false")]})
-    (line,) = _one_label_predictions(data, ["false"] * 3)
+    (line,) = _degenerate_predictions(data, ["false"] * 3)
     assert line.startswith("every test prediction is 'false' (the test set has 2 labels)")
-    assert _one_label_predictions(data, ["false", "mechanism", "false"]) == []
-    assert _one_label_predictions(data, [["B-X", "O"]] * 3) == []  # tag sequences are not labels
+    assert _degenerate_predictions(data, ["false", "mechanism", "false"]) == []
     one_gold = SimpleNamespace(examples={TEST: [SimpleNamespace(label="yes")] * 2})
-    assert _one_label_predictions(one_gold, ["yes", "yes"]) == []
+    assert _degenerate_predictions(one_gold, ["yes", "yes"]) == []
+
+
+def test_a_tagging_run_that_tags_no_word_is_a_warning():
+    """QA: short NER runs of a collapsed model predicted O for all 1,684 test words and scored 0.00 without
+    a word; PICO's outside is the empty element set."""
+    from types import SimpleNamespace
+
+    from biomed_lm.finetune.trainer import TEST, _degenerate_predictions
+
+    def data(gold):
+        return SimpleNamespace(examples={TEST: gold}, task=SimpleNamespace(gold=lambda examples: examples))
+
+    ner = data([["B-Disease", "I-Disease", "O"], ["O", "O"]])
+    (line,) = _degenerate_predictions(ner, [["O", "O", "O"], ["O", "O"]])
+    assert line.startswith("no test word is tagged (the gold tags 2 words)")
+    assert _degenerate_predictions(ner, [["O", "B-Disease", "O"], ["O", "O"]]) == []
+    assert _degenerate_predictions(data([["O"], ["O"]]), [["O"], ["O"]]) == []  # nothing to tag
+    pico = data([[{"participants"}, set()], [set()]])
+    assert _degenerate_predictions(pico, [[set(), set()], [set()]])[0].startswith("no test word is tagged (the gold")
+    assert _degenerate_predictions(pico, [[{"outcomes"}, set()], [set()]]) == []
 
 
 def test_an_eval_slice_of_one_label_is_a_warning(tiny_bert, tmp_path):

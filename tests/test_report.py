@@ -273,6 +273,8 @@ def test_report_files_and_csv_numbers(report, ablation_dir):
     assert report == out / "report.md"
     for name in ("report.md", "results.md", "results.csv", "runs.csv", "summaries.json"):
         assert (out / name).is_file(), name
+    # losses of different vocabularies are per token of each: the table says they do not compare
+    assert "compares only between variants that share one" in report.read_text(encoding="utf-8")
     csv = pd.read_csv(out / "results.csv")
     assert list(csv["dataset"]) == ["ncbi-disease", "gad", "BLURB"]
     by_dataset = csv.set_index("dataset")
