@@ -299,8 +299,6 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
                  adversarial: AdversarialConfig | None) -> Run:
     """Check the inputs, build the model and engine, and restore the newest verified checkpoint;
     everything that can be wrong is found here, before any training."""
-    from biomed_lm.pretrain.initialization import initialize_model, quiet_loading
-
     family, model_fields, max_positions = _check_arguments(model_args, data_args, train_args)
     rank, world_size, device = _start_distributed(train_args)
     run_dir = Path(train_args.output_dir)
@@ -309,13 +307,8 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
     selection = _select_resume_checkpoint(run_dir, train_args, rank)
 
     torch.manual_seed(train_args.seed)  # identical initial weights on every rank
-    # On a resume the general checkpoint's weights are replaced by the run's own: transformers' report on its
-    # missing heads (a MISSING table, "This checkpoint seem corrupted") is not about this run then (QA)
-    with quiet_loading() if selection.tag is not None else contextlib.nullcontext():
-        hf_model, init_report = initialize_model(model_args.init, tokenizer=tokenizer, model_fields=model_fields,
-                                                 init_checkpoint=model_args.init_checkpoint or None,
-                                                 attn_implementation=hf_attention(model_args.attn_implementation),
-                                                 architecture=family.name, pair_task=pair.task)
+    hf_model, init_report = _initial_model(model_args, tokenizer, model_fields, family, pair.task,
+                                           resuming=selection.tag is not None)
     signature = run_signature(model_args=model_args, data_args=data_args, train_args=train_args,
                               adversarial=adversarial, world_size=world_size, data_meta=data_meta,
                               architecture=family.signature(hf_model.config))
@@ -356,6 +349,20 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
                logger=logger, state=state, signature=signature,
                peak=peak_flops(train_args.precision, device) if device.type == "cuda" else None,
                graphs=CompiledGraphs() if execution.compiled else None)
+
+
+def _initial_model(model_args: ModelArguments, tokenizer, model_fields: dict | None, family: ModelFamily,
+                   pair_task: str, *, resuming: bool):
+    """The model as initialization makes it, with its report. On a resume the general checkpoint's weights are
+    replaced by the run's own: transformers' report on its missing heads (a MISSING table, "This checkpoint
+    seem corrupted") is not about this run then, and is not shown (QA)."""
+    from biomed_lm.pretrain.initialization import initialize_model, quiet_loading
+
+    with quiet_loading() if resuming else contextlib.nullcontext():
+        return initialize_model(model_args.init, tokenizer=tokenizer, model_fields=model_fields,
+                                init_checkpoint=model_args.init_checkpoint or None,
+                                attn_implementation=hf_attention(model_args.attn_implementation),
+                                architecture=family.name, pair_task=pair_task)
 
 
 def _check_arguments(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments
