@@ -146,6 +146,12 @@ def test_sniff_binary_nul_bytes_and_text(tmp_path):
     plain = tmp_path / "p.txt"
     plain.write_bytes("naïve text, bad byte \xff\n".encode("latin-1"))  # invalid UTF-8 stays a per-line problem
     assert sniff_binary(plain) is None and sniff_binary(tmp_path / "absent.txt") is None
+    # most lines not UTF-8: a file in another encoding, refused whole (QA: read line by line it kept its
+    # ASCII lines only, with a warning per other line)
+    latin1 = tmp_path / "l.txt"
+    latin1.write_bytes("".join(f"Sjögren syndrome, case {i}\n" if i % 3 else f"case {i}\n"
+                               for i in range(30)).encode("latin-1"))
+    assert "20 of its first 30 lines are not UTF-8" in sniff_binary(latin1) and "iconv" in sniff_binary(latin1)
 
 
 def test_jsonl_field_of_the_wrong_type_names_the_type_and_line(tmp_path, capsys):

@@ -104,6 +104,23 @@ def sniff_binary(path: str | os.PathLike) -> str | None:
     nul = head.find(b"\0")
     if nul >= 0:
         return f"NUL byte at byte {nul}: binary data, or text in UTF-16/UTF-32 (convert it to UTF-8)"
+    return _mostly_not_utf8(head)
+
+
+def _mostly_not_utf8(head: bytes) -> str | None:
+    """Why a file whose first lines are mostly not UTF-8 is in another encoding, or None. One such line among
+    many is a damaged line, left out and named by the readers; most of them is a file in Latin-1 or
+    Windows-1252, which read line by line kept only its ASCII lines (QA: 34 of 100, and 66 warnings)."""
+    lines = [line for line in head.split(b"\n")[:-1] if line.strip()]  # the last may be cut mid-character
+    bad = 0
+    for line in lines:
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError:
+            bad += 1
+    if bad >= 3 and bad * 2 >= len(lines):
+        return (f"{bad} of its first {len(lines)} lines are not UTF-8: text in another encoding, such as Latin-1 "
+                "or Windows-1252 (convert it to UTF-8, e.g. iconv -f latin1 -t utf-8)")
     return None
 
 
