@@ -82,6 +82,42 @@ def test_sentences_title_and_columns(tmp_path):
     assert ds[0]["sentences"][0].startswith("Dr. Smith")
 
 
+def test_structured_sections_end_sentences_and_any_language_counts(tmp_path):
+    """A section's last sentence never runs into the next section (QA: 36 of 870 boundaries in the MEDLINE
+    sample did), and an article in French and English is kept by --languages eng (QA: only the first
+    <Language> was read)."""
+    from biomed_lm.tokenization.sentences import splitter_identity
+
+    xml = tmp_path / "p.xml"
+    xml.write_text(article_set(
+        pubmed_article("1", [("METHODS", "Women undergoing IVF"), ("RESULTS", "None."),
+                             ("CONCLUSIONS", "Incidence of aneuploidy rose.")], title="IVF."),
+        pubmed_article("2", words(8), language="fre</Language><Language>eng"),
+        pubmed_article("3", words(8, "f"), language="fre")))
+    summary, ds = run(tmp_path, [xml], min_words=1, languages=["eng"])
+    assert ds["id"] == ["1", "2"] and summary["dropped"]["language"] == 1
+    assert ds[0]["sentences"] == ["IVF.", "Women undergoing IVF", "None.", "Incidence of aneuploidy rose."]
+    assert ds[1]["language"] == "fre eng"
+    assert summary["inputs_identity"]["sentence_splitter"] == splitter_identity()
+
+
+def test_a_new_sentence_splitter_splits_again_and_a_bom_is_not_text(tmp_path, monkeypatch):
+    """The sentences' cache and the finished corpus name the splitter (QA: after a change to the splitter,
+    --overwrite reused the old sentences); a byte-order mark does not stay in the first document."""
+    import biomed_lm.tokenization.corpus as corpus
+
+    text = tmp_path / "bom.txt"
+    text.write_bytes("\ufeff".encode() + words(6).encode() + b"\n")
+    _, ds = run(tmp_path, [text], min_words=1)
+    assert ds[0]["text"] == words(6)
+    monkeypatch.setattr(corpus, "splitter_identity", lambda: "99/test")
+    monkeypatch.setattr(corpus, "split_sentences", lambda text: ["split anew"])
+    with pytest.raises(FileExistsError, match="sentence_splitter"):
+        run(tmp_path, [text], min_words=1)
+    _, ds = run(tmp_path, [text], min_words=1, overwrite=True)
+    assert ds[0]["sentences"] == ["split anew"]
+
+
 def test_jsonl_with_numeric_ids_are_pmids(tmp_path):
     path = tmp_path / "d.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in [

@@ -104,6 +104,7 @@ def test_malformed_record_is_reported_and_neighbours_are_kept(tmp_path):
     assert len(problems) == 1 and problems[0].reason == "malformed_xml"
     bad_line = path.read_text().splitlines().index("<PubmedArticle>", 10) + 1
     assert problems[0].line >= bad_line and str(path) in problems[0].describe()
+    assert "(PMID 2)" in problems[0].describe()  # which citation is lost
 
 
 def test_unclosed_record_is_skipped_up_to_the_next_record(tmp_path):

@@ -39,3 +39,22 @@ def test_splitting_loses_and_reorders_nothing(tokens):
     sentences = split_sentences(text)
     assert "".join("".join(sentences).split()) == "".join(text.split())
     assert all(s == s.strip() and s for s in sentences)
+
+
+def test_all_capitals_are_other_words_and_al_ca_continue_only_mid_sentence():
+    """QA: matched in any case, "MS." (multiple sclerosis, mass spectrometry) and "Ca." (calcium) rejoined
+    sentences Bling Fire had split, and "et al." rejoined "... et al. Our results ..."."""
+    assert split_sentences("Samples were run by MS. Furthermore, the dose rose.") == [
+        "Samples were run by MS.", "Furthermore, the dose rose."]
+    assert split_sentences("Serum Ca. Levels were normal.") == ["Serum Ca.", "Levels were normal."]
+    assert split_sentences("As shown by Smith et al. Our results extend it.") == [
+        "As shown by Smith et al.", "Our results extend it."]
+    assert split_sentences("Dr. Jones and Ms. Lee agreed. See Fig. 2 and fig. 3.") == [
+        "Dr. Jones and Ms. Lee agreed.", "See Fig. 2 and fig. 3."]
+
+
+def test_a_line_break_always_ends_a_sentence():
+    """The corpus puts a structured abstract's sections on lines of their own; a section's last sentence need
+    not end in a period (QA: "... undergoing IVF. None. Incidence ..." came out as one sentence)."""
+    assert split_sentences("Women undergoing IVF\nNone.\nIncidence of aneuploidy rose") == [
+        "Women undergoing IVF", "None.", "Incidence of aneuploidy rose"]

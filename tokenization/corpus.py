@@ -56,6 +56,7 @@ from biomed_lm.errors import TokenizationError
 from biomed_lm.finished_output import (changed_files, dataclass_defaults, file_identity, other_output_message,
                                        read_record, setting_change_lines)
 from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
+from biomed_lm.tokenization.sentences import split_sentences, splitter_identity
 from biomed_lm.tokenization.pubmed_xml import CITATION_LINK_TYPES, Deletion, canonical_pmid, iter_pubmed_records
 from biomed_lm.tokenization.sources import (JSONL, TEXT, XML, Problem, corpus_files, input_format, iter_jsonl,
                                             iter_lines, json_type, sniff_binary)
@@ -76,7 +77,7 @@ PARSED_SCHEMA = pa.schema([
     ("link_pmids", pa.list_(pa.int64())),   # every outgoing link of every type, in document order ...
     ("link_types", pa.list_(pa.string())),  # ... and the type of each ("Cites", "ReferenceList", ...)
 ])
-PARSER_VERSION = 3  # bump when parsing changes, so cached shards are rebuilt
+PARSER_VERSION = 4  # bump when parsing changes, so cached shards are rebuilt (4: sections on lines of their own)
 LINKS_CHUNK = 100_000         # documents whose links are assembled at a time (memory stays flat)
 FLUSH_ROWS = 20_000           # rows per Arrow record batch, at most ...
 FLUSH_CHARS = 4_000_000       # ... and at most this much text, so memory stays flat per worker
@@ -185,7 +186,7 @@ def _xml_rows(path: Path, config: CorpusConfig, counts: dict, problems: list) ->
             counts["links_skipped"] += item.skipped_links
             key = int(item.pmid) if item.pmid.isdigit() else text_key("pmid:" + item.pmid)
             yield {"key": key, "is_delete": False, "id": item.pmid, "source": source, "line": item.line,
-                   "title": item.title, "abstract": item.abstract_text(config.section_labels),
+                   "title": item.title, "abstract": item.abstract_text(config.section_labels, separator="\n"),
                    "n_words": len(item.abstract.split()), "year": item.year, "language": item.language,
                    "version": item.version,
                    "link_pmids": [int(pmid) for pmids in item.links.values() for pmid in pmids],
@@ -633,8 +634,6 @@ def _links_of_chunk(part: pa.Table, from_file: tuple | None, sorted_keys: np.nda
 
 def build_documents(batch: dict, include_title: bool) -> dict:
     """Batched ``datasets.map`` function: parsed rows -> documents with sentences."""
-    from biomed_lm.tokenization.sentences import split_sentences
-
     texts, sentences = [], []
     for title, abstract in zip(batch["title"], batch["abstract"]):
         body = split_sentences(abstract)
@@ -768,13 +767,20 @@ def _resolve_shards(shards: list[Path], config: CorpusConfig) -> tuple[np.ndarra
     versions = table.column("version").fill_null(0).to_numpy()
     if config.languages:
         # Text and JSONL documents carry no language; the filter applies to those that do.
-        # (Arrow compute, not numpy: 36M Python strings would cost gigabytes.)
-        languages = table.column("language").fill_null("")
-        allowed = pa.array(list(config.languages) + [""], type=pa.string())
-        language_ok = pc.is_in(languages, value_set=allowed).to_numpy(zero_copy_only=False)
+        language_ok = _any_language_in(table.column("language").fill_null(""), config.languages)
     else:
         language_ok = np.ones(len(keys), dtype=bool)
     return resolve(keys, is_delete, n_words, language_ok, config.min_words, versions)
+
+
+def _any_language_in(languages: pa.ChunkedArray, wanted: Sequence[str]) -> np.ndarray:
+    """Per document: whether one of its space-separated language codes is ``wanted``, or it has none (text,
+    JSONL). Arrow compute, not numpy: 36M Python strings would cost gigabytes."""
+    codes = pc.split_pattern(languages.combine_chunks(), " ")
+    found = pc.is_in(pc.list_flatten(codes), value_set=pa.array(list(wanted) + [""], type=pa.string()))
+    hits = np.bincount(pc.list_parent_indices(codes).to_numpy(), weights=found.to_numpy(zero_copy_only=False),
+                       minlength=len(languages))
+    return hits > 0
 
 
 def _build_documents(shards: list[Path], keep: np.ndarray, n_kept: int, work: Path, out: Path,
@@ -789,8 +795,8 @@ def _build_documents(shards: list[Path], keep: np.ndarray, n_kept: int, work: Pa
     # The cache of sentence-split documents is named after exactly what goes into it (which
     # parsed files, which of their rows, how documents are built), so a run with other inputs
     # (say, one more update file) never picks up a stale cache.
-    recipe = hashlib.sha1("\0".join([*(s.name for s in shards), str(config.include_title),
-                                     str(PARSER_VERSION)]).encode() + kept_rows.tobytes()).hexdigest()[:16]
+    recipe = hashlib.sha1("\0".join([*(s.name for s in shards), str(config.include_title), str(PARSER_VERSION),
+                                     splitter_identity()]).encode() + kept_rows.tobytes()).hexdigest()[:16]
     num_proc = min(config.workers(), max(1, n_kept // 500))
     cache_file = work / f"documents-{recipe}.arrow"
     if _documents_cached(cache_file, num_proc):
@@ -902,8 +908,8 @@ _SET_SETTINGS = ("languages", "link_types")
 def inputs_identity(config: CorpusConfig, files: Sequence[Path]) -> dict:
     """``summary.json``'s ``inputs_identity``: the parser's version and each input file's (and the links
     file's) :func:`file_identity`, in input order (a later file's version of a PMID wins)."""
-    return {"parser_version": PARSER_VERSION, "files": [file_identity(path) for path in files],
-            "links_file": _links_file_identity(config)}
+    return {"parser_version": PARSER_VERSION, "sentence_splitter": splitter_identity(),
+            "files": [file_identity(path) for path in files], "links_file": _links_file_identity(config)}
 
 
 def _links_file_identity(config: CorpusConfig) -> dict | None:
@@ -956,6 +962,9 @@ def _corpus_changes(summary: dict, config: CorpusConfig) -> list[str]:
     if recorded.get("parser_version") != PARSER_VERSION:
         changes.append(f"parser_version: {recorded.get('parser_version')} in the finished corpus, "
                        f"{PARSER_VERSION} now (this version parses inputs differently)")
+    if recorded.get("sentence_splitter", splitter_identity()) != splitter_identity():
+        changes.append(f"sentence_splitter: {recorded['sentence_splitter']} in the finished corpus, "
+                       f"{splitter_identity()} now (sentences are split differently)")
     files, _ = _input_files(config)
     changes += changed_files(recorded.get("files") or [], [file_identity(path) for path in files], "inputs")
     links_before, links_now = recorded.get("links_file"), _links_file_identity(config)

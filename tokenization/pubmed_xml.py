@@ -73,7 +73,7 @@ class Citation:
     title: str
     abstract: str
     abstract_sections: tuple[tuple[str, str], ...]  # (label, text) per AbstractText; label may be ""
-    language: str
+    language: str  # the article's language codes, space-separated in PubMed's order ("fre eng")
     year: int | None
     line: int
     #: link type -> PMIDs it links to (see the module docstring); left out of the hash, not of ==
@@ -92,10 +92,13 @@ class Citation:
             return f"{self.title} {body}".strip()
         return body
 
-    def abstract_text(self, section_labels: bool = False) -> str:
-        if not section_labels:
+    def abstract_text(self, section_labels: bool = False, separator: str = " ") -> str:
+        """The abstract, its sections joined by ``separator`` (the corpus joins them by a line break, which
+        its sentence splitting keeps as a boundary), each with its label before it when ``section_labels``."""
+        if not section_labels and separator == " ":
             return self.abstract
-        return " ".join(f"{label}: {text}" if label else text for label, text in self.abstract_sections)
+        return separator.join(f"{label}: {text}" if label and section_labels else text
+                              for label, text in self.abstract_sections)
 
 
 @dataclass(frozen=True)
@@ -192,7 +195,7 @@ def parse_medline_citation(citation: ET.Element, line: int,
         raise ValueError("MedlineCitation without a PMID")
     article = citation.find("Article")
     sections = _sections(article.find("Abstract") if article is not None else None)
-    language = _text(article.find("Language")) if article is not None else ""
+    language = _languages(article) if article is not None else ""
     year = _year(article.find("Journal/JournalIssue/PubDate") if article is not None else None,
                  article.find("ArticleDate") if article is not None else None,
                  citation.find("DateCompleted"), citation.find("DateCreated"))
@@ -211,6 +214,12 @@ def parse_medline_citation(citation: ET.Element, line: int,
     )
 
 
+def _languages(element: ET.Element) -> str:
+    """Every ``<Language>`` of an article, space-separated: an article can be in several ("fre", "eng"),
+    and a language filter keeps it for any of them (QA: only the first was read)."""
+    return " ".join(text for text in (_text(el) for el in element.findall("Language")) if text)
+
+
 def parse_book_document(document: ET.Element, line: int) -> Citation:
     pmid_el = document.find("PMID")
     if pmid_el is None or not _text(pmid_el):
@@ -224,7 +233,7 @@ def parse_book_document(document: ET.Element, line: int) -> Citation:
         title=title,
         abstract=" ".join(text for _, text in sections),
         abstract_sections=sections,
-        language=_text(document.find("Language")),
+        language=_languages(document),
         year=_year(document.find("Book/PubDate"), document.find("DateRevised")),
         line=line,
         links=links,
@@ -382,6 +391,9 @@ def _end_of_stream_problems(spath: str, w: _ScanWindow, match: re.Match | None, 
                           "record found; is this a PubMed/MEDLINE XML file?")
 
 
+_FIRST_PMID = re.compile(rb"<PMID[^>]*>\s*(\d+)\s*</PMID>")
+
+
 def _checked_parse(path: str, tag: bytes, chunk: bytes, line: int, offset: int) -> Citation | Deletion | Problem:
     try:
         chunk.decode("utf-8")
@@ -393,7 +405,9 @@ def _checked_parse(path: str, tag: bytes, chunk: bytes, line: int, offset: int) 
         return _parse_record(tag, chunk, line)
     except ET.ParseError as err:
         err_line, err_col = err.position
-        return Problem(path, "malformed_xml", f"{err} in <{tag.decode()}> record starting at line {line}",
+        pmid = _FIRST_PMID.search(chunk)  # which citation is lost, for a look at it on PubMed
+        return Problem(path, "malformed_xml", f"{err} in <{tag.decode()}> record starting at line {line}"
+                       + (f" (PMID {pmid.group(1).decode()})" if pmid else ""),
                        line=line + err_line - 1, byte_offset=offset)
     except ValueError as err:
         return Problem(path, "malformed_record", str(err), line=line, byte_offset=offset)

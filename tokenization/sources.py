@@ -216,8 +216,8 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str] | Problem]:
     pending = b""
 
     def decoded(raw: bytes) -> tuple[int, str] | Problem:
-        try:
-            return line_no, raw.decode("utf-8").rstrip("\r\n")
+        try:  # a byte-order mark opens some files saved by Windows editors: not text (QA: it stayed in the document)
+            return line_no, raw.decode("utf-8-sig" if line_no == 1 else "utf-8").rstrip("\r\n")
         except UnicodeDecodeError as err:
             return Problem(spath, "invalid_utf8", f"{err.reason} at column {err.start + 1}",
                            line=line_no, byte_offset=offset + err.start)
