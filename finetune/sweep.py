@@ -45,6 +45,8 @@ __all__ = ["DatasetProtocol", "PROTOCOL", "SweepArgs", "SweepPlan", "PlannedRun"
 SUMMARY_FILE = "summary.json"
 ERROR_FILE = "error.txt"  # a failed run's traceback, in its folder (removed once the run completes)
 TABLE_FILE = "blurb.md"
+PLAN_FILE = "plan.json"  # the runs the sweep sets out to make, written before the first: a report of a sweep
+#                          cut short says which are missing (launch/sweep_report.py)
 
 
 @dataclass(frozen=True)
@@ -247,7 +249,12 @@ def _run_sweep(args: SweepArgs, rank: int, log: Callable[[str], None], progress:
     for dataset, why in plan.absent.items():
         log(f"{dataset}: absent ({why})")
     fingerprints = {data_dir: data_fingerprint(data_dir) for data_dir in {r.args.data_dir for r in plan.runs}}
+    if not plan.runs and plan.absent:
+        raise InputError(f"none of the datasets asked for is under data_root {Path(args.data_root).resolve()}: "
+                         + "; ".join(f"{dataset}: {why}" for dataset, why in plan.absent.items()))
     done = _count_finished_runs(plan.runs, fingerprints, args.output_dir)
+    if rank == 0:
+        _write_plan(plan.runs, Path(args.output_dir), args.model)
     log(f"{len(plan.runs)} runs over {len({r.dataset for r in plan.runs})} datasets; {done} already complete")
     failed: dict[str, str] = {}
     said: set[tuple[str, str]] = set()
@@ -291,6 +298,14 @@ def _run_sweep(args: SweepArgs, rank: int, log: Callable[[str], None], progress:
         (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         (out / TABLE_FILE).write_text(format_table(summary), encoding="utf-8")
     return summary
+
+
+def _write_plan(runs: Sequence[PlannedRun], out: Path, model: str) -> None:
+    plan = {"model": model, "runs": [{"dataset": r.dataset, "learning_rate": r.learning_rate,
+                                      "batch_size": r.batch_size, "seed": r.seed, "output_dir": r.args.output_dir}
+                                     for r in runs]}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / PLAN_FILE).write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
 
 
 # ------------------------------------------------------------------------------- summarizing

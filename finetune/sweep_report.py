@@ -28,7 +28,7 @@ import numpy as np
 
 from biomed_lm.errors import FinetuneError, InputError
 from biomed_lm.finetune.metrics import MeanStd, mean_std
-from biomed_lm.finetune.sweep import _dataset_id, _grid_key
+from biomed_lm.finetune.sweep import PLAN_FILE, SUMMARY_FILE, _dataset_id, _grid_key
 from biomed_lm.finetune.trainer import RUN_RECORD
 from biomed_lm.reporting import format_duration, save_figure
 from biomed_lm.resources import read_json_object
@@ -59,21 +59,26 @@ class SweepRun:
     seed: int
     dev: float  # the best dev score over epochs: what the sweep selects on
     test: float  # the test score at that epoch
+    test_precision: float | None  # entity metrics' precision and recall (paper 001's Figures 3-9 a and b)
+    test_recall: float | None
+    f1_mode: str | None  # seqeval's mode the entity F1 was computed in (default/conlleval or strict)
     wall_time_s: float
+    train_time_s: float | None  # the epochs alone, without featurization and evaluation (older records: none)
     train_examples: int
     epochs: int
     peak_rss_bytes: int
     cuda_peak_bytes: int | None
-    recorded_examples_per_s: float | None
     path: Path
 
     @property
+    def time_s(self) -> float:
+        """Training time (paper 001's Figure 12 averages it over the grid); wall time for older records."""
+        return self.wall_time_s if self.train_time_s is None else self.train_time_s
+
+    @property
     def train_examples_per_s(self) -> float:
-        """The record's own figure when it has one; else training examples seen over the run's wall
-        time, which also holds loading, evaluation and the test pass (a lower bound on training speed)."""
-        if self.recorded_examples_per_s is not None:
-            return self.recorded_examples_per_s
-        return self.train_examples * self.epochs / self.wall_time_s
+        """Training examples seen over :attr:`time_s`."""
+        return self.train_examples * self.epochs / self.time_s
 
 
 @dataclass(frozen=True)
@@ -155,12 +160,15 @@ def read_run(path: Path, model: str, record: Mapping[str, Any] | None = None) ->
         seed=record_field(record, "seed", path, int),
         dev=float(record_field(record, "best_dev_score", path, number)),
         test=float(record_field(record, "test_score", path, number)),
+        test_precision=record_field(record, "test.precision", path, number, optional=True),
+        test_recall=record_field(record, "test.recall", path, number, optional=True),
+        f1_mode=record_field(record, "test.mode", path, str, optional=True),
         wall_time_s=float(_positive(record_field(record, "wall_time_s", path, number), "wall_time_s", path)),
+        train_time_s=record_field(record, "train_time_s", path, number, optional=True) or None,
         train_examples=record_field(record, "examples.train", path, int),
         epochs=_positive(record_field(record, "hyperparameters.epochs", path, int), "hyperparameters.epochs", path),
         peak_rss_bytes=record_field(record, "memory.peak_rss_bytes", path, int),
         cuda_peak_bytes=record_field(record, "memory.cuda_max_memory_allocated_bytes", path, int, optional=True),
-        recorded_examples_per_s=record_field(record, "train_examples_per_s", path, number, optional=True),
         path=path)
 
 
@@ -169,10 +177,12 @@ def load_run_record(path: Path) -> dict[str, Any]:
 
 
 def collect_study(sweeps: Sequence[tuple[str, Path]]) -> tuple[list[SweepRun], list[str]]:
-    """Every complete run of every sweep directory, labelled by its model; and notes on what was left
-    out (run records of unfinished runs). A directory without a complete run, or a dataset whose runs
-    differ in more than learning rate, batch size and seed (epochs, length, ...), is an error."""
-    runs, notes = [], []
+    """Every complete run of every sweep directory, labelled by its model; and notes on what is missing
+    (the runs its ``plan.json`` names that did not finish, records of unfinished runs) and on models trained
+    under other settings than each other. A directory without a complete run or given twice, or a dataset
+    whose runs differ in more than learning rate, batch size and seed (epochs, length, ...), is an error."""
+    runs, notes, settings = [], [], {}
+    _refuse_a_directory_twice(sweeps)
     for label, directory in sweeps:
         if not directory.is_dir():
             raise SweepReportError(f"sweep {label!r}: {directory} is not a directory")
@@ -181,11 +191,54 @@ def collect_study(sweeps: Sequence[tuple[str, Path]]) -> tuple[list[SweepRun], l
         if len(complete) < len(records):
             notes.append(f"{label}: {len(records) - len(complete)} run record(s) of unfinished runs left out")
         if not complete:
-            raise SweepReportError(f"sweep {label!r}: no complete {RUN_RECORD} below {directory}")
+            raise SweepReportError(f"sweep {label!r}: no complete {RUN_RECORD} below {directory} (its "
+                                   f"{SUMMARY_FILE} says which datasets were absent or failed)")
         runs += [read_run(p, label, r) for p, r in complete.items()]
         check_one_checkpoint(label, complete)
-        check_one_grid_per_dataset(label, complete)
-    return runs, notes
+        settings[label] = check_one_grid_per_dataset(label, complete)
+        notes += _unfinished_plan(label, directory, complete)
+    return runs, notes + _settings_differences(settings)
+
+
+def _refuse_a_directory_twice(sweeps: Sequence[tuple[str, Path]]) -> None:
+    seen: dict[Path, str] = {}
+    for label, directory in sweeps:
+        other = seen.setdefault(directory.resolve(), label)
+        if other != label:
+            raise SweepReportError(f"sweeps {other!r} and {label!r} are one directory, {directory}: one model's "
+                                   "runs would be shown as two models'")
+
+
+def _unfinished_plan(label: str, directory: Path, complete: Mapping[Path, Mapping[str, Any]]) -> list[str]:
+    """What the sweep's plan holds that did not finish (a sweep cut short reads as complete without it)."""
+    plan_path = directory / PLAN_FILE
+    if not plan_path.is_file():
+        return []
+    planned = read_json_object(plan_path, SweepReportError, "sweep plan").get("runs") or []
+    done = {p.parent.resolve() for p in complete}
+    missing = [r for r in planned if Path(r["output_dir"]).resolve() not in done]
+    if not missing:
+        return []
+    points = ", ".join(sorted({f"{r['dataset']} lr {_format_lr(r['learning_rate'])} batch {r['batch_size']} "
+                               f"seed {r['seed']}" for r in missing}))
+    return [f"{label}: {len(planned) - len(missing)} of the sweep's {len(planned)} planned runs finished; "
+            f"missing (blank in the grids, and not among the best points): {points}. The same launch/blurb.py "
+            "command finishes them"]
+
+
+def _settings_differences(settings: Mapping[str, Mapping[str, dict]]) -> list[str]:
+    """Per dataset, the settings (beyond lr, batch and seed) in which the models' sweeps differ."""
+    notes = []
+    for dataset in dict.fromkeys(d for by_dataset in settings.values() for d in by_dataset):
+        of_dataset = {label: by_dataset[dataset] for label, by_dataset in settings.items() if dataset in by_dataset}
+        keys = sorted({k for fixed in of_dataset.values() for k in fixed} - {"model"})
+        differ = [k for k in keys if len({json.dumps(f.get(k), sort_keys=True) for f in of_dataset.values()}) > 1]
+        if differ:
+            values = "; ".join(f"{k}: " + ", ".join(f"{label} {of_dataset[label].get(k)}" for label in of_dataset)
+                               for k in differ)
+            notes.append(f"{dataset}: the models were fine-tuned under different settings, so their scores "
+                         f"differ by more than the model ({values})")
+    return notes
 
 
 def check_one_checkpoint(label: str, records: Mapping[Path, Mapping[str, Any]]) -> None:
@@ -199,9 +252,9 @@ def check_one_checkpoint(label: str, records: Mapping[Path, Mapping[str, Any]]) 
         raise SweepReportError(f"sweep {label!r} mixes models: {pa} fine-tuned {a!r}, {pb} fine-tuned {b!r}")
 
 
-def check_one_grid_per_dataset(label: str, records: Mapping[Path, Mapping[str, Any]]) -> None:
+def check_one_grid_per_dataset(label: str, records: Mapping[Path, Mapping[str, Any]]) -> dict[str, dict]:
     """Runs of one dataset must differ only in learning rate, batch size and seed, or a heatmap cell
-    would pool (say) 3-epoch and 20-epoch runs."""
+    would pool (say) 3-epoch and 20-epoch runs. Returns each dataset's other settings."""
     first: dict[str, tuple[dict, Path]] = {}
     for path, record in records.items():
         record_field(record, "settings", path, dict, optional=True)  # what the grid key reads, when there
@@ -214,6 +267,7 @@ def check_one_grid_per_dataset(label: str, records: Mapping[Path, Mapping[str, A
             differ = sorted(k for k in set(fixed) | set(seen) if fixed.get(k) != seen.get(k))
             raise SweepReportError(f"sweep {label!r}, {dataset}: {path} and {seen_path} differ in "
                                    f"{', '.join(differ)}, not only in learning rate, batch size and seed")
+    return {dataset: {k: json.loads(v) for k, v in fixed.items()} for dataset, (fixed, _) in first.items()}
 
 
 # ---------------------------------------------------------------------------------- the grid
@@ -255,14 +309,22 @@ def cost_row(model: str, dataset: str, runs: Sequence[SweepRun]) -> dict[str, An
     cells = grid_cells(runs)
     (lr, batch), best = best_setting(cells)
     cuda = [r.cuda_peak_bytes for r in runs if r.cuda_peak_bytes is not None]
-    total = sum(r.wall_time_s for r in runs)
-    return {"model": model, "dataset": dataset, "metric": runs[0].metric, "runs": len(runs),
-            "grid_points": len(cells), "total_time_s": total, "mean_time_per_run_s": total / len(runs),
+    at_best = [r for r in runs if (r.learning_rate, r.batch_size) == (lr, batch)]
+    return {"model": model, "dataset": dataset, "metric": runs[0].metric, "f1_mode": runs[0].f1_mode,
+            "runs": len(runs), "grid_points": len(cells), "total_time_s": sum(r.wall_time_s for r in runs),
+            "mean_train_time_per_run_s": float(np.mean([r.time_s for r in runs])),
             "train_examples_per_s": float(np.mean([r.train_examples_per_s for r in runs])),
             "peak_rss_mib": max(r.peak_rss_bytes for r in runs) / MIB,
             "peak_cuda_mib": max(cuda) / MIB if cuda else None,
             "best": {"learning_rate": lr, "batch_size": batch, "dev": _mean_sd(best.dev),
-                     "test": _mean_sd(best.test)}}
+                     "test": _mean_sd(best.test), "test_precision": _mean_of(r.test_precision for r in at_best),
+                     "test_recall": _mean_of(r.test_recall for r in at_best)}}
+
+
+def _mean_of(values: Iterable[float | None]) -> float | None:
+    """The mean, or None where a run lacks the value (a metric without precision and recall)."""
+    values = list(values)
+    return None if any(v is None for v in values) else float(np.mean(values))
 
 
 def _mean_sd(value: MeanStd) -> dict[str, Any]:
@@ -325,7 +387,7 @@ def plot_dev_heatmap(cells: Mapping[tuple[float, int], Cell], learning_rates: Se
 
 
 def plot_memory_vs_time(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
-    """Peak memory against mean time per run, one point per model × dataset (paper 001's Figure 12).
+    """Peak memory against mean training time per run, one point per model × dataset (paper 001's Figure 12).
     GPU memory when every row recorded it, else the process's peak RSS."""
     plt = _pyplot()
     use_cuda = all(row["peak_cuda_mib"] is not None for row in rows)
@@ -335,14 +397,14 @@ def plot_memory_vs_time(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     try:
         for row in rows:
-            x, y = row["mean_time_per_run_s"], row[key]
+            x, y = row["mean_train_time_per_run_s"], row[key]
             ax.scatter([x], [y], s=36)
             name = f"{row['model']} ({row['dataset']})" if several_datasets else row["model"]
             ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
         # from zero, since the ratio between models is the point; headroom for the labels
-        ax.set_xlim(0, 1.25 * max(row["mean_time_per_run_s"] for row in rows))
+        ax.set_xlim(0, 1.25 * max(row["mean_train_time_per_run_s"] for row in rows))
         ax.set_ylim(0, 1.15 * max(row[key] for row in rows))
-        ax.set_xlabel("mean wall time per run (s)")
+        ax.set_xlabel("mean training time per run (s)")
         ax.set_ylabel(label)
         ax.set_title("Cost per model: memory against time per grid-point run", fontsize=10)
         ax.grid(alpha=0.3)
@@ -362,18 +424,21 @@ def _format_lr(learning_rate: float) -> str:
 
 def format_cost_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """The cost table as Markdown: one row per model × dataset."""
-    lines = ["| model | dataset | runs | grid points | total time | mean time / run | train examples/s | "
-             "peak RSS (MiB) | peak CUDA (MiB) | best (lr, batch) | dev at best | test at best |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | dataset | runs | grid points | total time | mean training time / run | train examples/s | "
+             "peak RSS (MiB) | peak CUDA (MiB) | best (lr, batch) | dev at best | test at best | "
+             "test P / R at best |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         best = row["best"]
         cuda = "—" if row["peak_cuda_mib"] is None else f"{row['peak_cuda_mib']:.0f}"
+        p_r = ("—" if best["test_precision"] is None or best["test_recall"] is None
+               else f"{best['test_precision'] * 100:.2f} / {best['test_recall'] * 100:.2f}")
         lines.append(
             f"| {row['model']} | {row['dataset']} | {row['runs']} | {row['grid_points']} | "
-            f"{format_duration(row['total_time_s'])} | {format_duration(row['mean_time_per_run_s'])} | "
+            f"{format_duration(row['total_time_s'])} | {format_duration(row['mean_train_time_per_run_s'])} | "
             f"{row['train_examples_per_s']:.1f} | {row['peak_rss_mib']:.0f} | {cuda} | "
             f"{_format_lr(best['learning_rate'])}, {best['batch_size']} | {_format_mean_sd(best['dev'])} | "
-            f"{_format_mean_sd(best['test'])} |")
+            f"{_format_mean_sd(best['test'])} | {p_r} |")
     return "\n".join(lines) + "\n"
 
 
@@ -456,10 +521,14 @@ def _markdown(sweeps, rows, grids: Mapping[str, DatasetGrids], cost_figure: Path
     lines = [f"# Sweep report: {', '.join(label for label, _ in sweeps)}", "",
              "Read from the run records (`run.json`) of: "
              + "; ".join(f"{label} = `{directory}`" for label, directory in sweeps) + ".", "",
+             *(["## Notes", "", *(f"- {note}" for note in notes), ""] if notes else []),
              "## Cost and best grid point per model", "", format_cost_table(rows).rstrip("\n"), "",
              "Scores ×100, mean ± sample sd over seeds. *Best* is the grid point with the highest mean dev "
-             "score; *test at best* is that point's test score. *Train examples/s* is training examples × "
-             "epochs over each run's wall time (which also holds loading and evaluation), averaged over runs. "
+             "score (each run's dev score is its best epoch's, the epoch it keeps); *test at best* is that "
+             "point's test score, with its precision and recall (entity metrics) beside it. *Total time* is "
+             "the runs' wall time; *mean training time / run* their epochs alone (paper 001's Figure 12), "
+             "without featurization and evaluation, and *train examples/s* training examples × epochs over "
+             "it, averaged over runs. "
              "Peak memory is the largest peak any run recorded. Each run records its own: the runs of a "
              "sweep share a process, whose high-water mark is reset as each run starts where the system "
              "allows it (Linux; its `run.json` says `peak_rss_scope: run`), else it holds the earlier "
@@ -468,10 +537,10 @@ def _markdown(sweeps, rows, grids: Mapping[str, DatasetGrids], cost_figure: Path
              "## Dev score over learning rate × batch size", "",
              "Each cell: mean dev score ×100 over seeds, ± sample sd, n seeds; blank: no finished run. "
              "One colour scale per dataset.", ""]
+    modes = {row["dataset"]: row["f1_mode"] for row in rows if row.get("f1_mode")}
     for dataset, grid in grids.items():
-        lines += [f"### {dataset}", ""]
+        mode = f" (entity F1 in seqeval's {modes[dataset]} mode)" if dataset in modes else ""
+        lines += [f"### {dataset}{mode}", ""]
         lines += [f"![{model}]({path.relative_to(out).as_posix()})" for model, path in grid.figures.items()]
         lines += ["", format_dev_table(grid.cells, grid.learning_rates, grid.batch_sizes)]
-    if notes:
-        lines += ["## Notes", "", *(f"- {note}" for note in notes), ""]
     return "\n".join(lines)

@@ -201,6 +201,8 @@ def test_sweep_runs_resumes_and_skips_finished_runs(tiny_bert, tmp_path, monkeyp
     assert json.loads((out / "summary.json").read_text())["datasets"]["ncbi-disease"]["test"] == \
         summary["datasets"]["ncbi-disease"]["test"]
     assert len(collect_runs(out)) == 4
+    plan = json.loads((out / sweep.PLAN_FILE).read_text())  # written before the first run: a report of a
+    assert len(plan["runs"]) == 4 and plan["model"] == str(tiny_bert)  # sweep cut short names what is missing
 
     # As if the sweep had been killed during its last run: that run left no record, and an earlier attempt of
     # it failed (its error.txt).
@@ -239,6 +241,14 @@ def test_failed_dataset_is_recorded_and_others_go_on(tiny_bert, tmp_path):
     assert "bc2gm" in summary["failed"] and "BC2GM" in summary["failed"]["bc2gm"]
     assert "line 2" in summary["failed"]["bc2gm"]
     assert "ncbi-disease" in summary["datasets"]
+
+
+def test_a_sweep_of_absent_datasets_only_is_refused(tiny_bert, tmp_path):
+    """QA: --data_root pointing nowhere ran "0 runs over 0 datasets", printed a table titled None and exited 0."""
+    with pytest.raises(InputError, match=r"none of the datasets asked for is under data_root .*nowhere.*ncbi-disease"):
+        run_sweep(SweepArgs(model=str(tiny_bert), output_dir=str(tmp_path / "out"),
+                            data_root=str(tmp_path / "nowhere"), datasets=["ncbi-disease"], learning_rates=[1e-3],
+                            batch_sizes=[8], epochs=1, num_seeds=1), log=lambda m: None, progress=False)
 
 
 def test_launch_blurb_bad_option_exits_2(tmp_path):

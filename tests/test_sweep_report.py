@@ -90,13 +90,17 @@ def test_report_of_a_tiny_sweep_has_a_heatmap_per_model_and_a_cost_row_matching_
         assert row["runs"] == len(records) == 4 and row["grid_points"] == 4
         assert row["total_time_s"] == pytest.approx(sum(r["wall_time_s"] for r in records))
         assert row["peak_rss_mib"] == pytest.approx(max(r["memory"]["peak_rss_bytes"] for r in records) / MIB)
-        speeds = [r["examples"]["train"] * r["hyperparameters"]["epochs"] / r["wall_time_s"] for r in records]
+        # over the epochs' own time (train_time_s), as paper 001 times training: not the run's wall time
+        speeds = [r["examples"]["train"] * r["hyperparameters"]["epochs"] / r["train_time_s"] for r in records]
         assert row["train_examples_per_s"] == pytest.approx(np.mean(speeds))
+        assert row["mean_train_time_per_run_s"] == pytest.approx(np.mean([r["train_time_s"] for r in records]))
         best = max(records, key=lambda r: (r["best_dev_score"], -r["hyperparameters"]["learning_rate"],
                                            -r["hyperparameters"]["batch_size"]))
         assert (row["best"]["learning_rate"], row["best"]["batch_size"]) == \
             (best["hyperparameters"]["learning_rate"], best["hyperparameters"]["batch_size"])
         assert row["best"]["test"] == {"mean": pytest.approx(best["test_score"]), "std": None, "n": 1}
+        assert (row["best"]["test_precision"], row["best"]["test_recall"]) == \
+            (pytest.approx(best["test"]["precision"]), pytest.approx(best["test"]["recall"]))
 
     text = report.read_text()
     cost = [line for line in text.splitlines() if line.startswith(("| two-layer | ncbi", "| one-layer | ncbi"))]
@@ -161,11 +165,51 @@ def test_cost_row_reports_cuda_memory_and_the_best_points_test_score(tmp_path):
     out = write_sweep_report([("m", tmp_path / "s")], tmp_path / "out")
     (row,) = json.loads((out.parent / REPORT_JSON).read_text())["rows"]
     assert row["peak_cuda_mib"] == 3072 and row["peak_rss_mib"] == 300
-    assert row["total_time_s"] == 60 and row["mean_time_per_run_s"] == 30
+    assert row["total_time_s"] == 60 and row["mean_train_time_per_run_s"] == 30  # records without train_time_s
     assert row["train_examples_per_s"] == pytest.approx((100 * 3 / 20 + 200 * 3 / 40) / 2)
     assert row["best"]["learning_rate"] == 1e-5 and row["best"]["test"]["mean"] == 0.85
     assert "| m | ncbi-disease | 2 | 2 | 60.0 s | 30.0 s | 15.0 | 300 | 3072 | 1e-5, 8 | 90.00 (1 run) | " \
-           "85.00 (1 run) |" in out.read_text()
+           "85.00 (1 run) | — |" in out.read_text()
+
+
+def test_training_time_precision_recall_and_the_f1_mode_are_reported(tmp_path):
+    """Paper 001 shows precision and recall at every point and averages training time (its Figure 12); the
+    records hold both, and the mode the entity F1 was computed in, which the report used to leave out."""
+    for lr, p_r in ((1e-5, (0.8, 0.9)), (1e-3, (0.2, 0.1))):
+        record = _record(lr, 8, 1, 0.9 if lr == 1e-5 else 0.1, 0.85, wall=20.0)
+        record["test"] |= {"precision": p_r[0], "recall": p_r[1], "mode": "conlleval"}
+        record["train_time_s"] = 5.0
+        _write(tmp_path / "s", record)
+    out = write_sweep_report([("m", tmp_path / "s")], tmp_path / "out")
+    (row,) = json.loads((out.parent / REPORT_JSON).read_text())["rows"]
+    assert row["mean_train_time_per_run_s"] == 5.0 and row["train_examples_per_s"] == pytest.approx(100 * 3 / 5)
+    assert (row["best"]["test_precision"], row["best"]["test_recall"]) == (0.8, 0.9)
+    text = out.read_text()
+    assert "| 80.00 / 90.00 |" in text and "### ncbi-disease (entity F1 in seqeval's conlleval mode)" in text
+
+
+def test_a_sweep_cut_short_and_models_tuned_otherwise_are_said_first(tmp_path):
+    """QA: a sweep killed after 2 of 4 points was reported as if complete, its best point chosen from 2, and
+    two models fine-tuned for 2 and 1 epochs were set side by side without a word. A directory given twice
+    would be one model shown as two."""
+    planned = []
+    for lr in (1e-5, 1e-3):
+        for batch in (8, 16):
+            record = _record(lr, batch, 1, 0.5, 0.5)
+            path = _write(tmp_path / "a", record).parent
+            planned.append({"dataset": "ncbi-disease", "learning_rate": lr, "batch_size": batch, "seed": 1,
+                            "output_dir": str(path)})
+            if batch == 16:
+                (path / "run.json").unlink()  # not finished
+    (tmp_path / "a" / "plan.json").write_text(json.dumps({"model": "ckpt", "runs": planned}))
+    _write(tmp_path / "b", _record(1e-5, 8, 1, 0.6, 0.6, epochs=1, model="other"))
+    out = write_sweep_report([("a", tmp_path / "a"), ("b", tmp_path / "b")], tmp_path / "out")
+    text = out.read_text()
+    assert text.index("## Notes") < text.index("## Cost")
+    assert "a: 2 of the sweep's 4 planned runs finished; missing" in text and "lr 1e-3 batch 16 seed 1" in text
+    assert "ncbi-disease: the models were fine-tuned under different settings" in text and "epochs: a 3, b 1" in text
+    with pytest.raises(SweepReportError, match="one directory"):
+        write_sweep_report([("a", tmp_path / "a"), ("a2", tmp_path / "a")], tmp_path / "out2")
 
 
 @pytest.mark.parametrize("change, field", [
