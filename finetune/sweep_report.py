@@ -196,7 +196,7 @@ def collect_study(sweeps: Sequence[tuple[str, Path]]) -> tuple[list[SweepRun], l
         runs += [read_run(p, label, r) for p, r in complete.items()]
         check_one_checkpoint(label, complete)
         settings[label] = check_one_grid_per_dataset(label, complete)
-        notes += _unfinished_plan(label, directory, complete)
+        notes += _unfinished_plan(label, directory, [r for r in runs if r.model == label])
     return runs, notes + _settings_differences(settings)
 
 
@@ -209,14 +209,15 @@ def _refuse_a_directory_twice(sweeps: Sequence[tuple[str, Path]]) -> None:
                                    "runs would be shown as two models'")
 
 
-def _unfinished_plan(label: str, directory: Path, complete: Mapping[Path, Mapping[str, Any]]) -> list[str]:
+def _unfinished_plan(label: str, directory: Path, finished: Sequence[SweepRun]) -> list[str]:
     """What the sweep's plan holds that did not finish (a sweep cut short reads as complete without it)."""
     plan_path = directory / PLAN_FILE
     if not plan_path.is_file():
         return []
     planned = read_json_object(plan_path, SweepReportError, "sweep plan").get("runs") or []
-    done = {p.parent.resolve() for p in complete}
-    missing = [r for r in planned if Path(r["output_dir"]).resolve() not in done]
+    done = {(r.dataset, r.learning_rate, r.batch_size, r.seed) for r in finished}
+    missing = [r for r in planned
+               if (_dataset_id(r["dataset"]), r["learning_rate"], r["batch_size"], r["seed"]) not in done]
     if not missing:
         return []
     points = ", ".join(sorted({f"{r['dataset']} lr {_format_lr(r['learning_rate'])} batch {r['batch_size']} "
