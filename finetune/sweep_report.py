@@ -507,6 +507,10 @@ def write_sweep_report(sweeps: Sequence[tuple[str, str | Path]], output_dir: str
     rows = [cost_row(model, dataset, group) for (model, dataset), group in groups.items()]
     grids = _dataset_grids(groups, out / FIGURES_DIR)
     cost_figure = plot_memory_vs_time(rows, out / FIGURES_DIR / "memory_vs_time.png")
+    current = {p.resolve() for g in grids.values() for p in g.figures.values()}
+    for stale in (out / FIGURES_DIR).glob("dev_*.png"):  # an earlier report's model, no longer in the study
+        if stale.resolve() not in current:
+            stale.unlink()
     out.mkdir(parents=True, exist_ok=True)
     study = {"sweeps": {label: str(directory) for label, directory in sweeps}, "rows": rows, "notes": notes,
              "runs": [{**asdict(r), "path": str(r.path)} for r in runs],

@@ -151,8 +151,10 @@ def test_a_missing_grid_point_is_a_blank_cell_and_seeds_give_mean_and_sample_sd(
     assert math.isnan(mean[1, 1]) and n[1, 1] == 0 and n[0, 0] == 1 and math.isnan(sd[0, 0])
     mean, sd, n = dev_grid(grid_cells(r for r in runs if r.model == "A"), [1e-5, 1e-4], [8, 16])
     assert np.allclose(mean, 0.7) and np.allclose(sd, np.std([0.6, 0.8], ddof=1)) and (n == 2).all()
+    (tmp_path / "out" / FIGURES_DIR).mkdir(parents=True)
+    (tmp_path / "out" / FIGURES_DIR / "dev_gone_ncbi-disease.png").write_bytes(b"an earlier report's model")
     out = write_sweep_report([("A", a), ("B", b)], tmp_path / "out")
-    assert len(list((out.parent / FIGURES_DIR).glob("dev_*.png"))) == 2
+    assert len(list((out.parent / FIGURES_DIR).glob("dev_*.png"))) == 2  # the stale one removed
     rows = {row["model"]: row for row in json.loads((out.parent / REPORT_JSON).read_text())["rows"]}
     assert rows["B"]["runs"] == 3 and rows["B"]["grid_points"] == 3 and rows["A"]["runs"] == 8
     text = out.read_text()
