@@ -72,8 +72,11 @@ def test_each_variant_names_its_state_type():
     AdversarialPretrainingOutput.account_step({"adv_nonfinite": 2.0}, state)
     AdversarialPretrainingOutput.account_step({"adv_nonfinite": 1.0}, state)
     assert state.adversarial_fallbacks == 3
-    assert AdversarialPretrainingOutput.step_metrics({"adv_kl": 0.5}, 2, False, state) == {
+    # the step's totals hold every EXTRA_TOTALS entry; a micro-batch whose term was dropped is not averaged
+    assert AdversarialPretrainingOutput.step_metrics({"adv_kl": 0.5, "adv_nonfinite": 0.0}, 2, False, state) == {
         "adv_symmetric_kl": 0.25, "adv_fallbacks": 3}
+    assert AdversarialPretrainingOutput.step_metrics({"adv_kl": 0.5, "adv_nonfinite": 1.0}, 2, False, state) == {
+        "adv_symmetric_kl": 0.5, "adv_fallbacks": 3}
 
 
 def test_a_variant_reusing_a_trainer_state_name_is_refused():
