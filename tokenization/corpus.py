@@ -56,8 +56,8 @@ from biomed_lm.errors import TokenizationError
 from biomed_lm.finished_output import (changed_files, dataclass_defaults, file_identity, other_output_message,
                                        read_record, setting_change_lines)
 from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
-from biomed_lm.tokenization.sentences import split_sentences, splitter_identity
 from biomed_lm.tokenization.pubmed_xml import CITATION_LINK_TYPES, Deletion, canonical_pmid, iter_pubmed_records
+from biomed_lm.tokenization.sentences import split_sentences, splitter_identity
 from biomed_lm.tokenization.sources import (JSONL, TEXT, XML, Problem, corpus_files, input_format, iter_jsonl,
                                             iter_lines, json_type, sniff_binary)
 from biomed_lm.worker_lifetime import workers_die_with_this_process
