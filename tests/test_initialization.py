@@ -366,3 +366,19 @@ def test_a_scratch_model_names_its_tokenizers_sequence_tokens(domain_tokenizer, 
     assert model.config.pad_token_id == domain_tokenizer.pad_token_id
     bert, _ = initialize_model("scratch", tokenizer=domain_tokenizer, model_fields=load_model_preset("bert-tiny"))
     assert getattr(bert.config, "bos_token_id", None) is None
+
+
+def test_a_checkpoint_with_more_tokens_than_rows_is_refused_saying_what_to_do(general_dir, old_tokenizer, tmp_path):
+    """QA: the message said only "the checkpoint is inconsistent"."""
+    import os
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for item in general_dir.iterdir():
+        if item.name != "config.json":
+            os.symlink(item, broken / item.name)
+    config = json.loads((general_dir / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps({**config, "vocab_size": len(old_tokenizer) - 3}))
+    with pytest.raises(InitializationError, match=r"has 30519 embedding rows but its tokenizer has 30522 tokens.*"
+                                                  r"resize_token_embeddings.*--init continual-new-vocab"):
+        initialize_model("continual", tokenizer=old_tokenizer, init_checkpoint=str(broken))
