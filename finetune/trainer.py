@@ -726,7 +726,7 @@ def _train_and_select(args: FinetuneArgs, data: _Data, run: _Training, log) -> _
     progress = tqdm(total=run.total_steps, desc=f"finetune {data.dataset.name}", unit="step", dynamic_ncols=True,
                     disable=run.distributed.rank != 0)
     rank, ranks, epoch = run.distributed.rank, run.distributed.world_size, 1
-    watchdog = StallWatchdog(args.stall_timeout if ranks > 1 else 0, program="finetune", describe=lambda: (
+    watchdog = _watchdog(args, run.distributed, lambda: (
         f"rank {rank} of {ranks} ends in epoch {epoch} rather than wait in a collective for the process group's "
         "timeout: a rank stopped answering without exiting (a stopped node, a network partition, a hung device). "
         "This run is not recorded: the same command starts it again (complete runs are skipped)"))
@@ -739,6 +739,12 @@ def _train_and_select(args: FinetuneArgs, data: _Data, run: _Training, log) -> _
         progress.close()
     run.model.load_state_dict(best_state)
     return selection
+
+
+def _watchdog(args: FinetuneArgs, distributed: DistributedContext, describe) -> StallWatchdog:
+    """The stall watchdog of a run of several ranks (off for one: nothing to wait for)."""
+    return StallWatchdog(args.stall_timeout if distributed.world_size > 1 else 0, program="finetune",
+                         describe=describe)
 
 
 def _train_and_score_epoch(args: FinetuneArgs, data: _Data, run: _Training, selection: _Selection, epoch: int,
@@ -887,7 +893,7 @@ def _last_barrier(args: FinetuneArgs, distributed: DistributedContext, record_pa
     """Every rank waits here for rank 0's writing, watched as the steps are: a rank that froze here, or
     while writing, would leave the others in the barrier for the process group's timeout."""
     rank, ranks = distributed.rank, distributed.world_size
-    watchdog = StallWatchdog(args.stall_timeout if ranks > 1 else 0, program="finetune", describe=lambda: (
+    watchdog = _watchdog(args, distributed, lambda: (
         f"rank {rank} of {ranks} ends at the run's last barrier, where rank 0 writes {record_path}: a rank "
         "stopped answering without exiting. The run is complete if that file exists (the same command then "
         "skips it); otherwise the same command starts it again"))
