@@ -61,6 +61,24 @@ def test_structured_abstract_sections_labels_and_inline_markup(tmp_path):
     assert cit.language == "eng" and cit.year == 2001
 
 
+def test_efetch_indentation_before_inline_markup_is_layout(tmp_path):
+    # efetch pretty-prints mixed content: a line break and indentation before each inline element.
+    path = tmp_path / "efetch.xml"
+    path.write_text(article_set(pubmed_article("12", [
+        ("BACKGROUND", "a fast-acting &#946;\n\t\t\t\t\t\t<sub>2</sub>-agonist may help.\n\t\t\t\t\t"),
+        ("METHODS", "cultures of \n      <i>E. coli</i> grew;\nthen <i>in vitro</i> tests.")])))
+    (cit,), _, problems = parse(path)
+    assert problems == []
+    # A space written before the layout run is a word break; a line break with no indentation too.
+    assert cit.abstract_sections == (("BACKGROUND", "a fast-acting \u03b22-agonist may help."),
+                                     ("METHODS", "cultures of E. coli grew; then in vitro tests."))
+
+
+def test_real_efetch_record_keeps_beta2_agonist_whole():
+    (cit,) = [c for c in iter_pubmed_records(shared_file("pubmed/pubmed-29768149.xml")) if isinstance(c, Citation)]
+    assert "fast-acting \u03b22-agonist may" in cit.abstract
+
+
 def test_pubmed_article_set_layout_with_book_and_delete(tmp_path):
     book = ("<PubmedBookArticle><BookDocument><PMID Version=\"1\">77</PMID><Book><BookTitle>Gene Reviews"
             "</BookTitle><PubDate><Year>1999</Year></PubDate></Book><Language>eng</Language><Abstract>"

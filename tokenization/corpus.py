@@ -77,7 +77,7 @@ PARSED_SCHEMA = pa.schema([
     ("link_pmids", pa.list_(pa.int64())),   # every outgoing link of every type, in document order ...
     ("link_types", pa.list_(pa.string())),  # ... and the type of each ("Cites", "ReferenceList", ...)
 ])
-PARSER_VERSION = 4  # bump when parsing changes, so cached shards are rebuilt (4: sections on lines of their own)
+PARSER_VERSION = 5  # bump when parsing changes, so cached shards are rebuilt (5: efetch indentation before markup)
 LINKS_CHUNK = 100_000         # documents whose links are assembled at a time (memory stays flat)
 FLUSH_ROWS = 20_000           # rows per Arrow record batch, at most ...
 FLUSH_CHARS = 4_000_000       # ... and at most this much text, so memory stays flat per worker

@@ -55,6 +55,7 @@ MAX_RECORD_BYTES = 1 << 26     # a record larger than 64 MiB is certainly damage
 _RECORD_START = re.compile(rb"<(PubmedArticle|PubmedBookArticle|MedlineCitation|DeleteCitation)(?=[\s/>])")
 _YEAR = re.compile(r"\b(1[89]\d\d|20\d\d)\b")
 _LINK_PMID = re.compile(r"0*([1-9][0-9]{0,17})")
+_PRETTY_PRINT_INDENT = re.compile(r"\n[ \t]+\Z")  # a line break and its indentation, ending a text run
 # An <ArticleId IdType="pubmed"> inside a ReferenceList (only a Reference's ArticleIdList holds one there).
 _PUBMED_ARTICLE_ID = re.compile(rb"<ArticleId\b[^>]*?\bIdType\s*=\s*[\"']pubmed[\"'][^>]*>([^<]*)</ArticleId>")
 
@@ -120,7 +121,19 @@ def _text(element: ET.Element | None) -> str:
     """All text inside an element (inline markup such as <i>, <sup> included), whitespace folded."""
     if element is None:
         return ""
-    return " ".join("".join(element.itertext()).split())
+    return " ".join(_mixed_content(element).split())
+
+
+def _mixed_content(element: ET.Element) -> str:
+    parts = [element.text or ""]
+    for child in element:
+        # efetch pretty-prints mixed content: a line break and indentation go before each inline
+        # element ("beta\n\t\t<sub>2</sub>-agonist"). That run is layout, not a word break; a space
+        # written before it stays.
+        parts[-1] = _PRETTY_PRINT_INDENT.sub("", parts[-1])
+        parts.append(_mixed_content(child))
+        parts.append(child.tail or "")
+    return "".join(parts)
 
 
 def _year(*candidates: ET.Element | None) -> int | None:
