@@ -6,7 +6,7 @@
         [--format wordpiece|sentencepiece|bytelevel-bpe]
         [--algorithm wordpiece|unigram] [--special-token-layout bert|compact]   (format wordpiece)
         [--add-prefix-space]                                                     (format bytelevel-bpe)
-        [--overwrite]
+        [--overwrite] [--word-counts-from DIR_OR_FILE]                          (reuse another build's counts)
 
 Formats: ``wordpiece`` (BERT, default), ``sentencepiece`` (ALBERT: a SentencePiece unigram model
 used with its own segmentation, saved as spiece.model too) and ``bytelevel-bpe`` (RoBERTa). The
@@ -19,6 +19,10 @@ Run again on a finished output directory, the same command learns nothing: it sa
 already complete and prints its summary again (exit status 0); a command that would learn another one
 (other input files, or files changed since, or other options) is refused with exit status 2, naming what
 differs; --overwrite rebuilds.
+
+The reading pass (hours on the full PubMed baseline) ends by saving the word counts in the output directory
+(``word_counts.tsv.gz``): the same command run again after a failure in the trainer reuses them, and
+``--word-counts-from`` hands them to a build of the same inputs with another vocabulary size.
 """
 
 from __future__ import annotations
@@ -46,10 +50,15 @@ class BuildVocabArgs:
     overwrite: bool = field(default=False, metadata={
         "help": "replace the tokenizer files in an output directory that is not empty"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar while reading"})
+    word_counts_from: str | None = field(default=None, metadata={
+        "help": "a finished or unfinished build's output directory (or its word_counts.tsv.gz) of the same inputs, "
+                "text field, casing, format and max_distinct_words: its word counts are used and the inputs are not "
+                "read (refused, naming what differs, otherwise)"})
 
 
 @exits_cleanly_on_interrupt("build_vocab",
-                            "no vocabulary was written: the same command starts it again")
+                            "no vocabulary was written: the same command starts it again, from the saved word "
+                            "counts if the reading had ended")
 def main(argv: Sequence[str] | None = None) -> int:
     output_dir = None  # named in a filesystem error, once the options are read
     try:
@@ -57,7 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         output_dir = args.output_dir
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         result = build_vocab(args.inputs, args.output_dir, config, text_field=args.text_field,
-                             overwrite=args.overwrite, progress=args.progress)
+                             overwrite=args.overwrite, progress=args.progress,
+                             word_counts_from=args.word_counts_from)
     except (BiomedLMError, FileNotFoundError) as err:
         return bad_input("build_vocab", err)
     except OSError as err:  # a full disk, a read-only folder, part-way

@@ -26,6 +26,7 @@ from biomed_lm.tokenization.model_inputs import corpus_source
 from biomed_lm.tokenization.tokenizer_io import CasingMismatchError, albert_preprocessor, load_tokenizer
 from biomed_lm.tokenization.vocab import (FORMATS, ChunkCounter, VocabBuildError, VocabConfig, VocabSizeError,
                                           build_vocab)
+from biomed_lm.tokenization.word_counts import WORD_COUNTS_FILE
 from biomed_lm.tokenization.words import WordSplitter
 from tests.test_vocab import built, docs_file, sample_documents  # noqa: F401  (fixtures: read this module's docs)
 
@@ -62,7 +63,7 @@ def test_sentencepiece_directory_is_an_albert_tokenizer(built, cased):
     out = built(format="sentencepiece", cased=cased)
     written = {p.name for p in out.iterdir()} - {ARTIFACT_LOCK_FILE}
     assert written == {"tokenizer.json", "tokenizer_config.json", "spiece.model",
-                       "vocab_card.json"}
+                       "vocab_card.json", WORD_COUNTS_FILE}
     tok = auto(out)
     assert type(tok).__name__ == "AlbertTokenizer" and tok.is_fast
     assert {t: tok.convert_tokens_to_ids(t) for t in ALBERT_IDS} == ALBERT_IDS

@@ -96,9 +96,9 @@ import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Collection, Iterable, Iterator, Literal, Mapping, Sequence, get_args
+from typing import Any, Callable, Collection, Iterable, Iterator, Literal, Mapping, Sequence, get_args
 
 from biomed_lm.errors import TokenizationError
 from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
@@ -109,6 +109,8 @@ from biomed_lm.tokenization.tokenizer_io import (ALBERT_SPECIAL_TOKENS, ROBERTA_
                                                  SENTENCEPIECE_MODEL_FILE, SPECIAL_TOKENS, VOCAB_CARD,
                                                  albert_preprocessor, albert_tokenizer, bert_normalizer, bert_pipeline,
                                                  roberta_tokenizer, save_tokenizer_dir, save_transformers_dir)
+from biomed_lm.tokenization.word_counts import (WORD_COUNTS_FILE, CountedCorpus, WordCountsError, counting_key,
+                                                differences, load_counts, partial_name, save_counts)
 from biomed_lm.tokenization.words import ASCII_WORD
 
 logger = logging.getLogger(__name__)
@@ -707,25 +709,48 @@ def assemble_vocab(candidates: Mapping[str, float], alphabet: Collection[str], s
     return vocab
 
 
-def train_vocab(texts: Iterable[str], config: VocabConfig, *, progress: bool = False) -> TrainedVocab:
+@dataclass(frozen=True)
+class Counting:
+    """Where a build's word counts come from: ``reuse`` (counted before; ``texts`` are then not read), or a
+    reading pass whose counts go to ``on_counted`` before training (to be saved: :mod:`.word_counts`)."""
+
+    reuse: CountedCorpus | None = None
+    on_counted: Callable[[CountedCorpus], None] | None = None
+
+
+def train_vocab(texts: Iterable[str], config: VocabConfig, *, progress: bool = False,
+                counting: Counting = Counting()) -> TrainedVocab:
     """Learn a vocabulary from document texts and build its tokenizer in ``config.format``
-    (nothing is written)."""
+    (nothing is written but what ``counting.on_counted`` writes)."""
     start = time.perf_counter()
     stats = _ReadStats()
     tokenizer, alphabet_size, model = _TRAINERS[config.format](_metered(texts, stats, progress), stats, config,
-                                                               progress=progress)
+                                                               progress=progress, counting=counting)
     return TrainedVocab(tokenizer=tokenizer, config=config, documents=stats.documents, text_bytes=stats.text_bytes,
                         seconds=time.perf_counter() - start, alphabet_size=alphabet_size, unigram_model=model,
                         distinct_words=stats.distinct_words, word_pruning=stats.word_pruning,
                         alphabet_dropped=stats.alphabet_dropped)
 
 
-def _counted(counter, texts: Iterable[str], stats: "_ReadStats") -> Counter[str]:
-    """Feed ``texts`` to a word counter; its counts, or :class:`EmptyCorpusError` if there is nothing."""
-    for text in texts:
-        counter.update(text)
-    word_counts = counter.counts()
-    stats.distinct_words, stats.word_pruning = len(word_counts), counter.pruning
+def _counted(counter, texts: Iterable[str], stats: "_ReadStats", counting: Counting) -> Counter[str]:
+    """Feed ``texts`` to a word counter (or take ``counting.reuse``, reading nothing); its counts, or
+    :class:`EmptyCorpusError` if there is nothing."""
+    if counting.reuse is not None:
+        word_counts = counting.reuse.counts
+        stats.documents, stats.text_bytes = counting.reuse.documents, counting.reuse.text_bytes
+        pruning = counting.reuse.word_pruning
+        stats.word_pruning = None if pruning is None else WordPruning(**pruning)
+    else:
+        for text in texts:
+            counter.update(text)
+        word_counts = counter.counts()
+        stats.word_pruning = counter.pruning
+        if counting.on_counted is not None and word_counts:
+            counting.on_counted(CountedCorpus(counts=word_counts, documents=stats.documents,
+                                              text_bytes=stats.text_bytes, skipped_records=(),
+                                              word_pruning=None if counter.pruning is None
+                                              else asdict(counter.pruning)))
+    stats.distinct_words = len(word_counts)
     if stats.documents == 0:
         raise EmptyCorpusError("no documents to learn from")
     if not word_counts:
@@ -734,10 +759,10 @@ def _counted(counter, texts: Iterable[str], stats: "_ReadStats") -> Counter[str]
 
 
 def _train_wordpiece(texts: Iterable[str], stats: "_ReadStats", config: VocabConfig, *,
-                     progress: bool = False) -> tuple[Any, int, bytes | None]:
+                     progress: bool = False, counting: Counting) -> tuple[Any, int, bytes | None]:
     """Format wordpiece: count BERT's words, learn (algorithm), assemble in the layout's id order."""
     word_counts = _counted(BertWordCounter(config.lowercase, max_distinct_words=config.max_distinct_words), texts,
-                           stats)
+                           stats, counting)
     specials = special_tokens(config.special_token_layout)
     alphabet = alphabet_of(word_counts, config.limit_alphabet, stats)
     check_room(config.vocab_size, specials, alphabet)  # before the long part
@@ -748,11 +773,12 @@ def _train_wordpiece(texts: Iterable[str], stats: "_ReadStats", config: VocabCon
 
 
 def _train_sentencepiece(texts: Iterable[str], stats: "_ReadStats", config: VocabConfig, *,
-                         progress: bool = False) -> tuple[Any, int, bytes]:
+                         progress: bool = False, counting: Counting) -> tuple[Any, int, bytes]:
     """Format sentencepiece: count the whitespace-separated chunks of the text as ALBERT prepares
     it, train a SentencePiece unigram model on them, and wrap it in ALBERT's tokenizer (SentencePiece
     trains on the distinct chunks, without a bar: ``progress`` covers the reading)."""
-    chunks = _counted(ChunkCounter(config.lowercase, max_distinct_words=config.max_distinct_words), texts, stats)
+    chunks = _counted(ChunkCounter(config.lowercase, max_distinct_words=config.max_distinct_words), texts, stats,
+                      counting)
     alphabet = alphabet_of(chunks, config.limit_alphabet, stats)
     needed = len(ALBERT_SPECIALS) + len(alphabet)
     if needed > config.vocab_size:
@@ -768,9 +794,10 @@ def _train_sentencepiece(texts: Iterable[str], stats: "_ReadStats", config: Voca
 
 
 def _train_bytelevel_bpe(texts: Iterable[str], stats: "_ReadStats", config: VocabConfig, *,
-                         progress: bool = False) -> tuple[Any, int, None]:
+                         progress: bool = False, counting: Counting) -> tuple[Any, int, None]:
     """Format bytelevel-bpe: ``tokenizers``' BPE trainer on the documents, byte-level pre-tokenized,
-    the 256 bytes as its alphabet and RoBERTa's special tokens first."""
+    the 256 bytes as its alphabet and RoBERTa's special tokens first (its trainer counts the words
+    itself: ``counting`` does not apply)."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
@@ -814,7 +841,8 @@ def _learn(words: Mapping[str, int], alphabet: Collection[str], specials: Sequen
 
 
 def build_vocab(inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLike, config: VocabConfig | None = None,
-                *, text_field: str = "text", overwrite: bool = False, progress: bool = False) -> VocabBuildResult:
+                *, text_field: str = "text", overwrite: bool = False, progress: bool = False,
+                word_counts_from: str | os.PathLike | None = None) -> VocabBuildResult:
     """Learn a vocabulary from prepared corpora or raw text/JSONL/PubMed XML files and write it
     as a tokenizer directory (``AutoTokenizer``-loadable, casing recorded, vocabulary card).
 
@@ -824,6 +852,9 @@ def build_vocab(inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLi
     ``OUTPUT_FILES`` and leaves any other file alone). A directory that holds a finished vocabulary
     is left as it is when this call built it (:func:`finished_vocab`: the result says
     ``already_complete``), and refused otherwise, naming what differs.
+
+    The word counts are saved in ``output_dir`` before training and reused by a rerun; ``word_counts_from``
+    (another build's directory or counts file, of the same inputs) skips the reading (:mod:`.word_counts`).
     """
     config = config or VocabConfig()
     names = [str(p) for p in inputs]
@@ -838,9 +869,10 @@ def build_vocab(inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLi
         _check_output_dir(out, overwrite)
         identity = inputs_identity(names)  # before reading: a file changed meanwhile differs from it next time
         unreadable: list[str] = []  # a damaged line costs that line, named, as prepare_corpus does
+        counting = _counting(out, config, text_field, identity, word_counts_from, unreadable)
         try:
             texts = iter_texts(names, text_field=text_field, on_problem=lambda p: _skip(p, unreadable))
-            trained = train_vocab(texts, config, progress=progress)
+            trained = train_vocab(texts, config, progress=progress, counting=counting)
         except EmptyCorpusError as err:
             raise EmptyCorpusError(f"no text to learn from in {', '.join(names)} "
                                    f"(text field {text_field!r}): {err}") from err
@@ -848,7 +880,7 @@ def build_vocab(inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLi
             (out / name).unlink(missing_ok=True)
         card = {**trained.card(), "config": asdict(config), "inputs": names, "input_files": identity,
                 "skipped_inputs": [p.describe() for p in skipped], "skipped_records": unreadable,
-                "text_field": text_field,
+                "text_field": text_field, "word_counts": _counts_card(out, counting, word_counts_from),
                 "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
         save_trained(trained, out, card)
     return VocabBuildResult(output_dir=out, trained=trained, skipped_records=tuple(unreadable))
@@ -856,6 +888,66 @@ def build_vocab(inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLi
 
 #: The skipped records logged one by one; the rest are counted at the end (the card lists them all).
 LOGGED_SKIPS = 20
+
+
+def _counting(out: Path, config: VocabConfig, text_field: str, identity: list[dict[str, Any]],
+              source: str | os.PathLike | None, unreadable: list[str]) -> Counting:
+    """Where this build's counts come from: ``source`` (refused when it counted other inputs or options), the
+    counts an earlier run of this build left in ``out`` (recounted when they differ), or a reading pass whose
+    counts are saved in ``out``. Reused counts bring the records their reading skipped into ``unreadable``."""
+    if config.format == "bytelevel-bpe":
+        if source is not None:
+            raise VocabBuildError("word_counts_from: format 'bytelevel-bpe' has tokenizers' BPE trainer count the "
+                                  "words itself: leave it out")
+        return Counting()
+    key = counting_key(counter="bert" if config.format == "wordpiece" else "chunk", lowercase=config.lowercase,
+                       max_distinct_words=config.max_distinct_words, text_field=text_field, input_files=identity)
+    reuse = _counts_from(Path(source), key) if source is not None else _own_counts(out / WORD_COUNTS_FILE, key)
+    if reuse is not None:
+        unreadable.extend(reuse.skipped_records)
+        logger.info("reusing the counts of %d distinct words from %d documents (%.1f MB of text): the inputs are "
+                    "not read again", len(reuse.counts), reuse.documents, reuse.text_bytes / 1e6)
+        return Counting(reuse=reuse)
+
+    def save(corpus: CountedCorpus) -> None:  # the reading has ended: unreadable is complete
+        save_counts(out / WORD_COUNTS_FILE, key, replace(corpus, skipped_records=tuple(unreadable)))
+    return Counting(on_counted=save)
+
+
+def _counts_from(path: Path, key: Mapping[str, Any]) -> CountedCorpus:
+    path = path / WORD_COUNTS_FILE if path.is_dir() else path
+    if not path.is_file():
+        raise FileNotFoundError(f"word_counts_from: no word counts at {path}")
+    changes = differences(path, key)
+    if changes is None:
+        raise WordCountsError(f"word_counts_from: {path} is not a word-counts file of this toolkit")
+    if changes:
+        raise WordCountsError(f"word_counts_from: {path} holds the counts of other inputs or options, so this "
+                              "vocabulary would not be the one these inputs give: " + "; ".join(changes))
+    return load_counts(path)
+
+
+def _own_counts(path: Path, key: Mapping[str, Any]) -> CountedCorpus | None:
+    """The counts an earlier run of this build saved in its output directory, or None (recount) when there are
+    none, they are another corpus's or options', or the file is damaged."""
+    changes = differences(path, key) if path.is_file() else None
+    if changes:
+        logger.info("recounting: %s holds counts of other inputs or options (%s)", path, "; ".join(changes))
+    if changes is None or changes:
+        return None
+    try:
+        return load_counts(path)
+    except WordCountsError as err:
+        logger.warning("recounting: %s", err)
+        return None
+
+
+def _counts_card(out: Path, counting: Counting, source: str | os.PathLike | None) -> dict[str, Any] | None:
+    if counting.reuse is None and counting.on_counted is None:
+        return None  # bytelevel-bpe: counted by its trainer
+    if source is not None:
+        return {"reused_from": str(Path(source).resolve())}
+    return {"file": WORD_COUNTS_FILE, "reused": counting.reuse is not None}
 
 
 def _skip(problem: Problem, unreadable: list[str]) -> None:
@@ -1129,7 +1221,9 @@ def _check_not_a_file(out: Path) -> None:
 
 def _check_output_dir(out: Path, overwrite: bool) -> None:
     _check_not_a_file(out)
-    if out.is_dir() and any(p.name != ARTIFACT_LOCK_FILE for p in out.iterdir()) and not overwrite:
+    # The lock, and the counts an unfinished run of this build saved (a rerun reuses them).
+    allowed = {ARTIFACT_LOCK_FILE, WORD_COUNTS_FILE, partial_name(WORD_COUNTS_FILE)}
+    if out.is_dir() and any(p.name not in allowed for p in out.iterdir()) and not overwrite:
         raise OutputExistsError(f"output directory {out} exists and is not empty; "
                                 "pass --overwrite to replace the tokenizer files in it")
 
