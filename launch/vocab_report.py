@@ -42,7 +42,7 @@ from biomed_lm.resources import resolve_path
 from biomed_lm.tokenization.coverage import ReportSettings, build_report, load_vocabulary, read_terms, write_report
 from biomed_lm.tokenization.blurb_files import FILE_LAYOUTS
 from biomed_lm.tokenization.model_inputs import Source, corpus_source, dataset_source
-from biomed_lm.tokenization.sources import Problem, corpus_files, is_pattern, is_prepared_corpus
+from biomed_lm.tokenization.sources import SET_ASIDE, Problem, corpus_files, is_pattern, is_prepared_corpus
 
 DEFAULT_TERMS = "configs/terms/pubmedbert_table1.txt"  # shipped: found from any directory
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*\Z")
@@ -126,7 +126,7 @@ def corpus(spec: str, text_field: str) -> Source:
     if (os.path.exists(path) or is_pattern(path)) and not is_prepared_corpus(path):
         files, problems = corpus_files([path], how_to_read="or a corpus prepared by launch/prepare_corpus.py "
                                        "(its --format text, jsonl or xml reads other suffixes)")
-        skipped = [problem for problem in problems if problem.reason == "unknown_format"]
+        skipped = [problem for problem in problems if problem.reason in SET_ASIDE]
         if skipped and not files:
             more = f" (and {len(skipped) - 1} more file(s))" if len(skipped) > 1 else ""
             where = "" if skipped[0].path == path else f"{skipped[0].path}{more}: "

@@ -253,3 +253,27 @@ def test_checksum_files_beside_pubmed_files_are_skipped_in_a_directory(tmp_path,
     (folder / "pubmed26n1275.xml.md5").write_text("MD5(pubmed26n1275.xml)= 0123456789abcdef\n")
     status, err, summary = cli(tmp_path, capsys, folder)
     assert status == 0 and summary["read"]["files"] == 1, err
+
+
+def test_licence_and_readme_files_in_a_folder_are_set_aside_and_named(tmp_path, capsys):
+    folder = tmp_path / "abstracts"
+    folder.mkdir()
+    (folder / "part1.txt").write_text(doc(5, "a") + "\n")
+    (folder / "LICENSE-Apache-2.0.txt").write_text("Licensed under the Apache License, Version 2.0\n")
+    (folder / "README.txt").write_text("These abstracts come from PubMed.\n")
+    (folder / "licensed_terms.txt").write_text(doc(4, "b") + "\n")  # a word that begins a name is not enough
+    status, err, summary = cli(tmp_path, capsys, folder)
+    assert status == 0  # expected beside data, not damage
+    assert sorted(load_from_disk(str(tmp_path / "out"))["id"]) == ["licensed_terms.txt:1", "part1.txt:1"]
+    assert [p["path"] for p in summary["set_aside"]] == [str(folder / "LICENSE-Apache-2.0.txt"),
+                                                         str(folder / "README.txt")]
+    assert f"not read: {folder / 'README.txt'}: not_corpus" in err and summary["problems"] == []
+
+    named = cli(tmp_path, capsys, folder / "README.txt", out="named")  # a file named on its own is read
+    assert named[0] == 0 and load_from_disk(str(tmp_path / "named"))["id"] == ["README.txt:1"]
+
+    only = tmp_path / "only_licences"
+    only.mkdir()
+    (only / "COPYING").write_text("GPL\n")
+    status, err, _ = cli(tmp_path, capsys, only, out="none")
+    assert status == 2 and f"{only / 'COPYING'}: not_corpus" in err

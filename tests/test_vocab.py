@@ -322,6 +322,18 @@ def test_a_file_of_unknown_suffix_is_skipped_in_a_folder_and_refused_alone(tmp_p
         build_vocab([table], tmp_path / "alone", config)
     assert not (tmp_path / "alone").exists()
 
+
+def test_the_licence_files_beside_the_sample_are_not_read(tmp_path, caplog):
+    """data/sample ships two LICENSE-*.txt files: given the folder, their lines were read as documents."""
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample"
+    with caplog.at_level("WARNING"):
+        build_vocab([sample], tmp_path / "vocab", VocabConfig(vocab_size=3000))
+    recorded = card(tmp_path / "vocab")
+    assert sorted(Path(f["path"]).name for f in recorded["input_files"]) == [
+        "medline16n0902_sample.xml.gz", "sywada_PubMedAbstract_1MB.txt"]
+    assert [line.split(": ")[1] for line in recorded["skipped_inputs"]] == ["not_corpus", "not_corpus"]
+    assert "LICENSE-sywada-Apache-2.0.txt: not_corpus" in caplog.text
+
 def test_an_unreadable_line_or_file_is_left_out_and_named(tmp_path, docs, caplog):
     """iter_texts skipped a Latin-1 line, a bad JSON line and a gzip file named .txt without a word (the last
     read as text: its bytes became documents); now each is left out, logged and listed in the card, and the

@@ -9,7 +9,8 @@ Three kinds of input are understood, each optionally gzip-compressed:
 :func:`input_format` knows only those suffixes (:data:`SUFFIXES`, each optionally followed by
 ``.gz``) and answers ``None`` for any other, so that a CSV or an image is not read as text.
 :func:`corpus_files` holds every stage that reads raw input to one rule: such a file found in a
-folder or by a pattern is set aside and named (a ``unknown_format`` problem), and the other files are
+folder or by a pattern is set aside and named (a ``unknown_format`` problem), as is a licence or
+documentation file there (``not_corpus``, by its name: :data:`NOT_CORPUS`), and the other files are
 read; ``prepare_corpus``, ``build_vocab`` and ``vocab_report`` refuse an input only when nothing in it
 can be read.
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -45,6 +47,13 @@ FORMAT_NAMES = {"xml": XML, "text": TEXT, "jsonl": JSONL}
 #: Checksum files published beside data files (PubMed's ``.xml.gz.md5``): skipped when a directory
 #: or a glob pattern is expanded, as hidden files are.
 SIDECAR_SUFFIXES = (".md5", ".sha1", ".sha256", ".sha512")
+#: What a data folder ships beside its text (the embedded sample's LICENSE-*.txt): a file whose name begins
+#: with one of these words, found in a folder or by a pattern, is set aside and named, not read as text.
+NOT_CORPUS = re.compile(r"(license|licence|copying|readme|notice|changelog|authors|contributing|citation)"
+                        r"(?![a-z0-9])", re.IGNORECASE)
+#: The reasons of the files a folder or pattern held that are set aside and named, not read; an input
+#: that holds nothing else is refused.
+SET_ASIDE = ("unknown_format", "not_corpus")
 
 
 def detect_format(path: str | os.PathLike) -> str:
@@ -173,6 +182,7 @@ def expand_inputs(specs: Iterable[str]) -> tuple[list[Path], list[Problem]]:
         if is_pattern(spec):
             matches = sorted((m for m in glob.glob(spec, recursive=True)
                               if os.path.isfile(m) and not m.lower().endswith(SIDECAR_SUFFIXES)))
+            matches = _set_aside_documentation(matches, problems)
             if not matches:
                 problems.append(Problem(spec, "missing", "the pattern matched no file"))
         elif os.path.isdir(spec):
@@ -188,6 +198,7 @@ def expand_inputs(specs: Iterable[str]) -> tuple[list[Path], list[Problem]]:
                 continue
             matches = sorted((str(p) for p in Path(spec).rglob("*") if p.is_file() and not p.name.startswith(".")
                               and not p.name.lower().endswith(SIDECAR_SUFFIXES)))
+            matches = _set_aside_documentation(matches, problems)
             if not matches:
                 problems.append(Problem(spec, "missing", "the directory contains no file"))
         elif os.path.isfile(spec):
@@ -201,6 +212,18 @@ def expand_inputs(specs: Iterable[str]) -> tuple[list[Path], list[Problem]]:
                 seen.add(p)
                 files.append(Path(m))
     return files, problems
+
+
+def _set_aside_documentation(matches: list[str], problems: list[Problem]) -> list[str]:
+    """``matches`` without the licence and documentation files (:data:`NOT_CORPUS`), each named in ``problems``."""
+    kept = []
+    for match in matches:
+        if NOT_CORPUS.match(Path(match).name):
+            problems.append(Problem(match, "not_corpus", "a licence or documentation file by its name, not read as "
+                                    "corpus text (name the file itself to read it)"))
+        else:
+            kept.append(match)
+    return kept
 
 
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str] | Problem]:
@@ -347,7 +370,7 @@ def iter_texts(specs: str | os.PathLike | Iterable[str | os.PathLike], text_fiel
             yield from _prepared_corpus_texts(spec, text_field, batch_size)
             continue
         files, problems = corpus_files([spec])  # the callers have named the files of unknown suffix
-        missing = [problem for problem in problems if problem.reason != "unknown_format"]
+        missing = [problem for problem in problems if problem.reason not in SET_ASIDE]
         if missing:
             raise FileNotFoundError("; ".join(p.describe() for p in missing))
         for path in files:

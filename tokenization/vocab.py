@@ -104,7 +104,7 @@ from biomed_lm.errors import TokenizationError
 from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
 from biomed_lm.finished_output import (changed_files, dataclass_defaults, file_identity, other_output_message,
                                        read_record, setting_change_lines)
-from biomed_lm.tokenization.sources import Problem, corpus_files, is_prepared_corpus, iter_texts
+from biomed_lm.tokenization.sources import SET_ASIDE, Problem, corpus_files, is_prepared_corpus, iter_texts
 from biomed_lm.tokenization.tokenizer_io import (ALBERT_SPECIAL_TOKENS, ROBERTA_SPECIAL_TOKENS,
                                                  SENTENCEPIECE_MODEL_FILE, SPECIAL_TOKENS, VOCAB_CARD,
                                                  albert_preprocessor, albert_tokenizer, bert_normalizer, bert_pipeline,
@@ -1205,8 +1205,8 @@ def _check_inputs(names: Sequence[str]) -> list[Problem]:
         if is_prepared_corpus(name):
             continue
         files, found = corpus_files([name])
-        problems += [problem for problem in found if problem.reason != "unknown_format" or not files]
-        skipped += [problem for problem in found if problem.reason == "unknown_format" and files]
+        problems += [problem for problem in found if problem.reason not in SET_ASIDE or not files]
+        skipped += [problem for problem in found if problem.reason in SET_ASIDE and files]
     if problems:
         raise FileNotFoundError("cannot read the inputs: " + "; ".join(p.describe() for p in problems))
     for problem in skipped:
