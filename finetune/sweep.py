@@ -384,7 +384,8 @@ def summarize(records: Iterable[Mapping[str, Any]], *, absent: Mapping[str, str]
         entry = {"task_type": runs[0]["task_type"], "metric": runs[0]["metric"], "runs": len(runs),
                  "selected": {k: best[k] for k in ("learning_rate", "batch_size", "epochs", "seeds")},
                  "dev": best["dev"], "test": best["test"], "grid": points,
-                 "notes": list(runs[0].get("dataset_notes", [])), "warnings": _run_warnings(runs, best_runs)}
+                 "notes": list(runs[0].get("dataset_notes", [])), "warnings": _run_warnings(runs, best_runs),
+                 "differs_from_blurb": runs[0].get("dataset_differs_from_blurb")}
         if expected is not None and dataset in expected and len(runs) < expected[dataset]:
             entry["incomplete"] = f"{len(runs)} of {expected[dataset]} runs complete"
         datasets[dataset] = entry
@@ -397,6 +398,9 @@ def summarize(records: Iterable[Mapping[str, Any]], *, absent: Mapping[str, str]
         "failed": dict(failed or {}),
         "blurb": blurb_score(blurb_inputs).to_dict() if blurb_inputs else None,
     }
+    if summary["blurb"] is not None:  # which of its datasets are not the data BLURB scores, and how
+        summary["blurb"]["other_data"] = {d: e["differs_from_blurb"] for d, e in ordered.items()
+                                          if d in blurb_inputs and e.get("differs_from_blurb")}
     return summary
 
 
@@ -442,6 +446,10 @@ def format_table(summary: Mapping[str, Any]) -> str:
         lines += ["", f"**{blurb['label']}: {blurb['score'] * 100:.2f}**"]
         if blurb["partial"]:
             lines.append("(Partial: not comparable with the paper's BLURB scores, which average all 13 datasets.)")
+        if blurb.get("other_data"):
+            differ = "; ".join(f"{d}: {why}" for d, why in blurb["other_data"].items())
+            lines.append(f"(On data other than BLURB's for {len(blurb['other_data'])} dataset(s), so not directly "
+                         f"comparable with the paper's scores: {differ}.)")
     else:
         lines.append("No BLURB dataset finished: no BLURB score.")
     notes = [f"- {d}: absent ({why})" for d, why in summary.get("absent", {}).items()]

@@ -631,33 +631,6 @@ def _one_label_slices(args: FinetuneArgs, dataset, examples: Mapping[str, Sequen
     return lines
 
 
-def _degenerate_predictions(data: _Data, predictions: Sequence) -> list[str]:
-    """A classification run whose test predictions are all one label where the gold has several (QA: DDI
-    at 64 examples predicted DDI-false throughout and scored 0.00, which read like a failure), or a tagging
-    run that tags no word at all where the gold tags some (QA: every short NER run of a collapsed model
-    predicted O throughout and scored 0.00 without a word)."""
-    if predictions and all(isinstance(p, list) for p in predictions):
-        return _nothing_tagged(data.task.gold(data.examples[TEST]), predictions)
-    if not predictions or not all(isinstance(p, (str, int)) for p in predictions):
-        return []  # scores, label sets: not one label per example
-    gold = {getattr(e, "label", None) for e in data.examples[TEST]}
-    if len(set(predictions)) == 1 and len(gold) > 1:
-        return [f"every test prediction is {predictions[0]!r} (the test set has {len(gold)} labels): "
-                "the model has not learned to tell them apart, and the score reflects that"]
-    return []
-
-
-def _nothing_tagged(gold: Sequence[list], predictions: Sequence[list]) -> list[str]:
-    """NER tags (outside: "O") or PICO element sets (outside: empty), one per word."""
-    def tagged(word) -> bool:
-        return bool(word) and word != "O"
-    gold_words = sum(tagged(word) for example in gold for word in example)
-    if gold_words and not any(tagged(word) for example in predictions for word in example):
-        return [f"no test word is tagged (the gold tags {gold_words} words): the model predicts outside "
-                "everywhere, and the score of 0 reflects that"]
-    return []
-
-
 def _prepare_training(args: FinetuneArgs, data: _Data, distributed: DistributedContext) -> _Training:
     """Stage 3: the model, the shuffled (or distributed) loader, AdamW with the slanted triangular
     schedule, and the stepper (plain PyTorch or a DeepSpeed engine)."""
@@ -789,6 +762,7 @@ def _run_record(args: FinetuneArgs, data: _Data, run: _Training, selection: _Sel
         "features": {split: len(fs) for split, fs in data.features.items()},
         "input_stats": dict(data.task.stats), "input_details": _jsonable(data.task.details),
         "dataset_notes": list(dataset.notes), "dataset_warnings": list(dataset.warnings),
+        "dataset_differs_from_blurb": dataset.differs_from_blurb,
         "slice_warnings": data.slice_warnings,
         "dev_per_epoch": selection.epochs, "best_epoch": selection.best_epoch,
         "best_dev_score": selection.best_score, "best_dev": selection.best_dev,
@@ -874,7 +848,7 @@ def _run_finetune(args: FinetuneArgs, distributed: DistributedContext, log,
     test, test_predictions = _evaluated(run.model, data.task, data.examples[TEST], data.features[TEST], args,
                                         data.dataset.metric, run.distributed.device)
     log(f"test {data.dataset.metric} (epoch {selection.best_epoch}): {test['score']:.4f}")
-    prediction_warnings = _degenerate_predictions(data, test_predictions)
+    prediction_warnings = data.task.degenerate(data.task.gold(data.examples[TEST]), test_predictions)
     for line in prediction_warnings:
         log(f"warning: {line}")
     record = {**_run_record(args, data, run, selection, test, started, rss_scope), "data_files": data_files,

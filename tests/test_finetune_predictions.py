@@ -141,38 +141,62 @@ def test_save_predictions_false_writes_no_file(tiny_bert, tmp_path):
     assert any("no predictions_test.jsonl" in line for line in logged), logged
 
 
+def _degenerate(adapter_class, gold, predicted) -> list[str]:
+    """An adapter's check of collapsed predictions (it reads nothing of the run: built without one)."""
+    return adapter_class.degenerate(object.__new__(adapter_class), gold, predicted)
+
+
 def test_test_predictions_of_one_label_are_a_warning():
     """QA: DDI at 64 examples predicted DDI-false throughout and scored 0.00 without a word."""
-    from types import SimpleNamespace
+    from biomed_lm.finetune.adapters.relation import RelationAdapter
+    from biomed_lm.finetune.adapters.sequence import QAAdapter
 
-    from biomed_lm.finetune.trainer import TEST, _degenerate_predictions
-
-    data = SimpleNamespace(examples={TEST: [SimpleNamespace(label=label) for label in ("false", "mechanism", "false")]})
-    (line,) = _degenerate_predictions(data, ["false"] * 3)
+    gold = ["false", "mechanism", "false"]
+    (line,) = _degenerate(RelationAdapter, gold, ["false"] * 3)
     assert line.startswith("every test prediction is 'false' (the test set has 2 labels)")
-    assert _degenerate_predictions(data, ["false", "mechanism", "false"]) == []
-    one_gold = SimpleNamespace(examples={TEST: [SimpleNamespace(label="yes")] * 2})
-    assert _degenerate_predictions(one_gold, ["yes", "yes"]) == []
+    assert _degenerate(RelationAdapter, gold, ["false", "mechanism", "false"]) == []
+    assert _degenerate(QAAdapter, ["yes", "yes"], ["yes", "yes"]) == []
 
 
 def test_a_tagging_run_that_tags_no_word_is_a_warning():
     """QA: short NER runs of a collapsed model predicted O for all 1,684 test words and scored 0.00 without
     a word; PICO's outside is the empty element set."""
-    from types import SimpleNamespace
+    from biomed_lm.finetune.adapters.tagging import PicoAdapter, TokenTaggingAdapter as NerAdapter
 
-    from biomed_lm.finetune.trainer import TEST, _degenerate_predictions
-
-    def data(gold):
-        return SimpleNamespace(examples={TEST: gold}, task=SimpleNamespace(gold=lambda examples: examples))
-
-    ner = data([["B-Disease", "I-Disease", "O"], ["O", "O"]])
-    (line,) = _degenerate_predictions(ner, [["O", "O", "O"], ["O", "O"]])
+    ner = [["B-Disease", "I-Disease", "O"], ["O", "O"]]
+    (line,) = _degenerate(NerAdapter, ner, [["O", "O", "O"], ["O", "O"]])
     assert line.startswith("no test word is tagged (the gold tags 2 words)")
-    assert _degenerate_predictions(ner, [["O", "B-Disease", "O"], ["O", "O"]]) == []
-    assert _degenerate_predictions(data([["O"], ["O"]]), [["O"], ["O"]]) == []  # nothing to tag
-    pico = data([[{"participants"}, set()], [set()]])
-    assert _degenerate_predictions(pico, [[set(), set()], [set()]])[0].startswith("no test word is tagged (the gold")
-    assert _degenerate_predictions(pico, [[{"outcomes"}, set()], [set()]]) == []
+    assert _degenerate(NerAdapter, ner, [["O", "B-Disease", "O"], ["O", "O"]]) == []
+    assert _degenerate(NerAdapter, [["O"], ["O"]], [["O"], ["O"]]) == []  # nothing to tag
+    pico = [[{"participants"}, set()], [set()]]
+    assert _degenerate(PicoAdapter, pico, [[set(), set()], [set()]])[0].startswith("no test word is tagged (the gold")
+    assert _degenerate(PicoAdapter, pico, [[{"outcomes"}, set()], [set()]]) == []
+
+
+def test_a_similarity_run_predicting_one_score_is_a_warning():
+    """QA: a collapsed BIOSSES regressor scored Pearson 0.0 (constant input) with no warning, and a nearly
+    constant one (bf16 noise) gets an r computed from that noise."""
+    from biomed_lm.finetune.adapters.sequence import SimilarityAdapter
+
+    gold = [0.0, 1.5, 3.0, 4.0]
+    (line,) = _degenerate(SimilarityAdapter, gold, [1.7] * 4)
+    assert line.startswith("the test predictions span 0 (from 1.7) where the gold spans 4")
+    assert _degenerate(SimilarityAdapter, gold, [1.7, 1.7001, 1.7002, 1.7])  # within 1e-3 of the gold's span
+    assert _degenerate(SimilarityAdapter, gold, [1.0, 1.5, 2.0, 2.5]) == []
+    assert _degenerate(SimilarityAdapter, [2.0, 2.0], [2.0, 2.0]) == []  # the gold itself is one score
+
+
+def test_a_document_classification_run_giving_one_label_set_is_a_warning():
+    """QA: HoC predicting no hallmark for any abstract scored 0.0 with no warning."""
+    from biomed_lm.finetune.adapters.sequence import DocumentClassificationAdapter
+
+    gold = [{"activating invasion and metastasis"}, set(), {"sustaining proliferative signaling", "avoiding immune"}]
+    (line,) = _degenerate(DocumentClassificationAdapter, gold, [set()] * 3)
+    assert line.startswith("no test document is given a label (the gold labels 2)")
+    (line,) = _degenerate(DocumentClassificationAdapter, gold, [{"avoiding immune"}] * 3)
+    assert line.startswith("every test document is given the labels ['avoiding immune'] (the test set has 3 label")
+    assert _degenerate(DocumentClassificationAdapter, gold, [set(), set(), {"avoiding immune"}]) == []
+    assert _degenerate(DocumentClassificationAdapter, [set(), set()], [set(), set()]) == []
 
 
 def test_an_eval_slice_of_one_label_is_a_warning(tiny_bert, tmp_path):

@@ -156,6 +156,19 @@ def test_a_runs_warnings_reach_the_sweeps_output_and_its_table_once():
     assert table.count(f"- gad: warning: {slice_line}") == 1 and "- gad: warning: 2 rows mark one entity" in table
 
 
+def test_a_blurb_score_over_other_data_says_so_beside_the_score():
+    """QA: a complete sweep over this data (the BioASQ stand-in, BLUE's BIOSSES split) would print a plain
+    "BLURB score"; only the per-dataset notes said those scores are not the paper's."""
+    records = [{**_record("biosses", 3e-5, 16, 1, .8, .7, task_type="similarity", metric="pearson"),
+                "dataset_differs_from_blurb": "BLUE's 70/16/14 split, not BLURB's 64/16/20"},
+               _record("ncbi-disease", 3e-5, 16, 1, .8, .8)]
+    summary = summarize(records)
+    assert summary["blurb"]["other_data"] == {"biosses": "BLUE's 70/16/14 split, not BLURB's 64/16/20"}
+    assert "(On data other than BLURB's for 1 dataset(s), so not directly comparable with the paper's scores: " \
+           "biosses: BLUE's 70/16/14 split, not BLURB's 64/16/20.)" in format_table(summary)
+    assert summarize([_record("ncbi-disease", 3e-5, 16, 1, .8, .8)])["blurb"]["other_data"] == {}
+
+
 def test_plan_reports_absent_datasets_and_uses_overrides(tmp_path):
     data = ncbi_slice(tmp_path / "data")
     args = SweepArgs(model="m", output_dir=str(tmp_path / "out"), data_root=str(tmp_path / "nowhere"),

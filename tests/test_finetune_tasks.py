@@ -367,6 +367,7 @@ def test_qa_generic_default_max_length(tiny_bert, tmp_path, predictions):
     # The long context is cut at 512 sub-words, well beyond the 128 of the other task types.
     lengths = [len(f["input_ids"]) for f in call["features"]]
     assert max(lengths) == QA_MAX_LENGTH
+    assert record["input_stats"] == {"truncated": 3}  # the long context, once per split
 
 
 def test_qa_question_longer_than_max_length_is_cut_not_fatal(tiny_bert, tmp_path):

@@ -108,6 +108,16 @@ class TaskAdapter(ABC):
         """The keyword arguments of the dataset's metric (:func:`finetune.metrics.compute_metric`)."""
         return {}
 
+    def degenerate(self, gold: Sequence, predicted: Sequence) -> list[str]:
+        """Warnings for predictions that show a collapsed model (none when they do not): here, one label for
+        every example where the gold has several (QA: DDI at 64 examples predicted DDI-false throughout and
+        scored 0.00, which read like a failure)."""
+        labels = set(gold)
+        if predicted and len(set(predicted)) == 1 and len(labels) > 1:
+            return [f"every test prediction is {predicted[0]!r} (the test set has {len(labels)} labels): "
+                    "the model has not learned to tell them apart, and the score reflects that"]
+        return []
+
     # ------------------------------------------------------------------- predictions file
 
     def prediction_rows(self, examples: Sequence, gold: Sequence, predicted: Sequence) -> list[dict]:

@@ -130,6 +130,17 @@ class _WordTaggingAdapter(TaskAdapter):
     def word_prediction(self, word) -> Any:
         """A word's decoded output as the metric takes it."""
 
+    def degenerate(self, gold: Sequence, predicted: Sequence) -> list[str]:
+        """No word tagged where the gold tags some (QA: every short NER run of a collapsed model predicted O
+        throughout and scored 0.00 without a word); outside is "O" for NER, the empty set for PICO."""
+        def tagged(word) -> bool:
+            return bool(word) and word != "O"
+        gold_words = sum(tagged(word) for example in gold for word in example)
+        if gold_words and not any(tagged(word) for example in predicted for word in example):
+            return [f"no test word is tagged (the gold tags {gold_words} words): the model predicts outside "
+                    "everywhere, and the score of 0 reflects that"]
+        return []
+
     def featurize(self, examples: Sequence) -> list[dict]:
         return tagging_features(examples, self.tokenizer, self.max_length, self.encode_labels)
 

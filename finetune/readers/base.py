@@ -255,11 +255,11 @@ def _examples(rows: Sequence[_Row]) -> list[Example]:
 
 
 def make_dataset(entry: BlurbEntry, splits: dict[str, list[Example]], notes: list[str],
-                 warnings: Sequence[str] = ()) -> BlurbDataset:
+                 warnings: Sequence[str] = (), differs_from_blurb: str | None = None) -> BlurbDataset:
     """A BLURB dataset's splits (in split order) with its registry facts."""
     ordered = {split: splits[split] for split in SPLITS if split in splits}
     return BlurbDataset(entry.name, entry.task_type, entry.metric, entry.labels, ordered, notes, entry.negative_label,
-                        list(warnings))
+                        list(warnings), differs_from_blurb=differs_from_blurb)
 
 
 def _correction_notes(path: Path, rows: Sequence[_Row]) -> list[str]:

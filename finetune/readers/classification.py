@@ -114,7 +114,7 @@ def load_hallmarks(entry: BlurbEntry, data_dir: Path, seed: int, allow_missing_t
              f"proportions {HOC_BLURB_SIZES[TRAIN]}/{HOC_BLURB_SIZES[DEV]}/{HOC_BLURB_SIZES[TEST]} -> "
              f"{len(splits[TRAIN])}/{len(splits[DEV])}/{len(splits[TEST])}, seed {seed}; the abstracts differ "
              "from BLURB's own split, so scores are close to but not exactly comparable", mapping_note]
-    return make_dataset(entry, splits, notes)
+    return make_dataset(entry, splits, notes, differs_from_blurb="its own seeded split of the abstracts")
 
 
 

@@ -164,6 +164,9 @@ class BlurbDataset:
     negative_label: str | None = None
     warnings: list[str] = field(default_factory=list)
     one_entity_rows: dict[str, FlaggedRows] = field(default_factory=dict)
+    #: How this copy differs from the data BLURB scores (another split, a stand-in), in a few words; None
+    #: when it is BLURB's. A sweep's BLURB score over such a dataset says so beside the score.
+    differs_from_blurb: str | None = None
 
     def sizes(self) -> dict[str, int]:
         """Examples per split, in split order."""

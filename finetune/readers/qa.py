@@ -126,7 +126,7 @@ def load_yesno_tsv(entry: BlurbEntry, data_dir: Path, seed: int, allow_missing_t
                      f"{test_path.name}")
     notes.append("context: the file's third column. In the BioASQ yes/no stand-in that is the ideal answer, "
                  "not BioASQ's reference snippets, so its scores are not comparable to BLURB's BioASQ")
-    return make_dataset(entry, splits, notes)
+    return make_dataset(entry, splits, notes, differs_from_blurb="a stand-in: ideal answers as the context")
 
 
 

@@ -56,7 +56,7 @@ def load_blue_similarity(entry: BlurbEntry, data_dir: Path, seed: int, allow_mis
         names.append(f"{path.name} ({len(splits[split])})")
     notes = [f"splits as distributed: {', '.join(names)}. The files here are BLUE's 70/16/14 split of the 100 "
              "pairs; BLURB uses 64/16/20, so test scores are not directly comparable"]
-    return make_dataset(entry, splits, notes)
+    return make_dataset(entry, splits, notes, differs_from_blurb="BLUE's 70/16/14 split, not BLURB's 64/16/20")
 
 
 def _generic_reader(labels: Sequence[str] | None, from_training_file: bool) -> Callable[[Path], list[_Row]]:

@@ -180,9 +180,9 @@ def _carved_by_abstract(dev: str, test: str, n_dev: int, units: int, seed: int) 
 
 
 def _train_or_carved(entry: BlurbEntry, data_dir: Path, extensions: Sequence[str], read: Callable[[Path], list[_Row]],
-                     seed: int, carve_note: CarveNote) -> tuple[dict[str, list[Example]], list[str]]:
+                     seed: int, carve_note: CarveNote) -> tuple[dict[str, list[Example]], list[str], str | None]:
     """Test and dev as given; train as given, or carved with dev out of the dev file (by document)
-    when there is no train file. The notes say which, and how."""
+    when there is no train file. The notes say which, and how; the last item how that differs from BLURB."""
     dev_path = _require(data_dir, DEV, extensions, entry.name)
     test_path = _require(data_dir, TEST, extensions, entry.name)
     train_path = _find_split_file(data_dir, TRAIN, extensions)
@@ -191,12 +191,13 @@ def _train_or_carved(entry: BlurbEntry, data_dir: Path, extensions: Sequence[str
     if train_path is not None:
         splits[TRAIN] = _examples(_finish(train_path, read(train_path)))
         splits[DEV] = _examples(dev_rows)
-        return splits, [f"splits as distributed: {train_path.name}, {dev_path.name}, {test_path.name}"]
+        return splits, [f"splits as distributed: {train_path.name}, {dev_path.name}, {test_path.name}"], None
     groups = [row.group for row in dev_rows]
     n_dev = _proportional_size(len(set(groups)), CARVED_DEV_FRACTION)
     splits.update(_carve(dev_rows, seeded_partition(groups, {DEV: n_dev}, TRAIN, seed=seed, salt=entry.name),
                          (TRAIN, DEV)))
-    return splits, [carve_note(dev_path.name, test_path.name, n_dev, len(set(groups)), seed)]
+    return (splits, [carve_note(dev_path.name, test_path.name, n_dev, len(set(groups)), seed)],
+            f"no train file: train carved from {dev_path.name}")
 
 
 def load_token_tags(entry: BlurbEntry, data_dir: Path, seed: int, allow_missing_train: bool) -> BlurbDataset:
@@ -218,23 +219,23 @@ def load_token_tags(entry: BlurbEntry, data_dir: Path, seed: int, allow_missing_
         warnings.extend(_orphan_inside_tags(path, rows))  # on the merged type: what is trained and scored
         return rows
 
-    splits, notes = _train_or_carved(entry, data_dir, ("tsv",), read, seed, _carved_by_document)
+    splits, notes, differs = _train_or_carved(entry, data_dir, ("tsv",), read, seed, _carved_by_document)
     if len(source) > 1:
         notes.append(f"entity types {', '.join(sorted(source))} merged into one type '{entry.entity_type}', "
                      "as BLURB does (mention detection only)")
-    return make_dataset(entry, splits, notes, warnings)
+    return make_dataset(entry, splits, notes, warnings, differs_from_blurb=differs)
 
 
 def load_ebm_nlp(entry: BlurbEntry, data_dir: Path, seed: int, allow_missing_train: bool) -> BlurbDataset:
     """EBM PICO as SciBERT distributes it: ``{dev,test}.txt`` (train.txt if present; EBM-NLP's
     crowd-labelled train set is not, so train is carved from dev by abstract)."""
     check = _pico_check(entry.labels, case_insensitive=True)
-    splits, notes = _train_or_carved(entry, data_dir, ("txt", "tsv"), lambda path: _read_pico(path, check), seed,
-                                    _carved_by_abstract)
+    splits, notes, differs = _train_or_carved(entry, data_dir, ("txt", "tsv"), lambda path: _read_pico(path, check),
+                                              seed, _carved_by_abstract)
     notes.insert(0, "an example is a blank-line-separated segment of an abstract, id PMID-k; elements are "
                     "PAR/INT/OUT sets per token (SciBERT's release has one tag per token: its sets hold at most "
                     "one element, overlaps having been removed from the larger span)")
-    return make_dataset(entry, splits, notes)
+    return make_dataset(entry, splits, notes, differs_from_blurb=differs)
 
 
 # ---------------------------------------------------------------------------- generic formats
