@@ -445,6 +445,28 @@ def _general_dir(config: AblationConfig) -> str:
     return str(general_bert_dir())
 
 
+def _check_general_checkpoint(config: AblationConfig, variants: Sequence[Variant]) -> None:
+    """Where a variant takes the general-domain checkpoint's vocabulary or weights, the checkpoint is there
+    (QA: a BioALBERT recipe prepared its corpus, then stopped at "tokenizer not found: runs/albert-base-v2")."""
+    uses_vocabulary = any(v.vocabulary == GENERAL for v in variants)
+    uses_weights = any(v.factors["initialization"] != "scratch" for v in variants)
+    if not (uses_vocabulary or uses_weights):
+        return
+    path = Path(_general_dir(config))
+    needed = (["config.json"] if uses_weights else []) + ([] if any(
+        (path / name).is_file() for name in _TOKENIZER_FILES) else [" or ".join(_TOKENIZER_FILES)])
+    missing = ("does not exist" if not path.exists() else "is not a folder" if not path.is_dir()
+               else f"has no {', '.join(needed)}" if needed else "")
+    if missing:
+        raise ConfigError(f"continual_from: {path} {missing}: the general-domain checkpoint these variants start from "
+                          f"(its {'weights' if uses_weights else 'vocabulary'}); set continual_from (--continual_from "
+                          "for a recipe) to a transformers checkpoint folder")
+
+
+#: A checkpoint folder's tokenizer, in any of the forms AutoTokenizer reads.
+_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "spiece.model", "vocab.json")
+
+
 class StepFailed(RuntimeError):
     """A step of the ablation (an entry script it runs) exited with an error: not an input the user
     can fix from here, so outside biomed_lm.errors (launch/ablate.py exits 1, not 2); the step's own
@@ -467,10 +489,13 @@ def _run_shared(title: str, command: list[str], out: Path, log: Callable[[str], 
     """A step whose output variants share (a corpus, a vocabulary, instances): always run, as the stage
     itself tells a finished output of the same command ("already complete", exit 0) from one of another
     command, which it refuses naming the difference. Skipping it when its output existed reused a
-    vocabulary of the old vocab_size after the config changed it."""
+    vocabulary of the old vocab_size after the config changed it. The hint about an earlier config is added
+    only where ``out`` held something before the step (QA: it followed a missing input in a fresh folder)."""
+    held_output = out.is_dir() and any(out.iterdir())
     _run(title, command, log, refused_hint=(
-        f"{out} was built by this ablation's earlier config: use another output_dir, or delete {out} and what "
-        "was built from it (instances, pretraining runs) to build it again with this config"))
+        f"if the step names differences from what {out} holds, an earlier config of this ablation built it: use "
+        f"another output_dir, or delete {out} and what was built from it (instances, pretraining runs) to build it "
+        "again with this config") if held_output else "")
 
 
 def _execute(command: list[str], env: Mapping[str, str]) -> int:
@@ -481,8 +506,6 @@ def _execute(command: list[str], env: Mapping[str, str]) -> int:
 
 def _python(script: str, *args: str) -> list[str]:
     return [sys.executable, str(entry_script(script)), *args]
-
-
 
 
 def _pretrain_command(config: AblationConfig, variant: Variant, phase: PretrainPhase, tokenizer: str,
@@ -644,6 +667,7 @@ def run_ablation(config: AblationConfig, log: Callable[[str], None] = print, rep
         f"({' then '.join(f'{p.max_steps} steps' for p in phases)})")
 
     # Shared inputs: corpora, in-domain vocabularies, pretraining instances.
+    _check_general_checkpoint(config, variants)  # before hours of corpus preparation
     _prepare_corpora(config, variants, paths, log)
     tokenizers = _build_vocabularies(config, variants, paths, log)
     _create_instances(config, variants, tokenizers, phases, paths, log)

@@ -51,6 +51,7 @@ roberta     RobertaForMaskedLM     lm_head (H→V)             none             
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -287,6 +288,7 @@ class ModelFamily:
         else:
             self._export_with_pair_head_beside(model, path)
         tokenizer.save_pretrained(str(path))
+        _copy_vocabulary_files(tokenizer, path)
 
     def _export_with_pair_head_beside(self, model: nn.Module, path: Path) -> None:
         from safetensors.torch import save_file
@@ -416,3 +418,15 @@ def resolve_pair_objective(family: ModelFamily, metadata: Mapping[str, Any], tra
             f"architecture {family.name} cannot train {source}'s pair task {data_task} "
             f"({PAIR_CLASSES[data_task]} classes); {fix}")
     return PairObjective(data_task, data_task, family.pair_tasks[data_task])
+
+
+def _copy_vocabulary_files(tokenizer, path: Path) -> None:
+    """The vocabulary folder's SentencePiece model and card, which a fast tokenizer's ``save_pretrained`` leaves
+    out (QA: an ALBERT export had neither): the slow ``AlbertTokenizer`` and ``sentencepiece`` need the model,
+    and the card says how the vocabulary was built."""
+    from biomed_lm.tokenization.tokenizer_io import SENTENCEPIECE_MODEL_FILE, VOCAB_CARD
+
+    source = Path(getattr(tokenizer, "name_or_path", "") or "")
+    for name in (SENTENCEPIECE_MODEL_FILE, VOCAB_CARD):
+        if source.is_dir() and (source / name).is_file() and (source / name).resolve() != (path / name).resolve():
+            shutil.copyfile(source / name, path / name)

@@ -508,7 +508,9 @@ def _log_objective(logger: MetricsLogger, lock: RunLock | None, family: ModelFam
             logger.message(f"warning: {caveat}")
 
 
-#: The learning rate above which a run from a pretrained checkpoint is warned (see _log_start).
+#: The learning rate above which an AdamW run from a pretrained checkpoint is warned (see _log_start). LAMB's
+#: is a step relative to each layer's weight norm (its trust ratio), not comparable: BioALBERT continues
+#: ALBERT at 8.8e-4 (configs/pretrain/bioalbert.yaml), so LAMB runs are not warned.
 CONTINUAL_LR_WARNING = 5e-4
 
 
@@ -525,7 +527,8 @@ def _log_start(logger: MetricsLogger, selection: Selection, state: TrainerState,
                            f"{change['now']!r}")
     elif selection.tag is None:
         logger.message(init_report.describe())
-        if init_report.checkpoint and train_args.learning_rate > CONTINUAL_LR_WARNING:
+        adamw_too_fast = train_args.optimizer == "adamw" and train_args.learning_rate > CONTINUAL_LR_WARNING
+        if init_report.checkpoint and adamw_too_fast:
             logger.message(
                 f"warning: learning rate {train_args.learning_rate:g} on a pretrained encoder: continuing runs use "
                 f"1e-4 or less (BioBERT 1e-4; configs/pretrain/demo_continual.yaml). Above "

@@ -264,7 +264,7 @@ def test_vocabulary_ablation_end_to_end_and_resumed(tmp_path, capfd, forked_step
     path.write_text(yaml.safe_dump(resized), encoding="utf-8")
     capfd.readouterr()
     with pytest.raises(StepFailed, match=r"build the in-domain vocabulary of sample' failed with exit status 2.*\n.*"
-                                         r"in-domain-sample was built by this ablation's earlier config"):
+                                         r"differences from what .*in-domain-sample holds, an earlier config of this ablation built it"):
         run_ablation(load_ablation_config(path), log=log.append, report=False)
     assert "vocab_size: 2000 in the finished vocabulary, 2100 now" in capfd.readouterr().err
     resized["vocab"]["vocab_size"] = 2000
@@ -282,6 +282,23 @@ def test_vocabulary_ablation_end_to_end_and_resumed(tmp_path, capfd, forked_step
                                           r"then, 24 now; budget\.steps: 2 then, 3 now\).*use another output_dir"):
         run_ablation(load_ablation_config(path), log=log.append, report=False)
     assert (out / ABLATION_FILE).read_text() == recorded and log == []
+
+
+def test_the_earlier_config_hint_follows_a_refusal_only_where_the_output_held_something(tmp_path):
+    """QA: a shared step that failed on a missing input in a fresh folder was told its output came from an
+    earlier config of the ablation."""
+    import sys
+
+    from biomed_lm.experiments.ablation import _run_shared
+
+    refuses = [sys.executable, "-c", "import sys; sys.exit(2)"]
+    with pytest.raises(StepFailed) as fresh:
+        _run_shared("prepare corpus pubmed", refuses, tmp_path / "corpus", log=lambda line: None)
+    assert "earlier config" not in str(fresh.value)
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "summary.json").write_text("{}")
+    with pytest.raises(StepFailed, match=r"an earlier config of this ablation built it"):
+        _run_shared("prepare corpus pubmed", refuses, tmp_path / "corpus", log=lambda line: None)
 
 
 def test_two_phases_continue_one_schedule(tmp_path, forked_steps):

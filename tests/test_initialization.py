@@ -382,3 +382,20 @@ def test_a_checkpoint_with_more_tokens_than_rows_is_refused_saying_what_to_do(ge
     with pytest.raises(InitializationError, match=r"has 30519 embedding rows but its tokenizer has 30522 tokens.*"
                                                   r"resize_token_embeddings.*--init continual-new-vocab"):
         initialize_model("continual", tokenizer=old_tokenizer, init_checkpoint=str(broken))
+
+
+@pytest.mark.parametrize("optimizer, learning_rate, warned", [("adamw", 1e-3, True), ("adamw", 1e-4, False),
+                                                                ("lamb", 8.8e-4, False)])
+def test_a_fast_continual_rate_is_warned_for_adamw_only(optimizer, learning_rate, warned):
+    """QA: the BioALBERT recipe continues ALBERT under LAMB at 8.8e-4, its paper's rate, and was warned against
+    it; LAMB's rate is relative to each layer's weight norm, so AdamW's threshold does not apply."""
+    from types import SimpleNamespace
+
+    from biomed_lm.pretrain.trainer import _log_start
+
+    said: list[str] = []
+    logger = SimpleNamespace(message=said.append)
+    report = SimpleNamespace(checkpoint="runs/albert-base-v2", describe=lambda: "continual from runs/albert-base-v2")
+    _log_start(logger, SimpleNamespace(notes=[], tag=None), SimpleNamespace(continued_from=None, lr_scale=1.0), {}, report,
+               SimpleNamespace(optimizer=optimizer, learning_rate=learning_rate), Path("run"))
+    assert any("on a pretrained encoder" in line for line in said) == warned

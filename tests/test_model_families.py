@@ -343,6 +343,30 @@ def tiny_albert(tmp_path_factory, wordpiece) -> Path:
     return path
 
 
+def test_an_albert_export_carries_the_sentencepiece_model_and_the_card(tmp_path):
+    """QA: a BioALBERT export held tokenizer.json alone: no spiece.model (the slow AlbertTokenizer and
+    sentencepiece need it) and no vocab_card.json (how the vocabulary was built)."""
+    from transformers import AlbertConfig, AlbertForPreTraining, AutoTokenizer
+
+    from biomed_lm.tokenization.tokenizer_io import albert_preprocessor
+    from biomed_lm.tokenization.vocab import VocabConfig, build_vocab
+
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample" / "sywada_PubMedAbstract_1MB.txt"
+    vocab = build_vocab([sample], tmp_path / "vocab", VocabConfig(vocab_size=1000, format="sentencepiece")).output_dir
+    tokenizer = AutoTokenizer.from_pretrained(vocab)
+    model = AlbertForPreTraining(AlbertConfig(vocab_size=len(tokenizer), embedding_size=8, hidden_size=16,
+                                              num_hidden_layers=1, num_attention_heads=2, intermediate_size=32))
+    family_of(model.config).export(model, tokenizer, tmp_path / "export")
+    for name in ("spiece.model", "vocab_card.json"):
+        assert (tmp_path / "export" / name).read_bytes() == (vocab / name).read_bytes()
+    import sentencepiece
+
+    text = "Naloxone reverses opioid overdose."
+    model_file = sentencepiece.SentencePieceProcessor(model_file=str(tmp_path / "export" / "spiece.model"))
+    prepared = albert_preprocessor(lowercase=True).normalize_str(text)
+    assert model_file.encode(prepared) == tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
 def test_albert_continual_from_a_saved_albert(tiny_albert, wordpiece, tmp_path):
     from transformers import AlbertForPreTraining
 

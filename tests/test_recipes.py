@@ -86,6 +86,22 @@ def test_unknown_recipe_and_bad_system_are_config_errors(tmp_path):
         load_recipe(str(bad))
 
 
+def test_a_missing_general_checkpoint_is_refused_before_the_corpus_is_prepared(tmp_path):
+    """QA: the BioALBERT recipe prepared its corpus (hours on PubMed), then stopped at "tokenizer not found:
+    runs/albert-base-v2" without naming continual_from."""
+    from biomed_lm.experiments.ablation import run_ablation
+
+    recipe = load_recipe("bioalbert", output_dir=str(tmp_path / "run"), continual_from=str(tmp_path / "albert"))
+    with pytest.raises(ConfigError, match=rf"continual_from: {tmp_path / 'albert'} does not exist: the general-domain "
+                                          r"checkpoint these variants start from \(its weights\).*--continual_from"):
+        run_ablation(recipe.ablation, log=lambda line: None, report=False)
+    assert not (tmp_path / "run" / "corpus").exists()
+    (tmp_path / "albert").mkdir()
+    (tmp_path / "albert" / "spiece.model").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"albert has no config.json: "):
+        run_ablation(recipe.ablation, log=lambda line: None, report=False)
+
+
 def test_merge_is_deep_and_leaves_its_inputs():
     base = {"a": {"b": 1, "c": [1]}, "d": 2}
     assert merge(base, {"a": {"c": [2]}, "e": 3}) == {"a": {"b": 1, "c": [2]}, "d": 2, "e": 3}
