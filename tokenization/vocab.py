@@ -1091,34 +1091,36 @@ def _metered(texts: Iterable[str], stats: _ReadStats, progress: bool) -> Iterato
     logger.info("read %d documents (%.1f MB of text)", stats.documents, stats.text_bytes / 1e6)
 
 
-def _counted_out(batches: Iterator[list[str]], bar) -> Iterator[list[str]]:
-    """``batches`` of :func:`_repeated_words`, each counted on ``bar`` (in words) as it is handed over."""
-    for batch in batches:
+def _counted_out(batches: Iterator[tuple[list[str], int]], bar) -> Iterator[list[str]]:
+    """The batches of :func:`_repeated_words`, each counted on ``bar`` (in words) as it is handed over."""
+    for batch, words in batches:
         yield batch
-        bar.update(sum(text.count(" ") for text in batch))
+        bar.update(words)
 
 
-def _repeated_words(word_counts: Mapping[str, int], batch_chars: int = 1 << 16) -> Iterator[list[str]]:
-    """Each word as often as it occurs, space-separated, in batches of about ``batch_chars``.
+def _repeated_words(word_counts: Mapping[str, int], batch_chars: int = 1 << 16) -> Iterator[tuple[list[str], int]]:
+    """Each word as often as it occurs, space-separated, in batches of about ``batch_chars``, each with the
+    number of words it holds.
 
     Small batches: ``tokenizers`` buffers 256 of these strings ahead of its threads, and each
     thread splits a whole string into owned words at once, so with 1 MiB batches the trainer's
     peak grew with the words' counts (25 MB of PubMed text, counts x1/x4/x16: 165/340/490 MiB);
     with 64 KiB it is 78/84/89 MiB, the words' own structures, at the same speed."""
     batch: list[str] = []
-    size = 0
+    size = words = 0
     for word, n in word_counts.items():
         per_text = max(1, batch_chars // (len(word) + 1))
         while n > 0:
             k = min(n, per_text)
             batch.append((word + " ") * k)
             size += k * (len(word) + 1)
+            words += k
             n -= k
             if size >= batch_chars:
-                yield batch
-                batch, size = [], 0
+                yield batch, words
+                batch, size, words = [], 0, 0
     if batch:
-        yield batch
+        yield batch, words
 
 
 def train_unigram_model(word_counts: Mapping[str, int], vocab_size: int) -> bytes:
