@@ -245,3 +245,15 @@ def test_resolve_properties(stream, min_words):
         last = max(j for j in range(len(keys)) if keys[j] == key)
         if is_delete[last]:
             assert key not in set(kept_keys.tolist())
+
+
+def test_parsing_one_file_reports_its_rows_as_it_goes(tmp_path):
+    """One large file is parsed by one process, and the bar counted files: hours without a move. parse_file
+    tells its caller the rows parsed at each record batch it writes."""
+    from biomed_lm.tokenization.corpus import FLUSH_ROWS, parse_file
+
+    path = tmp_path / "many.txt"
+    path.write_text("".join(f"doc {i} has words\n" for i in range(2 * FLUSH_ROWS + 5)), encoding="utf-8")
+    seen: list[int] = []
+    summary = parse_file(path, tmp_path / "shard.arrow", CorpusConfig(inputs=[str(path)]), on_rows=seen.append)
+    assert seen == [FLUSH_ROWS, 2 * FLUSH_ROWS, 2 * FLUSH_ROWS + 5] and summary["rows"] == 2 * FLUSH_ROWS + 5

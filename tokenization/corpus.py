@@ -263,8 +263,10 @@ def _empty_file_problem(path: Path, fmt: str, config: CorpusConfig, empty_lines:
     return Problem(str(path), "empty", what)
 
 
-def parse_file(path: Path, shard_path: Path, config: CorpusConfig) -> dict:
-    """Parse one input file into an Arrow stream shard; returns (and stores beside it) its summary."""
+def parse_file(path: Path, shard_path: Path, config: CorpusConfig,
+               on_rows: Callable[[int], None] | None = None) -> dict:
+    """Parse one input file into an Arrow stream shard; returns (and stores beside it) its summary.
+    ``on_rows`` is told the rows parsed so far at each record batch written (a bar's progress inside a file)."""
     counts = {"citations": 0, "deletions": 0, "documents": 0, "empty_lines": 0, "links_skipped": 0}
     problems: list[dict] = []
     tmp = shard_path.with_suffix(".arrow.tmp")
@@ -279,6 +281,8 @@ def parse_file(path: Path, shard_path: Path, config: CorpusConfig) -> dict:
                                                     for n in PARSED_SCHEMA.names], schema=PARSED_SCHEMA))
                 for values in columns.values():
                     values.clear()
+                if on_rows is not None:
+                    on_rows(rows)
 
         for row in _rows_from_file(path, config, counts, problems):
             for name in PARSED_SCHEMA.names:
@@ -325,8 +329,11 @@ def parse_inputs(files: list[Path], work_dir: Path, config: CorpusConfig,
         bar = tqdm(total=len(todo), desc="parse", unit="file")
         workers = min(config.workers(), len(todo))
         docs = 0
-        if workers <= 1:
-            results = map(_parse_job, todo)
+        if workers <= 1:  # in this process: the bar moves inside a file too (one large file is one worker's)
+            def in_file(rows: int) -> None:
+                bar.set_postfix(rows_in_file=rows, docs=docs)
+            results = (parse_file(Path(path), Path(shard), job_config, on_rows=in_file)
+                       for path, shard, job_config in todo)
         else:
             pool = ProcessPoolExecutor(max_workers=workers)
             results = pool.map(_parse_job, todo)
