@@ -83,7 +83,7 @@ stream's run under ``half_stream`` (``final``, ``relative_difference``, ``passed
 
 ``--profile``: after its window, ``torch.profiler`` (CPU, and CUDA on a GPU) over
 ``--profile-steps`` more steps (the window's first batches again) of the compiled baseline and of
-each of ours; per profiled system ``<out dir>/profile_<system slug>-seq<length>.txt``
+each of ours; per profiled system ``<out dir>/profile_<result name>-<system slug>-seq<length>.txt``
 and the row's ``profile`` in the JSON list the top kernels by self device time (CUDA kernel time on
 a GPU, self CPU time of each op on a CPU) with their share of the profiled steps' wall time and
 their calls; the top 10 of the baseline and of our fastest are printed. ``--trace`` also writes a
@@ -102,7 +102,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 from _results import write_results  # benchmarks/ is on sys.path when a benchmark runs
@@ -681,37 +681,49 @@ def main(argv: list[str] | None = None) -> None:
     print(f"device {device_name(device)}, model {args.model}, "
           f"{dtype}{' (ours also with fp8 encoder Linear layers)' if fp8 else ''}, compile ours {compile_}, "
           f"backend {args.compile_backend}, {args.warmup} warm-up steps then one window of {args.steps}")
-    results, dropout, hours = [], None, None
+    results, dropout = [], None
+
+    def report(rows_so_far: Sequence[dict] = (), **more) -> dict:
+        return {"device": str(device), "device_name": device_name(device), "torch": torch.__version__,
+                "architecture": family.name, "model": args.model, "vocab_size": model_vocab(args, family),
+                "dtype": str(dtype), "precision": args.precision, "compile": compile_ and family.unpadded,
+                "compile_backend": args.compile_backend, "attention_dropout": dropout,
+                "warmup_steps": args.warmup, "timed_steps": args.steps, "max_grad_norm": args.max_grad_norm,
+                "timing": f"{args.windows} windows per system, each synchronized at its two ends only; tokens_per_s "
+                          "and step_seconds (window / steps) from the median window",
+                "baseline": "role hf_compiled (ratio); ratio_vs_eager: role hf_eager"
+                            + ("; ratio_vs_our_bf16 (fp8 rows): our bf16 row of the same kernel" if fp8 else ""),
+                "results": results + list(rows_so_far), **more}
+
+    def save_so_far(rows: Sequence[dict]) -> None:  # after each system: a stage's timeout keeps what ran
+        write_results(args.out, report(rows, complete=False, cut_off="while measuring the systems"), quiet=True)
+
     for max_length, batch_size in zip(args.seq_lengths, args.batch):
         if args.convergence_only:
             break
         bert = build_model(args, family)
         dropout = float(bert.config.attention_probs_dropout_prob)
-        results += measure_length(args, bert, device, dtype, compile_, max_length, batch_size, fp8)
-    real_data = [r for r in results if r["role"] not in (HF_FULL_LENGTH, FAILED) and r["seq"] == min(args.seq_lengths)]
-    if real_data:
-        best = max(real_data, key=lambda r: r["tokens_per_s"])
-        # 65.5B positions, 128 a sequence; the batches' sequences hold mean_length real tokens, and the row's
-        # pace counts real tokens: the budget's real tokens are its positions at that share
-        real_share = min(1.0, best["mean_length"] / best["seq"])
-        hours = PAPER_TOKENS * real_share / best["tokens_per_s"] / 3600
-        print(f"paper budget (65.5B positions at seq {best['seq']}, {real_share:.1%} of them real tokens as in these "
-              f"batches) with {best['system']}: {hours:,.0f} device-hours here")
-    report = {"device": str(device), "device_name": device_name(device), "torch": torch.__version__,
-              "architecture": family.name, "model": args.model,
-              "vocab_size": model_vocab(args, family),
-              "dtype": str(dtype), "precision": args.precision,
-              "compile": compile_ and family.unpadded,
-              "compile_backend": args.compile_backend, "attention_dropout": dropout,
-              "warmup_steps": args.warmup, "timed_steps": args.steps, "max_grad_norm": args.max_grad_norm,
-              "timing": f"{args.windows} windows per system, each synchronized at its two ends only; tokens_per_s "
-                        "and step_seconds (window / steps) from the median window",
-              "baseline": "role hf_compiled (ratio); ratio_vs_eager: role hf_eager"
-                          + ("; ratio_vs_our_bf16 (fp8 rows): our bf16 row of the same kernel" if fp8 else ""),
-              "results": results, "paper_budget_device_hours": hours}
+        results += measure_length(args, bert, device, dtype, compile_, max_length, batch_size, fp8, save_so_far)
+    final = report(paper_budget_device_hours=paper_budget_hours(args, results))
     if args.convergence_steps > 0:
-        report["convergence"] = convergence(args, family, device, compile_, results)
-    write_results(args.out, report)
+        write_results(args.out, {**final, "complete": False, "cut_off": "in the convergence runs"}, quiet=True)
+        final["convergence"] = convergence(args, family, device, compile_, results)
+    write_results(args.out, {**final, "complete": True})
+
+
+def paper_budget_hours(args: argparse.Namespace, results: list[dict]) -> float | None:
+    """Device-hours for the paper's budget at the fastest row's pace on the real lengths (printed), or None."""
+    real_data = [r for r in results if r["role"] not in (HF_FULL_LENGTH, FAILED) and r["seq"] == min(args.seq_lengths)]
+    if not real_data:
+        return None
+    best = max(real_data, key=lambda r: r["tokens_per_s"])
+    # 65.5B positions, 128 a sequence; the batches' sequences hold mean_length real tokens, and the row's
+    # pace counts real tokens: the budget's real tokens are its positions at that share
+    real_share = min(1.0, best["mean_length"] / best["seq"])
+    hours = PAPER_TOKENS * real_share / best["tokens_per_s"] / 3600
+    print(f"paper budget (65.5B positions at seq {best['seq']}, {real_share:.1%} of them real tokens as in these "
+          f"batches) with {best['system']}: {hours:,.0f} device-hours here")
+    return hours
 
 
 def regions_of(args: argparse.Namespace) -> tuple[Regions, ...]:
@@ -749,8 +761,10 @@ def length_batches(args: argparse.Namespace, max_length: int, batch_size: int) -
 
 
 def measure_length(args: argparse.Namespace, bert, device: torch.device, dtype, compile_: bool, max_length: int,
-                   batch_size: int, fp8: bool = False) -> list[dict]:
-    """Every system at one sequence length, one after the other, each from a fresh torch.compile state."""
+                   batch_size: int, fp8: bool = False,
+                   save_so_far: Callable[[list[dict]], None] | None = None) -> list[dict]:
+    """Every system at one sequence length, one after the other, each from a fresh torch.compile state;
+    ``save_so_far`` gets the rows after each system."""
     padded_batches, full_length_batches = length_batches(args, max_length, batch_size)
     sync, rows, profiles, failed = device_sync(device), [], {}, []
     for system in systems(bert, device, dtype, compile_, args.bucket_tokens, args.kernels, args.compile_backend, fp8,
@@ -765,12 +779,17 @@ def measure_length(args: argparse.Namespace, bert, device: torch.device, dtype, 
         except Exception as error:  # noqa: BLE001  one system's failure must not cost a one-shot GPU run the rest
             failed.append(failed_row(system, error, max_length, batch_size))
             del system
+            if save_so_far is not None:
+                save_so_far(rows + failed)
             continue
         row.update(seq=max_length, batch=batch_size)
         if args.profile and system.role in (HF_COMPILED, OURS):
             profiles[row["system"]] = profile_row(args, row, step, window, device, sync)
         rows.append(row)
         del system, step, window  # the model leaves the device before the next is built
+        if save_so_far is not None:
+            add_ratios(rows)
+            save_so_far(rows + failed)
     add_ratios(rows)
     _print(rows, max_length, batch_size)
     for row in (next((r for r in rows if r["role"] == HF_COMPILED), None), _fastest_ours(rows)):
@@ -797,7 +816,8 @@ def failed_row(system: System, error: Exception, max_length: int, batch_size: in
 
 def profile_row(args: argparse.Namespace, row: dict, step: Callable, window: list[dict], device: torch.device,
                 sync: Callable[[], None]) -> list[dict]:
-    out_dir, name = Path(args.out).parent, slug(f"{row['system']} seq{row['seq']}")
+    # the result's name first: the stages share a folder (fp8large's rows share fp8's system names)
+    out_dir, name = Path(args.out).parent, slug(f"{Path(args.out).stem} {row['system']} seq{row['seq']}")
     out_dir.mkdir(parents=True, exist_ok=True)
     trace = out_dir / f"trace_{name}.json" if args.trace else None
     kernels, totals = profile_steps(step, window[:args.profile_steps], device, sync, trace)

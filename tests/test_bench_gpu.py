@@ -90,7 +90,7 @@ def test_bench_gpu_runs_end_to_end_on_cpu(tmp_path):
     assert_baselines(rows, "BertForPreTraining")
     assert rows["ours"]["padding_fraction"] == 0.0 and rows["ours"]["mfu"] is None  # no peak is known for a CPU
     assert "baseline (×HFc = 1.00): transformers BertForPreTraining (torch.compile" in done.stdout
-    assert "device-hours" in done.stdout and result["paper_budget_device_hours"] > 0
+    assert "device-hours" in done.stdout and result["paper_budget_device_hours"] > 0 and result["complete"] is True
     for role in ("hf_compiled", "ours"):  # profiled: the baseline and ours, nothing else
         kernels = rows[role]["profile"]
         assert kernels and all(0 < kernel["share"] <= 1 and kernel["calls"] > 0 for kernel in kernels)
@@ -100,8 +100,8 @@ def test_bench_gpu_runs_end_to_end_on_cpu(tmp_path):
         assert totals["kernels_per_step"] >= max(kernel["calls"] for kernel in kernels) / 2  # 2 profiled steps
     assert "profile" not in rows["hf_eager"] and "profile" not in rows["hf_full_length"]
     profiles = sorted(path.name for path in tmp_path.glob("profile_*.txt"))
-    assert profiles == ["profile_ours-sdpa-loop-seq128.txt",
-                        "profile_transformers-bertforpretraining-torch-compile-sdpa-padded-full-mlm-head-seq128.txt"]
+    assert profiles == ["profile_gpu-ours-sdpa-loop-seq128.txt",  # the result's name first: stages share a folder
+                        "profile_gpu-transformers-bertforpretraining-torch-compile-sdpa-padded-full-mlm-head-seq128.txt"]
     assert all("aten::" in (tmp_path / name).read_text() and "launches a step" in (tmp_path / name).read_text()
                for name in profiles)
     assert not list(tmp_path.glob("trace_*"))  # a chrome trace only with --trace
@@ -155,8 +155,8 @@ def test_bench_gpu_takes_the_other_model_families(tmp_path):
         assert_baselines(rows, baseline_class)
         assert rows["ours"]["system"].startswith("ours [") and rows["ours"]["tokens_per_s"] > 0
     traces = sorted(path.name for path in tmp_path.glob("trace_*.json"))  # albert's run only: --trace
-    assert len(traces) == 2 and traces[0].startswith("trace_ours-")
-    assert traces[1].startswith("trace_transformers-albertforpretraining-torch-compile-")
+    assert len(traces) == 2 and traces[0].startswith("trace_albert-ours-")
+    assert traces[1].startswith("trace_albert-transformers-albertforpretraining-torch-compile-")
 
 
 def test_under_cuda_graphs_the_warm_up_sees_each_window_batch_twice(bench_gpu, tmp_path):
@@ -201,6 +201,36 @@ def test_a_system_that_raises_is_recorded_and_the_others_still_run(bench_gpu, tm
     assert failed["error"] == "RuntimeError: CUDA error: an illegal memory access was encountered"
     assert rows[3]["system"] == "ours [sdpa_loop]" and rows[3]["ratio"] is not None
     assert "FAILED ours [sdpa_padded]: RuntimeError: CUDA error" in capsys.readouterr().out
+
+
+def test_each_system_and_the_rows_before_the_convergence_runs_are_saved_as_they_end(bench_gpu, tmp_path,
+                                                                                     monkeypatch):
+    """QA: the JSON was written once, after the 300-step convergence runs, so a stage cut by its timeout lost every
+    row it had measured (run C's families stage lost its transformers rows so)."""
+    out = tmp_path / "gpu.json"
+    saved: list[tuple[int, bool, str | None]] = []
+    run_system = bench_gpu.run_system
+
+    def noting_what_is_on_disk(*args, **kwargs):
+        if out.exists():
+            report = json.loads(out.read_text())
+            saved.append((len(report["results"]), report["complete"], report.get("cut_off")))
+        return run_system(*args, **kwargs)
+
+    def cut_by_the_timeout(*args, **kwargs):
+        report = json.loads(out.read_text())
+        saved.append((len(report["results"]), report["complete"], report.get("cut_off")))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench_gpu, "run_system", noting_what_is_on_disk)
+    monkeypatch.setattr(bench_gpu, "convergence", cut_by_the_timeout)
+    with pytest.raises(KeyboardInterrupt):
+        bench_gpu.main([*QUICK, "--compile-backend", "eager", "--convergence-steps", "3", "--out", str(out)])
+    cut = "while measuring the systems"
+    assert saved == [(1, False, cut), (2, False, cut), (3, False, cut), (4, False, "in the convergence runs")]
+    rows = json.loads(out.read_text())["results"]
+    assert [row["role"] for row in rows] == ROLES and rows[3]["ratio"] is not None
+    assert not list(tmp_path.glob("*.partial"))
 
 
 def test_fp8_is_refused_where_it_cannot_run(tmp_path):
