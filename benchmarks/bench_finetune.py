@@ -800,23 +800,28 @@ def main(argv: list[str] | None = None) -> int:
     model_dir, model_info = make_model_dir(args, root, lambda: training_texts(specs))
     cfg = TaskConfig(args.batch_size, args.epochs, args.learning_rate)
     warm_up_cuda(device)
-    tasks = {name: measure_task(args, cfg, name, spec, model_dir, root, device) for name, spec in specs.items()}
-
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{os.cpu_count()} CPUs"
+    tasks: dict[str, dict] = {}
+
+    def result(complete: bool) -> dict:
+        return {
+            "benchmark": "finetune", "device": args.device, "device_name": device_name, "precision": args.precision,
+            "ours_engine": args.engine, "quick": args.quick, **model_info, "model_dir": model_dir,
+            "relation_source": relation_source, "batch_size": args.batch_size, "epochs": args.epochs,
+            "learning_rate": args.learning_rate, "warmup_ratio": WARMUP_RATIO, "weight_decay": WEIGHT_DECAY,
+            "max_grad_norm": MAX_GRAD_NORM, "train_examples_limit": args.train_examples,
+            "eval_examples_limit": args.eval_examples, "warmup_steps": args.warmup_steps, "seed": args.seed,
+            "baseline": BASELINE, "group_by_length": args.group_by_length, "threads": torch.get_num_threads(),
+            "cpu_count": os.cpu_count(),
+            "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "wall_seconds": time.perf_counter() - started, "tasks": tasks, "complete": complete,
+        }
+
+    for name, spec in specs.items():  # saved after each task: a stage's timeout keeps the tasks that ended
+        tasks[name] = measure_task(args, cfg, name, spec, model_dir, root, device)
+        write_results(args.output, result(complete=False), quiet=True)
     print_table(args, tasks, model_info, device, device_name)
-    result = {
-        "benchmark": "finetune", "device": args.device, "device_name": device_name, "precision": args.precision,
-        "ours_engine": args.engine, "quick": args.quick, **model_info, "model_dir": model_dir,
-        "relation_source": relation_source, "batch_size": args.batch_size, "epochs": args.epochs,
-        "learning_rate": args.learning_rate, "warmup_ratio": WARMUP_RATIO, "weight_decay": WEIGHT_DECAY,
-        "max_grad_norm": MAX_GRAD_NORM, "train_examples_limit": args.train_examples,
-        "eval_examples_limit": args.eval_examples, "warmup_steps": args.warmup_steps, "seed": args.seed,
-        "baseline": BASELINE, "group_by_length": args.group_by_length, "threads": torch.get_num_threads(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-        "wall_seconds": time.perf_counter() - started, "tasks": tasks,
-    }
-    write_results(args.output, result)
+    write_results(args.output, result(complete=True))
     tmp.cleanup()
     return 0
 

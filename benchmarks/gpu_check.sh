@@ -9,8 +9,14 @@
 # Stages (each bounded by its own timeout), in order of value. Measured on an H200 (2026-11-27): bert
 # 193 s with four rows of ours (as now, plus about 60 s of convergence runs), tests over 180 s, launch
 # 43 s, graphs 55 s, fp8 64 s without its convergence runs, finetune 72 s. A 15-minute lease (start-up
-# included) fits two calls on one warm machine: `STAGES="bert tests" TEST_TIMEOUT=200` (about 450 s,
-# estimated), then `STAGES="launch fp8"` (about 210 s); families and finetune in a later lease.
+# included) fits two calls: `BUDGET=565 STAGES="bert launch tests"` (the run's timeout_s 600), then at once,
+# before the machine goes back (it waits 30 s), `STAGES="fp8 families"` with BUDGET what the lease has left.
+# BUDGET (seconds) bounds the whole script: each stage's timeout is cut to what is left of it less RESERVE
+# (default 20 s, for goals.md and the archive), and a stage with less than 30 s left is skipped and named
+# (skipped_stages.txt). Without BUDGET only the stages' own timeouts apply. Each stage saves its results as it
+# goes (bench_gpu.py after every system), so a stage cut by its timeout keeps what it measured. A later call on
+# a fresh machine compares the launch with .gpu_inputs/bert128.json when /tmp has no bert128.json: copy the
+# first call's there (or pass BENCH_JSON).
 # Results go to $RESULTS (default /tmp/gpu_check) and, when $OUT is set (the lent machine's return
 # folder, which takes at most 8 files), into $OUT/gpu_check.tgz with the whole log beside it. Last,
 # benchmarks/gpu_goals.py judges issue 23's goals from them: goals.md (a verdict per goal, every row).
@@ -19,15 +25,15 @@
 #             by layer, each with the residual stream in fp32 and in bf16 (--residual-stream half), seq 128
 #             on the real instances' lengths (tokens bucketed to 256), with --profile; then 300 steps of
 #             the fastest kernel with each stream on the same batches (the bf16 stream's loss within 1%)
-#   tests     the `gpu` tests, the quick files first (-v --failures-at-once: a stage cut off by its
-#             timeout still names what ran and why each failure failed; a test at most 150 s where
-#             pytest-timeout is installed): fused AdamW, bf16 accumulation, fp8 against bf16, the liger
-#             MLM loss, every CUDA kernel, the forward compiled by inductor (by layer and whole)
-#             against the padded model, CUDA graphs against the compiled forward
 #   launch    launch/pretrain.py for 100 steps on the same instances: its logged tokens/s over steps 31-100
 #             against the bench's row for the same model and shapes (launch_vs_bench.json), and the profile
 #             of its steps 21-25 (--profile-steps: launch_profile.txt) to read beside the bench's; where the
 #             CUDA allocator retried in those steps, once more with PYTORCH_CUDA_ALLOC_CONF=expandable_segments
+#   tests     the `gpu` tests in three parts, by value (-v --failures-at-once: a part cut off by its timeout
+#             still names what ran and why each failure failed; a test at most 150 s where pytest-timeout is
+#             installed): every CUDA kernel, their attention dropout and the forward compiled by inductor (by
+#             layer and whole) against the padded model; fused AdamW and LAMB, bf16 accumulation, fp8 against
+#             bf16, the liger MLM loss; CUDA graphs against the compiled forward
 #   fp8       ours in fp8 against ours in bf16 with --profile, and 300 steps of each on the same batches
 #             (loss within 1%; the instances passed over again where 300 x 64 needs more)
 #   families  bench_gpu.py --architecture roberta and albert at seq 128, against their transformers class
@@ -60,13 +66,22 @@ set -uo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 RESULTS="${RESULTS:-/tmp/gpu_check}"; mkdir -p "$RESULTS"
 PY="${PYTHON:-python3}"
-STAGES="${STAGES:-bert tests launch fp8 families finetune bert512 autotune graphs blocks batch512 whole fp8large}"
+STAGES="${STAGES:-bert launch tests fp8 families finetune bert512 autotune graphs blocks batch512 whole fp8large}"
 INPUTS="$REPO/.gpu_inputs"
 cd "$REPO"
 
+START=$SECONDS
+left() { echo $(( ${BUDGET:-999999} - (SECONDS - START) - ${RESERVE:-20} )); }  # seconds the stages may still use
+within() {  # within LIMIT: LIMIT, or less where the budget ends first (at least 1: `timeout 0` would not time out)
+  local l; l=$(left); (( l < 1 )) && l=1; echo $(( $1 < l ? $1 : l ))
+}
+
 if [ -z "${SMOKE:-}" ] && compgen -G ".whl/*.whl" > /dev/null; then  # the GPU image's Python, not this one's
+  # A failed install (two versions of one wheel, one built for another Python) would leave every stage without
+  # datasets, deepspeed, torchao and liger, and their tests skipped quietly: stop here, saying so.
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+    || { echo "gpu_check: the carried wheels did not install (pip's error above): no stage was run" >&2; exit 3; }
+  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 LINKS=()
 if ! "$PY" -c "import biomed_lm.pretrain" 2> /dev/null; then  # not installed: link the subpackages in
@@ -77,7 +92,13 @@ if ! "$PY" -c "import biomed_lm.pretrain" 2> /dev/null; then  # not installed: l
 fi
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 WANDB_MODE=offline
 
-stage() { [[ " $STAGES " == *" $1 "* ]] && { echo "== $1 ($(date +%T))"; true; }; }
+stage() {  # stage NAME: whether to run it (asked for, and the budget leaves 30 s), said either way
+  [[ " $STAGES " == *" $1 "* ]] || return 1
+  if (( $(left) < 30 )); then
+    echo "== $1 skipped: $(left) s of the budget left" | tee -a "$RESULTS/skipped_stages.txt"; return 1
+  fi
+  echo "== $1 ($(date +%T), $(left) s of the budget left)"
+}
 SMOKE_BENCH=(); SMOKE_LAUNCH=()  # the CPU's overrides, after each command's own arguments (the last one wins)
 if [ -n "${SMOKE:-}" ]; then
   SMOKE_BENCH=(--device cpu --quick --compile on --compile-backend aot_eager --precision bf16 --windows 1
@@ -86,8 +107,8 @@ if [ -n "${SMOKE:-}" ]; then
 fi
 bench() {  # bench NAME TIMEOUT ARGS...: bench_gpu.py with its log and JSON in $OUT
   local name="$1" limit="$2"; shift 2
-  timeout "$limit" "$PY" benchmarks/bench_gpu.py --out "$RESULTS/$name.json" "$@" "${SMOKE_BENCH[@]}" 2>&1 \
-    | tee "$RESULTS/$name.log"
+  timeout -k 10 "$(within "$limit")" "$PY" benchmarks/bench_gpu.py --out "$RESULTS/$name.json" "$@" \
+    "${SMOKE_BENCH[@]}" 2>&1 | tee "$RESULTS/$name.log"
 }
 REAL=()  # the real instances' lengths at 128, where gpu_prepare.sh made them
 [ -d "$INPUTS/instances128" ] && REAL=(--instances "$INPUTS/instances128")
@@ -96,14 +117,16 @@ REAL=()  # the real instances' lengths at 128, where gpu_prepare.sh made them
 pretrain() {  # pretrain NAME ROW STEPS SKIP ARGS...
   local name="$1" row="$2" steps="$3" skip="$4"; shift 4
   rm -rf "/tmp/$name"
-  timeout "${LAUNCH_TIMEOUT:-150}" "$PY" launch/pretrain.py --model bert-base --data-dir "$INPUTS/instances128" \
-    --tokenizer "$INPUTS/tokenizer" --output-dir "/tmp/$name" --max-steps "$steps" --micro-batch-size 256 \
-    --gradient-accumulation-steps 1 --optimizer adamw --learning-rate 1e-4 --precision bf16 \
+  timeout -k 10 "$(within "${LAUNCH_TIMEOUT:-150}")" "$PY" launch/pretrain.py --model bert-base \
+    --data-dir "$INPUTS/instances128" --tokenizer "$INPUTS/tokenizer" --output-dir "/tmp/$name" --max-steps "$steps" \
+    --micro-batch-size 256 --gradient-accumulation-steps 1 --optimizer adamw --learning-rate 1e-4 --precision bf16 \
     --attn-implementation sdpa_padded --num-workers 4 --log-every 10 --checkpoint-every 1000 --no-export-hf \
     --bucket-tokens 256 --wandb-mode disabled "$@" "${SMOKE_LAUNCH[@]}" 2>&1 | tee "$RESULTS/$name.log" \
     | grep -v "^pretrain:"
   cp "/tmp/$name/metrics.jsonl" "$RESULTS/${name}_metrics.jsonl" 2> /dev/null
-  "$PY" benchmarks/launch_vs_bench.py "/tmp/$name/metrics.jsonl" "${BENCH_JSON:-$RESULTS/bert128.json}" --skip "$skip" \
+  local bench_json="${BENCH_JSON:-$RESULTS/bert128.json}"  # this call's bert stage, else an earlier call's, carried
+  [ -f "$bench_json" ] || [ -n "${BENCH_JSON:-}" ] || bench_json="$INPUTS/bert128.json"
+  "$PY" benchmarks/launch_vs_bench.py "/tmp/$name/metrics.jsonl" "$bench_json" --skip "$skip" \
     --system "$row" --out "$RESULTS/${name}_vs_bench.json"
 }
 
@@ -112,7 +135,18 @@ pretrain() {  # pretrain NAME ROW STEPS SKIP ARGS...
   "$PY" -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
 'transformers', transformers.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
   git -C "$REPO" log -1 --format='commit %h %s' 2> /dev/null | cut -c1-100
-  echo "stages: $STAGES"
+  echo "stages: $STAGES${BUDGET:+ (budget $BUDGET s)}"
+  "$PY" - << 'EOF' 2>&1 | grep -v "^\[" # the carried packages import, with the versions the stages run
+import importlib, importlib.metadata as metadata
+for module, package in (("datasets", "datasets"), ("deepspeed", "deepspeed"), ("seqeval", "seqeval"),
+                        ("torchao", "torchao"), ("liger_kernel", "liger-kernel"), ("pyarrow", "pyarrow"),
+                        ("typing_extensions", "typing_extensions")):
+    try:
+        importlib.import_module(module)
+        print(f"{package} {metadata.version(package)}")
+    except Exception as error:  # noqa: BLE001  said, and the stages run without it
+        print(f"{package}: IMPORT FAILED: {type(error).__name__}: {str(error)[:160]}")
+EOF
 } 2>&1 | tee "$RESULTS/environment.txt"
 
 COMPILED="ours [sdpa_padded, compiled by layer]" GRAPHED="ours [sdpa_padded, compiled by layer, CUDA graphs]"
@@ -120,22 +154,38 @@ if stage bert; then  # each of ours with the residual stream in fp32 and in bf16
   bench bert128 "${BERT_TIMEOUT:-360}" --seq-lengths 128 --batch 256 --kernels sdpa_padded varlen \
     --residual-stream fp32 half --bucket-tokens 256 --profile --convergence-steps 300 "${REAL[@]}"
 fi
-if stage tests; then
-  # --tb=short -rfEs: each failure's reason in the summary too; the bench on the GPU is the bert stage's run
-  PER_TEST=(); "$PY" -c "import pytest_timeout" 2> /dev/null && PER_TEST=(--timeout 150)
-  timeout "${TEST_TIMEOUT:-240}" "$PY" -m pytest -v -p no:cacheprovider -m gpu --tb=short -rfEs --failures-at-once \
-    "${PER_TEST[@]}" -k "not test_bench_gpu_runs_on_the_gpu" tests/test_optim.py tests/test_pretrain_numerics.py \
-    tests/test_fp8.py tests/test_mlm_loss.py tests/test_gpu.py 2>&1 | tee "$RESULTS/gpu_tests.log"
-fi
 if stage launch && [ -d "$INPUTS/instances128" ]; then  # steps 21-25 profiled (launch_profile.txt), 31-100 timed
   pretrain launch "$COMPILED" 100 30 --profile-steps 5 --profile-after 20
   cp /tmp/launch/profile.txt "$RESULTS/launch_profile.txt" 2> /dev/null && head -14 "$RESULTS/launch_profile.txt"
   # the allocator retried inside the timed steps (a synchronize and cudaFree each): once more with expandable
   # segments, which map more memory into a segment instead of freeing the cache (launch_expandable_vs_bench.json)
-  if "$PY" -c "import json, sys; run = json.load(open(sys.argv[1]))['run']
+  if (( $(left) > 60 )) && "$PY" -c "import json, sys; run = json.load(open(sys.argv[1]))['run']
 sys.exit(0 if run.get('cuda_alloc_retries_in_window', 0) > 0 else 1)" "$RESULTS/launch_vs_bench.json" 2> /dev/null; then
     (export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; pretrain launch_expandable "$COMPILED" 100 30)
   fi
+fi
+if stage tests; then
+  # Three parts, in order of value, each a pytest run within what is left of the stage's limit: the kernels,
+  # their dropout and the compiled forward (test_gpu.py, which decide what auto picks); the optimizers, numerics,
+  # fp8 and the MLM loss; CUDA graphs, the longest. --tb=short -rfEs: each failure's reason in the summary too;
+  # --continue-on-collection-errors: a file that cannot import costs its own tests only. Left out: the bench on
+  # the GPU (the bert stage's run) and DeepSpeed's FusedAdam, which builds with nvcc on first use (minutes; it
+  # does not build on the lent machines: the Docker image prebuilds it).
+  PER_TEST=(); "$PY" -c "import pytest_timeout" 2> /dev/null && PER_TEST=(--timeout 150)
+  TESTS_END=$(( SECONDS + $(within "${TEST_TIMEOUT:-240}") ))
+  : > "$RESULTS/gpu_tests.log"
+  gpu_tests() {  # gpu_tests PART -k EXPRESSION FILES...: one part, logged after a "-- part" line
+    local part="$1"; shift
+    local limit=$(( TESTS_END - SECONDS )); (( limit > 10 )) || { echo "-- part $part: no time left" \
+      | tee -a "$RESULTS/gpu_tests.log"; return; }
+    echo "-- part $part ($limit s)" | tee -a "$RESULTS/gpu_tests.log"
+    timeout -k 10 "$limit" "$PY" -m pytest -v -p no:cacheprovider -m gpu --tb=short -rfEs --failures-at-once \
+      --continue-on-collection-errors "${PER_TEST[@]}" "$@" 2>&1 | tee -a "$RESULTS/gpu_tests.log"
+  }
+  gpu_tests kernels -k "not test_bench_gpu_runs_on_the_gpu and not cuda_graphs" tests/test_gpu.py
+  gpu_tests numerics -k "not deepspeed_fused_adam" tests/test_optim.py tests/test_pretrain_numerics.py \
+    tests/test_fp8.py tests/test_mlm_loss.py
+  gpu_tests graphs -k "cuda_graphs" tests/test_gpu.py
 fi
 
 if stage fp8; then
@@ -153,8 +203,8 @@ fi
 
 if stage finetune; then
   TOKENIZER=(); [ -d "$INPUTS/tokenizer" ] && TOKENIZER=(--tokenizer "$INPUTS/tokenizer")
-  timeout "${FT_TIMEOUT:-240}" "$PY" benchmarks/bench_finetune.py --device cuda --model bert-base --epochs 2 \
-    --train-examples 2000 --grouped-baseline "${TOKENIZER[@]}" --output "$RESULTS/finetune.json" 2>&1 \
+  timeout -k 10 "$(within "${FT_TIMEOUT:-240}")" "$PY" benchmarks/bench_finetune.py --device cuda --model bert-base \
+    --epochs 2 --train-examples 2000 --grouped-baseline "${TOKENIZER[@]}" --output "$RESULTS/finetune.json" 2>&1 \
     | tee "$RESULTS/bench_finetune.log"
 fi
 

@@ -57,11 +57,44 @@ def off_gpu(report: dict, name: str) -> str | None:
     return None if device.startswith("cuda") else f"{name}: measured on {device}, not a GPU"
 
 
+#: The log a stage writes beside each result that is not named after it (bench_gpu.py's are: NAME.log).
+LOGS = {"finetune.json": "bench_finetune.log", "launch_vs_bench.json": "launch.log"}
+
+
+#: The gpu_check.sh stage that writes each result.
+STAGE_OF = {"bert128.json": "bert", "gpu_tests.log": "tests", "launch_vs_bench.json": "launch", "fp8.json": "fp8",
+            "roberta.json": "families", "albert.json": "families", "finetune.json": "finetune",
+            "bert512.json": "bert512"}
+
+
+def missing(results: Path, name: str) -> str:
+    """Why ``name`` is not there: the stage did not run, was skipped for the budget, or was cut before it saved."""
+    log = LOGS.get(name, Path(name).stem + ".log")
+    if (results / log).is_file():
+        return f"{name} missing: the stage ran ({log}) but was cut before it saved a result"
+    if STAGE_OF.get(name) in skipped_stages(results):
+        return f"{name} missing: stage {STAGE_OF[name]} was skipped, too little of the budget left"
+    return f"{name} missing (stage not run)"
+
+
+def skipped_stages(results: Path) -> list[str]:
+    """The stages gpu_check.sh skipped for its budget (``== NAME skipped: ...`` lines)."""
+    path = results / "skipped_stages.txt"
+    text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+    return re.findall(r"^== (\S+) skipped", text, re.M)
+
+
+def cut_note(report: dict) -> str:
+    """The note on a result saved part-way (its stage's timeout cut it), "" for a complete one."""
+    return f"; cut off {report.get('cut_off', 'part-way')}: later rows missing" if report.get("complete") is False \
+        else ""
+
+
 def gpu_result(results: Path, name: str) -> tuple[dict | None, str | None]:
     """A stage's result measured on a GPU, or None and why there is none (stage not run, or run on the CPU)."""
     report = load(results, name)
     if report is None:
-        return None, f"{name} missing (stage not run)"
+        return None, missing(results, name)
     why = off_gpu(report, name)
     return (None, why) if why else (report, None)
 
@@ -106,13 +139,14 @@ def ours_figure(name: str, figure: str, precision: str = "bf16") -> Callable[[Pa
             return None, why
         row = fastest_ours(report, precision)
         if row is None:
-            return None, f"{name}: no row of ours ran{failures(report)}"
+            return None, f"{name}: no row of ours ran{failures(report)}{cut_note(report)}"
         value = row.get(figure)
         if value is None:
             why = "no known peak for the device" if figure == "mfu" else "no transformers compiled row in the run"
             return None, f"{name}: {row['system']} has no {figure} ({why}){failures(report)}"
         scale = 100.0 if figure == "mfu" else 1.0
-        return value * scale, f"{row['system']}, {row['tokens_per_s']:,.0f} tok/s ({name}){left_out(report, precision)}"
+        source = f"{row['system']}, {row['tokens_per_s']:,.0f} tok/s ({name})"
+        return value * scale, f"{source}{left_out(report, precision)}{cut_note(report)}"
     return read
 
 
@@ -135,7 +169,8 @@ def convergence_check(name: str, part: str | None = None) -> Callable[[Path], Re
         check = (report or {}).get("convergence") or {}
         check = (check.get(part) or {}) if part else check
         if check.get("passed") is None:
-            return None, f"{name}: no convergence result{' (' + part + ')' if part else ''}"
+            why = missing(results, name) if report is None else cut_note(report).lstrip("; ")
+            return None, f"{name}: no convergence result{' (' + part + ')' if part else ''}{': ' + why if why else ''}"
         difference = check.get("relative_difference")
         detail = f"final losses {difference:+.2%} apart" if difference is not None else "no loss difference recorded"
         return float(bool(check["passed"])), f"{detail} ({name})"
@@ -145,11 +180,13 @@ def convergence_check(name: str, part: str | None = None) -> Callable[[Path], Re
 def launch_pace(results: Path) -> Reading:
     report = load(results, "launch_vs_bench.json")
     if report is None:
-        return None, "launch_vs_bench.json missing (stage not run, or the run wrote no metrics)"
+        return None, missing(results, "launch_vs_bench.json") + " (or the run wrote no metrics)"
     bench_report = load(results, "bert128.json")  # the row it is measured against, and where that ran
     if bench_report and (why := off_gpu(bench_report, "bert128.json")):
         return None, why
     run, bench = report["run"], report["bench"]
+    if bench is None:
+        return None, f"launch ran at {run['tokens_per_s']:,.0f} tok/s; {report.get('why')} (launch_vs_bench.json)"
     retries = ("" if run.get("cuda_alloc_retries_in_window") is None else
                f", {run['cuda_alloc_retries_in_window']} allocator retries and {run['cuda_mallocs_in_window']} "
                "cudaMallocs in those steps")
@@ -282,25 +319,54 @@ def recipe_mfus(results: Path) -> list[str]:
     return ["", "MFUs for `experiments/recipes.MEASURED_MFU`: " + ("; ".join(found) if found else "none measured")]
 
 
+_OUTCOME = re.compile(r"^(tests/.+?) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b", re.M)
+
+
 def tests_outcome(results: Path) -> list[str]:
-    """The ``gpu`` tests' outcome from pytest's verbose log: counts, and each failure's name."""
+    """The ``gpu`` tests' outcome from pytest's verbose log: counts, each failure's name, and each part (a
+    ``-- part`` line of gpu_check.sh) that ended before pytest's summary: how many of its tests ran."""
     path = results / "gpu_tests.log"
     if not path.is_file():
-        return ["", "`gpu` tests: gpu_tests.log missing (stage not run)"]
-    outcomes = re.findall(r"^(tests/\S+) (PASSED|FAILED|SKIPPED|ERROR)", path.read_text(encoding="utf-8"), re.M)
+        return ["", "`gpu` tests: " + missing(results, "gpu_tests.log").replace("gpu_tests.log missing: the stage "
+                                                                                  "ran (gpu_tests.log)", "the log")]
+    text = path.read_text(encoding="utf-8", errors="replace")  # a log cut inside a character still reads
+    outcomes = _OUTCOME.findall(text)
     counts = {kind: sum(1 for _, outcome in outcomes if outcome == kind) for kind in ("PASSED", "FAILED", "SKIPPED",
                                                                                      "ERROR")}
     lines = ["", "`gpu` tests: " + ", ".join(f"{n} {kind.lower()}" for kind, n in counts.items() if n)
              + ("" if outcomes else "no test outcome in gpu_tests.log (cut off before the first?)")]
     lines += [f"- {outcome}: `{name}`" for name, outcome in outcomes if outcome in ("FAILED", "ERROR")]
-    return lines
+    return lines + [f"- {line}" for line in unfinished_parts(text)]
+
+
+def unfinished_parts(text: str) -> list[str]:
+    """A line per pytest run in the log that has no final summary (``== ... in 12.3s ==``): cut off."""
+    parts = re.split(r"^-- part ", text, flags=re.M)
+    named = [("", parts[0])] if parts[0].strip() else []
+    named += [(part.split(None, 1)[0].rstrip(":"), part) for part in parts[1:]]
+    found = []
+    for name, part in named:
+        if "no time left" in part.splitlines()[0]:
+            found.append(f"part {name}: not run (no time left in the stage)")
+            continue
+        if re.search(r"^=+ .* in [\d.]+s(?: \(.*\))? =+$", part, re.M):
+            continue
+        collected = re.search(r"collected (\d+) items?(?: / (\d+) deselected)?", part)
+        selected = int(collected.group(1)) - int(collected.group(2) or 0) if collected else None
+        ran = len(_OUTCOME.findall(part))
+        found.append(f"part {name or 'tests'}: cut off before pytest's summary, {ran} of "
+                     f"{selected if selected is not None else '?'} selected tests ran")
+    return found
 
 
 def report(results: Path) -> str:
     environment = results / "environment.txt"
     lines = [f"# issue 23's goals from {results}", ""]
     if environment.is_file():
-        lines += ["```", environment.read_text(encoding="utf-8").strip(), "```", ""]
+        lines += ["```", environment.read_text(encoding="utf-8", errors="replace").strip(), "```", ""]
+    skipped = results / "skipped_stages.txt"
+    if skipped.is_file():
+        lines += [f"Skipped for the budget: {line}" for line in skipped.read_text().splitlines() if line] + [""]
     lines += goals_table(results) + recipe_mfus(results) + bench_tables(results) + finetune_table(results) \
         + tests_outcome(results)
     return "\n".join(lines) + "\n"

@@ -11,25 +11,31 @@
 #     bash benchmarks/gpu_prepare.sh        # ~1 minute; then run(..., carry=[".whl", ".gpu_inputs"])
 #
 # Versions are this machine's .venv's where it has the package, so the GPU run imports what the
-# tests here ran; deepspeed and seqeval ship no wheel and are built here (pure Python).
+# tests here ran, and PINS' otherwise (the kernel libraries, not installed here: run C's versions); deepspeed
+# and seqeval ship no wheel and are built here (pure Python). .whl/ is emptied first: two versions of one
+# package there make pip refuse the whole install on the GPU machine.
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$REPO"
 PY="${PYTHON:-.venv/bin/python}"
 grep -qx '/.whl/' .git/info/exclude 2> /dev/null || echo /.whl/ >> .git/info/exclude
 mkdir -p .whl
+rm -f .whl/*.whl
 
 version() {  # the .venv's version of a package, or nothing
   "$PY" -m pip show "$1" 2> /dev/null | sed -n 's/^Version: //p'
 }
-pinned() {  # NAME==VERSION where the venv has it, else NAME
-  local v; v="$(version "$1")"; echo "$1${v:+==$v}"
+declare -A PINS=([torchao]=0.18.0 [liger-kernel]=0.8.5)  # torchao 0.18's extensions need torch >= 2.11
+pinned() {  # NAME==VERSION where the venv has it, else its pin, else NAME
+  local v; v="$(version "$1")"; v="${v:-${PINS[$1]:-}}"; echo "$1${v:+==$v}"
 }
 
 PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64
            --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
 # Python 3.12 is the GPU image's (KINDS.md); binary wheels only, no dependencies (each is named).
-BINARY=(datasets pydantic pydantic_core annotated-types typing-inspection hjson dill multiprocess torchao liger-kernel)
+# typing-extensions: pydantic_core imports typing_extensions.Sentinel (4.14+), newer than some images carry.
+BINARY=(datasets pydantic pydantic_core annotated-types typing-inspection typing-extensions hjson dill multiprocess
+        torchao liger-kernel)
 for name in "${BINARY[@]}"; do
   "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     "${PLATFORMS[@]}" -d .whl "$(pinned "$name")"

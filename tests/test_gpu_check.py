@@ -5,6 +5,7 @@ and the comparison reads a run's metrics.jsonl and a bench's JSON as they are wr
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ def test_the_gpu_script_parses_and_runs_every_stage_by_default():
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     text = script.read_text()
     default = text.split('STAGES="${STAGES:-', 1)[1].split("}", 1)[0].split()
-    assert default == ["bert", "tests", "launch", "fp8", "families", "finetune", "bert512", "autotune", "graphs",
+    assert default == ["bert", "launch", "tests", "fp8", "families", "finetune", "bert512", "autotune", "graphs",
                        "blocks", "batch512", "whole", "fp8large"]
     # run in the order of value (a lease cut short keeps the first ones)
     assert [text.index(f"if stage {stage}") for stage in default] == sorted(text.index(f"if stage {stage}")
@@ -93,3 +94,28 @@ def test_the_runs_allocator_counts_over_the_timed_steps(tmp_path):
     plain = launch_vs_bench.main([str(_metrics(tmp_path / "plain.jsonl", [(900.0, 1.0)] * 3)),
                                   str(tmp_path / "bench.json"), "--skip", "1"])
     assert "cuda_alloc_retries_in_window" not in plain["run"]  # a CPU run logs no allocator counts
+
+
+def test_a_stage_the_budget_cannot_hold_is_skipped_and_named(tmp_path):
+    """BUDGET bounds the whole script (the lease's per-call limit): a stage with under 30 s of it left is skipped,
+    named in skipped_stages.txt and in goals.md, and the report is still written."""
+    env = {**os.environ, "SMOKE": "1", "PYTHON": sys.executable, "BUDGET": "25", "RESULTS": str(tmp_path),
+           "STAGES": "tests launch"}
+    done = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_check.sh")], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [line.split(" skipped")[0] for line in (tmp_path / "skipped_stages.txt").read_text().splitlines()] == [
+        "== launch", "== tests"]  # the script's order, not STAGES'
+    goals = (tmp_path / "goals.md").read_text()
+    assert "launch_vs_bench.json missing: stage launch was skipped, too little of the budget left" in goals
+    assert "stages: tests launch (budget 25 s)" in (tmp_path / "environment.txt").read_text()
+
+
+def test_a_launch_on_a_fresh_machine_without_the_bench_row_keeps_its_pace(tmp_path):
+    """QA: a second call on a fresh machine had no /tmp/gpu_check/bert128.json; the comparison crashed and the
+    100 steps' pace was lost."""
+    metrics = _metrics(tmp_path / "metrics.jsonl", [(100.0, 1.0)] * 4)
+    result = launch_vs_bench.main([str(metrics), str(tmp_path / "absent.json"), "--skip", "1",
+                                   "--out", str(tmp_path / "out.json")])
+    assert result["ratio"] is None and result["bench"] is None and result["run"]["tokens_per_s"] == 100.0
+    assert "absent.json missing" in json.loads((tmp_path / "out.json").read_text())["why"]

@@ -184,3 +184,40 @@ def test_a_missed_figure_never_prints_as_its_threshold(gpu_goals):
     assert gpu_goals.shown(0.949861, "×", 0.95) == "×0.9499"
     assert gpu_goals.shown(32.94, "%", 40.0) == "32.9%" and gpu_goals.shown(1.26, "×", 1.5) == "×1.260"
     assert gpu_goals.shown(40.04, "%", 40.0) == "40.0%"  # met: the usual digits
+
+
+def test_a_stage_cut_by_its_timeout_or_skipped_for_the_budget_says_so(gpu_goals, tmp_path):
+    """QA: a stage cut before its JSON read "missing (stage not run)", and a pytest part cut off read like a
+    complete run."""
+    partial = bench("bert", row("ours [varlen, compiled by layer]", "ours", 598_482.0, mfu=0.329),
+                    complete=False, cut_off="while measuring the systems")
+    write(tmp_path, "bert128.json", partial)
+    write(tmp_path, "fp8.log", "bench_gpu: measuring ...\n")  # the fp8 stage ran, cut before its first row
+    write(tmp_path, "skipped_stages.txt", "== families skipped: 12 s of the budget left\n")
+    write(tmp_path, "gpu_tests.log",
+          "-- part kernels (200 s)\ncollected 30 items / 4 deselected\n"
+          "tests/test_gpu.py::test_a[varlen] PASSED\ntests/test_gpu.py::test_b FAILED\n"
+          "-- part numerics: no time left\n")
+    table = verdicts(gpu_goals, tmp_path)
+    assert table["seq 128: MFU ≥ 40%"][2].endswith("cut off while measuring the systems: later rows missing")
+    assert table["FP8: ×1.3 of our bf16 step"][2] == ("fp8.json missing: the stage ran (fp8.log) but was cut before "
+                                                      "it saved a result")
+    assert table["ALBERT: ×1.3 of its transformers class compiled"][2] == (
+        "albert.json missing: stage families was skipped, too little of the budget left")
+    assert table["seq 512: MFU ≥ 40%"][2] == "bert512.json missing (stage not run)"
+    text = gpu_goals.report(tmp_path)
+    assert "Skipped for the budget: == families skipped: 12 s of the budget left" in text
+    assert "- part kernels: cut off before pytest's summary, 2 of 26 selected tests ran" in text
+    assert "- part numerics: not run (no time left in the stage)" in text and "- FAILED: `tests/test_gpu.py::test_b`" in text
+
+
+def test_a_log_cut_inside_a_character_still_reads(gpu_goals, tmp_path):
+    (tmp_path / "gpu_tests.log").write_bytes("tests/test_gpu.py::test_a PASSED\nend \u00d7".encode()[:-1])
+    assert "`gpu` tests: 1 passed" in gpu_goals.report(tmp_path)
+
+
+def test_a_launch_without_its_bench_row_keeps_its_pace(gpu_goals, tmp_path):
+    write(tmp_path, "launch_vs_bench.json", {"run": {"steps": 7, "first_step": 31, "tokens_per_s": 530_000.0},
+                                             "bench": None, "ratio": None, "why": "bert128.json missing: ..."})
+    measured, verdict, source = verdicts(gpu_goals, tmp_path)["launch/pretrain.py ≥ 95% of the bench"]
+    assert verdict == "not measured" and source.startswith("launch ran at 530,000 tok/s; bert128.json missing")
