@@ -52,6 +52,8 @@ class CheckedModel:
     resize_to: int | None = None  # resize the embeddings to this many rows before training
     notes: list[str] = field(default_factory=list)
     family: CheckpointFamily = field(default_factory=lambda: checkpoint_family(None))
+    #: the longest input its position embeddings take, and how that was read (None: no absolute positions)
+    positions: tuple[int, str] | None = None
 
     def record(self) -> dict[str, Any]:
         """What ``run.json`` keeps of the check (the family under its record key ``model_family``)."""
@@ -72,10 +74,34 @@ def check_model(path: str | Path, *, resize_embeddings: bool = False) -> Checked
     _check_weights(directory, rows)
     tokenizer = _load_tokenizer(directory, family)
     notes += prepare_tokenizer(tokenizer, family)
-    checked = CheckedModel(directory, tokenizer, rows, len(tokenizer), notes=notes, family=family)
+    checked = CheckedModel(directory, tokenizer, rows, len(tokenizer), notes=notes, family=family,
+                           positions=usable_positions(config, family))
     _check_special_tokens(tokenizer, directory, family)
     _match_vocabulary(checked, resize_embeddings)
     return checked
+
+
+def usable_positions(config: dict[str, Any], family: CheckpointFamily) -> tuple[int, str] | None:
+    """The longest input the checkpoint's position embeddings take, with how it was read; None where the config
+    names none or the model adds no absolute positions (DeBERTa-v2's relative attention)."""
+    table = config.get("max_position_embeddings", config.get("n_positions"))
+    if not isinstance(table, int) or config.get("position_biased_input") is False:
+        return None
+    pad = config.get("pad_token_id")
+    if family.positions_after_padding and isinstance(pad, int):
+        return table - pad - 1, f"max_position_embeddings {table}, less the padding id {pad} + 1 (RoBERTa's positions)"
+    return table, f"max_position_embeddings {table}"
+
+
+def check_input_length(max_length: int, explicit: bool, checked: CheckedModel) -> None:
+    """Refuse inputs longer than the checkpoint's positions before any training (QA: --max-length 514 on a RoBERTa
+    export, whose 514 positions take 512 tokens, ended in an index error inside transformers)."""
+    if checked.positions is None or max_length <= checked.positions[0]:
+        return
+    limit, how = checked.positions
+    what = f"--max-length {max_length}" if explicit else f"this dataset's default max_length {max_length}"
+    raise InputError(f"{what} is longer than the {checked.directory} checkpoint takes: {limit} tokens ({how}); "
+                     f"pass --max-length {limit} or less")
 
 
 # ------------------------------------------------------------------------------ the directory

@@ -78,6 +78,8 @@ class CheckpointFamily:
     eos_after_segments: bool = False
     #: where the sequence representation is read: the first token ([CLS]) or the last real one
     sequence_token: SequenceToken = "first"
+    #: position ids count from the padding id + 1 (RoBERTa's): max_position_embeddings - pad - 1 are usable
+    positions_after_padding: bool = False
     #: special tokens the inputs need, after :func:`prepare_tokenizer`
     special_tokens: tuple[str, ...] = ("cls", "sep", "pad", "unk")
     #: checkpoint classes (config.architectures) that are not this family's encoder, with what to use
@@ -98,7 +100,7 @@ GENERIC = CheckpointFamily("generic")
 
 CHECKPOINT_FAMILIES: Mapping[str, CheckpointFamily] = MappingProxyType({family.name: family for family in (
     CheckpointFamily("bert", ("bert",), prepared_mask=True),
-    CheckpointFamily("roberta", ("roberta",), prefix_space=True, prepared_mask=True),
+    CheckpointFamily("roberta", ("roberta",), prefix_space=True, prepared_mask=True, positions_after_padding=True),
     CheckpointFamily("albert", ("albert",), prepared_mask=True),
     CheckpointFamily("electra", ("electra",), prepared_mask=True, not_encoders=MappingProxyType({
         "ElectraForMaskedLM": "an ELECTRA generator; fine-tune the discriminator (ElectraForPreTraining) instead"})),

@@ -43,7 +43,7 @@ from biomed_lm.finetune.adapters import TaskAdapter, adapter_for
 from biomed_lm.finetune.adapters.tagging import word_windows
 from biomed_lm.finetune.blurb import DEV, QA_MAX_LENGTH, TEST, TRAIN, TaskType, default_max_length
 from biomed_lm.finetune.metrics import DEFAULT_NER_F1_MODE, NerF1Mode, compute_metric
-from biomed_lm.finetune.model_check import CheckedModel, check_model
+from biomed_lm.finetune.model_check import CheckedModel, check_input_length, check_model
 from biomed_lm.finetune.modeling import Representation, TaggingLayer, load_encoder
 from biomed_lm.finetune.readers import (GENERIC_FORMATS, RARE_LABEL_COUNT, BlurbDataset, expected_split_file,
                                         load_blurb_dataset, load_generic_dataset)
@@ -597,6 +597,7 @@ def _prepare_data(args: FinetuneArgs, log) -> _Data:
     for warning in dataset.warnings:
         log(f"warning: {warning}")
     checked = check_model(args.model, resize_embeddings=args.resize_embeddings)
+    check_input_length(args.effective_max_length(), args.max_length is not None, checked)
     for note in checked.notes:
         log(note)
     generator = _seed_everything(args.seed)

@@ -441,3 +441,24 @@ def test_paper001_sweep_config_names_the_tested_architectures_and_records_time_a
     assert record["model_check"]["model_family"] == "gpt2"
     assert 0 < record["train_time_s"] <= record["wall_time_s"]
     assert record["memory"]["peak_rss_bytes"] > 0 and record["memory"]["peak_rss_scope"] == "run"
+
+
+def test_inputs_longer_than_the_checkpoints_positions_are_refused_before_training(checkpoints, tmp_path):
+    """QA: --max-length 514 on a RoBERTa export (514 positions, 512 usable after the padding id) ended in an index
+    error inside transformers; the limit is now named, with how it was read."""
+    from biomed_lm.finetune.model_check import check_input_length, check_model, usable_positions
+
+    roberta = check_model(checkpoints("roberta"))
+    limit, how = roberta.positions
+    config = json.loads((roberta.directory / "config.json").read_text())
+    assert limit == config["max_position_embeddings"] - config["pad_token_id"] - 1 and "RoBERTa's positions" in how
+    check_input_length(limit, True, roberta)
+    with pytest.raises(InputError, match=rf"--max-length {limit + 2} is longer than .* takes: {limit} tokens "
+                                         rf"\(max_position_embeddings {limit + 2}, less the padding id 1 \+ 1"):
+        check_input_length(limit + 2, True, roberta)
+    with pytest.raises(InputError,
+                       match=rf"this dataset's default max_length {limit + 1} .*--max-length {limit} or less"):
+        check_input_length(limit + 1, False, roberta)
+    bert = check_model(checkpoints("bert"))
+    assert bert.positions[0] == json.loads((bert.directory / "config.json").read_text())["max_position_embeddings"]
+    assert usable_positions({"max_position_embeddings": 512, "position_biased_input": False}, bert.family) is None
