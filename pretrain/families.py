@@ -289,6 +289,7 @@ class ModelFamily:
             self._export_with_pair_head_beside(model, path)
         tokenizer.save_pretrained(str(path))
         _copy_vocabulary_files(tokenizer, path)
+        _prefix_space_as_trained(path)
 
     def _export_with_pair_head_beside(self, model: nn.Module, path: Path) -> None:
         from safetensors.torch import save_file
@@ -421,12 +422,37 @@ def resolve_pair_objective(family: ModelFamily, metadata: Mapping[str, Any], tra
 
 
 def _copy_vocabulary_files(tokenizer, path: Path) -> None:
-    """The vocabulary folder's SentencePiece model and card, which a fast tokenizer's ``save_pretrained`` leaves
-    out (QA: an ALBERT export had neither): the slow ``AlbertTokenizer`` and ``sentencepiece`` need the model,
-    and the card says how the vocabulary was built."""
+    """The vocabulary folder's own files that a fast tokenizer's ``save_pretrained`` leaves out (QA: an ALBERT
+    export had no ``spiece.model``, a RoBERTa one no ``vocab.json``/``merges.txt``): slow tokenizers,
+    ``sentencepiece`` and fairseq need them; the card says how the vocabulary was built. A file the save
+    wrote is kept."""
     from biomed_lm.tokenization.tokenizer_io import SENTENCEPIECE_MODEL_FILE, VOCAB_CARD
 
     source = Path(getattr(tokenizer, "name_or_path", "") or "")
-    for name in (SENTENCEPIECE_MODEL_FILE, VOCAB_CARD):
-        if source.is_dir() and (source / name).is_file() and (source / name).resolve() != (path / name).resolve():
+    if not source.is_dir() or source.resolve() == path.resolve():
+        return
+    for name in (SENTENCEPIECE_MODEL_FILE, "vocab.txt", "vocab.json", "merges.txt", VOCAB_CARD):
+        if (source / name).is_file() and not (path / name).exists():
             shutil.copyfile(source / name, path / name)
+
+
+def _prefix_space_as_trained(path: Path) -> None:
+    """A byte-level BPE export tokenizes a text's first word with its ``Ġ``, as every instance gave it to the model
+    (:func:`pretrain.instance_builder.pipeline_tokenizer`: each sentence is tokenized as running text). Saved as
+    the vocabulary was (RoBERTa's ``add_prefix_space: false``), transformers users fed the first word of every
+    input in a form pretraining never showed (QA)."""
+    from tokenizers import Tokenizer
+
+    from biomed_lm.tokenization.tokenizer_io import with_prefix_space
+
+    tokenizer_file, config_file = path / "tokenizer.json", path / "tokenizer_config.json"
+    if not tokenizer_file.is_file():
+        return
+    backend = Tokenizer.from_file(str(tokenizer_file))
+    if not with_prefix_space(backend):
+        return
+    backend.save(str(tokenizer_file))
+    if config_file.is_file():
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        config["add_prefix_space"] = True
+        config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -367,6 +367,33 @@ def test_an_albert_export_carries_the_sentencepiece_model_and_the_card(tmp_path)
     assert model_file.encode(prepared) == tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
+def test_a_roberta_export_tokenizes_the_first_word_as_pretraining_did_and_carries_its_bpe_files(tmp_path):
+    """QA: instances give every sentence's first word its Ġ (each sentence is tokenized as running text), but the
+    export said add_prefix_space false, so transformers users fed first words in a form the model never saw; and
+    vocab.json/merges.txt (fairseq, slow tokenizers) were left out."""
+    from transformers import AutoTokenizer, RobertaConfig, RobertaForMaskedLM
+
+    from biomed_lm.pretrain.instance_builder import pipeline_tokenizer
+    from biomed_lm.tokenization.vocab import VocabConfig, build_vocab
+
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample" / "sywada_PubMedAbstract_1MB.txt"
+    vocab = build_vocab([sample], tmp_path / "vocab", VocabConfig(vocab_size=600, format="bytelevel-bpe",
+                                                                   cased=True)).output_dir
+    tokenizer = AutoTokenizer.from_pretrained(vocab)
+    model = RobertaForMaskedLM(RobertaConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1,
+                                             num_attention_heads=2, intermediate_size=32, pad_token_id=1))
+    family_of(model.config).export(model, tokenizer, tmp_path / "export")
+    text = "Naloxone reverses opioid overdose."
+    trained = pipeline_tokenizer(tokenizer).encode(text, add_special_tokens=False).tokens
+    exported = AutoTokenizer.from_pretrained(tmp_path / "export")
+    assert exported.convert_ids_to_tokens(exported(text, add_special_tokens=False)["input_ids"]) == trained
+    assert trained[0].startswith("\u0120")
+    config = json.loads((tmp_path / "export" / "tokenizer_config.json").read_text())
+    assert config["add_prefix_space"] is True
+    for name in ("vocab.json", "merges.txt", "vocab_card.json"):
+        assert (tmp_path / "export" / name).read_bytes() == (vocab / name).read_bytes()
+
+
 def test_albert_continual_from_a_saved_albert(tiny_albert, wordpiece, tmp_path):
     from transformers import AlbertForPreTraining
 
