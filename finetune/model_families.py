@@ -26,7 +26,11 @@ gpt2        byte-level BPE   never               EOS (none)     yes           la
   (its forward would embed 0/1 types with the *word* embeddings).
 * **prefix space**: byte-level BPE marks a word start by the space before it ("Ġword"). NER and
   PICO tokenize pre-split words one by one, so the tokenizer is loaded with
-  ``add_prefix_space=True`` and each word is tokenized as it is inside running text.
+  ``add_prefix_space=True`` and each word is tokenized as it is inside running text. The setting is
+  the tokenizer's, so it holds for every task: a sentence's or a question's first word gets its ``Ġ``
+  too. That is how this toolkit's pretraining gave every sentence to the model (its exports say
+  ``add_prefix_space: true``); a checkpoint pretrained without it (roberta-base: no ``Ġ`` at a text's
+  start) sees one first word per input in a form it met only mid-text.
 * **GPT-2** is a left-to-right decoder used as an encoder. Its tokenizer has no pad token, no
   [CLS] and no [SEP]: the pad token is set to EOS (padding is then told apart by the attention
   mask, never by the id) and the tokenizer appends EOS to every segment (``text <eos>``, a pair as
@@ -70,7 +74,7 @@ class CheckpointFamily:
     model_types: tuple[str, ...] = ()
     #: the encoder has segment embeddings fed by token_type_ids (see :meth:`takes_token_type_ids`)
     segment_embeddings: bool = True
-    #: byte-level BPE: load the tokenizer with add_prefix_space=True (pre-split words of NER/PICO)
+    #: byte-level BPE: load the tokenizer with add_prefix_space=True (pre-split words of NER/PICO; every task)
     prefix_space: bool = False
     #: the tokenizer ships no pad token: pad with EOS (the attention mask marks padding)
     pad_from_eos: bool = False
