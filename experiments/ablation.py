@@ -453,14 +453,29 @@ def _check_general_checkpoint(config: AblationConfig, variants: Sequence[Variant
     if not (uses_vocabulary or uses_weights):
         return
     path = Path(_general_dir(config))
-    needed = (["config.json"] if uses_weights else []) + ([] if any(
-        (path / name).is_file() for name in _TOKENIZER_FILES) else [" or ".join(_TOKENIZER_FILES)])
+    needed = (["config.json"] if uses_weights and not (path / "config.json").is_file() else []) + (
+        [] if any((path / name).is_file() for name in _TOKENIZER_FILES) else [" or ".join(_TOKENIZER_FILES)])
     missing = ("does not exist" if not path.exists() else "is not a folder" if not path.is_dir()
                else f"has no {', '.join(needed)}" if needed else "")
     if missing:
         raise ConfigError(f"continual_from: {path} {missing}: the general-domain checkpoint these variants start from "
                           f"(its {'weights' if uses_weights else 'vocabulary'}); set continual_from (--continual_from "
                           "for a recipe) to a transformers checkpoint folder")
+
+
+def _check_batches(budget: PretrainBudget, source: str) -> None:
+    """Each phase's global batch divides into its micro-batches on the ranks the hostfile (or num_gpus) gives: the
+    pretraining step refuses it otherwise, after the corpus, vocabulary and instances (QA: 8,192 sequences over a
+    hostfile of 64 GPUs at 256 a micro-batch)."""
+    ranks = budget.ranks
+    for number, phase in enumerate(budget.phases(), start=1):
+        total = phase.global_batch_size
+        if total and total % (phase.micro_batch_size * ranks):
+            fits = [m for m in range(phase.micro_batch_size, 0, -1) if total % (m * ranks) == 0][:1]
+            hint = f"micro_batch_size {fits[0]} would" if fits else f"no micro-batch divides it on {ranks} ranks"
+            raise ConfigError(f"{source or 'the ablation config'}: pretrain phase {number}: global_batch_size {total} "
+                              f"does not divide into micro-batches of {phase.micro_batch_size} on {ranks} rank(s) "
+                              f"({budget.hostfile or f'num_gpus {budget.num_gpus}'}); {hint}")
 
 
 #: A checkpoint folder's tokenizer, in any of the forms AutoTokenizer reads.
@@ -538,7 +553,8 @@ def _pretrain_command(config: AblationConfig, variant: Variant, phase: PretrainP
         # phase 1 without its phase 2, as --tiny runs it): its steps would all fall in the warm-up (lr ~ 0).
         flags += ["--schedule_total_steps", str(total)]
     if variant.factors["initialization"] == "scratch":  # every phase: the architecture must match
-        flags += ["--init", "scratch", "--model", budget.model]
+        # no init_checkpoint, whatever the YAML names for its continual runs (configs/pretrain/bioalbert.yaml)
+        flags += ["--init", "scratch", "--init_checkpoint", "", "--model", budget.model]
     else:
         flags += ["--init", variant.factors["initialization"], "--init_checkpoint", _general_dir(config)]
     if previous is not None:
@@ -667,7 +683,8 @@ def run_ablation(config: AblationConfig, log: Callable[[str], None] = print, rep
         f"({' then '.join(f'{p.max_steps} steps' for p in phases)})")
 
     # Shared inputs: corpora, in-domain vocabularies, pretraining instances.
-    _check_general_checkpoint(config, variants)  # before hours of corpus preparation
+    _check_batches(config.pretrain, config.source)  # both before hours of corpus preparation
+    _check_general_checkpoint(config, variants)
     _prepare_corpora(config, variants, paths, log)
     tokenizers = _build_vocabularies(config, variants, paths, log)
     _create_instances(config, variants, tokenizers, phases, paths, log)
@@ -795,8 +812,9 @@ def _create_instances(config: AblationConfig, variants: Sequence[Variant], token
         for number, phase in enumerate(phases, start=1):
             out = paths.data(vocabulary, corpus, number, link)
             # With two phases the tokenized corpus is kept (fingerprinted by corpus and tokenizer)
-            # so that phase 2 reuses phase 1's tokenization.
-            cache = ["--tokenized_cache", str(paths.root / "data" / "tokenized")] if len(phases) > 1 else []
+            # so that phase 2 reuses phase 1's tokenization; with one, none is kept (a data config's own
+            # cache folder is relative to where the command runs, outside output_dir: QA).
+            cache = ["--tokenized_cache", str(paths.root / "data" / "tokenized") if len(phases) > 1 else ""]
             pairs = ["--pair_task", "drp"] if link == "on" else []
             source = (["--config", str(_mixture_data_config(config, corpus, phase, paths, out))]
                       if corpus in config.mixtures else

@@ -4,6 +4,7 @@ pretraining -> export -> ``from_pretrained`` -> one BLURB fine-tune, through the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -193,3 +194,20 @@ def test_the_readme_table_is_the_recipes_own():
     table = recipe_table()
     assert len(table.splitlines()) == 2 + len(recipe_names())
     assert table in (REPO / "README.md").read_text(encoding="utf-8"), "README: paste `launch/recipe.py --table`"
+
+
+def test_a_global_batch_the_ranks_cannot_split_is_refused_before_the_corpus(tmp_path):
+    """QA: the pubmedbert recipe's micro-batch of 256 with a hostfile of 8 nodes × 8 GPUs (8,192 / 64 = 128 a GPU)
+    was refused by the pretraining step, after the corpus, vocabulary and instances."""
+    from biomed_lm.experiments.ablation import run_ablation
+
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("".join(f"node{i} slots=8\n" for i in range(8)))
+    recipe = load_recipe("pubmedbert", output_dir=str(tmp_path / "run"))
+    budget = dataclasses.replace(recipe.ablation.pretrain, hostfile=str(hostfile), micro_batch_size=256)
+    ablation = dataclasses.replace(recipe.ablation, pretrain=budget)
+    with pytest.raises(ConfigError, match=r"pretrain phase 1: global_batch_size 8192 does not divide into "
+                                          r"micro-batches of 256 on 64 rank\(s\) .*; micro_batch_size 128 would"):
+        run_ablation(ablation, log=lambda line: None, report=False)
+    assert not (tmp_path / "run" / "corpus").exists()
+    assert recipe.ablation.pretrain.micro_batch_size == 128  # as shipped: 8 to 64 GPUs
