@@ -66,9 +66,17 @@ set -uo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 RESULTS="${RESULTS:-/tmp/gpu_check}"; mkdir -p "$RESULTS"
 PY="${PYTHON:-python3}"
-STAGES="${STAGES:-bert launch tests fp8 families finetune bert512 autotune graphs blocks batch512 whole fp8large}"
+ALL="bert launch tests expandable fp8 families finetune bert512 autotune graphs blocks batch512 whole fp8large"
+STAGES="${STAGES:-$ALL}"
 INPUTS="$REPO/.gpu_inputs"
 cd "$REPO"
+for name in BUDGET RESERVE; do  # bash counts in whole seconds: "183.4" would make every stage's timeout 1 s
+  value="${!name:-}"; value="${value%%.*}"
+  [[ -z "$value" || "$value" =~ ^[0-9]+$ ]] || { echo "gpu_check: $name must be seconds, not ${!name}" >&2; exit 2; }
+  [ -n "$value" ] && printf -v "$name" '%s' "$value"
+done
+# What an earlier run left in $RESULTS is not this run's (a stage cut before its first save would read as run).
+rm -f "$RESULTS"/*.json "$RESULTS"/*.log "$RESULTS"/*.txt "$RESULTS"/*.jsonl "$RESULTS"/goals.md
 
 START=$SECONDS
 left() { echo $(( ${BUDGET:-999999} - (SECONDS - START) - ${RESERVE:-20} )); }  # seconds the stages may still use
@@ -136,7 +144,8 @@ pretrain() {  # pretrain NAME ROW STEPS SKIP ARGS...
 'transformers', transformers.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
   git -C "$REPO" log -1 --format='commit %h %s' 2> /dev/null | cut -c1-100
   echo "stages: $STAGES${BUDGET:+ (budget $BUDGET s)}"
-  "$PY" - << 'EOF' 2>&1 | grep -v "^\[" # the carried packages import, with the versions the stages run
+  # the carried packages import, with the versions the stages run (their import-time warnings left out)
+  "$PY" -W ignore - << 'EOF' 2>&1 | grep -v -E "^\[|^W[0-9]{4} |Warning"
 import importlib, importlib.metadata as metadata
 for module, package in (("datasets", "datasets"), ("deepspeed", "deepspeed"), ("seqeval", "seqeval"),
                         ("torchao", "torchao"), ("liger_kernel", "liger-kernel"), ("pyarrow", "pyarrow"),
@@ -154,15 +163,14 @@ if stage bert; then  # each of ours with the residual stream in fp32 and in bf16
   bench bert128 "${BERT_TIMEOUT:-360}" --seq-lengths 128 --batch 256 --kernels sdpa_padded varlen \
     --residual-stream fp32 half --bucket-tokens 256 --profile --convergence-steps 300 "${REAL[@]}"
 fi
-if stage launch && [ -d "$INPUTS/instances128" ]; then  # steps 21-25 profiled (launch_profile.txt), 31-100 timed
+no_instances() {  # a launch stage without gpu_prepare.sh's instances: named, not silent
+  [ -d "$INPUTS/instances128" ] && return 1
+  echo "== $1 skipped: no $INPUTS/instances128 (run benchmarks/gpu_prepare.sh and carry .gpu_inputs)" \
+    | tee -a "$RESULTS/skipped_stages.txt"
+}
+if stage launch && ! no_instances launch; then  # steps 21-25 profiled (launch_profile.txt), 31-100 timed
   pretrain launch "$COMPILED" 100 30 --profile-steps 5 --profile-after 20
   cp /tmp/launch/profile.txt "$RESULTS/launch_profile.txt" 2> /dev/null && head -14 "$RESULTS/launch_profile.txt"
-  # the allocator retried inside the timed steps (a synchronize and cudaFree each): once more with expandable
-  # segments, which map more memory into a segment instead of freeing the cache (launch_expandable_vs_bench.json)
-  if (( $(left) > 60 )) && "$PY" -c "import json, sys; run = json.load(open(sys.argv[1]))['run']
-sys.exit(0 if run.get('cuda_alloc_retries_in_window', 0) > 0 else 1)" "$RESULTS/launch_vs_bench.json" 2> /dev/null; then
-    (export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; pretrain launch_expandable "$COMPILED" 100 30)
-  fi
 fi
 if stage tests; then
   # Three parts, in order of value, each a pytest run within what is left of the stage's limit: the kernels,
@@ -186,6 +194,17 @@ if stage tests; then
   gpu_tests numerics -k "not deepspeed_fused_adam" tests/test_optim.py tests/test_pretrain_numerics.py \
     tests/test_fp8.py tests/test_mlm_loss.py
   gpu_tests graphs -k "cuda_graphs" tests/test_gpu.py
+fi
+
+# Where the allocator retried inside the launch's timed steps (a synchronize and cudaFree each): once more with
+# expandable segments, which map more memory into a segment instead of freeing the cache
+# (launch_expandable_vs_bench.json). After the tests: a second opinion on the launch is worth less than they are.
+retried() {  # whether launch/pretrain.py's timed steps saw the CUDA allocator retry (launch_vs_bench.json)
+  "$PY" -c "import json, sys; run = json.load(open(sys.argv[1]))['run']
+sys.exit(0 if run.get('cuda_alloc_retries_in_window', 0) > 0 else 1)" "$RESULTS/launch_vs_bench.json" 2> /dev/null
+}
+if stage expandable && ! no_instances expandable && retried; then
+  (export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; pretrain launch_expandable "$COMPILED" 100 30)
 fi
 
 if stage fp8; then
@@ -217,7 +236,7 @@ if stage autotune; then  # inductor's GEMM templates timed against cuBLAS, kept 
     --compile-mode default max-autotune-no-cudagraphs --bucket-tokens 256 --no-baselines --profile "${REAL[@]}"
 fi
 
-if stage graphs && [ -d "$INPUTS/instances128" ]; then  # ours as CUDA graphs, then the launch against it
+if stage graphs && ! no_instances graphs; then  # ours as CUDA graphs, then the launch against it
   TORCH_LOGS=cudagraphs bench graphs128 "${GRAPHS_TIMEOUT:-150}" --seq-lengths 128 --batch 256 --kernels sdpa_padded \
     --compile-mode reduce-overhead --bucket-tokens 256 --no-baselines "${REAL[@]}" > /dev/null  # the log: graphs128.log
   grep -A 2 "^system" "$RESULTS/graphs128.log"

@@ -86,8 +86,11 @@ def skipped_stages(results: Path) -> list[str]:
 
 def cut_note(report: dict) -> str:
     """The note on a result saved part-way (its stage's timeout cut it), "" for a complete one."""
-    return f"; cut off {report.get('cut_off', 'part-way')}: later rows missing" if report.get("complete") is False \
-        else ""
+    if report.get("complete") is not False:
+        return ""
+    where = report.get("cut_off", "part-way")
+    lost = {"while measuring the systems": "later rows missing", "in the convergence runs": "no convergence result"}
+    return f"; cut off {where}: {lost.get(where, 'later results missing')}"
 
 
 def gpu_result(results: Path, name: str) -> tuple[dict | None, str | None]:
@@ -156,8 +159,8 @@ def fp8_speedup(results: Path) -> Reading:
         return None, why
     row = fastest_ours(report, "fp8")
     if row is None or row.get("ratio_vs_our_bf16") is None:
-        return None, f"fp8.json: no fp8 row beside a bf16 one{failures(report)}"
-    return row["ratio_vs_our_bf16"], f"{row['system']}, {row['tokens_per_s']:,.0f} tok/s (fp8.json)"
+        return None, f"fp8.json: no fp8 row beside a bf16 one{failures(report)}{cut_note(report)}"
+    return row["ratio_vs_our_bf16"], f"{row['system']}, {row['tokens_per_s']:,.0f} tok/s (fp8.json){cut_note(report)}"
 
 
 def convergence_check(name: str, part: str | None = None) -> Callable[[Path], Reading]:
@@ -193,9 +196,12 @@ def launch_pace(results: Path) -> Reading:
     expandable = load(results, "launch_expandable_vs_bench.json")  # the rerun where the allocator retried
     rerun = ("" if expandable is None else
              f"; with expandable segments ×{expandable['ratio']:.3f} (launch_expandable_vs_bench.json)")
+    source = report.get("bench_file", "")
+    against = "" if not source or Path(source).parent == results or Path(source).name != "bert128.json" else (
+        f", a bench row of an earlier call ({source})")
     return report["ratio"], (f"{run['tokens_per_s']:,.0f} tok/s over {run['steps']} logged steps from step "
-                             f"{run['first_step']} vs {bench['tokens_per_s']:,.0f}{retries} (launch_vs_bench.json)"
-                             f"{rerun}")
+                             f"{run['first_step']} vs {bench['tokens_per_s']:,.0f}{against}{retries} "
+                             f"(launch_vs_bench.json){rerun}")
 
 
 def finetune_figure(key: str) -> Callable[[Path], Reading]:
@@ -208,7 +214,8 @@ def finetune_figure(key: str) -> Callable[[Path], Reading]:
         tasks = report["tasks"]
         parts = [f"{name} ×{task['ratio_examples_per_s']:.2f}, test F1 {task['f1_diff_test']:+.3f}"
                  for name, task in tasks.items()]
-        return min(task[key] for task in tasks.values()), "; ".join(parts) + " (finetune.json)"
+        cut = "; cut off after these tasks: the others missing" if report.get("complete") is False else ""
+        return min(task[key] for task in tasks.values()), "; ".join(parts) + f" (finetune.json){cut}"
     return read
 
 
@@ -343,10 +350,10 @@ def unfinished_parts(text: str) -> list[str]:
     """A line per pytest run in the log that has no final summary (``== ... in 12.3s ==``): cut off."""
     parts = re.split(r"^-- part ", text, flags=re.M)
     named = [("", parts[0])] if parts[0].strip() else []
-    named += [(part.split(None, 1)[0].rstrip(":"), part) for part in parts[1:]]
+    named += [((part.split(None, 1) or ["?"])[0].rstrip(":"), part) for part in parts[1:]]
     found = []
     for name, part in named:
-        if "no time left" in part.splitlines()[0]:
+        if "no time left" in (part.splitlines() or [""])[0]:
             found.append(f"part {name}: not run (no time left in the stage)")
             continue
         if re.search(r"^=+ .* in [\d.]+s(?: \(.*\))? =+$", part, re.M):
@@ -367,8 +374,12 @@ def report(results: Path) -> str:
     skipped = results / "skipped_stages.txt"
     if skipped.is_file():
         lines += [f"Skipped for the budget: {line}" for line in skipped.read_text().splitlines() if line] + [""]
-    lines += goals_table(results) + recipe_mfus(results) + bench_tables(results) + finetune_table(results) \
-        + tests_outcome(results)
+    lines += goals_table(results)
+    for section in (recipe_mfus, bench_tables, finetune_table, tests_outcome):  # one that cannot read its files
+        try:                                                                  # costs itself, not goals.md
+            lines += section(results)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
+            lines += ["", f"{section.__name__}: unreadable: {type(error).__name__}: {error}"]
     return "\n".join(lines) + "\n"
 
 

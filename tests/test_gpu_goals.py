@@ -221,3 +221,24 @@ def test_a_launch_without_its_bench_row_keeps_its_pace(gpu_goals, tmp_path):
                                              "bench": None, "ratio": None, "why": "bert128.json missing: ..."})
     measured, verdict, source = verdicts(gpu_goals, tmp_path)["launch/pretrain.py ≥ 95% of the bench"]
     assert verdict == "not measured" and source.startswith("launch ran at 530,000 tok/s; bert128.json missing")
+
+
+def test_cut_results_say_what_they_lack_and_a_section_that_cannot_read_costs_itself(gpu_goals, tmp_path):
+    """QA (second pass): a finetune.json cut after one task was judged without a word, a cut in the convergence runs
+    said "later rows missing", and a malformed tests log lost goals.md whole."""
+    write(tmp_path, "finetune.json", {"device": "cuda", "complete": False, "tasks": {"ner": {
+        "ratio_examples_per_s": 1.3, "f1_diff_test": 0.01, "results": {}}}})
+    write(tmp_path, "bert128.json", bench("bert", row("ours [varlen, compiled by layer]", "ours", 598_482.0, mfu=0.329),
+                                          complete=False, cut_off="in the convergence runs"))
+    write(tmp_path, "launch_vs_bench.json", {
+        "run": {"steps": 7, "first_step": 31, "tokens_per_s": 560_000.0},
+        "bench": {"system": "ours [sdpa_padded", "tokens_per_s": 579_222.0}, "ratio": 0.967, "goal": 0.95,
+        "bench_file": "/repo/.gpu_inputs/bert128.json"})
+    write(tmp_path, "gpu_tests.log", "-- part \n")
+    table = verdicts(gpu_goals, tmp_path)
+    assert table["fine-tuning: ×1.2 of HF Trainer's examples/s"][2].endswith(
+        "(finetune.json); cut off after these tasks: the others missing")
+    assert table["seq 128: MFU ≥ 40%"][2].endswith("; cut off in the convergence runs: no convergence result")
+    assert ", a bench row of an earlier call (/repo/.gpu_inputs/bert128.json)" in \
+        table["launch/pretrain.py ≥ 95% of the bench"][2]
+    assert "goals" in gpu_goals.report(tmp_path)  # the odd tests log did not stop the report
