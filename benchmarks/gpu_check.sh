@@ -27,13 +27,14 @@
 #             the fastest kernel with each stream on the same batches (the bf16 stream's loss within 1%)
 #   launch    launch/pretrain.py for 100 steps on the same instances: its logged tokens/s over steps 31-100
 #             against the bench's row for the same model and shapes (launch_vs_bench.json), and the profile
-#             of its steps 21-25 (--profile-steps: launch_profile.txt) to read beside the bench's; where the
-#             CUDA allocator retried in those steps, once more with PYTORCH_CUDA_ALLOC_CONF=expandable_segments
+#             of its steps 21-25 (--profile-steps: launch_profile.txt) to read beside the bench's
 #   tests     the `gpu` tests in three parts, by value (-v --failures-at-once: a part cut off by its timeout
 #             still names what ran and why each failure failed; a test at most 150 s where pytest-timeout is
 #             installed): every CUDA kernel, their attention dropout and the forward compiled by inductor (by
 #             layer and whole) against the padded model; fused AdamW and LAMB, bf16 accumulation, fp8 against
 #             bf16, the liger MLM loss; CUDA graphs against the compiled forward
+#   expandable  where the CUDA allocator retried in the launch's timed steps: the launch once more with
+#             PYTORCH_CUDA_ALLOC_CONF=expandable_segments (launch_expandable_vs_bench.json)
 #   fp8       ours in fp8 against ours in bf16 with --profile, and 300 steps of each on the same batches
 #             (loss within 1%; the instances passed over again where 300 x 64 needs more)
 #   families  bench_gpu.py --architecture roberta and albert at seq 128, against their transformers class
