@@ -358,6 +358,7 @@ def test_qa_generic_default_max_length(tiny_bert, tmp_path, predictions):
     n = len(rows)
     record = _check_record(result, out, "qa", "accuracy", {"train": n, "dev": n, "test": n})
     assert record["hyperparameters"]["max_length"] == QA_MAX_LENGTH == 512
+    assert not {"tagging_scheme", "tagging_layer", "relation_representation"} & set(record["hyperparameters"])
     assert record["settings"]["max_length"] is None
     test = record["test"]
     assert 0.0 <= test["score"] <= 1.0 and test["n_examples"] == n
