@@ -690,7 +690,7 @@ def _prepare_corpus(config: CorpusConfig, out: Path, log: Callable[[str], None])
     remove_stale_temporary_files(work, log)  # the lock is ours: any there are a killed run's
 
     files, input_problems = _input_files(config)
-    set_aside = _set_aside(input_problems, files, log)
+    input_problems, set_aside = _set_aside(input_problems, files, log)
     identity = inputs_identity(config, files)  # before parsing: a file changed meanwhile differs from it next time
     links_file = None
     if config.links_file:  # read first: a missing or unusable links file stops the run before any parsing
@@ -716,17 +716,17 @@ def _prepare_corpus(config: CorpusConfig, out: Path, log: Callable[[str], None])
     return summary
 
 
-def _set_aside(input_problems: list[Problem], files: list[Path], log: Callable[[str], None]) -> list[dict]:
-    """The licence and documentation files a folder held beside readable ones, taken out of ``input_problems``
-    (they are expected there, not damage: the run's status stays 0) and logged; kept as problems when
-    nothing else is readable, so the refusal names them."""
+def _set_aside(input_problems: list[Problem], files: list[Path], log: Callable[[str], None]
+               ) -> tuple[list[Problem], list[dict]]:
+    """``input_problems`` without the licence and documentation files a folder held beside readable ones, and
+    those files (logged): they are expected there, not damage, so the run's status stays 0. Where nothing else
+    is readable they stay problems, so the refusal names them."""
     found = [p for p in input_problems if p.reason == "not_corpus"]
     if not files:
-        return []
-    input_problems[:] = [p for p in input_problems if p.reason != "not_corpus"]
+        return input_problems, []
     for problem in found:
         log(f"not read: {problem.describe()}")
-    return [problem.to_dict() for problem in found]
+    return [p for p in input_problems if p.reason != "not_corpus"], [problem.to_dict() for problem in found]
 
 
 def _write_json_atomically(path: Path, record: dict) -> None:

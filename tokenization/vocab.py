@@ -880,7 +880,7 @@ def build_vocab(inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLi
             (out / name).unlink(missing_ok=True)
         card = {**trained.card(), "config": asdict(config), "inputs": names, "input_files": identity,
                 "skipped_inputs": [p.describe() for p in skipped], "skipped_records": unreadable,
-                "text_field": text_field, "word_counts": _counts_card(out, counting, word_counts_from),
+                "text_field": text_field, "word_counts": _counts_card(counting, word_counts_from),
                 "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
         save_trained(trained, out, card)
     return VocabBuildResult(output_dir=out, trained=trained, skipped_records=tuple(unreadable))
@@ -942,7 +942,7 @@ def _own_counts(path: Path, key: Mapping[str, Any]) -> CountedCorpus | None:
         return None
 
 
-def _counts_card(out: Path, counting: Counting, source: str | os.PathLike | None) -> dict[str, Any] | None:
+def _counts_card(counting: Counting, source: str | os.PathLike | None) -> dict[str, Any] | None:
     if counting.reuse is None and counting.on_counted is None:
         return None  # bytelevel-bpe: counted by its trainer
     if source is not None:
