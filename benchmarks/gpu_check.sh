@@ -71,13 +71,15 @@ ALL="bert launch tests expandable fp8 families finetune bert512 autotune graphs 
 STAGES="${STAGES:-$ALL}"
 INPUTS="$REPO/.gpu_inputs"
 cd "$REPO"
-for name in BUDGET RESERVE; do  # bash counts in whole seconds: "183.4" would make every stage's timeout 1 s
-  value="${!name:-}"; value="${value%%.*}"
-  [[ -z "$value" || "$value" =~ ^[0-9]+$ ]] || { echo "gpu_check: $name must be seconds, not ${!name}" >&2; exit 2; }
-  [ -n "$value" ] && printf -v "$name" '%s' "$value"
+for name in BUDGET RESERVE; do  # bash counts in whole seconds: "183.4" made every stage's timeout 1 s
+  given="${!name:-}"; value="${given%%.*}"  # the fraction cut off: 183.9 is 183
+  [[ -z "$given" || "$value" =~ ^[0-9]+$ ]] || { echo "gpu_check: $name must be seconds, not $given" >&2; exit 2; }
+  [ -n "$given" ] && printf -v "$name" '%s' "$value"
 done
-# What an earlier run left in $RESULTS is not this run's (a stage cut before its first save would read as run).
-rm -f "$RESULTS"/*.json "$RESULTS"/*.log "$RESULTS"/*.txt "$RESULTS"/*.jsonl "$RESULTS"/goals.md
+# Each stage removes its own earlier results before it runs (a stage cut before its first save must not show an
+# earlier call's); the other stages' stay, for a second call on the same machine (its launch, its expandable).
+: > "$RESULTS/skipped_stages.txt"
+fresh() { for file in "$@"; do rm -f "$RESULTS/$file"; done; }  # fresh FILE...: this run's results only
 
 START=$SECONDS
 left() { echo $(( ${BUDGET:-999999} - (SECONDS - START) - ${RESERVE:-20} )); }  # seconds the stages may still use
@@ -116,6 +118,7 @@ if [ -n "${SMOKE:-}" ]; then
 fi
 bench() {  # bench NAME TIMEOUT ARGS...: bench_gpu.py with its log and JSON in $OUT
   local name="$1" limit="$2"; shift 2
+  fresh "$name.json" "$name.log"
   timeout -k 10 "$(within "$limit")" "$PY" benchmarks/bench_gpu.py --out "$RESULTS/$name.json" "$@" \
     "${SMOKE_BENCH[@]}" 2>&1 | tee "$RESULTS/$name.log"
 }
@@ -125,7 +128,7 @@ REAL=()  # the real instances' lengths at 128, where gpu_prepare.sh made them
 # bert stage's row named ROW (NAME_vs_bench.json)
 pretrain() {  # pretrain NAME ROW STEPS SKIP ARGS...
   local name="$1" row="$2" steps="$3" skip="$4"; shift 4
-  rm -rf "/tmp/$name"
+  rm -rf "/tmp/$name"; fresh "$name.log" "${name}_metrics.jsonl" "${name}_vs_bench.json"
   timeout -k 10 "$(within "${LAUNCH_TIMEOUT:-150}")" "$PY" launch/pretrain.py --model bert-base \
     --data-dir "$INPUTS/instances128" --tokenizer "$INPUTS/tokenizer" --output-dir "/tmp/$name" --max-steps "$steps" \
     --micro-batch-size 256 --gradient-accumulation-steps 1 --optimizer adamw --learning-rate 1e-4 --precision bf16 \
@@ -204,8 +207,12 @@ retried() {  # whether launch/pretrain.py's timed steps saw the CUDA allocator r
   "$PY" -c "import json, sys; run = json.load(open(sys.argv[1]))['run']
 sys.exit(0 if run.get('cuda_alloc_retries_in_window', 0) > 0 else 1)" "$RESULTS/launch_vs_bench.json" 2> /dev/null
 }
-if stage expandable && ! no_instances expandable && retried; then
-  (export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; pretrain launch_expandable "$COMPILED" 100 30)
+if stage expandable && ! no_instances expandable; then
+  if retried; then
+    (export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; pretrain launch_expandable "$COMPILED" 100 30)
+  else
+    echo "   nothing to rerun: launch_vs_bench.json shows no allocator retry in the timed steps (or no launch ran)"
+  fi
 fi
 
 if stage fp8; then
@@ -223,6 +230,7 @@ fi
 
 if stage finetune; then
   TOKENIZER=(); [ -d "$INPUTS/tokenizer" ] && TOKENIZER=(--tokenizer "$INPUTS/tokenizer")
+  fresh finetune.json bench_finetune.log
   timeout -k 10 "$(within "${FT_TIMEOUT:-240}")" "$PY" benchmarks/bench_finetune.py --device cuda --model bert-base \
     --epochs 2 --train-examples 2000 --grouped-baseline "${TOKENIZER[@]}" --output "$RESULTS/finetune.json" 2>&1 \
     | tee "$RESULTS/bench_finetune.log"

@@ -72,16 +72,18 @@ def missing(results: Path, name: str) -> str:
     log = LOGS.get(name, Path(name).stem + ".log")
     if (results / log).is_file():
         return f"{name} missing: the stage ran ({log}) but was cut before it saved a result"
-    if STAGE_OF.get(name) in skipped_stages(results):
-        return f"{name} missing: stage {STAGE_OF[name]} was skipped, too little of the budget left"
+    why = skipped_stages(results).get(STAGE_OF.get(name, ""))
+    if why is not None:
+        return f"{name} missing: stage {STAGE_OF[name]} was skipped ({why})"
     return f"{name} missing (stage not run)"
 
 
-def skipped_stages(results: Path) -> list[str]:
-    """The stages gpu_check.sh skipped for its budget (``== NAME skipped: ...`` lines)."""
+def skipped_stages(results: Path) -> dict[str, str]:
+    """The stages gpu_check.sh skipped, each with its reason (``== NAME skipped: REASON`` lines): too little of
+    the budget left, or no instances to launch on."""
     path = results / "skipped_stages.txt"
     text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
-    return re.findall(r"^== (\S+) skipped", text, re.M)
+    return dict(re.findall(r"^== (\S+) skipped: (.*)$", text, re.M))
 
 
 def cut_note(report: dict) -> str:
@@ -371,9 +373,9 @@ def report(results: Path) -> str:
     lines = [f"# issue 23's goals from {results}", ""]
     if environment.is_file():
         lines += ["```", environment.read_text(encoding="utf-8", errors="replace").strip(), "```", ""]
-    skipped = results / "skipped_stages.txt"
-    if skipped.is_file():
-        lines += [f"Skipped for the budget: {line}" for line in skipped.read_text().splitlines() if line] + [""]
+    skipped = skipped_stages(results)
+    if skipped:
+        lines += [f"Skipped: stage {stage} ({why})" for stage, why in skipped.items()] + [""]
     lines += goals_table(results)
     for section in (recipe_mfus, bench_tables, finetune_table, tests_outcome):  # one that cannot read its files
         try:                                                                  # costs itself, not goals.md

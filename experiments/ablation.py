@@ -437,6 +437,12 @@ def _pretrain_seed(phase: PretrainPhase, run: int) -> int:
     return base + run - 1
 
 
+def _yaml_init_checkpoint(phase: PretrainPhase) -> str:
+    """The init_checkpoint the phase's pretraining YAML names ("" where it names none)."""
+    config = resolve_path(phase.config)
+    return str(load_yaml_mapping(config).get("init_checkpoint") or "") if config.is_file() else ""
+
+
 def _general_dir(config: AblationConfig) -> str:
     if config.continual_from != GENERAL:
         return config.continual_from
@@ -553,8 +559,9 @@ def _pretrain_command(config: AblationConfig, variant: Variant, phase: PretrainP
         # phase 1 without its phase 2, as --tiny runs it): its steps would all fall in the warm-up (lr ~ 0).
         flags += ["--schedule_total_steps", str(total)]
     if variant.factors["initialization"] == "scratch":  # every phase: the architecture must match
-        # no init_checkpoint, whatever the YAML names for its continual runs (configs/pretrain/bioalbert.yaml)
-        flags += ["--init", "scratch", "--init_checkpoint", "", "--model", budget.model]
+        flags += ["--init", "scratch", "--model", budget.model]
+        if _yaml_init_checkpoint(phase):  # named for the YAML's own continual runs (configs/pretrain/bioalbert.yaml)
+            flags += ["--init_checkpoint", ""]
     else:
         flags += ["--init", variant.factors["initialization"], "--init_checkpoint", _general_dir(config)]
     if previous is not None:

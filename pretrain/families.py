@@ -428,8 +428,9 @@ def _copy_vocabulary_files(tokenizer, path: Path) -> None:
     wrote is kept."""
     from biomed_lm.tokenization.tokenizer_io import SENTENCEPIECE_MODEL_FILE, VOCAB_CARD
 
-    source = Path(getattr(tokenizer, "name_or_path", "") or "")
-    if not source.is_dir() or source.resolve() == path.resolve():
+    name = getattr(tokenizer, "name_or_path", "") or ""
+    source = Path(name)
+    if not name or not source.is_dir() or source.resolve() == path.resolve():  # "": not the working directory
         return
     for name in (SENTENCEPIECE_MODEL_FILE, "vocab.txt", "vocab.json", "merges.txt", VOCAB_CARD):
         if (source / name).is_file() and not (path / name).exists():

@@ -277,3 +277,14 @@ def test_licence_and_readme_files_in_a_folder_are_set_aside_and_named(tmp_path, 
     (only / "COPYING").write_text("GPL\n")
     status, err, _ = cli(tmp_path, capsys, only, out="none")
     assert status == 2 and f"{only / 'COPYING'}: not_corpus" in err
+
+
+@pytest.mark.parametrize("name, documentation", [
+    ("LICENSE-sywada-Apache-2.0.txt", True), ("README.md", True), ("COPYING", True), ("LICENSES.txt", True),
+    ("licensed_terms.txt", False), ("notice-2020.xml.gz", False), ("license.jsonl", False),
+    ("authors_abstracts.txt", False), ("citation_network.jsonl", False)])
+def test_a_licence_or_readme_is_told_by_its_name_and_suffix(name, documentation):
+    """Review: data files named after a licence word (a .jsonl, an .xml.gz) were set aside unread."""
+    from biomed_lm.tokenization.sources import is_documentation
+
+    assert is_documentation(name) == documentation

@@ -111,7 +111,7 @@ def test_a_stage_the_budget_cannot_hold_is_skipped_and_named(tmp_path):
     assert [line.split(" skipped")[0] for line in (tmp_path / "skipped_stages.txt").read_text().splitlines()] == [
         "== launch", "== tests"]  # the script's order, not STAGES'
     goals = (tmp_path / "goals.md").read_text()
-    assert "launch_vs_bench.json missing: stage launch was skipped, too little of the budget left" in goals
+    assert "launch_vs_bench.json missing: stage launch was skipped (" in goals and "of the budget left)" in goals
     assert "stages: tests launch (budget 25 s)" in (tmp_path / "environment.txt").read_text()
 
 
@@ -125,14 +125,14 @@ def test_a_launch_on_a_fresh_machine_without_the_bench_row_keeps_its_pace(tmp_pa
     assert "absent.json missing" in json.loads((tmp_path / "out.json").read_text())["why"]
 
 
-@pytest.mark.parametrize("budget", ["183.4", "1e3"])
+@pytest.mark.parametrize("budget", ["183.9", "1e3", ".9"])
 def test_a_budget_in_other_than_whole_seconds_is_rounded_or_refused(tmp_path, budget):
     """QA: BUDGET=183.4 broke bash's arithmetic and gave every stage a 1 s timeout: a whole call measured nothing."""
     env = {**os.environ, "SMOKE": "1", "PYTHON": sys.executable, "BUDGET": budget, "RESULTS": str(tmp_path),
            "STAGES": "none"}
     done = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_check.sh")], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=300)
-    if budget == "183.4":  # rounded down to whole seconds
+    if budget == "183.9":  # cut to whole seconds
         assert done.returncode == 0 and "(budget 183 s)" in (tmp_path / "environment.txt").read_text()
     else:
-        assert done.returncode == 2 and "BUDGET must be seconds, not 1e3" in done.stderr
+        assert done.returncode == 2 and f"BUDGET must be seconds, not {budget}" in done.stderr

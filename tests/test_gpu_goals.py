@@ -203,10 +203,10 @@ def test_a_stage_cut_by_its_timeout_or_skipped_for_the_budget_says_so(gpu_goals,
     assert table["FP8: ×1.3 of our bf16 step"][2] == ("fp8.json missing: the stage ran (fp8.log) but was cut before "
                                                       "it saved a result")
     assert table["ALBERT: ×1.3 of its transformers class compiled"][2] == (
-        "albert.json missing: stage families was skipped, too little of the budget left")
+        "albert.json missing: stage families was skipped (12 s of the budget left)")
     assert table["seq 512: MFU ≥ 40%"][2] == "bert512.json missing (stage not run)"
     text = gpu_goals.report(tmp_path)
-    assert "Skipped for the budget: == families skipped: 12 s of the budget left" in text
+    assert "Skipped: stage families (12 s of the budget left)" in text
     assert "- part kernels: cut off before pytest's summary, 2 of 26 selected tests ran" in text
     assert "- part numerics: not run (no time left in the stage)" in text and "- FAILED: `tests/test_gpu.py::test_b`" in text
 

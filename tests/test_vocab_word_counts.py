@@ -139,3 +139,24 @@ def test_cli_reuses_counts(tmp_path):
     assert _card(tmp_path / "b")["word_counts"]["reused_from"] == os.fspath((tmp_path / "a").resolve())
     assert main(["--inputs", str(SAMPLE), "--output-dir", str(tmp_path / "c"), "--vocab-size", "1800",
                  "--no-progress", "--cased", "--word-counts-from", str(tmp_path / "a")]) == 2
+
+
+def test_counts_cut_short_are_named_damaged_and_a_failed_save_costs_only_the_file(tmp_path, monkeypatch, caplog):
+    """Review: a counts file cut in half raised EOFError (a traceback, no recount); a full disk while saving the
+    counts threw away the hours of reading before training."""
+    build_vocab([SAMPLE], tmp_path / "a", VocabConfig(vocab_size=1500))
+    path = tmp_path / "a" / WORD_COUNTS_FILE
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(WordCountsError, match=rf"{WORD_COUNTS_FILE}: damaged after line \d+ \(EOFError"):
+        load_counts(path)
+    caplog.set_level("INFO")
+    build_vocab([SAMPLE], tmp_path / "a", VocabConfig(vocab_size=1600), overwrite=True)  # its own folder: recounted
+    assert "recounting" in caplog.text and load_counts(path).documents == 725
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(vocab_module, "save_counts", disk_full)
+    result = build_vocab([SAMPLE], tmp_path / "b", VocabConfig(vocab_size=1500))
+    assert (tmp_path / "b" / "vocab.txt").is_file() and result.trained.documents == 725
+    assert "the word counts were not saved" in caplog.text and not (tmp_path / "b" / WORD_COUNTS_FILE).exists()

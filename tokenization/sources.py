@@ -47,10 +47,11 @@ FORMAT_NAMES = {"xml": XML, "text": TEXT, "jsonl": JSONL}
 #: Checksum files published beside data files (PubMed's ``.xml.gz.md5``): skipped when a directory
 #: or a glob pattern is expanded, as hidden files are.
 SIDECAR_SUFFIXES = (".md5", ".sha1", ".sha256", ".sha512")
-#: What a data folder ships beside its text (the embedded sample's LICENSE-*.txt): a file whose name begins
-#: with one of these words, found in a folder or by a pattern, is set aside and named, not read as text.
-NOT_CORPUS = re.compile(r"(license|licence|copying|readme|notice|changelog|authors|contributing|citation)"
-                        r"(?![a-z0-9])", re.IGNORECASE)
+#: What a data folder ships beside its text (the embedded sample's LICENSE-*.txt): a text or markdown file (or
+#: one without a suffix) whose name begins with one of these words, found in a folder or by a pattern, is set
+#: aside and named, not read as text (:func:`is_documentation`). A JSONL or XML file is data whatever its name.
+NOT_CORPUS = re.compile(r"(licen[cs]es?|copying|readme|notice)(?![a-z0-9])", re.IGNORECASE)
+DOCUMENTATION_SUFFIXES = ("", ".txt", ".text", ".md", ".rst")
 #: The reasons of the files a folder or pattern held that are set aside and named, not read; an input
 #: that holds nothing else is refused.
 SET_ASIDE = ("unknown_format", "not_corpus")
@@ -214,11 +215,16 @@ def expand_inputs(specs: Iterable[str]) -> tuple[list[Path], list[Problem]]:
     return files, problems
 
 
+def is_documentation(name: str) -> bool:
+    """Whether a file found in a folder is a licence or readme rather than corpus text, by its name."""
+    return bool(NOT_CORPUS.match(name)) and Path(name).suffix.lower() in DOCUMENTATION_SUFFIXES
+
+
 def _set_aside_documentation(matches: list[str], problems: list[Problem]) -> list[str]:
     """``matches`` without the licence and documentation files (:data:`NOT_CORPUS`), each named in ``problems``."""
     kept = []
     for match in matches:
-        if NOT_CORPUS.match(Path(match).name):
+        if is_documentation(Path(match).name):
             problems.append(Problem(match, "not_corpus", "a licence or documentation file by its name, not read as "
                                     "corpus text (name the file itself to read it)"))
         else:

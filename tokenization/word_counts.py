@@ -98,13 +98,17 @@ def load_counts(path: Path) -> CountedCorpus:
     if header is None:
         raise WordCountsError(f"{path}: not a word-counts file of this toolkit (its first line is not the header)")
     counts: Counter[str] = Counter()
-    with gzip.open(path, "rt", encoding="utf-8", newline="\n") as lines:
-        next(lines)
-        for number, line in enumerate(lines, start=2):
-            word, tab, n = line.rstrip("\n").rpartition("\t")
-            if not tab or not word or not n.isdigit():
-                raise WordCountsError(f"{path}, line {number}: expected 'word<TAB>count', got {line[:80]!r}")
-            counts[word] = int(n)
+    number = 1
+    try:
+        with gzip.open(path, "rt", encoding="utf-8", newline="\n") as lines:
+            next(lines)
+            for number, line in enumerate(lines, start=2):
+                word, tab, n = line.rstrip("\n").rpartition("\t")
+                if not tab or not word or not n.isdigit():
+                    raise WordCountsError(f"{path}, line {number}: expected 'word<TAB>count', got {line[:80]!r}")
+                counts[word] = int(n)
+    except (OSError, EOFError, UnicodeDecodeError) as err:  # cut short, a bad CRC: damage, not a file-system error
+        raise WordCountsError(f"{path}: damaged after line {number} ({type(err).__name__}: {err})") from err
     return CountedCorpus(counts=counts, documents=header["documents"], text_bytes=header["text_bytes"],
                          word_pruning=header.get("word_pruning"),
                          skipped_records=tuple(header.get("skipped_records", ())))
