@@ -264,7 +264,8 @@ def test_vocabulary_ablation_end_to_end_and_resumed(tmp_path, capfd, forked_step
     path.write_text(yaml.safe_dump(resized), encoding="utf-8")
     capfd.readouterr()
     with pytest.raises(StepFailed, match=r"build the in-domain vocabulary of sample' failed with exit status 2.*\n.*"
-                                         r"differences from what .*in-domain-sample holds, an earlier config of this ablation built it"):
+                                         r"differences from what .*in-domain-sample holds, an earlier config of "
+                                         r"this ablation built it"):
         run_ablation(load_ablation_config(path), log=log.append, report=False)
     assert "vocab_size: 2000 in the finished vocabulary, 2100 now" in capfd.readouterr().err
     resized["vocab"]["vocab_size"] = 2000

@@ -100,8 +100,10 @@ def test_bench_gpu_runs_end_to_end_on_cpu(tmp_path):
         assert totals["kernels_per_step"] >= max(kernel["calls"] for kernel in kernels) / 2  # 2 profiled steps
     assert "profile" not in rows["hf_eager"] and "profile" not in rows["hf_full_length"]
     profiles = sorted(path.name for path in tmp_path.glob("profile_*.txt"))
-    assert profiles == ["profile_gpu-ours-sdpa-loop-seq128.txt",  # the result's name first: stages share a folder
-                        "profile_gpu-transformers-bertforpretraining-torch-compile-sdpa-padded-full-mlm-head-seq128.txt"]
+    # the result's name first: stages share a folder
+    assert profiles == ["profile_gpu-ours-sdpa-loop-seq128.txt",
+                        "profile_gpu-transformers-bertforpretraining-torch-compile-sdpa-padded-full-mlm-head-"
+                        "seq128.txt"]
     assert all("aten::" in (tmp_path / name).read_text() and "launches a step" in (tmp_path / name).read_text()
                for name in profiles)
     assert not list(tmp_path.glob("trace_*"))  # a chrome trace only with --trace

@@ -396,6 +396,7 @@ def test_a_fast_continual_rate_is_warned_for_adamw_only(optimizer, learning_rate
     said: list[str] = []
     logger = SimpleNamespace(message=said.append)
     report = SimpleNamespace(checkpoint="runs/albert-base-v2", describe=lambda: "continual from runs/albert-base-v2")
-    _log_start(logger, SimpleNamespace(notes=[], tag=None), SimpleNamespace(continued_from=None, lr_scale=1.0), {}, report,
+    state = SimpleNamespace(continued_from=None, lr_scale=1.0)
+    _log_start(logger, SimpleNamespace(notes=[], tag=None), state, {}, report,
                SimpleNamespace(optimizer=optimizer, learning_rate=learning_rate), Path("run"))
     assert any("on a pretrained encoder" in line for line in said) == warned
