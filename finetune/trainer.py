@@ -41,8 +41,7 @@ from biomed_lm.config import check_fields
 from biomed_lm.errors import ConfigError, InputError
 from biomed_lm.finetune.adapters import TaskAdapter, adapter_for
 from biomed_lm.finetune.adapters.tagging import word_windows
-from biomed_lm.finetune.blurb import (DEV, NER, PICO, QA_MAX_LENGTH, RELATION, TEST, TRAIN, TaskType,
-                                     default_max_length)
+from biomed_lm.finetune.blurb import DEV, QA_MAX_LENGTH, TEST, TRAIN, TaskType, default_max_length
 from biomed_lm.finetune.metrics import DEFAULT_NER_F1_MODE, NerF1Mode, compute_metric
 from biomed_lm.finetune.model_check import CheckedModel, check_input_length, check_model
 from biomed_lm.finetune.modeling import Representation, TaggingLayer, load_encoder
@@ -745,9 +744,6 @@ def _train_and_score_epoch(args: FinetuneArgs, data: _Data, run: _Training, sele
 
 
 _HYPERPARAMETERS = ("learning_rate", "batch_size", "epochs", "warmup_ratio", "weight_decay", "dropout")
-#: The options only some task families use, recorded for those only (QA: a BIOSSES run recorded a tagging scheme).
-_FAMILY_HYPERPARAMETERS = {NER: ("tagging_scheme", "tagging_layer"), PICO: ("tagging_layer",),
-                           RELATION: ("relation_transformation", "relation_representation")}
 
 
 def _run_record(args: FinetuneArgs, data: _Data, run: _Training, selection: _Selection, test: dict[str, Any],
@@ -758,8 +754,7 @@ def _run_record(args: FinetuneArgs, data: _Data, run: _Training, selection: _Sel
         "status": "complete", "model": args.model, "dataset": dataset.name, "task_type": dataset.task_type,
         "metric": dataset.metric, "labels": list(dataset.labels), "model_check": data.checked.record(),
         "seed": args.seed, "epochs": args.epochs,
-        "hyperparameters": {k: getattr(args, k) for k in
-                            _HYPERPARAMETERS + _FAMILY_HYPERPARAMETERS.get(dataset.task_type, ())}
+        "hyperparameters": {k: getattr(args, k) for k in _HYPERPARAMETERS + data.task.options}
         | {"max_length": args.effective_max_length(), "max_grad_norm": MAX_GRAD_NORM,
            "optimizer": "adamw", "lr_schedule": "slanted_triangular"},
         "settings": run_settings(args),

@@ -28,6 +28,26 @@ def pytest_configure(config) -> None:
     if config.getoption("--failures-at-once"):
         config.pluginmanager.register(FailuresAtOnce(config), "failures-at-once")
     share_cores_among_workers()
+    note_sentencepiece_training()
+
+
+def note_sentencepiece_training() -> None:
+    """Mark this process once SentencePiece has trained in it: its trainer keeps a pool of 16 threads afterwards,
+    and a child forked from the process then crashes (SIGSEGV) when it trains again (CI: the bioalbert recipe's
+    vocabulary step, forked from a worker that had built a SentencePiece vocabulary in-process).
+    tests/forked_main.py starts a fresh interpreter for such a process's steps instead."""
+    try:
+        import sentencepiece
+    except ImportError:
+        return
+    trainer = sentencepiece.SentencePieceTrainer
+    train = trainer.train
+
+    def noted(*args, **kwargs):
+        sentencepiece.trained_in_this_process = True
+        return train(*args, **kwargs)
+
+    trainer.train = noted
 
 
 # Files whose tests take minutes (a chaos run, a wheel built and installed, the benchmarks' stages):

@@ -57,7 +57,8 @@ def fork_refusal() -> str | None:
     """Why a child forked now would not start clean, or None: fork is absent, or this process
     started threads the child would wait on without having them (a fork copies only the thread
     that calls it): torch's OpenMP team (more than one intra-op thread: libgomp does not rebuild its
-    team in a child), or a process group's (whose sockets the child would share too). Inductor's
+    team in a child), a process group's (whose sockets the child would share too), or SentencePiece's trainer
+    pool (a forked child that trains again crashes). Inductor's
     compile workers are dropped in the child instead (:func:`_as_fresh_process`)."""
     if not hasattr(os, "fork"):
         return "no fork"
@@ -69,6 +70,8 @@ def fork_refusal() -> str | None:
     distributed = sys.modules.get("torch.distributed")
     if distributed is not None and distributed.is_available() and distributed.is_initialized():
         return "this process is in a process group"
+    if getattr(sys.modules.get("sentencepiece"), "trained_in_this_process", False):  # tests/conftest.py
+        return "SentencePiece trained in this process (its thread pool crashes a forked child that trains)"
     return None
 
 

@@ -40,6 +40,9 @@ class TaskAdapter(ABC):
     input_keys: ClassVar[tuple[str, ...]] = ("input_ids", "attention_mask", "token_type_ids")
     #: batch keys the training forward pass reads besides those (the loss's targets)
     train_keys: ClassVar[tuple[str, ...]] = ("labels",)
+    #: the run's options this family uses besides the common ones, which its run record holds (QA: a BIOSSES run
+    #: recorded a tagging scheme)
+    options: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, args: "FinetuneArgs", dataset: "BlurbDataset", tokenizer) -> None:
         self.args, self.dataset, self.tokenizer = args, dataset, tokenizer

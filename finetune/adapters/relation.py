@@ -35,6 +35,7 @@ class RelationAdapter(TaskAdapter):
     dataset (``args.task_type`` set) has neither (its reader checked any two placeholders)."""
 
     family = RELATION
+    options = ("relation_transformation", "relation_representation")
     input_keys = MODEL_INPUT_KEYS
 
     def __init__(self, args, dataset, tokenizer) -> None:

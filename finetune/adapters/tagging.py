@@ -177,6 +177,7 @@ class TokenTaggingAdapter(_WordTaggingAdapter):
     scheme (``args.ner_f1_mode``). The head reads ``word_mask`` in training (the CRF's positions)."""
 
     family = NER
+    options = ("tagging_scheme", "tagging_layer")
     train_keys = ("labels", "word_mask")
 
     def __init__(self, args, dataset, tokenizer) -> None:
@@ -220,6 +221,7 @@ class PicoAdapter(_WordTaggingAdapter):
     CRF, a single-label sequence model, does not apply)."""
 
     family = PICO
+    options = ("tagging_layer",)
 
     def __init__(self, args, dataset, tokenizer) -> None:
         super().__init__(args, dataset, tokenizer)
