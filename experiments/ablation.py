@@ -458,9 +458,11 @@ def _check_general_checkpoint(config: AblationConfig, variants: Sequence[Variant
     uses_weights = any(v.factors["initialization"] != "scratch" for v in variants)
     if not (uses_vocabulary or uses_weights):
         return
+    from biomed_lm.finetune.model_check import TOKENIZER_FILES  # a checkpoint folder's tokenizer, in any form
+
     path = Path(_general_dir(config))
     needed = (["config.json"] if uses_weights and not (path / "config.json").is_file() else []) + (
-        [] if any((path / name).is_file() for name in _TOKENIZER_FILES) else [" or ".join(_TOKENIZER_FILES)])
+        [] if any((path / name).is_file() for name in TOKENIZER_FILES) else [" or ".join(TOKENIZER_FILES)])
     missing = ("does not exist" if not path.exists() else "is not a folder" if not path.is_dir()
                else f"has no {', '.join(needed)}" if needed else "")
     if missing:
@@ -482,10 +484,6 @@ def _check_batches(budget: PretrainBudget, source: str) -> None:
             raise ConfigError(f"{source or 'the ablation config'}: pretrain phase {number}: global_batch_size {total} "
                               f"does not divide into micro-batches of {phase.micro_batch_size} on {ranks} rank(s) "
                               f"({budget.hostfile or f'num_gpus {budget.num_gpus}'}); {hint}")
-
-
-#: A checkpoint folder's tokenizer, in any of the forms AutoTokenizer reads.
-_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "spiece.model", "vocab.json")
 
 
 class StepFailed(RuntimeError):
