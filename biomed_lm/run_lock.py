@@ -16,8 +16,10 @@ directory locked against the resume. It also works across the nodes of an NFS fi
 its lock manager). A filesystem without locking support is reported (a warning when a data stage enters the
 lock as a context; pretraining logs it) and the run goes on unlocked.
 
-The lock file itself is never deleted (deleting a lock file races with a process about to take it);
-it holds the holder's host, pid, start time and command line, which a refused run prints. (A POSIX
+The lock file of a directory that holds anything else is never deleted (deleting a lock file races
+with a process about to take it); a start that fails before writing anything removes the folder it
+made, lock file included, so a refused run leaves nothing behind (:meth:`RunLock.release`). The lock
+file holds the holder's host, pid, start time and command line, which a refused run prints. (A POSIX
 lock is also dropped when its process closes *any* descriptor of the file, so the holder never
 opens it a second time: only a refused run reads it.)
 """
@@ -60,19 +62,40 @@ class RunLock:
     path: Path
     handle: Any = None
     note: str = ""
+    made: Path | None = None  # the topmost folder that taking the lock created (None: the folder was there)
 
-    def release(self) -> None:
-        if self.handle is not None:
-            self.handle.close()  # closing the descriptor drops a POSIX lock
-            self.handle = None
+    def release(self, failed: bool = False) -> None:
+        """Drop the lock. With ``failed`` (the run stopped with an error), the folders taking the lock made are
+        removed with the lock file when nothing else was written in them, while the lock is still held."""
+        if self.handle is None:
+            return
+        if failed and self.made is not None:
+            _remove_unused(self.path, self.made)
+        self.handle.close()  # closing the descriptor drops a POSIX lock
+        self.handle = None
 
     def __enter__(self) -> "RunLock":
         if self.note:  # the data stages hold the lock as a context: this is where their user learns it is not held
             logging.getLogger(__name__).warning(self.note)
         return self
 
-    def __exit__(self, *exc_info) -> None:
-        self.release()
+    def __exit__(self, exc_type, *exc_info) -> None:
+        self.release(failed=exc_type is not None)
+
+
+def _remove_unused(lock_path: Path, made: Path) -> None:
+    """Remove ``lock_path`` and its folders up to ``made`` if the lock file is all they hold (a folder that
+    holds anything else stays, and so do the ones above it)."""
+    if [entry.name for entry in lock_path.parent.iterdir()] != [lock_path.name]:
+        return
+    try:
+        lock_path.unlink()
+        for folder in (lock_path.parent, *lock_path.parent.parents):
+            folder.rmdir()  # fails, and stops, on a folder another process has just written into
+            if folder == made:
+                break
+    except OSError:
+        pass
 
 
 def acquire_run_lock(run_dir: str | os.PathLike, lock_file: str = LOCK_FILE) -> RunLock:
@@ -82,6 +105,7 @@ def acquire_run_lock(run_dir: str | os.PathLike, lock_file: str = LOCK_FILE) -> 
     if run_dir.exists() and not run_dir.is_dir():
         raise RunDirectoryError(f"output_dir {run_dir} exists and is not a directory")
     path = run_dir / lock_file
+    made = _first_missing(run_dir)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         handle = open(path, "a+", encoding="utf-8")  # never truncates: the holder's record stays readable
@@ -101,7 +125,17 @@ def acquire_run_lock(run_dir: str | os.PathLike, lock_file: str = LOCK_FILE) -> 
                                        " nothing stops a second run from using this directory at the same time")
         raise
     _write_holder(handle)
-    return RunLock(path, handle)
+    return RunLock(path, handle, made=made)
+
+
+def _first_missing(folder: Path) -> Path | None:
+    """The topmost of ``folder`` and its parents that does not exist yet (None when ``folder`` exists)."""
+    missing = None
+    for candidate in (folder, *folder.parents):
+        if candidate.exists():
+            return missing
+        missing = candidate
+    return missing
 
 
 def _write_holder(handle) -> None:

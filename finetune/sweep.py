@@ -211,11 +211,14 @@ def run_sweep(args: SweepArgs, log: Callable[[str], None] = print, progress: boo
     rank = start_distributed(args.deepspeed, "blurb").rank
     log, progress = rank0_log(rank, log), progress and rank == 0
     lock = decided_on_rank0(rank, lambda: acquire_run_lock(args.output_dir, ARTIFACT_LOCK_FILE), share=False)
+    failed = True
     try:
-        return _run_sweep(args, rank, log, progress)
+        summary = _run_sweep(args, rank, log, progress)
+        failed = False
+        return summary
     finally:
-        if lock is not None:
-            lock.release()
+        if lock is not None:  # a refused sweep leaves no folder behind (nothing else was written in it)
+            lock.release(failed=failed)
 
 
 def _count_finished_runs(runs: Sequence[PlannedRun], fingerprints: Mapping[str, Mapping[str, str]],

@@ -303,6 +303,21 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
     rank, world_size, device = _start_distributed(train_args)
     run_dir = Path(train_args.output_dir)
     lock = _take_run_directory(run_dir, rank)  # before anything in run_dir is read or written
+    try:
+        return _prepare_locked_run(model_args, data_args, train_args, adversarial, family, model_fields,
+                                   max_positions, (rank, world_size, device), lock)
+    except BaseException:
+        if lock is not None:  # a refused start leaves no folder behind (nothing else was written in it)
+            lock.release(failed=True)
+        raise
+
+
+def _prepare_locked_run(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments,
+                        adversarial: AdversarialConfig | None, family: ModelFamily, model_fields: dict | None,
+                        max_positions: int, placement: tuple[int, int, torch.device], lock: RunLock | None) -> Run:
+    """:func:`_prepare_run` once the run directory is held."""
+    rank, world_size, device = placement
+    run_dir = Path(train_args.output_dir)
     tokenizer, dataset, data_meta, pair = _load_data(data_args, max_positions, family)
     selection = _select_resume_checkpoint(run_dir, train_args, rank)
 

@@ -75,6 +75,7 @@ def test_continue_from_refuses_a_missing_run_and_another_schedule(pretraining_in
     assert other_rate.returncode != 0 and "train.learning_rate" in other_rate.stderr
     missing = run(_phase_args(pretraining_inputs, tmp_path / "b", SCHEDULE, "--continue-from", str(tmp_path / "no")))
     assert missing.returncode != 0 and "continue_from" in missing.stderr
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # a refused start leaves no folder
 
 
 def test_the_pubmedbert_configs_are_the_papers_recipe():

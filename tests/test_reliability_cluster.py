@@ -381,6 +381,26 @@ def test_a_filesystem_without_locks_warns_and_runs(tmp_path, monkeypatch, caplog
         "stops a second run from using this directory at the same time"]
 
 
+def test_a_failed_start_removes_only_the_folders_its_lock_made(tmp_path):
+    """A refused run left a folder holding nothing but its lock file (QA 2026-11-29)."""
+    from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
+
+    acquire_run_lock(tmp_path / "a" / "b" / "run").release(failed=True)  # refused: every folder it made goes
+    assert list(tmp_path.iterdir()) == []
+    acquire_run_lock(tmp_path / "made").release()  # ended well: the folder stays with its lock file
+    assert [p.name for p in (tmp_path / "made").iterdir()] == ["run.lock"]
+    acquire_run_lock(tmp_path / "made").release(failed=True)  # not made by this start: it stays
+    assert (tmp_path / "made" / "run.lock").exists()
+    with pytest.raises(ValueError), acquire_run_lock(tmp_path / "x" / "built", ARTIFACT_LOCK_FILE):
+        (tmp_path / "x" / "kept.txt").write_text("a file someone else wrote\n")
+        raise ValueError("the build failed")
+    assert sorted(p.name for p in (tmp_path / "x").iterdir()) == ["kept.txt"]  # its own folder went, not the parent
+    with pytest.raises(ValueError), acquire_run_lock(tmp_path / "partial", ARTIFACT_LOCK_FILE):
+        (tmp_path / "partial" / "work.txt").write_text("partial work\n")
+        raise ValueError("the build failed")
+    assert sorted(p.name for p in (tmp_path / "partial").iterdir()) == [ARTIFACT_LOCK_FILE, "work.txt"]
+
+
 def test_an_output_dir_that_is_a_file_is_refused(tmp_path):
     from biomed_lm.run_lock import RunDirectoryError, acquire_run_lock
 
