@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
+
+from biomed_lm.atomic_files import write_json_atomically
 
 
 def write_results(path: str | os.PathLike, result: Any, *, quiet: bool = False) -> None:
@@ -13,8 +14,6 @@ def write_results(path: str | os.PathLike, result: Any, *, quiet: bool = False) 
     goes (a stage's timeout may cut it) never leaves half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    os.replace(partial, path)
+    write_json_atomically(path, result)
     if not quiet:
         print(f"wrote {path}")

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, get_args
 
+from biomed_lm.atomic_files import write_json_atomically
 from biomed_lm.errors import ExperimentError
 from biomed_lm.experiments.choices import SPECIFICATIONS, Specification
 from biomed_lm.resources import read_json_object
@@ -127,9 +128,7 @@ _TOP_FIELDS = tuple(AblationRecord(name="", factors={}, variants={}).to_dict())
 def write_ablation_record(record: AblationRecord, directory: str | os.PathLike) -> Path:
     """Write ``<directory>/ablation.json`` (atomically: a reader never sees half a file)."""
     path = Path(directory) / ABLATION_FILE
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(record.to_dict(), indent=2) + "\n", encoding="utf-8")
-    os.replace(partial, path)
+    write_json_atomically(path, record.to_dict())
     return path
 
 

@@ -35,6 +35,7 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sampler
 from tqdm.auto import tqdm
 
+from biomed_lm.atomic_files import write_json_atomically, write_lines_atomically
 from biomed_lm.backend import (DistributedContext, Precision, ZeroStage, decided_on_rank0, ds_config,
                                initialize_engine, lost_rank, rank0_log, start_distributed)
 from biomed_lm.config import check_fields
@@ -337,27 +338,14 @@ def is_complete_run(path: str | Path) -> bool:
         and isinstance(record.get("test"), dict) and "score" in record["test"]
 
 
-def _write_json(path: Path, record: dict) -> None:
-    """Write through a temporary file and rename, so an interrupted run never leaves a half record
-    that a resumed sweep would read as finished."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def predictions_file(split: str) -> str:
     """The name of a split's predictions file in a run's directory (``predictions_test.jsonl``)."""
     return f"predictions_{split}.jsonl"
 
 
 def _write_jsonl(path: Path, rows: Sequence[dict]) -> None:
-    """One JSON object a line, through a temporary file and rename as :func:`_write_json`: a file named in
-    ``run.json`` is always whole."""
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as out:
-        for row in rows:
-            out.write(json.dumps(_jsonable(row), ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    """One JSON object a line; a file named in ``run.json`` is always whole (:mod:`biomed_lm.atomic_files`)."""
+    write_lines_atomically(path, (json.dumps(_jsonable(row), ensure_ascii=False) + "\n" for row in rows))
 
 
 def _versions() -> dict[str, str]:
@@ -819,8 +807,11 @@ def run_finetune(args: FinetuneArgs, log=print, data_files: Mapping[str, str] | 
     log = rank0_log(distributed.rank, log)
     lock = decided_on_rank0(distributed.rank, lambda: acquire_run_lock(args.output_dir, ARTIFACT_LOCK_FILE),
                             share=False)
+    failed = True
     try:
-        return _run_finetune(args, distributed, log, data_files)
+        result = _run_finetune(args, distributed, log, data_files)
+        failed = False
+        return result
     except Exception as err:
         lost = lost_rank(err, distributed.rank, distributed.world_size, "This run did not finish and is not "
                          "recorded: the same command starts it again (complete runs are skipped)")
@@ -828,8 +819,8 @@ def run_finetune(args: FinetuneArgs, log=print, data_files: Mapping[str, str] | 
             raise
         raise lost from err
     finally:
-        if lock is not None:
-            lock.release()
+        if lock is not None:  # a refused run leaves no folder behind (nothing else was written in it)
+            lock.release(failed=failed)
 
 
 def _run_finetune(args: FinetuneArgs, distributed: DistributedContext, log,
@@ -858,7 +849,7 @@ def _run_finetune(args: FinetuneArgs, distributed: DistributedContext, log,
     if run.distributed.rank == 0:
         record_path.parent.mkdir(parents=True, exist_ok=True)
         _write_predictions(record_path.parent, files)  # before run.json: a record never names a missing file
-        _write_json(record_path, _jsonable(record))
+        write_json_atomically(record_path, _jsonable(record))  # a half record never reads as finished
     _last_barrier(args, run.distributed, record_path)
     return RunResult(record, False, record_path)
 

@@ -44,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from biomed_lm.atomic_files import write_json_atomically
 from biomed_lm.finished_output import (changed_files, dataclass_defaults, file_identity, other_output_message,
                                        read_record, setting_change_lines)
 from biomed_lm.pretrain.data import (DOCUMENT_COLUMN, FORMAT_VERSION, INSTANCE_SCHEMA, METADATA_FILE,
@@ -797,9 +798,7 @@ def _create_pretraining_data(config: PretrainingDataConfig, out: Path, progress:
                          mixture=mixed.record if mixed else None)
     metadata["inputs_identity"] = identity
     # Written last and atomically: its presence is what marks the dataset as complete.
-    tmp = out / (METADATA_FILE + ".tmp")
-    tmp.write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, out / METADATA_FILE)
+    write_json_atomically(out / METADATA_FILE, metadata)
     _remove_cache(instances)  # the saved shards hold everything now
     if token_cache == work:
         _remove_cache(tokenized)  # a --tokenized-cache folder keeps it for the next run

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from biomed_lm.atomic_files import write_lines_atomically
+
 LOG = logging.getLogger(__name__)
 #: Keys metrics.jsonl had before they were renamed: old -> current. The pair objective (NSP, SOP or
 #: DRP) was logged as nsp_*; :func:`read_metrics_file` reads an older file's lines under the new keys.
@@ -38,9 +40,7 @@ class MetricsLogger:
             for line in bad_lines:  # a crash mid-write leaves a half line; it must not block the resume
                 LOG.warning("%s, line %d: unreadable metrics line dropped", path, line)
             kept = [r for r in records if r.get("step", 0) <= initial_step]
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
-            os.replace(tmp, path)
+            write_lines_atomically(path, (json.dumps(r) + "\n" for r in kept))
         self._file = open(path, "a", encoding="utf-8")
         # The run's full configuration beside its metrics: what experiment reports read.
         (run_dir / "run_config.json").write_text(json.dumps(config, indent=2, default=str) + "\n", encoding="utf-8")

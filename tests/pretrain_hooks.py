@@ -101,7 +101,7 @@ def install(hooks: dict) -> None:
 
         targets = {"after_engine_save": ("rng_state", lambda *a: True),
                    "before_manifest": ("write_manifest", lambda *a: True),
-                   "before_latest": ("_write_atomically", lambda path, *a: Path(path).name == checkpoint.LATEST),
+                   "before_latest": ("write_text_atomically", lambda path, *a: Path(path).name == checkpoint.LATEST),
                    "before_prune": ("_prune", lambda *a: True)}
         name, when = targets[moment]
         setattr(checkpoint, name, killing(getattr(checkpoint, name), when))

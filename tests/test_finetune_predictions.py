@@ -53,7 +53,7 @@ def _check_files(out: Path, record: dict, sizes: dict[str, int]) -> dict[str, li
         assert [r["index"] for r in rows] == list(range(sizes[split]))
     assert _recomputed(record, files["test"])["score"] == record["test"]["score"] == record["test_score"]
     assert _recomputed(record, files["dev"])["score"] == record["best_dev_score"]
-    assert not list(out.glob("*.tmp"))  # written through temporary files, none left over
+    assert not list(out.glob("*.partial"))  # written through temporary files, none left over
     return files
 
 

@@ -52,6 +52,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from biomed_lm.atomic_files import write_json_atomically
 from biomed_lm.errors import TokenizationError
 from biomed_lm.finished_output import (changed_files, dataclass_defaults, file_identity, other_output_message,
                                        read_record, setting_change_lines)
@@ -710,7 +711,7 @@ def _prepare_corpus(config: CorpusConfig, out: Path, log: Callable[[str], None])
     summary["duplicate_files"] = duplicates
     summary["inputs_identity"] = identity
     out.mkdir(parents=True, exist_ok=True)
-    _write_json_atomically(out / SUMMARY_FILE, summary)
+    write_json_atomically(out / SUMMARY_FILE, summary)  # a killed run never leaves half a summary
     if not funnel["kept"]:
         raise NoUsableInput(summary["error"], summary)
     return summary
@@ -727,13 +728,6 @@ def _set_aside(input_problems: list[Problem], files: list[Path], log: Callable[[
     for problem in found:
         log(f"not read: {problem.describe()}")
     return [p for p in input_problems if p.reason != "not_corpus"], [problem.to_dict() for problem in found]
-
-
-def _write_json_atomically(path: Path, record: dict) -> None:
-    """Through a temporary file and a rename: a killed run never leaves half a summary that a rerun reads."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def remove_stale_temporary_files(work: Path, log: Callable[[str], None]) -> None:
