@@ -28,6 +28,7 @@ from typing import Any
 
 from biomed_lm.errors import InputError
 from biomed_lm.finetune.model_families import CheckpointFamily, checkpoint_family, prepare_tokenizer
+from biomed_lm.positions import usable_positions as usable_positions_of_table
 from biomed_lm.resources import read_json_object
 
 CONFIG_FILE = "config.json"
@@ -89,7 +90,8 @@ def usable_positions(config: dict[str, Any], family: CheckpointFamily) -> tuple[
         return None
     pad = config.get("pad_token_id")
     if family.positions_after_padding and isinstance(pad, int):
-        return table - pad - 1, f"max_position_embeddings {table}, less the padding id {pad} + 1 (RoBERTa's positions)"
+        return (usable_positions_of_table(table, True, pad),
+                f"max_position_embeddings {table}, less the padding id {pad} + 1 (RoBERTa's positions)")
     return table, f"max_position_embeddings {table}"
 
 

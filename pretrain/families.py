@@ -62,6 +62,7 @@ from torch import nn
 
 from biomed_lm.pretrain.attention import PADDED
 from biomed_lm.pretrain.config import Architecture, PretrainConfigError
+from biomed_lm.positions import position_offset, usable_positions
 from biomed_lm.token_types import takes_token_type_ids
 
 #: Classes of each pair task's head (the data contract: the label column holds 0..classes-1 or -100).
@@ -183,11 +184,11 @@ class ModelFamily:
 
     def position_offset(self, pad_token_id: int | None) -> int:
         """Position-embedding rows before the first position (RoBERTa: ids start after the padding id)."""
-        return (pad_token_id or 0) + 1 if self.positions_after_padding else 0
+        return position_offset(self.positions_after_padding, pad_token_id)
 
     def usable_positions(self, config) -> int:
         """The longest sequence a built or saved model takes (what the data is checked against)."""
-        return int(config.max_position_embeddings) - self.position_offset(config.pad_token_id)
+        return usable_positions(config.max_position_embeddings, self.positions_after_padding, config.pad_token_id)
 
     def build_config(self, fields: dict[str, Any], vocab_size: int, pad_token_id: int):
         """The family's config from a preset's fields and the tokenizer's size and [PAD] id."""
