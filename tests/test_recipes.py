@@ -78,6 +78,20 @@ def test_scale_multiplies_every_phase():
         load_recipe("pubmedbert", scale=-1)
 
 
+def test_a_scaled_recipe_schedules_over_its_scaled_phases():
+    """--scale 0.1 of the two-phase recipe: one schedule over 5,625 + 625 steps (its warm-up the same 10%), not
+    the YAML's 62,500, whose warm-up would cover every step of the scaled run."""
+    from biomed_lm.experiments.ablation import _pretrain_command
+
+    ablation = load_recipe("pubmedbert", scale=0.1).ablation
+    (variant,), _ = plan_variants(ablation.factors)
+    phase1, phase2 = ablation.pretrain.phases()
+    for phase, previous, end in ((phase1, None, "5625"), (phase2, Path("p1"), "6250")):
+        command = _pretrain_command(ablation, variant, phase, "tok", Path("d"), Path("o"), previous)
+        flags = dict(zip(command[2::2], command[3::2]))
+        assert (flags["--max_steps"], flags["--schedule_total_steps"]) == (end, "6250")
+
+
 def test_unknown_recipe_and_bad_system_are_config_errors(tmp_path):
     with pytest.raises(ConfigError, match="no recipe 'nope'; recipes: .*pubmedbert"):
         load_recipe("nope")
