@@ -677,8 +677,18 @@ def test_pubmedqa_errors_name_file_and_line(tmp_path):
     questions = json.loads((root / "ori_pqal.json").read_text())
     questions["1002"]["final_decision"] = "perhaps"
     write(root, "ori_pqal.json", json.dumps(questions, indent=4))
-    line = next(i for i, text in enumerate((root / "ori_pqal.json").read_text().splitlines(), 1) if '"1002"' in text)
+    lines = (root / "ori_pqal.json").read_text().splitlines()
+    entry = next(i for i, text in enumerate(lines, 1) if '"1002"' in text)
+    line = next(i for i, text in enumerate(lines, 1) if i > entry and '"final_decision"' in text)  # the field's own
     with pytest.raises(DatasetFormatError, match=format_error(root / "ori_pqal.json", line, "final_decision")):
+        load_blurb_dataset("pubmedqa", root)
+    questions["1002"]["final_decision"] = "yes"
+    questions["1003"]["CONTEXTS"] = "one passage, not a list"
+    write(root, "ori_pqal.json", json.dumps(questions, indent=4))
+    lines = (root / "ori_pqal.json").read_text().splitlines()
+    entry = next(i for i, text in enumerate(lines, 1) if '"1003"' in text)
+    line = next(i for i, text in enumerate(lines, 1) if i > entry and '"CONTEXTS"' in text)
+    with pytest.raises(DatasetFormatError, match=format_error(root / "ori_pqal.json", line, "CONTEXTS")):
         load_blurb_dataset("pubmedqa", root)
     (root / "test_ground_truth.json").unlink()
     with pytest.raises(MissingDatasetFileError, match=re.escape(str(root / "test_ground_truth.json"))):

@@ -141,12 +141,13 @@ def _one_object_per_line(line: str) -> str:
     return ""
 
 
-def key_lines(lines: Sequence[str], keys: Iterable[str]) -> dict[str, int]:
+def key_lines(lines: Sequence[str], keys: Iterable[str], first_line: int = 1) -> dict[str, int]:
     """The line on which each of ``keys`` of a pretty-printed JSON object first appears as a key
-    (best effort: a key not found this way gets no line, and errors name the entry instead)."""
+    (best effort: a key not found this way gets no line, and errors name the entry instead);
+    ``lines`` start at line ``first_line`` of the file."""
     wanted = set(keys)
     found: dict[str, int] = {}
-    for number, line in enumerate(lines, 1):
+    for number, line in enumerate(lines, first_line):
         for key in re.findall(r'"([^"\\]+)"\s*:', line):
             if key in wanted and key not in found:
                 found[key] = number
@@ -417,13 +418,19 @@ def read_sentences_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
 @dataclass(frozen=True)
 class PqalEntry:
     """A question of PubMedQA's ``ori_pqal.json``: its PMID, the line its key is on (None if not
-    found), the question and context passages (stripped), and the entry as written (for its answer)."""
+    found), the question and context passages (stripped), the entry as written (for its answer) and
+    the line of each of its fields (what an error about a field names)."""
 
     pmid: str
     line: int | None
     question: str
     contexts: tuple[str, ...]
     record: Mapping
+    field_lines: Mapping[str, int] = field(default_factory=dict)
+
+    def line_of(self, name: str | None) -> int | None:
+        """The line field ``name`` is on, else the entry's."""
+        return self.field_lines.get(name, self.line) if name else self.line
 
 
 def read_pqal_json(path: Path) -> Iterator[PqalEntry]:
@@ -433,16 +440,28 @@ def read_pqal_json(path: Path) -> Iterator[PqalEntry]:
     if not isinstance(data, dict) or not data:
         raise DatasetFormatError(path, 1, "expected a JSON object mapping PMIDs to questions")
     where = key_lines(lines, data)
+    starts = sorted(where.values())
     for pmid, entry in data.items():
         line = where.get(pmid)
+        fields = _entry_field_lines(lines, line, starts, entry)
         try:
             if not isinstance(entry, dict):
                 raise FieldError(None, "expected an object")
             question = string_field(entry, "QUESTION").strip()
             contexts = tuple(c.strip() for c in string_list(entry, "CONTEXTS"))
         except FieldError as err:
-            raise DatasetFormatError(path, line, f"entry {pmid!r}: {err.message}", err.field) from None
-        yield PqalEntry(pmid, line, question, contexts, entry)
+            raise DatasetFormatError(path, fields.get(err.field, line), f"entry {pmid!r}: {err.message}",
+                                     err.field) from None
+        yield PqalEntry(pmid, line, question, contexts, entry, fields)
+
+
+def _entry_field_lines(lines: Sequence[str], start: int | None, starts: Sequence[int], entry: object) -> dict[str, int]:
+    """The line of each of ``entry``'s keys, looked for between the entry's own key line ``start`` and the
+    next entry's (none where the entry's line is unknown or it is not an object)."""
+    if start is None or not isinstance(entry, dict):
+        return {}
+    end = next((line for line in starts if line > start), len(lines) + 1)
+    return key_lines(lines[start - 1:end - 1], entry, first_line=start)
 
 
 # -------------------------------------------------------------------------------------- yesno_tsv

@@ -68,8 +68,8 @@ def _read_pubmedqa(questions: Path, ground_truth: Path) -> tuple[list[_Row], set
                 raise FieldError("CONTEXTS", "expected a non-empty list of non-empty passages")
             label = labels(_label_value(entry.record.get("final_decision"), "final_decision"))
         except FieldError as err:
-            raise DatasetFormatError(questions, entry.line, f"entry {entry.pmid!r}: {err.message}", err.field) \
-                from None
+            raise DatasetFormatError(questions, entry.line_of(err.field), f"entry {entry.pmid!r}: {err.message}",
+                                     err.field) from None
         rows.append(_Row(QAExample(entry.pmid, entry.question, " ".join(entry.contexts), label), entry.line,
                          entry.pmid))
     truth, truth_lines = json_document(ground_truth)
