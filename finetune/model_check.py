@@ -218,10 +218,18 @@ def _load_tokenizer(directory: Path, family: CheckpointFamily):
                          "save the vocabulary the model was pretrained with into it")
     from transformers import AutoTokenizer
 
+    from biomed_lm.tokenization.tokenizer_io import CasingMismatchError, align_wordpiece_casing, directory_casing
+
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory, **family.tokenizer_kwargs())
     except Exception as err:  # noqa: BLE001 - a damaged tokenizer file surfaces as many error types
         raise InputError(f"{directory}: the tokenizer cannot be loaded ({type(err).__name__}: {err})") from None
+    try:  # a folder of vocab.txt alone is lowercased by AutoTokenizer's default, cased vocabulary or not
+        align_wordpiece_casing(tokenizer, directory, directory_casing(directory))
+    except CasingMismatchError as err:
+        raise InputError(str(err)) from None
+    except (OSError, ValueError) as err:  # a damaged vocab_card.json, which AutoTokenizer does not read
+        raise InputError(f"{directory}: cannot tell its vocabulary's casing ({type(err).__name__}: {err})") from None
     if not getattr(tokenizer, "is_fast", False):
         raise InputError(f"{directory}: a fast tokenizer (tokenizer.json or vocab.txt) is needed for word alignment")
     return tokenizer

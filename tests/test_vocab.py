@@ -176,6 +176,38 @@ def test_casing_round_trip(built, algorithm):
     assert "".join(load_tokenizer(uncased, lowercase=True).tokenize("DNA")).replace(CONTINUATION_PREFIX, "") == "dna"
 
 
+def test_a_folder_of_a_cased_vocab_txt_alone_is_not_lowercased(built, tmp_path):
+    """QA (2026-11-29): a checkpoint folder with vocab.txt, config.json and weights only (a converted Google or
+    BioBERT release) records no casing; AutoTokenizer lowercased it by default while every record said cased,
+    in pretraining and in fine-tuning's model check alike."""
+    import shutil
+
+    from biomed_lm.finetune.model_check import _load_tokenizer
+    from biomed_lm.finetune.model_families import checkpoint_family
+
+    from biomed_lm.reference_models import general_bert_dir
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(general_bert_dir() / "config.json", bare / "config.json")  # a BERT config: AutoTokenizer's class
+    shutil.copy(built(algorithm="wordpiece", cased=True) / "vocab.txt", bare / "vocab.txt")
+    pieces = lambda tokenizer: "".join(tokenizer.tokenize("RecA binds DNA")).replace(CONTINUATION_PREFIX, "")  # noqa: E731
+    loaded = load_tokenizer(bare)
+    assert pieces(loaded) == "RecAbindsDNA" and loaded.init_kwargs["do_lower_case"] is False
+    assert pieces(_load_tokenizer(bare, checkpoint_family("bert"))) == "RecAbindsDNA"
+    shutil.copy(built(algorithm="wordpiece") / "vocab.txt", bare / "vocab.txt")  # an uncased vocab: lowercased
+    assert pieces(load_tokenizer(bare)) == "recabindsdna"
+    # A tokenizer.json whose normalizer contradicts the folder's record is refused, not guessed at.
+    with_json = tmp_path / "with_json"  # a copy: the built folder is shared by the module's tests
+    shutil.copytree(built(algorithm="wordpiece", cased=True), with_json)
+    config = json.loads((with_json / "tokenizer_config.json").read_text())
+    (with_json / "tokenizer_config.json").write_text(json.dumps({**config, "do_lower_case": True}))
+    (with_json / "vocab_card.json").unlink()
+    with pytest.raises(CasingMismatchError, match=r"tokenizer.json keeps the case of the text, but its vocabulary "
+                                                  r"is uncased \(tokenizer_config.json's do_lower_case\)"):
+        load_tokenizer(with_json)
+
+
 # ------------------------------------------------------------------------- unigram export format
 
 def test_spm_pieces_to_wordpieces_rules():

@@ -283,6 +283,72 @@ def recorded_lowercase(path: str | os.PathLike) -> bool | None:
     return None
 
 
+def directory_casing(path: str | os.PathLike) -> bool | None:
+    """Whether a tokenizer directory's vocabulary is uncased: as it records it (:func:`recorded_lowercase`),
+    else as its ``vocab.txt`` shows (:func:`infer_lowercase_from_vocab`); None when neither tells."""
+    recorded = recorded_lowercase(path)
+    vocab_text = Path(path) / "vocab.txt"
+    if recorded is None and vocab_text.is_file():
+        return infer_lowercase_from_vocab(vocab_text)
+    return recorded
+
+
+def align_wordpiece_casing(tokenizer, directory: str | os.PathLike, lowercase: bool | None) -> bool | None:
+    """Make a BERT (WordPiece) tokenizer loaded from ``directory`` lowercase exactly when its vocabulary is
+    uncased (``lowercase``: :func:`directory_casing`); returns the casing it tokenizes with.
+
+    A folder with only ``vocab.txt``, ``config.json`` and weights (a converted Google release, a BioBERT
+    download) records no casing, and ``AutoTokenizer`` then lowercases by default (transformers 5 builds the
+    normalizer from ``do_lower_case``, default true, whatever ``tokenizer.json`` says): a cased vocabulary's
+    "BRCA1" became "br ##ca ##1" while every record said cased (QA). Such a tokenizer gets the normalizer its
+    vocabulary needs. A ``tokenizer.json`` whose own normalizer contradicts the vocabulary's casing is refused
+    (:class:`CasingMismatchError`) rather than guessed at. Tokenizers without BERT's normalizer (byte-level
+    BPE, SentencePiece) are left as they are."""
+    actual = wordpiece_lowercases(tokenizer)
+    if actual is None or lowercase is None:
+        return lowercase if actual is None else actual
+    directory = Path(directory)
+    stated = _tokenizer_json_lowercases(directory / "tokenizer.json")
+    if stated is not None and stated != lowercase:
+        raise CasingMismatchError(
+            f"{directory}: its tokenizer.json {'lowercases' if stated else 'keeps the case of'} the text, but its "
+            f"vocabulary is {'uncased' if lowercase else 'cased'} ({_casing_source(directory)}); make them agree "
+            "(remove tokenizer.json to rebuild it from vocab.txt, or correct the record)")
+    if actual != lowercase:
+        tokenizer.backend_tokenizer.normalizer = bert_normalizer(lowercase)
+    return lowercase
+
+
+def _tokenizer_json_lowercases(path: Path) -> bool | None:
+    """Whether a ``tokenizer.json``'s BERT normalizer lowercases (None: no such file or normalizer)."""
+    if not path.is_file():
+        return None
+    normalizer = json.loads(path.read_text(encoding="utf-8")).get("normalizer")
+    if not isinstance(normalizer, dict) or normalizer.get("type") != "BertNormalizer":
+        return None
+    return bool(normalizer.get("lowercase"))
+
+
+def wordpiece_lowercases(tokenizer) -> bool | None:
+    """Whether a tokenizer's BERT normalizer lowercases; None for a tokenizer without one."""
+    from tokenizers import normalizers
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    normalizer = getattr(backend, "normalizer", None)
+    if not isinstance(normalizer, normalizers.BertNormalizer):
+        return None
+    return normalizer.normalize_str("A") == "a"
+
+
+def _casing_source(directory: Path) -> str:
+    for name, key in ((VOCAB_CARD, "lowercase"), ("tokenizer_config.json", "do_lower_case")):
+        if (directory / name).is_file() and isinstance(
+                json.loads((directory / name).read_text(encoding="utf-8")).get(key), bool):
+            return f"{name}'s {key}"
+    return "vocab.txt has tokens that lowercasing changes" if not infer_lowercase_from_vocab(
+        directory / "vocab.txt") else "vocab.txt has no token that lowercasing changes"
+
+
 #: Files that are part of a tokenizer directory and mean nothing alone.
 _DIRECTORY_FILES = frozenset({"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
                               "merges.txt", "added_tokens.json", "vocab_card.json"})
@@ -308,15 +374,13 @@ def load_tokenizer(path: str | os.PathLike, lowercase: bool | None = None):
     if vocab_text.is_file() and p.suffix != ".model":
         check_vocab_text(vocab_text)
     if p.is_dir():
-        recorded = recorded_lowercase(p)
-        if recorded is None and (p / "vocab.txt").is_file():
-            recorded = infer_lowercase_from_vocab(p / "vocab.txt")
+        recorded = directory_casing(p)
         if lowercase is not None and recorded is not None and lowercase != recorded:
             raise CasingMismatchError(
                 f"{p} was built {'uncased' if recorded else 'cased'}; refusing to use it "
                 f"{'lowercased' if lowercase else 'cased'}")
         tok = AutoTokenizer.from_pretrained(str(p))
-        effective = recorded if recorded is not None else lowercase
+        effective = align_wordpiece_casing(tok, p, recorded if recorded is not None else lowercase)
     elif p.is_file() and p.suffix == ".model":
         model = p.read_bytes()
         effective = infer_lowercase_from_sentencepiece(model) if lowercase is None else lowercase
