@@ -288,7 +288,13 @@ class ModelFamily:
             model.save_pretrained(str(path), safe_serialization=True)
         else:
             self._export_with_pair_head_beside(model, path)
-        tokenizer.save_pretrained(str(path))
+        # The tokenizer truncates to what the model takes (a vocabulary is saved with 512 whatever the model is
+        # built with: a 128-position export cut at 512 and failed in transformers, QA).
+        own_limit, tokenizer.model_max_length = tokenizer.model_max_length, self.usable_positions(model.config)
+        try:
+            tokenizer.save_pretrained(str(path))
+        finally:
+            tokenizer.model_max_length = own_limit
         _copy_vocabulary_files(tokenizer, path)
         _prefix_space_as_trained(path)
 

@@ -392,6 +392,23 @@ def test_a_roberta_export_tokenizes_the_first_word_as_pretraining_did_and_carrie
     assert config["add_prefix_space"] is True
     for name in ("vocab.json", "merges.txt", "vocab_card.json"):
         assert (tmp_path / "export" / name).read_bytes() == (vocab / name).read_bytes()
+    # It truncates to what the model takes: 512 positions after the padding id's 1 + 1 (QA 2026-11-29: the
+    # vocabulary's 512 was exported whatever the model's positions).
+    assert exported.model_max_length == 510 and tokenizer.model_max_length == 512
+
+
+def test_an_export_truncates_to_the_models_positions(tmp_path):
+    from transformers import AutoTokenizer, BertConfig, BertForPreTraining
+
+    from biomed_lm.reference_models import general_bert_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(general_bert_dir())
+    model = BertForPreTraining(BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1,
+                                          num_attention_heads=2, intermediate_size=32, max_position_embeddings=128))
+    family_of(model.config).export(model, tokenizer, tmp_path / "export")
+    exported = AutoTokenizer.from_pretrained(tmp_path / "export")
+    assert exported.model_max_length == 128
+    assert len(exported("word " * 400, truncation=True)["input_ids"]) == 128
 
 
 def test_albert_continual_from_a_saved_albert(tiny_albert, wordpiece, tmp_path):
