@@ -191,7 +191,9 @@ def test_a_folder_of_a_cased_vocab_txt_alone_is_not_lowercased(built, tmp_path):
     bare.mkdir()
     shutil.copy(general_bert_dir() / "config.json", bare / "config.json")  # a BERT config: AutoTokenizer's class
     shutil.copy(built(algorithm="wordpiece", cased=True) / "vocab.txt", bare / "vocab.txt")
-    pieces = lambda tokenizer: "".join(tokenizer.tokenize("RecA binds DNA")).replace(CONTINUATION_PREFIX, "")  # noqa: E731
+    def pieces(tokenizer) -> str:
+        return "".join(tokenizer.tokenize("RecA binds DNA")).replace(CONTINUATION_PREFIX, "")
+
     loaded = load_tokenizer(bare)
     assert pieces(loaded) == "RecAbindsDNA" and loaded.init_kwargs["do_lower_case"] is False
     assert pieces(_load_tokenizer(bare, checkpoint_family("bert"))) == "RecAbindsDNA"
