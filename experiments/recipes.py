@@ -73,9 +73,10 @@ def recipe_path(name_or_path: str) -> Path:
 
 
 def load_recipe(name_or_path: str, *, tiny: bool = False, scale: float = 1.0, output_dir: str | None = None,
-                continual_from: str | None = None) -> Recipe:
+                continual_from: str | None = None, data_root: str | None = None) -> Recipe:
     """The recipe's plan as an :class:`AblationConfig`: at the paper's settings times ``scale``, or
-    its CPU-sized run (``tiny``); ``output_dir`` and ``continual_from`` override the recipe's."""
+    its CPU-sized run (``tiny``); ``output_dir``, ``continual_from`` and the BLURB ``data_root`` override
+    the recipe's."""
     path = recipe_path(name_or_path)
     values = load_yaml_mapping(path)
     system, own_tiny = values.pop("system", None), values.pop("tiny", None) or {}
@@ -85,6 +86,8 @@ def load_recipe(name_or_path: str, *, tiny: bool = False, scale: float = 1.0, ou
     elif scale != 1.0:
         values = _scaled(values, scale)
     values.update({k: v for k, v in {"output_dir": output_dir, "continual_from": continual_from}.items() if v})
+    if data_root:
+        values["finetune"] = {**(values.get("finetune") or {}), "data_root": data_root}
     return Recipe(path.stem, system, ablation_config_from(values, str(path)))
 
 

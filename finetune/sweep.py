@@ -22,18 +22,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from biomed_lm.backend import LostRank, decided_on_rank0, rank0_log, start_distributed
+from biomed_lm.backend import decided_on_rank0, rank0_log, start_distributed
 from biomed_lm.errors import ConfigError, InputError
 from biomed_lm.finetune.blurb import (BLURB, BLURB_DATASETS, BLURB_TASK_OF, BLURB_TASK_TYPES, UnknownDatasetError,
                                       canonical_dataset_name, default_max_length)
 from biomed_lm.finetune.metrics import MeanStd, blurb_score, mean_std
 from biomed_lm.finetune.model_check import check_model
+from biomed_lm.finetune.sweep_pool import RunOutcome, outcomes
 from biomed_lm.finetune.trainer import (RUN_RECORD, FinetuneArgs, RunOptions, data_fingerprint, finished_record,
                                         is_complete_run, run_finetune)
 from biomed_lm.resources import resolve_path
@@ -89,6 +89,9 @@ class SweepArgs(RunOptions):
     first_seed: int = field(default=1, metadata={"help": "seeds are first_seed, first_seed + 1, ...", "min": 0})
     stop_on_error: bool = field(default=False, metadata={
         "help": "stop at the first failed run (default: record the failure and go on with the other datasets)"})
+    parallel_runs: int = field(default=1, metadata={
+        "help": "runs at a time, each in a process of its own on a GPU of its own (at most the GPUs visible; "
+                "on a CPU they share the cores); 1: one at a time in this process", "min": 1})
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -102,6 +105,9 @@ class SweepArgs(RunOptions):
         except UnknownDatasetError as err:
             raise ConfigError(f"datasets: {err}") from None
         self.data_dir_overrides()  # reject malformed NAME=DIR entries now
+        if self.parallel_runs > 1 and self.deepspeed:
+            raise ConfigError(f"parallel_runs {self.parallel_runs} runs each fine-tuning in a process of its own on "
+                              "one GPU; under --deepspeed every run uses all of the launcher's ranks: use one of them")
 
     def data_dir_overrides(self) -> dict[str, Path]:
         overrides = {}
@@ -261,34 +267,18 @@ def _run_sweep(args: SweepArgs, rank: int, log: Callable[[str], None], progress:
     log(f"{len(plan.runs)} runs over {len({r.dataset for r in plan.runs})} datasets; {done} already complete")
     failed: dict[str, str] = {}
     said: set[tuple[str, str]] = set()
-    bar = tqdm(plan.runs, desc="BLURB sweep", unit="run", dynamic_ncols=True, disable=not progress)
+    bar = tqdm(total=len(plan.runs), desc="BLURB sweep", unit="run", dynamic_ncols=True, disable=not progress)
 
     def say(message: str) -> None:  # on its own line, not after the bar's
         with tqdm.external_write_mode():
             log(message)
-    for run in bar:
-        if run.dataset in failed:
-            continue
-        bar.set_postfix(dataset=run.dataset, grid=run.grid_point, seed=run.seed, refresh=False)
-        try:
-            result = run_finetune(run.args, log=_warnings_once(run.dataset, said, say),
-                                  data_files=fingerprints[run.args.data_dir])
-            if not result.skipped:
-                say(f"{run.dataset} {run.grid_point} seed {run.seed}: dev {result.record['best_dev_score']:.4f}, "
-                    f"test {result.record['test_score']:.4f} ({result.record['wall_time_s']:.0f} s)")
-            # An earlier attempt's error is over: its folder should not read as failed and complete at once.
-            (Path(run.args.output_dir) / ERROR_FILE).unlink(missing_ok=True)
-        except LostRank:  # not this dataset's failure: every later run would fail on the missing rank too
-            bar.close()
-            raise
-        except Exception as err:  # noqa: BLE001 - recorded and reported; one dataset's failure is not the sweep's
-            if args.stop_on_error:
-                raise
-            failed[run.dataset] = f"{type(err).__name__}: {err}"
-            say(f"{run.dataset}: run {run.grid_point}/seed{run.seed} failed: {failed[run.dataset]}")
-            (Path(run.args.output_dir)).mkdir(parents=True, exist_ok=True)
-            (Path(run.args.output_dir) / ERROR_FILE).write_text(traceback.format_exc(), encoding="utf-8")
-    bar.close()
+    try:
+        for run, outcome in outcomes(plan.runs, run_finetune, fingerprints, failed, args.parallel_runs):
+            _record_outcome(run, outcome, args, failed, _warnings_once(run.dataset, said, say), say)
+            bar.set_postfix(dataset=run.dataset, grid=run.grid_point, seed=run.seed, refresh=False)
+            bar.update()
+    finally:
+        bar.close()
     records = [json.loads((Path(r.args.output_dir) / RUN_RECORD).read_text(encoding="utf-8"))
                for r in plan.runs if is_complete_run(Path(r.args.output_dir) / RUN_RECORD)]
     summary = summarize(records, absent=plan.absent, failed=failed,
@@ -301,6 +291,30 @@ def _run_sweep(args: SweepArgs, rank: int, log: Callable[[str], None], progress:
         (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         (out / TABLE_FILE).write_text(format_table(summary), encoding="utf-8")
     return summary
+
+
+def _record_outcome(run: PlannedRun, outcome: RunOutcome, args: SweepArgs, failed: dict[str, str],
+                    warn: Callable[[str], None], say: Callable[[str], None]) -> None:
+    """Say how a run ended and keep what a resumed sweep needs: a failed run's error file, and its dataset
+    in ``failed`` (whose runs not yet started are not attempted)."""
+    for line in outcome.warnings:
+        warn(line)
+    folder = Path(run.args.output_dir)
+    if outcome.error is None:
+        if not outcome.skipped:
+            say(f"{run.dataset} {run.grid_point} seed {run.seed}: dev {outcome.dev:.4f}, test {outcome.test:.4f} "
+                f"({outcome.seconds:.0f} s)")
+        # An earlier attempt's error is over: its folder should not read as failed and complete at once.
+        (folder / ERROR_FILE).unlink(missing_ok=True)
+        return
+    if args.stop_on_error:
+        if outcome.exception is not None:
+            raise outcome.exception
+        raise RuntimeError(f"{run.dataset} run {run.grid_point}/seed{run.seed} failed: {outcome.details}")
+    failed[run.dataset] = outcome.error
+    say(f"{run.dataset}: run {run.grid_point}/seed{run.seed} failed: {outcome.error}")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / ERROR_FILE).write_text(outcome.details, encoding="utf-8")
 
 
 def _write_plan(runs: Sequence[PlannedRun], out: Path, model: str) -> None:

@@ -7,6 +7,7 @@ as its recipe in configs/recipes/ says (experiments/recipes.py).
     python launch/recipe.py pubmedbert --output_dir /scratch/pubmedbert          # the paper's setting
     python launch/recipe.py bioalbert --scale 0.01                               # 1% of the steps
     python launch/recipe.py bioformer-8l --tiny --output_dir runs/recipes/tiny   # minutes on a CPU
+    python launch/recipe.py biobert --continual_from /models/bert-base-cased --data_root /data/blurb
 
 Each step is the entry script a user would run, printed before it runs; re-running the same command
 continues an interrupted recipe. Exit status: 0 done, 1 a step or some fine-tuning runs failed,
@@ -37,6 +38,9 @@ class RecipeArgs:
         "help": "the CPU-sized run: embedded sample, tiny model of the same family, 2 steps, a 32-example fine-tune"})
     continual_from: str | None = field(default=None, metadata={
         "help": "the general-domain checkpoint directory continual recipes start from"})
+    data_root: str | None = field(default=None, metadata={
+        "help": "the folder holding the BLURB datasets to fine-tune on (default: the recipe's, data/blurb, where "
+                "only NCBI-disease ships)"})
     list: bool = field(default=False, metadata={"help": "print the recipes and exit"})
     table: bool = field(default=False, metadata={
         "help": "print the README's comparison table (each recipe's system and projected cost) and exit"})
@@ -56,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.recipe:
             raise BiomedLMError(f"name a recipe: {', '.join(recipe_names())}")
         recipe = load_recipe(args.recipe, tiny=args.tiny, scale=args.scale, output_dir=args.output_dir,
-                             continual_from=args.continual_from)
+                             continual_from=args.continual_from, data_root=args.data_root)
         print(f"recipe {recipe.name}: {recipe.system['name']} ({recipe.system['paper']})"
               + (" -- tiny run" if args.tiny else f" at scale {args.scale:g}"), flush=True)
         record = run_ablation(recipe.ablation, report=False)

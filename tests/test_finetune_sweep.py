@@ -256,6 +256,43 @@ def test_failed_dataset_is_recorded_and_others_go_on(tiny_bert, tmp_path):
     assert "ncbi-disease" in summary["datasets"]
 
 
+def test_runs_side_by_side_make_the_same_records_and_stop_a_failed_datasets_later_runs(tiny_bert, tmp_path):
+    """parallel_runs 2: each run in a worker process of its own (on a CPU they share the cores); the same
+    runs, each complete in its folder, as one at a time; a failing dataset's unstarted runs are dropped."""
+    bad = tmp_path / "data" / "ner" / "BC2GM"
+    bad.mkdir(parents=True)
+    for name in ("train.tsv", "devel.tsv", "test.tsv"):
+        (bad / name).write_text("Aspirin\tB-GENE\nworks\n", encoding="utf-8")  # line 2: no tag
+    ncbi_slice(tmp_path / "data")
+    args = dict(model=str(tiny_bert), data_root=str(tmp_path / "data"), datasets=["bc2gm", "ncbi-disease"],
+                learning_rates=[1e-3], batch_sizes=[8], epochs=1, num_seeds=3, max_length=32)
+    lines: list[str] = []
+    side = run_sweep(SweepArgs(**args, output_dir=str(tmp_path / "side"), parallel_runs=2), log=lines.append,
+                     progress=False)
+    alone = run_sweep(SweepArgs(**args, output_dir=str(tmp_path / "alone")), log=lambda m: None, progress=False)
+    assert side["failed"].keys() == alone["failed"].keys() == {"bc2gm"} and "line 2" in side["failed"]["bc2gm"]
+    assert side["datasets"]["ncbi-disease"]["runs"] == alone["datasets"]["ncbi-disease"]["runs"] == 3
+    assert sorted(p.parent.name for p in (tmp_path / "side").rglob(RUN_RECORD)) == \
+        sorted(p.parent.name for p in (tmp_path / "alone").rglob(RUN_RECORD))
+    # bc2gm's first two seeds ran side by side and failed; its third never started (one at a time: one failed)
+    errors = sorted(p.parent.name for p in (tmp_path / "side").rglob(sweep.ERROR_FILE))
+    assert errors == ["seed1", "seed2"] and len(list((tmp_path / "alone").rglob(sweep.ERROR_FILE))) == 1
+    assert sum("ncbi-disease" in line and "dev" in line for line in lines) == 3
+
+
+def test_parallel_runs_are_refused_under_deepspeed_and_beyond_the_gpus(monkeypatch):
+    from biomed_lm.finetune import sweep_pool
+
+    with pytest.raises(ConfigError, match="parallel_runs 2 runs each fine-tuning in a process of its own"):
+        SweepArgs(model="m", output_dir="o", parallel_runs=2, deepspeed=True)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    assert sweep_pool.device_slots(2) == ["3", "5"]
+    with pytest.raises(ConfigError, match=r"parallel_runs 4 needs a GPU per run, and 2 are visible "
+                                          r"\(CUDA_VISIBLE_DEVICES=3,5\)"):
+        sweep_pool.device_slots(4)
+
+
 def test_a_sweep_of_absent_datasets_only_is_refused(tiny_bert, tmp_path):
     """QA: --data_root pointing nowhere ran "0 runs over 0 datasets", printed a table titled None and exited 0."""
     with pytest.raises(InputError, match=r"none of the datasets asked for is under data_root .*nowhere.*ncbi-disease"):

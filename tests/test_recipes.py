@@ -225,3 +225,12 @@ def test_a_global_batch_the_ranks_cannot_split_is_refused_before_the_corpus(tmp_
         run_ablation(ablation, log=lambda line: None, report=False)
     assert not (tmp_path / "run" / "corpus").exists()
     assert recipe.ablation.pretrain.micro_batch_size == 128  # as shipped: 8 to 64 GPUs
+
+
+def test_a_recipe_fine_tunes_on_the_blurb_data_root_it_is_given():
+    """QA (2026-11-29): a recipe fine-tuned on data/blurb (NCBI-disease alone) with no way to point it at a
+    user's BLURB folder but editing a copy of its YAML."""
+    recipe = load_recipe("biobert", data_root="/data/blurb")
+    assert recipe.ablation.finetune["data_root"] == "/data/blurb"
+    assert recipe.ablation.finetune["learning_rates"] == load_recipe("biobert").ablation.finetune["learning_rates"]
+    assert recipe.ablation.corpora == {"pubmed": "configs/corpus/pubmed_baseline_all.yaml"}  # no length filter
