@@ -243,7 +243,11 @@ class MultilevelResult:
     def _group_variance_reading(self) -> str:
         """Paper 000's decomposition: seeds, (pretrained model, dataset) groups, residual."""
         vd = self.variance_decomposition
-        seeds = ("seeds explain " + _pct(vd.get("seeds", float("nan")))
+        # A seed's component is the shift one seed number gives every model and dataset alike; the spread between
+        # one model's seeds that the others do not share is in the residual (QA: "seeds explain 0.0%" read as
+        # "fine-tuning seeds do not matter" beside a residual that was all seed-to-seed spread).
+        seeds = ("seeds explain " + _pct(vd.get("seeds", float("nan"))) + " as a shift one seed number gives every "
+                 "model and dataset alike"
                  if self.seed_effect == "variance_component" and "seed" in self.random_effects
                  else "seeds are not a variance component here (" +
                  ("fixed effects" if self.seed_effect == "fixed" else "their variation is in the residual")
@@ -258,8 +262,8 @@ class MultilevelResult:
                                        "(each group is its own combination of factor levels and datasets, so they "
                                        "are inside the factor and dataset estimates)")
         return (f"Of the variance left after the fixed effects, {seeds}{groups} and "
-                f"run-to-run residual noise {_pct(vd.get('residual', float('nan')))} "
-                f"({sds} points); the fixed effects explain "
+                f"run-to-run residual noise {_pct(vd.get('residual', float('nan')))}, which holds the spread "
+                f"between one model's fine-tuning seeds ({sds} points); the fixed effects explain "
                 f"{_pct(self.r_squared.get('marginal', float('nan')))} of the total variance{unestimated}")
 
     def _checkpoint_variance_reading(self) -> str:
@@ -307,7 +311,10 @@ class MultilevelResult:
         else:
             factor_rows = table["term"].map(lambda t: self._terms.get(t, Term("", "")).kind == "factor")
         table = table.copy()
-        table.loc[factor_rows, ["p", "ci_low", "ci_high"]] = np.nan
+        # The SE is fine-tuning noise alone (the pretraining run's luck is not in it), and z with df gives the
+        # p-value withheld (QA): none of them is kept for an untested factor.
+        withheld = [column for column in ("p", "ci_low", "ci_high", "se", "z", "df") if column in table.columns]
+        table.loc[factor_rows, withheld] = np.nan
         return table
 
     def _units_line(self) -> str:
@@ -350,9 +357,9 @@ class MultilevelResult:
             mark = " †" if factor and self.factor_p_basis else ""
             p_cell = "— (confounded)" if untested else _p_cell(r.p) + mark
             ci = "—" if untested else f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]{mark}"
-            df = "—" if not math.isfinite(r.df) else f"{r.df:.0f}"
-            lines.append(f"| {r.term} | {_fmt(r.estimate)} | {_fmt(r.se, signed=False)} | "
-                         f"{_fmt(r.z, signed=False)} | {df} | {p_cell} | {ci} |")
+            df = "—" if untested or not math.isfinite(r.df) else f"{r.df:.0f}"
+            se, z = ("—", "—") if untested else (_fmt(r.se, signed=False), _fmt(r.z, signed=False))
+            lines.append(f"| {r.term} | {_fmt(r.estimate)} | {se} | {z} | {df} | {p_cell} | {ci} |")
         if self.factor_p_basis:
             lines += ["", f"† {self.factor_p_basis}: see the caveat above."]
         if self.dataset_effects is not None and len(self.dataset_effects):
@@ -361,8 +368,8 @@ class MultilevelResult:
             for r in self.dataset_effects.itertuples():
                 p_cell = (_p_cell(r.p) + (" †" if self.factor_p_basis else "")) if self.factor_tests \
                     else "— (confounded)"
-                lines.append(f"| {r.factor} | {r.level} | {r.dataset} | {_fmt(r.estimate)} | "
-                             f"{_fmt(r.se, signed=False)} | {p_cell} |")
+                se = _fmt(r.se, signed=False) if self.factor_tests else "—"
+                lines.append(f"| {r.factor} | {r.level} | {r.dataset} | {_fmt(r.estimate)} | {se} | {p_cell} |")
         lines += ["", "### Random effects (variances, points²)", "", "| component | variance | SD |",
                   "|---|---:|---:|"]
         for k, v in self.random_effects.items():

@@ -64,6 +64,10 @@ def test_one_checkpoint_per_variant_is_confounded_and_said_so():
         for term in ("vocabulary[in-domain]", "masking[whole-word]"):
             assert coefficients[term]["p"] is None and coefficients[term]["ci_low"] is None
             assert coefficients[term]["ci_high"] is None and coefficients[term]["estimate"] is not None
+            # QA (2026-11-29): SE, z and df gave the withheld p-value back; the SE omits the pretraining run's luck
+            assert coefficients[term]["se"] is None and coefficients[term]["z"] is None
+        row = next(line for line in result.to_markdown().splitlines() if line.startswith("| vocabulary[in-domain]"))
+        assert row.split("|")[3:6] == [" — ", " — ", " — "], row  # SE, z or t, df
         assert coefficients["Intercept"]["p"] is not None
         assert not result.coefficients[["p", "ci_low"]].isna().any().any()  # the fit's own table is whole
 
