@@ -908,11 +908,25 @@ def _pretrain_summary(checkpoint: Checkpoint) -> dict[str, Any]:
     if column:
         tail = frame[column].dropna()
         out["final_loss"] = float(tail.iloc[-max(1, len(tail) // 20):].mean())
+    if "mlm_loss" in frame and frame["mlm_loss"].notna().any():  # the MLM part alone: what ln V is chance for
+        tail = frame["mlm_loss"].dropna()
+        vocab = _vocab_size(checkpoint.pretrain_dir / "model" / "config.json")
+        out["final_mlm"] = f"{tail.iloc[-max(1, len(tail) // 20):].mean():.3f}" + (
+            f" (ln V {math.log(vocab):.2f})" if vocab else "")
     if "tokens_seen" in frame and frame["tokens_seen"].notna().any():
         out["tokens_seen"] = int(frame["tokens_seen"].dropna().iloc[-1])
     if "step_seconds" in frame and frame["step_seconds"].notna().any():
         out["seconds"] = float(frame["step_seconds"].sum())
     return out
+
+
+def _vocab_size(config: Path) -> int | None:
+    """The exported model's vocabulary size (None: not exported yet, or unreadable)."""
+    try:
+        size = json.loads(config.read_text(encoding="utf-8")).get("vocab_size")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return size if isinstance(size, int) and size > 1 else None
 
 
 def _per_run(summaries: list[dict[str, Any]], key: str, show: Callable[[Any], str]) -> str:
@@ -1126,7 +1140,7 @@ class _ReportPage:
                     if f not in varying}
         refs = {f: level for f, level in ablation.reference_levels().items() if f in varying}
         head = ["variant", *varying, "pretraining runs", "fine-tuning runs", "pretraining steps logged",
-                "final loss", "pretraining time (sum of step times)"]
+                "final loss", "final MLM loss", "pretraining time (sum of step times)"]
         lines = ["## Variants", "", "| " + " | ".join(_md(h) for h in head) + " |", "|" + "---|" * len(head)]
         for name, variant in ablation.variants.items():
             # one value per pretraining run, "/"-separated: run 1's alone would stand for all of them
@@ -1135,13 +1149,15 @@ class _ReportPage:
                              for f in varying),
                      str(len(variant.runs())), str(len(self.records[name])),
                      _per_run(pre, "steps", str), _per_run(pre, "final_loss", lambda x: f"{x:.3f}"),
-                     _per_run(pre, "seconds", format_duration)]
+                     _per_run(pre, "final_mlm", str), _per_run(pre, "seconds", format_duration)]
             lines.append("| " + " | ".join(_md(c) for c in cells) + " |")
         several = any(len(v.runs()) > 1 for v in ablation.variants.values())
         # QA: a report set 8.49 at 30,522 tokens beside 9.79 at 16,000, read as one model learning better
-        losses = ["The final loss is per token of the variant's own vocabulary: vocabularies cut text into other "
-                  "tokens (ln V is 10.3 at 30,522, 9.7 at 16,000), so it compares only between variants that "
-                  "share one; the fine-tuning scores below compare all.", ""]
+        losses = ["Final losses are the mean of the last 5% of logged steps (the last step alone when fewer than 40 "
+                  "were logged); the loss is MLM plus the pair task's, the MLM loss alone is per token of the "
+                  "variant's own vocabulary of V tokens, where guessing uniformly scores ln V (shown beside it). "
+                  "Vocabularies cut text into other tokens, so a loss compares only between variants that share "
+                  "one; the fine-tuning scores below compare all.", ""]
         return lines + ["", *(["Pretraining columns: one value per pretraining run (run 1 / run 2 / ...).", ""]
                               if several else []), *(losses if len(ablation.variants) > 1 else []),
                         *([("Reference levels (the first listed for each factor): "

@@ -255,14 +255,19 @@ def test_the_variants_table_gives_each_pretraining_run_its_own_pretraining_value
     """QA: with two pretraining runs per variant the table's steps, final loss and time were run 1's
     alone, whatever run 2 logged (here 5 steps at loss 50, 100 s each)."""
     root = build(tmp_path / "abl", runs=2, metrics_steps=10)
-    lines = [json.dumps({"step": s, "loss": 50.0, "step_seconds": 100.0}) for s in range(1, 6)]
-    (root / "variants" / "in-domain" / "pretrain-run2" / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    lines = [json.dumps({"step": s, "loss": 50.0, "mlm_loss": 9.0, "step_seconds": 100.0}) for s in range(1, 6)]
+    run2 = root / "variants" / "in-domain" / "pretrain-run2"
+    (run2 / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    (run2 / "model").mkdir(parents=True)
+    (run2 / "model" / "config.json").write_text(json.dumps({"vocab_size": 16000}))
     _no_plots(monkeypatch)
     text = write_report(root).read_text(encoding="utf-8")
     row = next(line for line in text.splitlines() if line.startswith("| in-domain |"))
-    assert row.endswith("| 2 | 4 | 10 / 5 | 2.000 / 50.000 | — / 8.3 min |"), row
+    # the MLM loss beside the chance level of the run's own vocabulary (QA: ln V was a sentence's literal numbers)
+    mlm = f"— / 9.000 (ln V {math.log(16000):.2f})"
+    assert row.endswith(f"| 2 | 4 | 10 / 5 | 2.000 / 50.000 | {mlm} | — / 8.3 min |"), row
     general = next(line for line in text.splitlines() if line.startswith("| general |"))
-    assert general.endswith("| 2 | 4 | 10 / 10 | 2.000 / 3.000 | — |"), general
+    assert general.endswith("| 2 | 4 | 10 / 10 | 2.000 / 3.000 | — | — |"), general
     assert "one value per pretraining run (run 1 / run 2 / ...)" in text
 
 
