@@ -92,10 +92,14 @@ def load_yaml_mapping(path: str | Path) -> dict[str, Any]:
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Show defaults, and keep the description's line breaks (scripts put usage examples there). A
-    ``--no_<name>`` flag's default is its ``--<name>``'s, shown there."""
+    ``--no_<name>`` flag's default is its ``--<name>``'s, shown there. A help text that says its own default,
+    and an empty or None default (which says nothing), gets no "(default: ...)" (QA: "(default:
+    <ablation_dir>/report) (default: None)", and "(default: )" on an option that must be given)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        if isinstance(action, argparse._StoreFalseAction):
+        default = action.default.value if isinstance(action.default, _Unparsed) else action.default
+        if isinstance(action, argparse._StoreFalseAction) or default is None or default == "" \
+                or "(default" in (action.help or ""):
             return action.help
         return super()._get_help_string(action)
 

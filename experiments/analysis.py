@@ -206,6 +206,9 @@ class MultilevelResult:
                            f"(no p-value: this difference is confounded with the luck of the pretraining runs)")
                 continue
             basis = f" under {self.factor_p_basis}" if self.factor_p_basis else ""
+            if "checkpoint" in self.zero_variance_levels:  # said where the p-value is read, not only in the notes
+                basis += ("; the pretraining runs' variance was estimated at zero, and such fits reject a true null "
+                          "about 10% of the time, not 5% (docs/calibration.md)")
             out.append(f"{term.variable} = {term.level} (vs {ref}): {_fmt(row['estimate'])} points{avg} "
                        f"(SE {_fmt(row['se'], signed=False)}, {format_p(row['p'])}{basis})")
             if self.dataset_effects is not None and len(self.dataset_effects):

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Write the report of an ablation: BLURB results per variant, plots, and the multilevel analysis.
 
-    python launch/report.py --ablation_dir runs/ablation/vocab_x_masking
-    python launch/report.py --ablation_dir runs/ablation/vocab_x_masking --output_dir reports/vocab_x_masking
+    python launch/report.py --ablation_dir runs/demo/ablation              # make demo's ablation
+    python launch/report.py --ablation_dir runs/demo/ablation --output_dir reports/demo
 
 Reads <ablation_dir>/ablation.json (written by launch/ablate.py), the pretraining metrics and the
 complete fine-tuning run.json files below <ablation_dir>/variants/ that its fine-tuning plan asks for

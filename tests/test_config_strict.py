@@ -196,6 +196,9 @@ def test_help_lists_choices_and_ranges(capsys):
     # a --no_<name> flag says what it does (QA, 2026-11-28: it repeated --<name>'s help and its "(default: True)")
     no_flag = re.search(r"--no_resume, --no-resume\s+(.*?)\n  --", out, re.S)
     assert no_flag and " ".join(no_flag.group(1).split()) == "the same as --resume false"
+    # QA (2026-11-29): "(default: )" on an option that must be given, "(default: None)" after a help text that
+    # says its default; a real default is still shown
+    assert "(default: )" not in out and "(default: None)" not in out and "(default: 0.1)" in out
 
 
 @settings(max_examples=60, deadline=None)

@@ -495,3 +495,20 @@ def test_launch_exits_2_naming_an_output_dir_that_is_a_file(ablation_dir, tmp_pa
     assert main(["--ablation_dir", str(ablation_dir), "--output_dir", str(tmp_path / "taken")]) == 2
     assert capsys.readouterr().err == (f"report: error: cannot write the report to {tmp_path / 'taken'}: "
                                        f"{tmp_path / 'taken' / 'plots'}: Not a directory\n")
+
+
+def test_missing_or_damaged_pretraining_metrics_are_warnings_on_stderr_too(ablation_dir, tmp_path):
+    """QA (2026-11-29): they were only in the loss plot's notes, while run.json problems reach stderr."""
+    said: list[str] = []
+    write_report(ablation_dir, tmp_path / "out", log=said.append)
+    assert any(line.startswith("warning: ") and f"{IN_DOMAIN}: no pretraining metrics" in line for line in said)
+    assert any(line.startswith("warning: ") and "1 unreadable line(s)" in line for line in said)
+
+
+def test_the_analysis_says_when_the_variants_do_not_cross_every_factor_level(report):
+    """QA (2026-11-29): with continual + in-domain left out, the readings were stated as main effects over every
+    variant."""
+    text = report.read_text(encoding="utf-8")
+    assert "## Analysis" in text
+    assert ("- Not every combination of factor levels was run (continual + in-domain: not a combination): each "
+            "factor's effect is measured among the variants that have both of its levels") in text

@@ -134,6 +134,7 @@ def test_without_a_plan_a_sweep_folder_mixing_configurations_is_refused(tmp_path
     with pytest.raises(AblationError, match=r"differ in epochs, max_train_examples, not only in learning rate.*"
                                             r"holds no fine-tuning plan \('finetune'\).*move those out of"):
         write_report(root, tmp_path / "mixed")
+    capsys.readouterr()  # the reports above warned of their metrics files
     assert _launch_main(monkeypatch)(["--ablation_dir", str(root), "--output_dir", str(tmp_path / "cli")]) == 2
     assert capsys.readouterr().err.startswith("report: error: sweep 'general'")
 
