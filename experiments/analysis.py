@@ -237,8 +237,8 @@ class MultilevelResult:
                         f"10× {term.variable}{within}")
             else:
                 unit = f"1 SD = {sd:.3g}, i.e. {_fmt(row['estimate'] / sd, digits=3)} points per unit"
-            same = (f"; assumed the same in every group, since its random slope could not be fitted: the test is "
-                    f"optimistic if it varies" if term.variable in self.slopes_not_fitted else "")
+            same = ("; assumed the same in every group, since its random slope could not be fitted: the test is "
+                    "optimistic if it varies" if term.variable in self.slopes_not_fitted else "")
             level1.append(f"{label} {_fmt(row['estimate'])} points per SD (SE {_fmt(row['se'], signed=False)}, "
                           f"{format_p(row['p'])}; {unit}{same})")
         return "Fine-tuning (level-1) variables, standardized: " + "; ".join(level1) if level1 else ""
