@@ -318,12 +318,18 @@ def _prepare_locked_run(model_args: ModelArguments, data_args: DataArguments, tr
     """:func:`_prepare_run` once the run directory is held."""
     rank, world_size, device = placement
     run_dir = Path(train_args.output_dir)
-    tokenizer, dataset, data_meta, pair = _load_data(data_args, max_positions, family)
     selection = _select_resume_checkpoint(run_dir, train_args, rank)
+    own_export = max_positions is None  # a continual run resumed without its general checkpoint
+    if own_export:
+        max_positions = _own_export_positions(run_dir, selection, model_args, family)
+    tokenizer, dataset, data_meta, pair = _load_data(data_args, max_positions, family)
 
     torch.manual_seed(train_args.seed)  # identical initial weights on every rank
-    hf_model, init_report = _initial_model(model_args, tokenizer, model_fields, family, pair.task,
-                                           resuming=selection.tag is not None)
+    if own_export:
+        hf_model, init_report = _model_of_own_export(run_dir, selection, model_args, family, pair.task)
+    else:
+        hf_model, init_report = _initial_model(model_args, tokenizer, model_fields, family, pair.task,
+                                               resuming=selection.tag is not None)
     signature = run_signature(model_args=model_args, data_args=data_args, train_args=train_args,
                               adversarial=adversarial, world_size=world_size, data_meta=data_meta,
                               architecture=family.signature(hf_model.config))
@@ -380,11 +386,30 @@ def _initial_model(model_args: ModelArguments, tokenizer, model_fields: dict | N
                                 architecture=family.name, pair_task=pair_task)
 
 
+def _model_of_own_export(run_dir: Path, selection: Selection, model_args: ModelArguments, family: ModelFamily,
+                         pair_task: str):
+    """The architecture of the run's own checkpoint, built without weights (the resume loads all of them): a
+    continual run resumes when its general checkpoint is gone (QA: the resume needed its folder only to build
+    a model whose every weight it then replaced)."""
+    from biomed_lm.pretrain.initialization import InitReport
+
+    config = _own_export_config(run_dir, selection, family)
+    model = family.transformers_class(family.model_class)._from_config(
+        config, attn_implementation=hf_attention(model_args.attn_implementation))
+    family.set_pair_task(model, pair_task)
+    LOG.warning("init_checkpoint %s cannot be read: the model is built from this run's checkpoint %s, whose "
+                "weights the resume loads", model_args.init_checkpoint, selection.tag)
+    return model, InitReport(mode=model_args.init, checkpoint=model_args.init_checkpoint,
+                             vocab_size=int(config.vocab_size))
+
+
 def _check_arguments(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments
-                     ) -> tuple[ModelFamily, dict | None, int]:
+                     ) -> tuple[ModelFamily, dict | None, int | None]:
     """The model family, its preset's fields and the position limit; a bad preset, or a layout the
-    family cannot run, is refused before DeepSpeed starts."""
-    from biomed_lm.pretrain.initialization import load_checkpoint_config
+    family cannot run, is refused before DeepSpeed starts. The limit is None for a continual run whose general
+    checkpoint cannot be read but whose run directory has checkpoints to resume from (only listed here):
+    the resumed checkpoint's export gives it once the directory is locked."""
+    from biomed_lm.pretrain.initialization import InitializationError, load_checkpoint_config
 
     if not train_args.output_dir:
         raise PretrainConfigError("output_dir is required")
@@ -406,8 +431,29 @@ def _check_arguments(model_args: ModelArguments, data_args: DataArguments, train
     model_fields = family.preset_fields(load_model_preset(preset), preset) if preset else None
     if model_args.init == "scratch":
         return family, model_fields, int(model_fields.get("max_position_embeddings", 512))
-    return family, model_fields, family.usable_positions(load_checkpoint_config(model_args.init_checkpoint,
-                                                                                family.name))
+    try:
+        return family, model_fields, family.usable_positions(load_checkpoint_config(model_args.init_checkpoint,
+                                                                                    family.name))
+    except InitializationError:
+        if train_args.resume and checkpoint_tags(Path(train_args.output_dir)):
+            return family, model_fields, None  # the run's own checkpoint is the model: _own_export_positions
+        raise
+
+
+def _own_export_positions(run_dir: Path, selection: Selection, model_args: ModelArguments,
+                          family: ModelFamily) -> int:
+    """The positions of the model a continual run resumes without its general checkpoint (moved, deleted, on
+    another cluster): its newest verified checkpoint's export, which holds the run's architecture."""
+    from biomed_lm.pretrain.initialization import load_checkpoint_config
+
+    if selection.tag is None:  # no checkpoint verified: the general checkpoint was needed after all
+        load_checkpoint_config(model_args.init_checkpoint, family.name)  # its error, naming what is wrong
+    return family.usable_positions(_own_export_config(run_dir, selection, family))
+
+
+def _own_export_config(run_dir: Path, selection: Selection, family: ModelFamily):
+    export = checkpoints_root(run_dir) / selection.tag / "hf"
+    return family.transformers_class(family.config_class).from_pretrained(str(export), local_files_only=True)
 
 
 def _start_distributed(train_args: TrainArguments) -> tuple[int, int, torch.device]:

@@ -109,7 +109,8 @@ def test_bf16_autocasts_and_keeps_fp32_weights(straight_run, pretraining_inputs,
     assert abs(bf16[1] - fp32[1]) < 0.01 and all(map(math.isfinite, bf16.values()))  # same weights at step 1
 
 
-def kill_after_first_checkpoint_and_resume(args: list[str], out: Path, first_tag: str) -> subprocess.CompletedProcess:
+def kill_after_first_checkpoint_and_resume(args: list[str], out: Path, first_tag: str,
+                                           before_resume=lambda: None) -> subprocess.CompletedProcess:
     process = forked_main.start_command([PYTHON, str(REPO / "launch" / "pretrain.py"), *args], env())
     latest = out / "checkpoints" / "latest"
     deadline = time.time() + 240
@@ -118,6 +119,7 @@ def kill_after_first_checkpoint_and_resume(args: list[str], out: Path, first_tag
     process.send_signal(signal.SIGKILL)  # no chance to save anything more
     process.wait()
     assert latest.read_text().strip() == first_tag
+    before_resume()
     result = run(args)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resumed from" in result.stderr + result.stdout
@@ -171,6 +173,16 @@ def test_continual_modes_train_export_and_resume_exactly(mode, pretraining_input
         # the general checkpoint's weights are replaced on a resume: transformers' loading report (its bar, its
         # table of the missing heads) is not shown then (it was, on every resume)
         assert "Loading weights" in log and "Loading weights" not in again.stderr + again.stdout
+        # ... so a resume no longer needs the general checkpoint's folder (QA: moved or deleted, it stopped the
+        # resume): the model is built from the run's own checkpoint, and the losses are the same
+        moved, general_copy = tmp_path / "moved", tmp_path / "general_copy"
+        shutil.copytree(general_bert, general_copy)
+        general_bert = general_copy  # args() reads it
+        again = kill_after_first_checkpoint_and_resume(args(moved), moved, "step-00000002",
+                                                       before_resume=lambda: shutil.rmtree(general_copy))
+        assert losses(moved) == losses(straight)
+        assert "cannot be read: the model is built from this run's checkpoint step-00000002" in again.stderr
+        assert BertForMaskedLM.from_pretrained(moved / "model").config.hidden_size == 384
 
 
 def test_continual_with_another_vocabulary_is_refused(pretraining_inputs, general_bert, tmp_path):
