@@ -16,10 +16,11 @@ directory locked against the resume. It also works across the nodes of an NFS fi
 its lock manager). A filesystem without locking support is reported (a warning when a data stage enters the
 lock as a context; pretraining logs it) and the run goes on unlocked.
 
-The lock file of a directory that holds anything else is never deleted (deleting a lock file races
-with a process about to take it); a start that fails before writing anything removes the folder it
-made, lock file included, so a refused run leaves nothing behind (:meth:`RunLock.release`). The lock
-file holds the holder's host, pid, start time and command line, which a refused run prints. (A POSIX
+The lock file of a directory that holds anything else is never deleted. A start that fails before
+writing anything removes the folder it made, lock file included, so a refused run leaves nothing behind
+(:meth:`RunLock.release`); deleting a lock file races with a process that opened it and is about to lock
+it, so a start checks, once locked, that its descriptor is still the file at the path, and takes the
+lock again if not. The lock file holds the holder's host, pid, start time and command line, which a refused run prints. (A POSIX
 lock is also dropped when its process closes *any* descriptor of the file, so the holder never
 opens it a second time: only a refused run reads it.)
 """
@@ -70,7 +71,7 @@ class RunLock:
         if self.handle is None:
             return
         if failed and self.made is not None:
-            _remove_unused(self.path, self.made)
+            _remove_unused(Path(os.path.abspath(self.path)), self.made)
         self.handle.close()  # closing the descriptor drops a POSIX lock
         self.handle = None
 
@@ -105,27 +106,57 @@ def acquire_run_lock(run_dir: str | os.PathLike, lock_file: str = LOCK_FILE) -> 
     if run_dir.exists() and not run_dir.is_dir():
         raise RunDirectoryError(f"output_dir {run_dir} exists and is not a directory")
     path = run_dir / lock_file
-    made = _first_missing(run_dir)
+    made = _first_missing(Path(os.path.abspath(run_dir)))  # "new/../results" made nothing of "results"
+    for _ in range(_ATTEMPTS):
+        handle = _open_lock_file(run_dir, path)
+        if handle is None:
+            continue  # a failed start removed the folder between this one's mkdir and open
+        try:
+            fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            handle.close()
+            if err.errno in (errno.EACCES, errno.EAGAIN):
+                raise RunDirectoryLocked(f"{run_dir} is in use by another run ({describe_holder(path)}): two runs "
+                                         "must not share an output directory. Nothing was read or written; wait for "
+                                         "that run to end, stop it, or use another --output-dir") from None
+            if err.errno in _UNSUPPORTED:
+                return RunLock(path, None, f"warning: {run_dir}'s filesystem does not support file locks "
+                                           f"({err.strerror}): nothing stops a second run from using this directory "
+                                           "at the same time")
+            raise
+        if _is_the_file_at(handle, path):
+            _write_holder(handle)
+            return RunLock(path, handle, made=made)
+        handle.close()  # locked a file a failed start had just removed (RunLock.release): take the new one
+    raise RunDirectoryError(f"output_dir {run_dir}: {path} was removed {_ATTEMPTS} times while this run took it; "
+                            "another process keeps starting and failing there")
+
+
+#: How often a start retries a lock file removed under it by a failed start (each retry takes microseconds).
+_ATTEMPTS = 20
+
+
+def _open_lock_file(run_dir: Path, path: Path):
+    """The lock file opened for appending (created with its folders), or None when the folder vanished between
+    the two (a failed start removing what it made)."""
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        handle = open(path, "a+", encoding="utf-8")  # never truncates: the holder's record stays readable
+        return open(path, "a+", encoding="utf-8")  # never truncates: the holder's record stays readable
+    except FileNotFoundError:
+        return None
     except OSError as err:
         raise RunDirectoryError(f"output_dir {run_dir}: cannot create {path}: {err.strerror}") from err
+
+
+def _is_the_file_at(handle, path: Path) -> bool:
+    """Whether the locked descriptor is still the file at ``path`` (a failed start may have removed it, and
+    another start created a new one there, between this one's open and its lock)."""
     try:
-        fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as err:
-        if err.errno in (errno.EACCES, errno.EAGAIN):
-            handle.close()
-            raise RunDirectoryLocked(f"{run_dir} is in use by another run ({describe_holder(path)}): two runs "
-                                     "must not share an output directory. Nothing was read or written; wait for "
-                                     "that run to end, stop it, or use another --output-dir") from None
-        if err.errno in _UNSUPPORTED:
-            handle.close()
-            return RunLock(path, None, f"warning: {run_dir}'s filesystem does not support file locks ({err.strerror}):"
-                                       " nothing stops a second run from using this directory at the same time")
-        raise
-    _write_holder(handle)
-    return RunLock(path, handle, made=made)
+        now = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(handle.fileno())
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _first_missing(folder: Path) -> Path | None:

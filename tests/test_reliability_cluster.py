@@ -476,3 +476,34 @@ def test_an_output_dir_that_cannot_be_created_is_named(tmp_path):
     (tmp_path / "a file").write_text("x")
     with pytest.raises(RunDirectoryError, match=r"output_dir .*/a file/run: cannot create .*run.lock: Not a directory"):
         acquire_run_lock(tmp_path / "a file" / "run")
+
+
+def test_a_lock_file_removed_between_open_and_lock_is_taken_again_not_shared(tmp_path, monkeypatch):
+    """QA (2026-11-29): a start that opened run.lock just before a failed start removed it locked the deleted
+    file, and a third start locked a new one: two holders of one folder. The start now checks that it locked the
+    file at the path, and takes the lock again otherwise; a '..' in the path removes nothing it did not make."""
+    import fcntl
+
+    from biomed_lm import run_lock
+    from biomed_lm.run_lock import acquire_run_lock
+
+    run = tmp_path / "runs" / "exp1"
+    real_lockf, calls = fcntl.lockf, {"n": 0}
+
+    def lockf_after_a_failed_start_removed_the_file(handle, flags):
+        calls["n"] += 1
+        if calls["n"] == 1:  # between this start's open and its lock, a failed start removes what it made
+            (run / "run.lock").unlink()
+            run.rmdir()
+        return real_lockf(handle, flags)
+
+    monkeypatch.setattr(run_lock.fcntl, "lockf", lockf_after_a_failed_start_removed_the_file)
+    lock = acquire_run_lock(run)
+    monkeypatch.setattr(run_lock.fcntl, "lockf", real_lockf)
+    assert calls["n"] == 2  # the held descriptor is the file at the path, which the next start finds locked
+    assert os.fstat(lock.handle.fileno()).st_ino == os.stat(run / "run.lock").st_ino
+    lock.release()
+
+    (tmp_path / "results").mkdir()
+    acquire_run_lock(tmp_path / "new" / ".." / "results").release(failed=True)
+    assert (tmp_path / "results").is_dir()  # the user's folder, not made by this start, stays
