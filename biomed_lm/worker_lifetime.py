@@ -59,6 +59,17 @@ def workers_die_with_this_process() -> None:
     multiprocess.util.register_after_fork(parent, functools.partial(_die_with_parent, multiprocess.process))
 
 
+def die_with(parent_pid: int) -> None:
+    """In a worker *spawned* by ``parent_pid`` (a fresh interpreter, where the after-fork hook above never
+    runs): SIGKILL when that process dies, however it dies; end now if it already has. Ctrl-C is left to the
+    worker (the sweep's runs clean their folders up on it). Elsewhere than Linux it does nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent died before the request took effect
+        os._exit(1)
+
+
 def _die_with_parent(process_module, parent: _Parent) -> None:
     """In the forked worker: ask the kernel for SIGKILL when the parent ends; end now if it already has.
     The parent is the one the worker's own ``multiprocessing`` records, not ``os.getppid()``, which is

@@ -709,7 +709,7 @@ def plot_pretraining_loss(ablation: Ablation, path: Path) -> PlotResult:
                         label=f"pretraining run {r}") for r in runs] if len(runs) > 1 else []
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         ax.set_xlabel("optimizer step")
-        ax.set_ylabel("training loss, nats per token (MLM + the pair task's, if any)")  # NSP, SOP or DRP
+        ax.set_ylabel("training loss, nats (MLM per masked token + the pair task per sequence)")  # NSP, SOP, DRP
         # Fewer than 50 logged steps are not averaged (a window of 1): the title says so (QA)
         smoothed = any(len(frame) >= 50 for frame in curves.values())
         ax.set_title(f"{ablation.name}: pretraining loss"

@@ -19,6 +19,7 @@ made elsewhere (:func:`collect_runs`, :func:`summarize`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -33,7 +34,7 @@ from biomed_lm.finetune.blurb import (BLURB, BLURB_DATASETS, BLURB_TASK_OF, BLUR
                                       canonical_dataset_name, default_max_length)
 from biomed_lm.finetune.metrics import MeanStd, blurb_score, mean_std
 from biomed_lm.finetune.model_check import check_model
-from biomed_lm.finetune.sweep_pool import RunOutcome, outcomes
+from biomed_lm.finetune.sweep_pool import RunOutcome, SweepRunFailed, outcomes
 from biomed_lm.finetune.trainer import (RUN_RECORD, FinetuneArgs, RunOptions, data_fingerprint, finished_record,
                                         is_complete_run, run_finetune)
 from biomed_lm.resources import resolve_path
@@ -272,11 +273,16 @@ def _run_sweep(args: SweepArgs, rank: int, log: Callable[[str], None], progress:
     def say(message: str) -> None:  # on its own line, not after the bar's
         with tqdm.external_write_mode():
             log(message)
+    def warn_for(run: PlannedRun) -> Callable[[str], None]:
+        return _warnings_once(run.dataset, said, say)
     try:
-        for run, outcome in outcomes(plan.runs, run_finetune, fingerprints, failed, args.parallel_runs):
-            _record_outcome(run, outcome, args, failed, _warnings_once(run.dataset, said, say), say)
-            bar.set_postfix(dataset=run.dataset, grid=run.grid_point, seed=run.seed, refresh=False)
-            bar.update()
+        with contextlib.closing(outcomes(plan.runs, run_finetune, fingerprints, failed, args.parallel_runs,
+                                         warn_for)) as results:  # closed on an error: the workers stop at once
+            for run, outcome in results:
+                _record_outcome(run, outcome, args, failed, warn_for(run), say)
+                bar.set_postfix(dataset=run.dataset, grid=run.grid_point, seed=run.seed, refresh=False)
+                bar.update()
+        bar.update(bar.total - bar.n)  # the runs of failed datasets, not attempted
     finally:
         bar.close()
     records = [json.loads((Path(r.args.output_dir) / RUN_RECORD).read_text(encoding="utf-8"))
@@ -300,6 +306,9 @@ def _record_outcome(run: PlannedRun, outcome: RunOutcome, args: SweepArgs, faile
     for line in outcome.warnings:
         warn(line)
     folder = Path(run.args.output_dir)
+    if outcome.in_use:  # another process's run: not this dataset's failure, and not this sweep's folder to mark
+        say(f"{run.dataset} {run.grid_point} seed {run.seed}: not attempted: {outcome.error}")
+        return
     if outcome.error is None:
         if not outcome.skipped:
             say(f"{run.dataset} {run.grid_point} seed {run.seed}: dev {outcome.dev:.4f}, test {outcome.test:.4f} "
@@ -307,14 +316,15 @@ def _record_outcome(run: PlannedRun, outcome: RunOutcome, args: SweepArgs, faile
         # An earlier attempt's error is over: its folder should not read as failed and complete at once.
         (folder / ERROR_FILE).unlink(missing_ok=True)
         return
-    if args.stop_on_error:
-        if outcome.exception is not None:
-            raise outcome.exception
-        raise RuntimeError(f"{run.dataset} run {run.grid_point}/seed{run.seed} failed: {outcome.details}")
-    failed[run.dataset] = outcome.error
-    say(f"{run.dataset}: run {run.grid_point}/seed{run.seed} failed: {outcome.error}")
     folder.mkdir(parents=True, exist_ok=True)
     (folder / ERROR_FILE).write_text(outcome.details, encoding="utf-8")
+    if args.stop_on_error:
+        if outcome.exception is not None:  # one at a time: the error itself, as the run raised it
+            raise outcome.exception
+        raise SweepRunFailed(f"{run.dataset} run {run.grid_point}/seed{run.seed} failed: {outcome.error} (its "
+                             f"traceback: {folder / ERROR_FILE})")
+    failed[run.dataset] = outcome.error
+    say(f"{run.dataset}: run {run.grid_point}/seed{run.seed} failed: {outcome.error}")
 
 
 def _write_plan(runs: Sequence[PlannedRun], out: Path, model: str) -> None:

@@ -8,7 +8,9 @@ an existing ``CUDA_VISIBLE_DEVICES`` is divided, not ignored). On a machine with
 share its cores (``torch`` threads = cores / N). A run's outcome is the same either way: its own
 folder, ``run.json`` and resumption (:func:`finetune.trainer.run_finetune`); only the order in which
 runs finish changes. As one at a time, a run that fails stops the runs of its dataset that have not
-started yet.
+started yet. A worker dies with the sweep's process however that ends (``kill -9`` included:
+:func:`biomed_lm.worker_lifetime.die_with`), so a re-run never meets a run still held by an orphan; a run
+whose folder another live process holds is reported as not attempted, not as its dataset's failure.
 """
 
 from __future__ import annotations
@@ -21,9 +23,15 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from biomed_lm.backend import LostRank
-from biomed_lm.errors import ConfigError
+from biomed_lm.errors import BiomedLMError, ConfigError
+from biomed_lm.run_lock import RunDirectoryLocked
 
-__all__ = ["RunOutcome", "device_slots", "outcomes"]
+__all__ = ["RunOutcome", "SweepRunFailed", "device_slots", "outcomes"]
+
+
+class SweepRunFailed(BiomedLMError):
+    """A run of a sweep with ``stop_on_error`` failed in a worker process: its error's type and message (the
+    traceback is in the run's error file)."""
 
 
 @dataclass
@@ -35,6 +43,7 @@ class RunOutcome:
     test: float | None = None
     seconds: float | None = None
     error: str | None = None  # "Type: message"
+    in_use: bool = False  # another live process holds the run's folder: not attempted, not a failure
     details: str = ""  # the traceback, for the run's error file
     exception: BaseException | None = None  # one at a time: the error itself (stop_on_error raises it)
     warnings: list[str] = field(default_factory=list)
@@ -57,29 +66,35 @@ def device_slots(parallel_runs: int) -> list[str | None]:
 
 
 def outcomes(runs: Sequence, run_one: Callable[..., Any], fingerprints: Mapping[str, Mapping[str, str]],
-             failed: Mapping[str, str], parallel_runs: int) -> Iterator[tuple[Any, RunOutcome]]:
+             failed: Mapping[str, str], parallel_runs: int,
+             log_for: Callable[[Any], Callable[[str], None]]) -> Iterator[tuple[Any, RunOutcome]]:
     """``(run, outcome)`` for each planned run whose dataset has not failed (``failed``, which the caller
     fills as outcomes arrive), in plan order one at a time, or as they finish with ``parallel_runs`` > 1.
-    ``run_one`` is :func:`finetune.trainer.run_finetune` (looked up by the caller, so tests can wrap it)."""
+    ``run_one`` is :func:`finetune.trainer.run_finetune` (looked up by the caller, so tests can wrap it);
+    ``log_for(run)`` is the run's log one at a time (its warnings as they come), while a worker's warnings
+    come back in the outcome. Close the iterator (``contextlib.closing``) to stop the workers early."""
     if parallel_runs <= 1:
         for run in runs:
             if run.dataset not in failed:
-                yield run, _attempt(run_one, run.args, fingerprints[run.args.data_dir])
+                yield run, _attempt(run_one, run.args, fingerprints[run.args.data_dir], log_for(run))
         return
     yield from _side_by_side(runs, fingerprints, failed, parallel_runs)
 
 
-def _attempt(run_one: Callable[..., Any], args, data_files: Mapping[str, str]) -> RunOutcome:
-    """One run in this process, its errors caught (but a lost rank, which is every later run's too)."""
+def _attempt(run_one: Callable[..., Any], args, data_files: Mapping[str, str],
+             log: Callable[[str], None] | None = None) -> RunOutcome:
+    """One run in this process, its errors caught (but a lost rank, which is every later run's too); without
+    ``log`` its warnings are kept in the outcome."""
     warnings: list[str] = []
-    log = lambda message: warnings.append(message) if message.startswith("warning: ") else None  # noqa: E731
+    if log is None:
+        log = lambda message: warnings.append(message) if message.startswith("warning: ") else None  # noqa: E731
     try:
         result = run_one(args, log=log, data_files=data_files)
     except LostRank:
         raise
     except Exception as err:  # noqa: BLE001 - recorded and reported; one dataset's failure is not the sweep's
-        return RunOutcome(error=f"{type(err).__name__}: {err}", details=traceback.format_exc(), exception=err,
-                          warnings=warnings)
+        return RunOutcome(error=f"{type(err).__name__}: {err}", in_use=isinstance(err, RunDirectoryLocked),
+                          details=traceback.format_exc(), exception=err, warnings=warnings)
     if result.skipped:
         return RunOutcome(skipped=True, warnings=warnings)
     record = result.record
@@ -96,7 +111,7 @@ def _side_by_side(runs: Sequence, fingerprints: Mapping[str, Mapping[str, str]],
         queue.put(slot)
     threads = max(1, (os.cpu_count() or 1) // parallel_runs)
     pool = concurrent.futures.ProcessPoolExecutor(parallel_runs, mp_context=context, initializer=_start_worker,
-                                                  initargs=(queue, threads))
+                                                  initargs=(queue, threads, os.getpid()))
     pending = iter(runs)
     running: dict[concurrent.futures.Future, Any] = {}
     try:
@@ -115,8 +130,13 @@ def _side_by_side(runs: Sequence, fingerprints: Mapping[str, Mapping[str, str]],
         pool.shutdown(wait=not running, cancel_futures=True)
 
 
-def _start_worker(slots, threads: int) -> None:
-    """A worker's one GPU (before anything in it initializes CUDA) and its share of the cores."""
+def _start_worker(slots, threads: int, sweep_pid: int) -> None:
+    """A worker's one GPU (before anything in it initializes CUDA) and its share of the cores; it dies with the
+    sweep's process (QA: after a kill -9 of the sweep, its workers trained on, then waited forever, holding
+    their runs' folders and GPUs against the re-run)."""
+    from biomed_lm.worker_lifetime import die_with
+
+    die_with(sweep_pid)
     slot = slots.get()
     if slot is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = slot

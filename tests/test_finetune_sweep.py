@@ -278,6 +278,46 @@ def test_runs_side_by_side_make_the_same_records_and_stop_a_failed_datasets_late
     errors = sorted(p.parent.name for p in (tmp_path / "side").rglob(sweep.ERROR_FILE))
     assert errors == ["seed1", "seed2"] and len(list((tmp_path / "alone").rglob(sweep.ERROR_FILE))) == 1
     assert sum("ncbi-disease" in line and "dev" in line for line in lines) == 3
+    # stop_on_error: the worker's error as a user error naming the run and its traceback file (QA: a
+    # RuntimeError holding a nested traceback, exit 1), the other workers stopped
+    from biomed_lm.finetune.sweep_pool import SweepRunFailed
+
+    with pytest.raises(SweepRunFailed, match=r"bc2gm run lr0.001_bs8_ep1/seed\d failed: DatasetFormatError: .*line 2.*"
+                                             r"\(its traceback: .*error.txt\)"):
+        run_sweep(SweepArgs(**args, output_dir=str(tmp_path / "stop"), parallel_runs=2, stop_on_error=True),
+                  log=lambda m: None, progress=False)
+
+
+def test_a_killed_parallel_sweeps_workers_die_with_it_and_the_same_command_resumes(tiny_bert, tmp_path):
+    """QA (2026-11-29): after a kill -9 of a --parallel_runs sweep its spawned workers trained on and then waited
+    forever, holding their runs' folders (and GPUs): the re-run failed the dataset on their locks."""
+    import signal
+    import time
+
+    import psutil
+
+    ncbi_slice(tmp_path / "data")
+    command = [sys.executable, str(REPO / "launch" / "blurb.py"), "--model", str(tiny_bert), "--output_dir",
+               str(tmp_path / "out"), "--data_root", str(tmp_path / "data"), "--datasets", "ncbi-disease",
+               "--learning_rates", "1e-3", "--batch_sizes", "8", "--epochs", "3", "--num_seeds", "3",
+               "--max_length", "32", "--parallel_runs", "2"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    sweep_process = forked_main.start_command(command, env)
+    deadline, workers = time.time() + 300, []
+    while time.time() < deadline and sweep_process.poll() is None:  # until both workers are in a run
+        workers = [c for c in psutil.Process(sweep_process.pid).children() if "resource_tracker" not in
+                   " ".join(c.cmdline())]
+        if len(workers) == 2 and len(list((tmp_path / "out").rglob(".run.lock"))) >= 3:  # the sweep's and 2 runs'
+            break
+        time.sleep(0.2)
+    assert len(workers) == 2, "the workers did not start"
+    sweep_process.send_signal(signal.SIGKILL)
+    sweep_process.wait()
+    gone, alive = psutil.wait_procs(workers, timeout=30)
+    assert not alive, f"workers outlived the sweep: {alive}"
+    again = forked_main.run_command(command, env=env, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["datasets"]["ncbi-disease"]["runs"] == 3
 
 
 def test_parallel_runs_are_refused_under_deepspeed_and_beyond_the_gpus(monkeypatch):
