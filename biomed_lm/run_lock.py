@@ -20,9 +20,9 @@ The lock file of a directory that holds anything else is never deleted. A start 
 writing anything removes the folder it made, lock file included, so a refused run leaves nothing behind
 (:meth:`RunLock.release`); deleting a lock file races with a process that opened it and is about to lock
 it, so a start checks, once locked, that its descriptor is still the file at the path, and takes the
-lock again if not. The lock file holds the holder's host, pid, start time and command line, which a refused run prints. (A POSIX
-lock is also dropped when its process closes *any* descriptor of the file, so the holder never
-opens it a second time: only a refused run reads it.)
+lock again if not. The lock file holds the holder's host, pid, start time and command line, which a
+refused run prints. (A POSIX lock is also dropped when its process closes *any* descriptor of the file,
+so the holder never opens it a second time: only a refused run reads it.)
 """
 
 from __future__ import annotations
