@@ -166,10 +166,14 @@ class AblationConfig:
         return list(self.mixtures[level]) if level in self.mixtures else [level]
 
 
-def load_ablation_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> AblationConfig:
-    """Read and check an ablation YAML; unknown keys and levels are errors naming the file and key."""
+def load_ablation_config(path: str | Path, overrides: Mapping[str, Any] | None = None,
+                         data_root: str | None = None) -> AblationConfig:
+    """Read and check an ablation YAML; unknown keys and levels are errors naming the file and key.
+    ``overrides`` replace top-level keys, ``data_root`` the fine-tuning's ``data_root``."""
     values = load_yaml_mapping(path)
     values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    if data_root:
+        values["finetune"] = {**(values.get("finetune") or {}), "data_root": data_root}
     return ablation_config_from(values, str(path))
 
 
@@ -588,11 +592,12 @@ def _sweep_command(config: AblationConfig, model: Path, out: Path) -> list[str]:
 
 
 def _run_parallel(jobs: list[tuple[str, list[str]]], parallel: int, log: Callable[[str], None],
-                  succeeded: Callable[[int], None] = lambda index: None) -> list[str]:
-    """Run independent commands, ``parallel`` at a time, splitting the CPU threads between them.
-    ``succeeded(i)`` is called as soon as job ``i`` exits 0, so what a finished job earns (its done-file)
-    is kept when a later one is interrupted. Returns the titles of the jobs that failed (the others are
-    not stopped)."""
+                  succeeded: Callable[[int], None] = lambda index: None, gpus_per_job: int = 1) -> list[str]:
+    """Run independent commands, ``parallel`` at a time, splitting the CPU threads between them and, on a GPU
+    machine, the GPUs: ``gpus_per_job`` each (a sweep's ``parallel_runs``), fewer jobs at a time where there are
+    not enough. ``succeeded(i)`` is called as soon as job ``i`` exits 0, so what a finished job earns (its
+    done-file) is kept when a later one is interrupted. Returns the titles of the jobs that failed (the others
+    are not stopped)."""
     if parallel <= 1:
         failed = []
         for index, (title, command) in enumerate(jobs):
@@ -604,31 +609,50 @@ def _run_parallel(jobs: list[tuple[str, list[str]]], parallel: int, log: Callabl
             else:
                 succeeded(index)
         return failed
-    threads = str(max(1, (os.cpu_count() or 1) // parallel))
+    free = _gpu_slots(parallel, gpus_per_job, log)  # QA: every sweep ran on cuda:0 while 7 GPUs sat idle
+    threads = str(max(1, (os.cpu_count() or 1) // len(free)))
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-    running: list[tuple[int, subprocess.Popen]] = []
+    running: list[tuple[int, subprocess.Popen, str | None]] = []
     failed, queue = [], list(enumerate(jobs))
     try:
         while queue or running:
-            while queue and len(running) < parallel:
-                index, (title, command) = queue.pop(0)
-                log(f"\n=== {title} (in parallel)\n$ {shlex.join(command)}")
-                running.append((index, start_step_process(command, env)))
+            while queue and free:
+                (index, (title, command)), slot = queue.pop(0), free.pop(0)
+                on = f" on GPU(s) {slot}" if slot is not None else ""
+                log(f"\n=== {title} (in parallel{on})\n$ {shlex.join(command)}")
+                job_env = env if slot is None else {**env, "CUDA_VISIBLE_DEVICES": slot}
+                running.append((index, start_step_process(command, job_env), slot))
             time.sleep(1.0)
             for item in list(running):
-                index, process = item
+                index, process, slot = item
                 if process.poll() is None:
                     continue
                 running.remove(item)
+                free.append(slot)
                 if process.returncode == 0:
                     succeeded(index)
                 else:
                     log(f"{jobs[index][0]} failed with exit status {process.returncode}")
                     failed.append(jobs[index][0])
     except KeyboardInterrupt:
-        wait_for_interrupted([process for _, process in running])  # each stops on its own, as one step does
+        wait_for_interrupted([process for _, process, _ in running])  # each stops on its own, as one step does
         raise
     return failed
+
+
+def _gpu_slots(parallel: int, gpus_per_job: int, log: Callable[[str], None]) -> list[str | None]:
+    """What each of the jobs running at once sees (a ``CUDA_VISIBLE_DEVICES`` value of ``gpus_per_job`` GPUs),
+    as many as the GPUs allow up to ``parallel``; ``parallel`` of None on a machine without CUDA."""
+    from biomed_lm.finetune.sweep_pool import visible_gpus
+
+    gpus = visible_gpus()
+    if gpus is None:
+        return [None] * parallel
+    fit = max(1, min(parallel, len(gpus) // max(1, gpus_per_job)))
+    if fit < parallel:
+        log(f"parallel_jobs {parallel} x parallel_runs {gpus_per_job} needs {parallel * gpus_per_job} GPUs and "
+            f"{len(gpus)} are visible: {fit} sweep(s) at a time")
+    return [",".join(gpus[i * gpus_per_job:(i + 1) * gpus_per_job]) or None for i in range(fit)]
 
 
 def _pretrain_variant(config: AblationConfig, variant: Variant, run: int, phases: list[PretrainPhase],
@@ -717,7 +741,7 @@ def run_ablation(config: AblationConfig, log: Callable[[str], None] = print, rep
             _mark_done(out / FINETUNE_DONE, command)
 
     record.failed = _run_parallel([(title, command) for title, command, _ in pending], config.parallel_jobs, log,
-                                  succeeded=sweep_exited_0)
+                                  succeeded=sweep_exited_0, gpus_per_job=int(config.finetune.get("parallel_runs") or 1))
     write_ablation_record(record, paths.root)
     if report:
         from biomed_lm.experiments.report import write_report

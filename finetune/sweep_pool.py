@@ -26,7 +26,7 @@ from biomed_lm.backend import LostRank
 from biomed_lm.errors import BiomedLMError, ConfigError
 from biomed_lm.run_lock import RunDirectoryLocked
 
-__all__ = ["RunOutcome", "SweepRunFailed", "device_slots", "outcomes"]
+__all__ = ["RunOutcome", "SweepRunFailed", "device_slots", "outcomes", "visible_gpus"]
 
 
 class SweepRunFailed(BiomedLMError):
@@ -49,17 +49,26 @@ class RunOutcome:
     warnings: list[str] = field(default_factory=list)
 
 
-def device_slots(parallel_runs: int) -> list[str | None]:
-    """What each of ``parallel_runs`` workers sees: one GPU each (its ``CUDA_VISIBLE_DEVICES`` value),
-    or None each on a machine without CUDA. Refused when there are fewer GPUs than workers."""
+def visible_gpus() -> list[str] | None:
+    """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` names them (an existing value is divided,
+    not ignored); None on a machine without CUDA."""
     import torch
 
     if not torch.cuda.is_available():
-        return [None] * parallel_runs
+        return None
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    gpus = [g.strip() for g in visible.split(",") if g.strip()] if visible else \
+    return [g.strip() for g in visible.split(",") if g.strip()] if visible else \
         [str(i) for i in range(torch.cuda.device_count())]
+
+
+def device_slots(parallel_runs: int) -> list[str | None]:
+    """What each of ``parallel_runs`` workers sees: one GPU each (its ``CUDA_VISIBLE_DEVICES`` value),
+    or None each on a machine without CUDA. Refused when there are fewer GPUs than workers."""
+    gpus = visible_gpus()
+    if gpus is None:
+        return [None] * parallel_runs
     if parallel_runs > len(gpus):
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         raise ConfigError(f"parallel_runs {parallel_runs} needs a GPU per run, and {len(gpus)} are visible "
                           f"({'CUDA_VISIBLE_DEVICES=' + visible if visible else 'torch.cuda.device_count()'})")
     return gpus[:parallel_runs]

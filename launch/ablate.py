@@ -29,6 +29,8 @@ from biomed_lm.experiments.ablation import StepFailed, load_ablation_config, run
 @dataclass
 class AblateArgs:
     output_dir: str | None = field(default=None, metadata={"help": "override the config's output_dir"})
+    data_root: str | None = field(default=None, metadata={
+        "help": "the folder holding the BLURB datasets to fine-tune on (overrides the config's finetune.data_root)"})
     no_report: bool = field(default=False, metadata={"help": "skip launch/report.py's report at the end"})
 
 
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         (args,) = parse_config([AblateArgs], rest, description=__doc__)  # --help: prints the help, exits 0
-        config = load_ablation_config(known.config, {"output_dir": args.output_dir})
+        config = load_ablation_config(known.config, {"output_dir": args.output_dir}, data_root=args.data_root)
         record = run_ablation(config, report=not args.no_report)
     except (BiomedLMError, FileNotFoundError) as err:
         return bad_input("ablate", err)

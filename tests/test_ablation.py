@@ -97,6 +97,16 @@ def test_an_unknown_finetune_key_is_named_with_the_valid_keys(tmp_path):
     assert "learning_rates" in str(err.value) and "output_dir" not in str(err.value)  # the ablation's own
 
 
+def test_the_blurb_data_root_can_be_given_on_the_command_line():
+    """QA (2026-11-29): an ablation fine-tuned on data/blurb (NCBI-disease alone) unless its YAML was edited."""
+    from tests.conftest import REPO
+
+    config = load_ablation_config(REPO / "configs" / "ablation" / "pubmedbert.yaml", data_root="/data/blurb")
+    assert config.finetune["data_root"] == "/data/blurb"
+    assert load_ablation_config(REPO / "configs" / "ablation" / "pubmedbert.yaml").finetune["data_root"] == \
+        "data/blurb"
+
+
 def test_ablate_help_needs_no_config_and_a_bare_config_flag_is_a_usage_error(capsys):
     from biomed_lm.launch import ablate
 
@@ -367,3 +377,29 @@ def test_a_sweep_that_finished_keeps_its_done_file_when_a_later_one_is_interrupt
     failed = ablation._run_parallel(jobs, 2, messages.append, succeeded=finished.append)
     assert failed == ["bad"] and sorted(finished) == [0, 2]
     assert "bad failed with exit status 3" in messages
+
+
+def test_sweeps_in_parallel_get_gpus_of_their_own(monkeypatch):
+    """QA (2026-11-29): parallel_jobs 8 started every variant's sweep on cuda:0 of an 8-GPU node."""
+    from biomed_lm.experiments import ablation
+    from biomed_lm.finetune import sweep_pool
+
+    messages: list[str] = []
+    monkeypatch.setattr(sweep_pool, "visible_gpus", lambda: None)  # a CPU machine: no GPU to divide
+    assert ablation._gpu_slots(3, 1, messages.append) == [None, None, None]
+    monkeypatch.setattr(sweep_pool, "visible_gpus", lambda: [str(i) for i in range(8)])
+    assert ablation._gpu_slots(8, 1, messages.append) == [str(i) for i in range(8)]
+    assert ablation._gpu_slots(3, 2, messages.append) == ["0,1", "2,3", "4,5"] and not messages
+    assert ablation._gpu_slots(8, 4, messages.append) == ["0,1,2,3", "4,5,6,7"]
+    assert messages == ["parallel_jobs 8 x parallel_runs 4 needs 32 GPUs and 8 are visible: 2 sweep(s) at a time"]
+    seen = []
+
+    def start(command, env):  # a job that ends at once, seeing the GPUs it was given
+        import subprocess
+
+        seen.append(env.get("CUDA_VISIBLE_DEVICES"))
+        return subprocess.Popen([sys.executable, "-c", "pass"])
+    monkeypatch.setattr(ablation, "start_step_process", start)
+    jobs = [(f"sweep {i}", ["x"]) for i in range(3)]
+    assert ablation._run_parallel(jobs, 8, messages.append, gpus_per_job=4) == []
+    assert seen[:2] == ["0,1,2,3", "4,5,6,7"] and seen[2] in seen[:2]  # the third on the half that was freed
