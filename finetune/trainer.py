@@ -283,12 +283,17 @@ def run_settings(args: FinetuneArgs) -> dict[str, Any]:
 
 
 def _model_path(model: Any) -> Any:
-    """The model folder as an absolute path with links resolved: the same checkpoint named from another
-    working directory, or through a link, is the same run's model."""
+    """The model folder as an absolute path with links resolved, a pretraining run folder as its ``model/``
+    export: the same checkpoint named from another working directory, through a link, or by its run folder
+    (QA: refused as another model), is the same run's model."""
     if not isinstance(model, str) or not model:
         return model
     path = resolve_path(model)
-    return str(path.resolve()) if path.exists() else model
+    if not path.exists():
+        return model
+    if not (path / "config.json").is_file() and (path / "model" / "config.json").is_file():
+        path = path / "model"  # as model_check.resolve_model_dir takes a run folder
+    return str(path.resolve())
 
 
 #: The suffixes of the files the dataset readers read (finetune/readers); a record holds their checksums.

@@ -98,6 +98,11 @@ def test_ner_end_to_end_record_and_skip(tiny_bert, tmp_path, capsys, monkeypatch
     moved = Path(shutil.copytree(data, tmp_path / "moved"))
     (moved / "README.md").write_text("not data\n")
     assert run_finetune(_args(relative, moved, out, max_length=16), log=lambda m: None).skipped
+    # QA, 2026-11-29: a pretraining run folder is its model/ export here too (it was "different settings")
+    run_folder = tmp_path / "pretrain_run"
+    run_folder.mkdir()
+    (run_folder / "model").symlink_to(tiny_bert.resolve(), target_is_directory=True)
+    assert run_finetune(_args(run_folder, moved, out, max_length=16), log=lambda m: None).skipped
     assert sorted(record["data_files"]) == ["devel.tsv", "test.tsv", "train.tsv"]
     (moved / "train.tsv").write_text((moved / "train.tsv").read_text().replace("\tB-Disease", "\tO", 1))
     with pytest.raises(InputError, match=rf"{out / RUN_RECORD} holds a finished run over other data: train.tsv in "
