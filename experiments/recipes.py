@@ -10,8 +10,8 @@ resumption and records serve it unchanged, with two more keys:
     ``reproduces`` and ``leaves_out`` (each a sentence) and ``shape`` (the model preset its cost is
     projected for: :func:`projected_cost`).
 ``tiny``
-    Overrides for a CPU-sized run of the same plan (``--tiny``), merged over :data:`TINY`: the
-    embedded sample corpus, a small vocabulary, a tiny model of the same family, two steps of the
+    Overrides for a CPU-sized run of the same plan (``--tiny``, into ``<output_dir>-tiny``), merged over
+    :data:`TINY`: the embedded sample corpus, a small vocabulary, a tiny model of the same family, two steps of the
     first phase and a 32-example fine-tune. Every recipe runs this way in ``tests/test_recipes.py``.
 
 ``--scale S`` multiplies every phase's steps (the paper's settings at S = 1); the learning-rate schedule
@@ -81,8 +81,8 @@ def load_recipe(name_or_path: str, *, tiny: bool = False, scale: float = 1.0, ou
     values = load_yaml_mapping(path)
     system, own_tiny = values.pop("system", None), values.pop("tiny", None) or {}
     _check_system(system, path)
-    if tiny:
-        values = _tiny(values, own_tiny)
+    if tiny:  # its own folder: a full run after it would be refused as another pretraining budget (QA)
+        values = {**_tiny(values, own_tiny), "output_dir": f"{values['output_dir']}-tiny"}
     elif scale != 1.0:
         values = _scaled(values, scale)
     values.update({k: v for k, v in {"output_dir": output_dir, "continual_from": continual_from}.items() if v})

@@ -2,8 +2,10 @@
 """Fine-tune one checkpoint over the BLURB datasets (grid × seeds), select on dev, print the BLURB score.
 
     python launch/blurb.py --model runs/my_bert/model --data_root /data/blurb --output_dir runs/blurb/my_bert
-    python launch/blurb.py --config configs/blurb/paper.yaml --model CKPT --output_dir runs/blurb/ckpt
-    python launch/blurb.py --config configs/blurb/smoke.yaml --model CKPT --datasets ncbi-disease gad
+    python launch/blurb.py --config configs/blurb/smoke.yaml --model CKPT --output_dir runs/blurb/smoke \\
+        --datasets ncbi-disease gad
+    python launch/blurb.py --config configs/blurb/paper.yaml --model CKPT --output_dir runs/blurb/ckpt \\
+        --data_root /data/blurb --parallel_runs 8        # 8 runs at a time, one GPU each
 
 Every run writes <output_dir>/<dataset>/<grid point>/seed<N>/run.json; re-running the same command
 after an interruption skips the finished runs. The table goes to <output_dir>/blurb.md (and stdout),

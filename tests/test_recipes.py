@@ -39,6 +39,8 @@ def test_each_recipe_is_one_system_at_the_papers_settings(name):
     assert tiny.ablation.pretrain.max_steps == 2 and tiny.ablation.pretrain.phase2 is None
     assert set(tiny.ablation.corpora.values()) == {"configs/corpus/demo.yaml"}
     assert tiny.ablation.output_dir == "/tmp/x" and tiny.ablation.finetune["max_train_examples"] == 32
+    # QA (2026-11-29): by default the tiny run wrote the full run's folder, which then refused the full run
+    assert load_recipe(name, tiny=True).ablation.output_dir == f"{recipe.ablation.output_dir}-tiny"
 
 
 @pytest.mark.parametrize("name", ["pubmedbert", "biobert"])
