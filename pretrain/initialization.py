@@ -490,6 +490,9 @@ def _load_pretraining_model(path: Path, attn_implementation: str, family: ModelF
             local_files_only=True, dtype=torch.float32)
     except (OSError, ValueError, RuntimeError) as err:
         raise InitializationError(f"cannot load {family.title} weights from {path}: {err}") from err
+    # from_pretrained returns a model in eval mode, and nothing after it switched it back: every run continued in
+    # the checkpoint's own vocabulary trained without dropout (QA 2026-11-29)
+    model.train()
     if info.get("mismatched_keys"):
         raise InitializationError(f"{path}: tensors whose shape does not match the config: "
                                   f"{sorted(map(str, info['mismatched_keys']))}")

@@ -197,6 +197,14 @@ def test_continual_loads_the_checkpoint(continual, checkpoint_tensors, general_d
     assert "cls.seq_relationship.weight" in text and "hidden_size=128 (checkpoint: 384)" in text
 
 
+def test_every_initialization_hands_over_a_model_in_training_mode(continual, new_vocab, domain_tokenizer):
+    """QA (2026-11-29): from_pretrained returns a model in eval mode, and nothing switched it back: every run
+    continued in the checkpoint's own vocabulary trained without dropout."""
+    scratch, _ = initialize_model("scratch", tokenizer=domain_tokenizer, model_fields=load_model_preset("bert-tiny"))
+    for model in (continual[0], new_vocab[0], scratch):
+        assert all(module.training for module in model.modules())
+
+
 def test_continual_refuses_another_vocabulary(general_dir, domain_tokenizer):
     with pytest.raises(InitializationError) as caught:
         initialize_model("continual", tokenizer=domain_tokenizer, init_checkpoint=str(general_dir))
