@@ -68,6 +68,7 @@ from biomed_lm.pretrain.preemption import StopRequests, ignore_stop_signals, sto
 from biomed_lm.pretrain.profiling import StepProfiler
 from biomed_lm.pretrain.resume import (SCHEDULE_FIELDS, apply_learning_rate, compare_continuation, compare_signatures,
                                       follow_changed_schedule, run_signature)
+from biomed_lm.finished_output import read_record
 from biomed_lm.run_lock import RunLock, acquire_run_lock
 from biomed_lm.pretrain.sampler import BatchPlan
 from biomed_lm.pretrain.trainer_state import TrainerState, VariantState
@@ -314,19 +315,20 @@ def _prepare_run(model_args: ModelArguments, data_args: DataArguments, train_arg
 
 def _prepare_locked_run(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments,
                         adversarial: AdversarialConfig | None, family: ModelFamily, model_fields: dict | None,
-                        max_positions: int, placement: tuple[int, int, torch.device], lock: RunLock | None) -> Run:
+                        max_positions: int | None, placement: tuple[int, int, torch.device], lock: RunLock | None
+                        ) -> Run:
     """:func:`_prepare_run` once the run directory is held."""
     rank, world_size, device = placement
     run_dir = Path(train_args.output_dir)
-    selection = _select_resume_checkpoint(run_dir, train_args, rank)
-    own_export = max_positions is None  # a continual run resumed without its general checkpoint
-    if own_export:
-        max_positions = _own_export_positions(run_dir, selection, model_args, family)
+    selection = _select_resume_checkpoint(run_dir, train_args, rank)  # rank 0's choice, shared: one path for all
+    export = _own_export(run_dir, selection) if model_args.init != "scratch" else None
+    general_unread = max_positions is None
+    max_positions = _model_positions(export, max_positions, model_args, family, selection)
     tokenizer, dataset, data_meta, pair = _load_data(data_args, max_positions, family)
 
     torch.manual_seed(train_args.seed)  # identical initial weights on every rank
-    if own_export:
-        hf_model, init_report = _model_of_own_export(run_dir, selection, model_args, family, pair.task)
+    if export is not None:
+        hf_model, init_report = _model_of_own_export(export, run_dir, model_args, family, pair.task, general_unread)
     else:
         hf_model, init_report = _initial_model(model_args, tokenizer, model_fields, family, pair.task,
                                                resuming=selection.tag is not None)
@@ -386,21 +388,26 @@ def _initial_model(model_args: ModelArguments, tokenizer, model_fields: dict | N
                                 architecture=family.name, pair_task=pair_task)
 
 
-def _model_of_own_export(run_dir: Path, selection: Selection, model_args: ModelArguments, family: ModelFamily,
-                         pair_task: str):
-    """The architecture of the run's own checkpoint, built without weights (the resume loads all of them): a
-    continual run resumes when its general checkpoint is gone (QA: the resume needed its folder only to build
-    a model whose every weight it then replaced)."""
+def _model_of_own_export(export: Path, run_dir: Path, model_args: ModelArguments, family: ModelFamily,
+                         pair_task: str, general_unread: bool):
+    """A continual run's model on a resume: the architecture of its checkpoint's export, built without weights
+    (the resume loads all of them), so the general checkpoint is neither needed (QA: moved or deleted, it stopped
+    the resume) nor read. The report is the run's first start's, from its run_config.json."""
     from biomed_lm.pretrain.initialization import InitReport
 
-    config = _own_export_config(run_dir, selection, family)
+    config = _export_config(export, family)
     model = family.transformers_class(family.model_class)._from_config(
         config, attn_implementation=hf_attention(model_args.attn_implementation))
     family.set_pair_task(model, pair_task)
-    LOG.warning("init_checkpoint %s cannot be read: the model is built from this run's checkpoint %s, whose "
-                "weights the resume loads", model_args.init_checkpoint, selection.tag)
-    return model, InitReport(mode=model_args.init, checkpoint=model_args.init_checkpoint,
-                             vocab_size=int(config.vocab_size))
+    if general_unread:
+        LOG.warning("init_checkpoint %s cannot be read: the model is built from this run's checkpoint %s, whose "
+                    "weights the resume loads", model_args.init_checkpoint, export.parent.name)
+    first = (read_record(run_dir / "run_config.json") or {}).get("initialization")
+    try:
+        return model, InitReport(**first)
+    except TypeError:  # no record, or one of another version
+        return model, InitReport(mode=model_args.init, checkpoint=model_args.init_checkpoint,
+                                 vocab_size=int(config.vocab_size))
 
 
 def _check_arguments(model_args: ModelArguments, data_args: DataArguments, train_args: TrainArguments
@@ -436,24 +443,44 @@ def _check_arguments(model_args: ModelArguments, data_args: DataArguments, train
                                                                                     family.name))
     except InitializationError:
         if train_args.resume and checkpoint_tags(Path(train_args.output_dir)):
-            return family, model_fields, None  # the run's own checkpoint is the model: _own_export_positions
+            return family, model_fields, None  # the run's own checkpoint is the model: _own_export
         raise
 
 
-def _own_export_positions(run_dir: Path, selection: Selection, model_args: ModelArguments,
-                          family: ModelFamily) -> int:
-    """The positions of the model a continual run resumes without its general checkpoint (moved, deleted, on
-    another cluster): its newest verified checkpoint's export, which holds the run's architecture."""
-    from biomed_lm.pretrain.initialization import load_checkpoint_config
-
-    if selection.tag is None:  # no checkpoint verified: the general checkpoint was needed after all
-        load_checkpoint_config(model_args.init_checkpoint, family.name)  # its error, naming what is wrong
-    return family.usable_positions(_own_export_config(run_dir, selection, family))
-
-
-def _own_export_config(run_dir: Path, selection: Selection, family: ModelFamily):
+def _own_export(run_dir: Path, selection: Selection) -> Path | None:
+    """The transformers export of the checkpoint a run resumes from (None: a fresh start, or a checkpoint saved
+    under --no-export-hf)."""
+    if selection.tag is None:
+        return None
     export = checkpoints_root(run_dir) / selection.tag / "hf"
+    return export if (export / "config.json").is_file() else None
+
+
+def _export_config(export: Path, family: ModelFamily):
     return family.transformers_class(family.config_class).from_pretrained(str(export), local_files_only=True)
+
+
+def _model_positions(export: Path | None, known: int | None, model_args: ModelArguments, family: ModelFamily,
+                     selection: Selection) -> int:
+    """The positions the data is checked against: the resumed export's, else the preset's or the general
+    checkpoint's (``known``, None where it could not be read before the directory was locked)."""
+    if export is not None:
+        return family.usable_positions(_export_config(export, family))
+    return known if known is not None else _general_checkpoint_positions(model_args, family, selection)
+
+
+def _general_checkpoint_positions(model_args: ModelArguments, family: ModelFamily, selection: Selection) -> int:
+    """The general checkpoint's positions where a continual run needs its weights (a fresh start, or a resume
+    from a checkpoint without an export): its error, naming what is wrong, if it still cannot be read."""
+    from biomed_lm.pretrain.initialization import InitializationError, load_checkpoint_config
+
+    try:
+        return family.usable_positions(load_checkpoint_config(model_args.init_checkpoint, family.name))
+    except InitializationError as err:
+        if selection.tag is None:
+            raise
+        raise InitializationError(f"{err}; the run's checkpoint {selection.tag} has no transformers export (hf/: "
+                                  "left out by --no-export-hf) to build the model from instead") from None
 
 
 def _start_distributed(train_args: TrainArguments) -> tuple[int, int, torch.device]:
