@@ -114,7 +114,10 @@ def acquire_run_lock(run_dir: str | os.PathLike, lock_file: str = LOCK_FILE) -> 
         try:
             fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
+            removed = not _is_the_file_at(handle, path)  # held by a failed start that is removing it: retry
             handle.close()
+            if err.errno in (errno.EACCES, errno.EAGAIN) and removed:
+                continue
             if err.errno in (errno.EACCES, errno.EAGAIN):
                 raise RunDirectoryLocked(f"{run_dir} is in use by another run ({describe_holder(path)}): two runs "
                                          "must not share an output directory. Nothing was read or written; wait for "
@@ -142,10 +145,13 @@ def _open_lock_file(run_dir: Path, path: Path):
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         return open(path, "a+", encoding="utf-8")  # never truncates: the holder's record stays readable
-    except FileNotFoundError:
-        return None
+    except FileNotFoundError as err:
+        if not run_dir.is_dir():
+            return None
+        error = err  # the folder is there: a lasting cause (a dangling run.lock link), not a race
     except OSError as err:
-        raise RunDirectoryError(f"output_dir {run_dir}: cannot create {path}: {err.strerror}") from err
+        error = err
+    raise RunDirectoryError(f"output_dir {run_dir}: cannot create {path}: {error.strerror}") from error
 
 
 def _is_the_file_at(handle, path: Path) -> bool:

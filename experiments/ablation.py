@@ -172,7 +172,7 @@ def load_ablation_config(path: str | Path, overrides: Mapping[str, Any] | None =
     ``overrides`` replace top-level keys, ``data_root`` the fine-tuning's ``data_root``."""
     values = load_yaml_mapping(path)
     values.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    if data_root:
+    if data_root and isinstance(values.get("finetune") or {}, dict):  # another type is refused, naming the key
         values["finetune"] = {**(values.get("finetune") or {}), "data_root": data_root}
     return ablation_config_from(values, str(path))
 

@@ -275,16 +275,19 @@ def _run_sweep(args: SweepArgs, rank: int, log: Callable[[str], None], progress:
             log(message)
     def warn_for(run: PlannedRun) -> Callable[[str], None]:
         return _warnings_once(run.dataset, said, say)
+    held: dict[str, str] = {}  # datasets with runs another live process holds
     try:
         with contextlib.closing(outcomes(plan.runs, run_finetune, fingerprints, failed, args.parallel_runs,
                                          warn_for)) as results:  # closed on an error: the workers stop at once
             for run, outcome in results:
-                _record_outcome(run, outcome, args, failed, warn_for(run), say)
+                _record_outcome(run, outcome, args, (failed, held), warn_for(run), say)
                 bar.set_postfix(dataset=run.dataset, grid=run.grid_point, seed=run.seed, refresh=False)
                 bar.update()
         bar.update(bar.total - bar.n)  # the runs of failed datasets, not attempted
     finally:
         bar.close()
+    for dataset, why in held.items():  # not finished, so not a sweep that succeeded (QA: exit 0, summary silent)
+        failed.setdefault(dataset, f"run(s) not attempted: {why}")
     records = [json.loads((Path(r.args.output_dir) / RUN_RECORD).read_text(encoding="utf-8"))
                for r in plan.runs if is_complete_run(Path(r.args.output_dir) / RUN_RECORD)]
     summary = summarize(records, absent=plan.absent, failed=failed,
@@ -299,15 +302,19 @@ def _run_sweep(args: SweepArgs, rank: int, log: Callable[[str], None], progress:
     return summary
 
 
-def _record_outcome(run: PlannedRun, outcome: RunOutcome, args: SweepArgs, failed: dict[str, str],
-                    warn: Callable[[str], None], say: Callable[[str], None]) -> None:
+def _record_outcome(run: PlannedRun, outcome: RunOutcome, args: SweepArgs,
+                    failures: tuple[dict[str, str], dict[str, str]], warn: Callable[[str], None],
+                    say: Callable[[str], None]) -> None:
     """Say how a run ended and keep what a resumed sweep needs: a failed run's error file, and its dataset
-    in ``failed`` (whose runs not yet started are not attempted)."""
+    in ``failed`` (whose runs not yet started are not attempted) or, for a run another live process holds,
+    in ``held`` (``failures`` is the two)."""
+    failed, held = failures
     for line in outcome.warnings:
         warn(line)
     folder = Path(run.args.output_dir)
     if outcome.in_use:  # another process's run: not this dataset's failure, and not this sweep's folder to mark
         say(f"{run.dataset} {run.grid_point} seed {run.seed}: not attempted: {outcome.error}")
+        held.setdefault(run.dataset, outcome.error)
         return
     if outcome.error is None:
         if not outcome.skipped:

@@ -135,7 +135,13 @@ def _side_by_side(runs: Sequence, fingerprints: Mapping[str, Mapping[str, str]],
             done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
             for future in done:
                 yield running.pop(future), future.result()
-    finally:  # an interrupt or an error: queued runs are dropped, running ones end with their workers
+    except KeyboardInterrupt:
+        raise  # every worker had the interrupt too, and ends its run as one at a time does (its folder cleaned)
+    except BaseException:  # the sweep stops on an error (stop_on_error): the runs under way end now, not hours later
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            process.terminate()
+        raise
+    finally:  # queued runs are dropped
         pool.shutdown(wait=not running, cancel_futures=True)
 
 

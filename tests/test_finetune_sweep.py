@@ -320,6 +320,35 @@ def test_a_killed_parallel_sweeps_workers_die_with_it_and_the_same_command_resum
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["datasets"]["ncbi-disease"]["runs"] == 3
 
 
+def test_a_run_another_process_holds_is_not_attempted_and_the_sweep_says_its_dataset_is_unfinished(
+        tiny_bert, tmp_path):
+    """QA (2026-11-29): with every run held by another live process, the sweep exited 0 and its summary named
+    no dataset at all; an ablation then took the sweep as finished."""
+    import subprocess
+
+    from biomed_lm.run_lock import ARTIFACT_LOCK_FILE
+
+    ncbi_slice(tmp_path / "data")
+    args = SweepArgs(model=str(tiny_bert), output_dir=str(tmp_path / "out"), data_root=str(tmp_path / "data"),
+                     datasets=["ncbi-disease"], learning_rates=[1e-3], batch_sizes=[8], epochs=1, num_seeds=1,
+                     max_length=32)
+    (run,) = plan_sweep(dataclasses.replace(args, model=str(tiny_bert))).runs
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from biomed_lm.run_lock import "
+                               "acquire_run_lock; lock = acquire_run_lock(sys.argv[1], sys.argv[2]); print('held', "
+                               "flush=True); time.sleep(300)", run.args.output_dir, ARTIFACT_LOCK_FILE],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        lines: list[str] = []
+        summary = run_sweep(args, log=lines.append, progress=False)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert summary["failed"]["ncbi-disease"].startswith("run(s) not attempted: ")
+    assert "is in use by another run" in summary["failed"]["ncbi-disease"]
+    assert any("not attempted" in line for line in lines) and not list((tmp_path / "out").rglob(sweep.ERROR_FILE))
+
+
 def test_parallel_runs_are_refused_under_deepspeed_and_beyond_the_gpus(monkeypatch):
     from biomed_lm.finetune import sweep_pool
 

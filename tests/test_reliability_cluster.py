@@ -97,7 +97,9 @@ def test_a_second_run_on_a_directory_in_use_is_refused_and_a_dead_holder_blocks_
         pretraining_inputs, straight_run, tmp_path):
     out = tmp_path / "run"
     args = with_option(pretrain_args(pretraining_inputs, out), "--num-workers", "1")
-    holder = forked_main.start_command(pretrain_command(args, hooks={"sleep_per_step": 0.5}), env(), new_session=True)
+    # 3 s a step: the holder must outlive two starts on a loaded machine (CI, 2026-11-29: at 0.5 s it had finished
+    # its 20 steps before the second start reached the lock, which then resumed its finished run)
+    holder = forked_main.start_command(pretrain_command(args, hooks={"sleep_per_step": 3.0}), env(), new_session=True)
     try:
         wait_for_steps(out, 2, holder)
         for second in (args, with_option(args, "--seed", "7")):  # the same run twice, and another run
@@ -503,6 +505,31 @@ def test_a_lock_file_removed_between_open_and_lock_is_taken_again_not_shared(tmp
     assert calls["n"] == 2  # the held descriptor is the file at the path, which the next start finds locked
     assert os.fstat(lock.handle.fileno()).st_ino == os.stat(run / "run.lock").st_ino
     lock.release()
+
+    # The failed start still holds the file it is removing: this start's lock is refused (EAGAIN) on the old file,
+    # which is no longer the one at the path: it retries rather than report the folder in use.
+    import errno
+
+    calls["n"] = 0
+
+    def held_while_removed(handle, flags):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            (run / "run.lock").unlink()
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+        return real_lockf(handle, flags)
+
+    monkeypatch.setattr(run_lock.fcntl, "lockf", held_while_removed)
+    acquire_run_lock(run).release()
+    monkeypatch.setattr(run_lock.fcntl, "lockf", real_lockf)
+    assert calls["n"] == 2
+
+    # A lasting cause is reported as it is, not as a race (a dangling run.lock link)
+    dangling = tmp_path / "dangling"
+    dangling.mkdir()
+    (dangling / "run.lock").symlink_to(tmp_path / "nowhere" / "run.lock")
+    with pytest.raises(run_lock.RunDirectoryError, match=r"cannot create .*run.lock: No such file or directory"):
+        acquire_run_lock(dangling)
 
     (tmp_path / "results").mkdir()
     acquire_run_lock(tmp_path / "new" / ".." / "results").release(failed=True)
