@@ -26,12 +26,17 @@ from biomed_lm.backend import LostRank
 from biomed_lm.errors import BiomedLMError, ConfigError
 from biomed_lm.run_lock import RunDirectoryLocked
 
-__all__ = ["RunOutcome", "SweepRunFailed", "device_slots", "outcomes", "visible_gpus"]
+__all__ = ["RunOutcome", "SweepRunFailed", "WorkerLost", "device_slots", "outcomes", "visible_gpus"]
 
 
 class SweepRunFailed(BiomedLMError):
     """A run of a sweep with ``stop_on_error`` failed in a worker process: its error's type and message (the
     traceback is in the run's error file)."""
+
+
+class WorkerLost(RuntimeError):
+    """A worker process died in the middle of a run (killed, out of memory): the pool cannot go on; the message
+    says which run and what a re-run does."""
 
 
 @dataclass
@@ -134,7 +139,14 @@ def _side_by_side(runs: Sequence, fingerprints: Mapping[str, Mapping[str, str]],
                 break
             done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
             for future in done:
-                yield running.pop(future), future.result()
+                run = running.pop(future)
+                try:
+                    outcome = future.result()
+                except concurrent.futures.process.BrokenProcessPool:
+                    raise WorkerLost(f"the worker running {run.dataset} {run.grid_point} seed {run.seed} died (killed, "
+                                     "or out of memory?), and the sweep cannot go on without it. Finished runs are "
+                                     "kept: the same command runs the others") from None
+                yield run, outcome
     except KeyboardInterrupt:
         raise  # every worker had the interrupt too, and ends its run as one at a time does (its folder cleaned)
     except BaseException:  # the sweep stops on an error (stop_on_error): the runs under way end now, not hours later

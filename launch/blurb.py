@@ -25,6 +25,7 @@ from biomed_lm.backend import LostRank, end_distributed, launched_rank
 from biomed_lm.config import parse_config
 from biomed_lm.errors import BiomedLMError, bad_input, exits_cleanly_on_interrupt
 from biomed_lm.finetune.sweep import SweepArgs, format_table, run_sweep
+from biomed_lm.finetune.sweep_pool import WorkerLost
 
 EXIT_FAILED_RUNS = 1
 
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     except (BiomedLMError, FileNotFoundError) as err:
         end_distributed()  # every rank raises these together (a lock refusal too): none is left in a collective
         return bad_input("blurb", err)
-    except LostRank as err:  # the sweep cannot go on without its peers; its finished runs are kept
+    except (LostRank, WorkerLost) as err:  # the sweep cannot go on without its peers; its finished runs are kept
         print(f"blurb: error: {err}", file=sys.stderr)
         return 1
     if launched_rank() == 0:  # every rank has the summary; one prints it

@@ -349,6 +349,36 @@ def test_a_run_another_process_holds_is_not_attempted_and_the_sweep_says_its_dat
     assert any("not attempted" in line for line in lines) and not list((tmp_path / "out").rglob(sweep.ERROR_FILE))
 
 
+def test_a_worker_killed_mid_run_ends_the_sweep_with_one_line_naming_the_run(tiny_bert, tmp_path):
+    """A worker killed in a run (the kernel's OOM killer, a user) broke the pool: the sweep ended in a
+    BrokenProcessPool traceback. It now says which run's worker died and what a re-run does, exit 1."""
+    import signal
+    import time
+
+    import psutil
+
+    ncbi_slice(tmp_path / "data")
+    command = [sys.executable, str(REPO / "launch" / "blurb.py"), "--model", str(tiny_bert), "--output_dir",
+               str(tmp_path / "out"), "--data_root", str(tmp_path / "data"), "--datasets", "ncbi-disease",
+               "--learning_rates", "1e-3", "--batch_sizes", "8", "--epochs", "50", "--num_seeds", "2",
+               "--max_length", "32", "--parallel_runs", "2"]
+    sweep_process = forked_main.start_command(command, {**os.environ, "HF_HUB_OFFLINE": "1"})
+    deadline, workers = time.time() + 300, []
+    while time.time() < deadline and sweep_process.poll() is None:
+        workers = [c for c in psutil.Process(sweep_process.pid).children()
+                   if "resource_tracker" not in " ".join(c.cmdline())]
+        if len(workers) == 2 and len(list((tmp_path / "out").rglob(".run.lock"))) >= 3:  # both in a run
+            break
+        time.sleep(0.2)
+    assert len(workers) == 2, "the workers did not start"
+    workers[0].send_signal(signal.SIGKILL)
+    _, stderr = sweep_process.communicate(timeout=300)
+    assert sweep_process.returncode == 1, stderr[-3000:]
+    assert "blurb: error: the worker running ncbi-disease lr0.001_bs8_ep50 seed" in stderr
+    assert "died (killed, or out of memory?)" in stderr and "Traceback" not in stderr
+    assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
+
+
 def test_parallel_runs_are_refused_under_deepspeed_and_beyond_the_gpus(monkeypatch):
     from biomed_lm.finetune import sweep_pool
 
