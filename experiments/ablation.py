@@ -423,10 +423,15 @@ class _Paths:
         return self.root / "variants" / name
 
 
+def _phase_yaml(phase: PretrainPhase) -> Mapping[str, Any]:
+    """The phase's pretraining YAML config (empty where the file is not there: the step names it)."""
+    config = resolve_path(phase.config)
+    return load_yaml_mapping(config) if config.is_file() else {}
+
+
 def _yaml_schedule_total(phase: PretrainPhase) -> int:
     """The ``schedule_total_steps`` of the phase's YAML config (0: the run's own max_steps)."""
-    config = resolve_path(phase.config)
-    return int(load_yaml_mapping(config).get("schedule_total_steps") or 0) if config.is_file() else 0
+    return int(_phase_yaml(phase).get("schedule_total_steps") or 0)
 
 
 def _pretrain_seed(phase: PretrainPhase, run: int) -> int:
@@ -443,8 +448,7 @@ def _pretrain_seed(phase: PretrainPhase, run: int) -> int:
 
 def _yaml_init_checkpoint(phase: PretrainPhase) -> str:
     """The init_checkpoint the phase's pretraining YAML names ("" where it names none)."""
-    config = resolve_path(phase.config)
-    return str(load_yaml_mapping(config).get("init_checkpoint") or "") if config.is_file() else ""
+    return str(_phase_yaml(phase).get("init_checkpoint") or "")
 
 
 def _general_dir(config: AblationConfig) -> str:

@@ -913,18 +913,21 @@ def _pretrain_summary(checkpoint: Checkpoint) -> dict[str, Any]:
     out: dict[str, Any] = {"steps": int(frame["step"].max())}
     column = _loss_column(frame)
     if column:
-        tail = frame[column].dropna()
-        out["final_loss"] = float(tail.iloc[-max(1, len(tail) // 20):].mean())
+        out["final_loss"] = _final_mean(frame[column])
     if "mlm_loss" in frame and frame["mlm_loss"].notna().any():  # the MLM part alone: what ln V is chance for
-        tail = frame["mlm_loss"].dropna()
         vocab = _vocab_size(checkpoint.pretrain_dir / "model" / "config.json")
-        out["final_mlm"] = f"{tail.iloc[-max(1, len(tail) // 20):].mean():.3f}" + (
-            f" (ln V {math.log(vocab):.2f})" if vocab else "")
+        out["final_mlm"] = f"{_final_mean(frame['mlm_loss']):.3f}" + (f" (ln V {math.log(vocab):.2f})" if vocab else "")
     if "tokens_seen" in frame and frame["tokens_seen"].notna().any():
         out["tokens_seen"] = int(frame["tokens_seen"].dropna().iloc[-1])
     if "step_seconds" in frame and frame["step_seconds"].notna().any():
         out["seconds"] = float(frame["step_seconds"].sum())
     return out
+
+
+def _final_mean(values: pd.Series) -> float:
+    """The mean of the last 5% of a logged column's values (the last value alone under 40)."""
+    tail = values.dropna()
+    return float(tail.iloc[-max(1, len(tail) // 20):].mean())
 
 
 def _vocab_size(config: Path) -> int | None:

@@ -44,7 +44,7 @@ from biomed_lm.finetune.adapters import TaskAdapter, adapter_for
 from biomed_lm.finetune.adapters.tagging import word_windows
 from biomed_lm.finetune.blurb import DEV, QA_MAX_LENGTH, TEST, TRAIN, TaskType, default_max_length
 from biomed_lm.finetune.metrics import DEFAULT_NER_F1_MODE, NerF1Mode, compute_metric
-from biomed_lm.finetune.model_check import CheckedModel, check_input_length, check_model
+from biomed_lm.finetune.model_check import CheckedModel, check_input_length, check_model, resolve_model_dir
 from biomed_lm.finetune.modeling import Representation, TaggingLayer, load_encoder
 from biomed_lm.finetune.readers import (GENERIC_FORMATS, RARE_LABEL_COUNT, BlurbDataset, expected_split_file,
                                         load_blurb_dataset, load_generic_dataset)
@@ -291,8 +291,10 @@ def _model_path(model: Any) -> Any:
     path = resolve_path(model)
     if not path.exists():
         return model
-    if not (path / "config.json").is_file() and (path / "model" / "config.json").is_file():
-        path = path / "model"  # as model_check.resolve_model_dir takes a run folder
+    try:
+        path, _ = resolve_model_dir(path)
+    except InputError:  # not a checkpoint folder: compared as it is named (check_model says what is wrong)
+        pass
     return str(path.resolve())
 
 

@@ -273,13 +273,17 @@ def infer_lowercase_from_vocab(vocab_file: str | os.PathLike) -> bool:
 
 def recorded_lowercase(path: str | os.PathLike) -> bool | None:
     """The casing a tokenizer directory records (vocab card, then tokenizer_config), or None."""
-    p = Path(path)
+    recorded = _recorded_casing(Path(path))
+    return recorded[0] if recorded is not None else None
+
+
+def _recorded_casing(directory: Path) -> tuple[bool, str] | None:
+    """The casing a directory records and where (``"tokenizer_config.json's do_lower_case"``), or None."""
     for name, key in ((VOCAB_CARD, "lowercase"), ("tokenizer_config.json", "do_lower_case")):
-        f = p / name
-        if f.is_file():
-            value = json.loads(f.read_text(encoding="utf-8")).get(key)
+        if (directory / name).is_file():
+            value = json.loads((directory / name).read_text(encoding="utf-8")).get(key)
             if isinstance(value, bool):
-                return value
+                return value, f"{name}'s {key}"
     return None
 
 
@@ -341,10 +345,9 @@ def wordpiece_lowercases(tokenizer) -> bool | None:
 
 
 def _casing_source(directory: Path) -> str:
-    for name, key in ((VOCAB_CARD, "lowercase"), ("tokenizer_config.json", "do_lower_case")):
-        if (directory / name).is_file() and isinstance(
-                json.loads((directory / name).read_text(encoding="utf-8")).get(key), bool):
-            return f"{name}'s {key}"
+    recorded = _recorded_casing(directory)
+    if recorded is not None:
+        return recorded[1]
     return "vocab.txt has tokens that lowercasing changes" if not infer_lowercase_from_vocab(
         directory / "vocab.txt") else "vocab.txt has no token that lowercasing changes"
 
