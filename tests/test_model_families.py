@@ -14,6 +14,7 @@ import copy
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -557,6 +558,13 @@ def test_drp_run_resumes_with_its_head_and_exports_it_beside(pretraining_inputs,
     assert losses(resumed) == losses(straight)
     assert torch.equal(load_file(str(resumed / "model" / PAIR_HEAD_FILE))["cls.seq_relationship.weight"],
                        head["cls.seq_relationship.weight"])
+    # continual DRP pretraining from that export (its 3-way head beside it) resumes without the export's folder
+    general = tmp_path / "general"
+    shutil.copytree(model_dir, general)
+    continual = lambda out: args(out) + ["--init", "continual", "--init-checkpoint", str(general)]  # noqa: E731
+    log = (lambda r: r.stderr + r.stdout)(run_ok(continual(tmp_path / "continual")))
+    assert "Every parameter came from" in log and "pair objective: drp (3 classes" in log
+    assert_continual_resume_needs_no_general_checkpoint(continual, tmp_path / "continual", general)
 
 
 def test_albert_continual_run_from_a_saved_albert(pretraining_inputs, task_data, tiny_albert_for_inputs, tmp_path):
@@ -570,6 +578,25 @@ def test_albert_continual_run_from_a_saved_albert(pretraining_inputs, task_data,
     model = AlbertForPreTraining.from_pretrained(out / "model")
     assert model.config.embedding_size == 16 and model.config.num_hidden_layers == 3
     assert type(AutoModel.from_pretrained(out / "model")).__name__ == "AlbertModel"
+    general = tmp_path / "general"
+    shutil.copytree(tiny_albert_for_inputs, general)
+    continual = lambda out: (short_args(pretraining_inputs, out, "albert", "", task_data["sop"])  # noqa: E731
+                             + ["--init", "continual", "--init-checkpoint", str(general)])
+    run_ok(continual(tmp_path / "continual-4-steps"))
+    assert_continual_resume_needs_no_general_checkpoint(continual, tmp_path / "continual-4-steps", general)
+
+
+def assert_continual_resume_needs_no_general_checkpoint(args, straight: Path, general: Path) -> None:
+    """``args(out)``'s run, killed after its first checkpoint, resumes with ``general`` deleted and
+    gives the losses of the uninterrupted run in ``straight``: the model is built from the run's own
+    export (ALBERT's factorized embeddings, a DRP head beside the weights)."""
+    resumed = straight.with_name(straight.name + "-resumed")
+    killed = run(args(resumed), hooks={"kill_at_step": 3})
+    assert killed.returncode != 0 and (resumed / "checkpoints" / "latest").read_text().strip() == "step-00000002"
+    shutil.rmtree(general)
+    result = run_ok(args(resumed))
+    assert "cannot be read: the model is built from this run's checkpoint step-00000002" in result.stderr
+    assert losses(resumed) == losses(straight)
 
 
 @pytest.fixture(scope="module")
