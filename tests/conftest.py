@@ -32,10 +32,11 @@ def pytest_configure(config) -> None:
 
 
 def note_sentencepiece_training() -> None:
-    """Mark this process once SentencePiece has trained in it: its trainer keeps a pool of 16 threads afterwards,
-    and a child forked from the process then crashes (SIGSEGV) when it trains again (CI: the bioalbert recipe's
-    vocabulary step, forked from a worker that had built a SentencePiece vocabulary in-process).
-    tests/forked_main.py starts a fresh interpreter for such a process's steps instead."""
+    """Train SentencePiece in a forked child of the test process: its trainer keeps a pool of 16 threads
+    afterwards, and a child forked from a process that trained crashes (SIGSEGV) when it trains again (CI: the
+    bioalbert recipe's vocabulary step, forked from a worker that had built a SentencePiece vocabulary
+    in-process), so tests/forked_main.py would start a new interpreter (6-15 s of imports) for every later
+    run of that worker. Where a fork would not start clean, the training runs here and the process is marked."""
     try:
         import sentencepiece
     except ImportError:
@@ -43,11 +44,55 @@ def note_sentencepiece_training() -> None:
     trainer = sentencepiece.SentencePieceTrainer
     train = trainer.train
 
-    def noted(*args, **kwargs):
-        sentencepiece.trained_in_this_process = True
-        return train(*args, **kwargs)
+    def in_a_child(*args, **kwargs):
+        from tests.forked_main import fork_refusal
 
-    trainer.train = noted
+        if fork_refusal() is not None:
+            sentencepiece.trained_in_this_process = True
+            return train(*args, **kwargs)
+        return _train_in_a_forked_child(train, args, kwargs)
+
+    trainer.train = in_a_child
+
+
+def _train_in_a_forked_child(train, args: tuple, kwargs: dict) -> None:
+    """``train(*args, **kwargs)`` in a forked child; its ``model_writer``'s bytes and its exception come back
+    through a file."""
+    import io
+    import pickle
+    import tempfile
+
+    writer = kwargs.pop("model_writer", None)
+    with tempfile.TemporaryDirectory(prefix="sentencepiece-") as folder:
+        outcome_file = Path(folder) / "outcome.pickle"
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into pytest
+            code = 1
+            try:
+                model = io.BytesIO() if writer is not None else None
+                try:
+                    train(*args, **kwargs, **({"model_writer": model} if model is not None else {}))
+                    outcome = ("model", model.getvalue() if model is not None else None)
+                except BaseException as err:  # noqa: BLE001 - handed to the parent, which raises it
+                    outcome = ("error", err)
+                try:
+                    outcome_file.write_bytes(pickle.dumps(outcome))
+                except Exception as err:  # an exception that does not pickle: its type and message
+                    outcome_file.write_bytes(pickle.dumps(("error", RuntimeError(f"{type(err).__name__}: {err}"))))
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if not outcome_file.exists():
+            raise RuntimeError(f"SentencePiece training in a forked child ended with wait status {status} and "
+                               "no outcome")
+        kind, value = pickle.loads(outcome_file.read_bytes())
+    if kind == "error":
+        raise value
+    if writer is not None:
+        writer.write(value)
 
 
 # Files whose tests take minutes (a chaos run, a wheel built and installed, the benchmarks' stages):
