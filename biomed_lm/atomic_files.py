@@ -3,7 +3,8 @@
 A reader (a rerun, a resumed sweep, the report, the next stage) decides from a file's presence and its
 contents that the step which wrote it is done, so a process killed mid-write must leave either the old
 file or none, never half of the new one: ``os.replace`` within one folder is atomic on POSIX. The
-temporary name is the final one plus ``.partial``. No fsync: a process killed at any moment leaves the
+temporary name is the final one plus ``.partial`` (``hidden``: with a leading dot too, for a folder whose
+readers take every visible file for theirs). No fsync: a process killed at any moment leaves the
 page cache intact, and an fsync per record would flush every other dirty page of a large write (×2.8 a
 BERT-base checkpoint's save time on ext4); after a node crash the stages' own checks (checkpoint
 checksums, records' fields) find what did not reach the disk.
@@ -17,18 +18,23 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-__all__ = ["PARTIAL_SUFFIX", "replaced_when_done", "write_json_atomically", "write_lines_atomically",
+__all__ = ["PARTIAL_SUFFIX", "partial_path", "replaced_when_done", "write_json_atomically", "write_lines_atomically",
            "write_text_atomically"]
 
 PARTIAL_SUFFIX = ".partial"
 
 
+def partial_path(path: str | os.PathLike, hidden: bool = False) -> Path:
+    """The temporary file :func:`replaced_when_done` writes ``path``'s new contents to."""
+    path = Path(path)
+    return path.with_name(("." if hidden else "") + path.name + PARTIAL_SUFFIX)
+
+
 @contextlib.contextmanager
-def replaced_when_done(path: str | os.PathLike) -> Iterator[Path]:
+def replaced_when_done(path: str | os.PathLike, hidden: bool = False) -> Iterator[Path]:
     """Yield the temporary path to write ``path``'s new contents to; when the block ends without an error
     it is renamed over ``path``, when it raises it is removed and ``path`` is left as it was."""
-    path = Path(path)
-    partial = path.with_name(path.name + PARTIAL_SUFFIX)
+    partial = partial_path(path, hidden)
     try:
         yield partial
     except BaseException:

@@ -913,7 +913,6 @@ def _counting(out: Path, config: VocabConfig, text_field: str, identity: list[di
         try:
             save_counts(out / WORD_COUNTS_FILE, key, replace(corpus, skipped_records=tuple(unreadable)))
         except OSError as err:  # a full disk: the counts are a convenience, the hours of reading are not lost
-            (out / partial_name(WORD_COUNTS_FILE)).unlink(missing_ok=True)
             logger.warning("the word counts were not saved (%s): training goes on; a rerun reads the inputs again", err)
     return Counting(on_counted=save)
 

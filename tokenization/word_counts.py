@@ -20,12 +20,12 @@ import gzip
 import io
 import json
 import logging
-import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from biomed_lm.atomic_files import partial_path, replaced_when_done
 from biomed_lm.errors import TokenizationError
 from biomed_lm.finished_output import changed_files, setting_change_lines
 
@@ -63,21 +63,20 @@ def save_counts(path: Path, key: Mapping[str, Any], corpus: CountedCorpus) -> No
     header = {"version": FORMAT_VERSION, "key": dict(key), "documents": corpus.documents,
               "text_bytes": corpus.text_bytes, "word_pruning": corpus.word_pruning,
               "skipped_records": list(corpus.skipped_records)}
-    partial = path.with_name(partial_name(path.name))
     # Level 1: the file is written once per corpus and read back at once; level 6 triples the write time.
-    # No time stamp in the gzip header: the same counts give the same bytes.
-    with open(partial, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=1,
-                                                   mtime=0) as packed, \
+    # No time stamp in the gzip header: the same counts give the same bytes. The partial file is hidden:
+    # tokenizer loaders scanning the folder pass over it.
+    with replaced_when_done(path, hidden=True) as partial, open(partial, "wb") as raw, \
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=1, mtime=0) as packed, \
             io.TextIOWrapper(packed, encoding="utf-8", newline="\n") as out:
         out.write("#" + json.dumps(header) + "\n")
         out.writelines(f"{word}\t{n}\n" for word, n in corpus.counts.items())
-    os.replace(partial, path)
     logger.info("saved the counts of %d distinct words to %s", len(corpus.counts), path)
 
 
 def partial_name(name: str) -> str:
     """The file a save writes before it is renamed into place."""
-    return f".{name}.partial"
+    return partial_path(name, hidden=True).name
 
 
 def differences(path: Path, key: Mapping[str, Any]) -> list[str] | None:
