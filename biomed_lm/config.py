@@ -45,7 +45,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence, TypeVar, Union
 import yaml
 
 from biomed_lm.errors import ConfigError
-from biomed_lm.resources import resolve_path
+from biomed_lm.resources import places_looked, resolve_path
 
 T = TypeVar("T")
 
@@ -78,7 +78,7 @@ def load_yaml_mapping(path: str | Path) -> dict[str, Any]:
     from any working directory, see :func:`biomed_lm.resources.resolve_path`)."""
     path = resolve_path(path)
     if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+        raise ConfigError(f"config file not found: {path}{places_looked(path)}")
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as err:

@@ -9,6 +9,7 @@ same configs work from a checkout and from ``pip install biomed-lm`` anywhere.
 
 from __future__ import annotations
 
+import glob
 from importlib.resources import files
 from pathlib import Path
 
@@ -26,15 +27,54 @@ def shipped_dir(kind: str) -> Path:
 def resolve_path(path: str | Path) -> Path:
     """``path`` as given when it exists (or is absolute, or is not a shipped path); else the
     shipped file of the same name. A path that exists nowhere comes back as given, so the caller's
-    error names what the user wrote."""
+    error names what the user wrote (and :func:`places_looked` where it was looked for)."""
     given = Path(path)
     if given.is_absolute() or given.exists():
         return given
+    shipped = _shipped_counterpart(given)
+    return shipped if shipped is not None and shipped.exists() else given
+
+
+def resolve_pattern(pattern: str) -> str:
+    """A glob pattern as given when it matches a file from the working directory; else the same pattern
+    under the shipped folder (``data/sample/*.xml.gz``) when that matches; else as given."""
+    if glob.glob(pattern, recursive=True):
+        return pattern
+    shipped = _shipped_counterpart(Path(pattern))
+    if shipped is not None and glob.glob(str(shipped), recursive=True):
+        return str(shipped)
+    return pattern
+
+
+def places_looked(path: str | Path) -> str:
+    """Where :func:`resolve_path` looked for a shipped-looking path it did not find, to append to the
+    error that names it: `` (looked in <cwd>/configs/x.yaml and in the shipped .../configs/x.yaml)``;
+    empty for other paths."""
+    shipped = _shipped_counterpart(Path(path))
+    if shipped is None:
+        return ""
+    return f" (looked in {Path(path).absolute()} and in the toolkit's shipped {shipped})"
+
+
+def shipped_name(path: str | Path) -> str | None:
+    """``data/sample/x.txt`` for a file among the shipped ones, wherever the toolkit is installed (a
+    checkout's ``data/``, a wheel's ``biomed_lm/data``); None for any other file."""
+    resolved = Path(path).resolve()
+    for kind in SHIPPED_PACKAGES:
+        root = shipped_dir(kind).resolve()
+        if resolved.is_relative_to(root):
+            return (Path(kind) / resolved.relative_to(root)).as_posix()
+    return None
+
+
+def _shipped_counterpart(given: Path) -> Path | None:
+    """The shipped file a relative ``configs/...`` or ``data/...`` path would name; None for other paths."""
+    if given.is_absolute():
+        return None
     head, *rest = given.parts or ("",)
     if head not in SHIPPED_PACKAGES or not rest:
-        return given
-    shipped = shipped_dir(head).joinpath(*rest)
-    return shipped if shipped.exists() else given
+        return None
+    return shipped_dir(head).joinpath(*rest)
 
 
 def entry_script(name: str) -> Path:

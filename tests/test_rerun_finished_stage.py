@@ -119,7 +119,7 @@ def test_prepare_corpus_changed_settings_or_inputs_are_refused_naming_them(tmp_p
 
     touch_later(texts[0], texts[0].read_text(encoding="utf-8").replace("protein", "proteins"))
     status, _, err = prepare(capsys, texts, out)
-    assert status == 2 and f"inputs: {texts[0]} changed (another size or modification time)" in err
+    assert status == 2 and f"inputs: {texts[0]} changed (another size, modification time or content)" in err
     assert snapshot(out) == before
 
     assert prepare(capsys, texts, out, "--overwrite")[0] == 0
@@ -190,7 +190,7 @@ def test_build_vocab_changed_options_or_inputs_are_refused_naming_them(tmp_path,
 
     touch_later(texts[1], texts[1].read_text(encoding="utf-8") + document(999) + "\n")
     status, _, err = vocab(capsys, texts, out)
-    assert status == 2 and f"inputs: {texts[1]} changed (another size or modification time)" in err
+    assert status == 2 and f"inputs: {texts[1]} changed (another size, modification time or content)" in err
     assert snapshot(out) == before
 
     card = json.loads((out / "vocab_card.json").read_text())

@@ -137,7 +137,13 @@ def test_tiny_pretrain_then_finetune_from_outside_the_repository(installed) -> N
     working directory has none of them, so every one comes from the installed package."""
     work = installed["work"]
     assert not (work / "configs").exists() and not (work / "data").exists()
-    biomed_lm(installed, "corpus", "--config", "configs/corpus/demo.yaml", "--output-dir", "corpus", "--num-proc", "1")
+    corpus = ("corpus", "--config", "configs/corpus/demo.yaml", "--output-dir", "corpus", "--num-proc", "1")
+    biomed_lm(installed, *corpus)
+    # A reinstall gives the shipped sample new times (QA: every output built from it then refused its rerun).
+    run([sys.executable, "-m", "pip", "--python", str(installed["python"]), "install", "--quiet", "--no-deps",
+         "--no-index", "--force-reinstall", str(installed["wheel"])], cwd=work, env=os.environ.copy())
+    again = biomed_lm(installed, *corpus)
+    assert "already complete" in again.stdout + again.stderr, again.stdout + again.stderr
     biomed_lm(installed, "vocab", "--config", "configs/vocab/demo.yaml", "--inputs", "corpus", "--output-dir", "vocab",
               "--vocab-size", "3000")
     biomed_lm(installed, "data", "--config", "configs/data/demo.yaml", "--corpus", "corpus", "--tokenizer", "vocab",

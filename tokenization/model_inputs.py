@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from biomed_lm.errors import InputError
+from biomed_lm.resources import resolve_path, resolve_pattern
 from biomed_lm.tokenization.blurb_files import DatasetFormatError  # noqa: F401  (where the report's callers catch it)
 from biomed_lm.tokenization.blurb_files import FILE_LAYOUTS, detect_file_layout
 from biomed_lm.tokenization.sources import (JSONL, XML, detect_format, is_pattern, is_prepared_corpus, iter_texts,
@@ -116,7 +117,7 @@ def _describe_corpus_input(path: str, text_field: str) -> str:
 def corpus_source(name: str, path: str | os.PathLike, text_field: str = "text") -> Source:
     """A pretraining corpus: a prepared corpus directory, text/JSONL/PubMed XML files, a directory of
     them or a glob pattern. Model input: a document."""
-    spath = str(path)
+    spath = resolve_pattern(str(path)) if is_pattern(str(path)) else str(resolve_path(path))  # data/sample/...
     if is_pattern(spath):
         if not any(os.path.isfile(m) for m in glob.glob(spath, recursive=True)):
             raise InputError(f"corpus {name!r}: the pattern {spath} matches no file")

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from biomed_lm.errors import InputError
-from biomed_lm.resources import resolve_path
+from biomed_lm.resources import resolve_path, resolve_pattern
 from biomed_lm.tokenization.pubmed_xml import Citation, iter_pubmed_records
 from biomed_lm.tokenization.streams import Problem, StreamDamage, iter_blocks
 
@@ -178,8 +178,8 @@ def expand_inputs(specs: Iterable[str]) -> tuple[list[Path], list[Problem]]:
     problems: list[Problem] = []
     seen: set[Path] = set()
     for spec in specs:
-        if not is_pattern(spec):
-            spec = str(resolve_path(spec))  # the shipped sample (data/sample/...) from any directory
+        # the shipped sample (data/sample/..., data/sample/*.txt) from any directory
+        spec = resolve_pattern(spec) if is_pattern(spec) else str(resolve_path(spec))
         if is_pattern(spec):
             matches = sorted((m for m in glob.glob(spec, recursive=True)
                               if os.path.isfile(m) and not m.lower().endswith(SIDECAR_SUFFIXES)))

@@ -31,7 +31,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from biomed_lm.errors import FinetuneError, InputError
 from biomed_lm.finetune.blurb import DEV, SPLITS, TEST, TRAIN, BlurbEntry
 from biomed_lm.finetune.readers.examples import BlurbDataset, Example
-from biomed_lm.resources import resolve_path
+from biomed_lm.resources import places_looked, resolve_path
 # The files' layouts and their readers are tokenization's, shared with the coverage report; the readers
 # of finetune/ check what the records mean for a dataset (labels, entities, splits).
 from biomed_lm.tokenization.blurb_files import DatasetFormatError, FieldError, string_field
@@ -189,7 +189,7 @@ def _check_dir(data_dir: str | Path, dataset: str) -> Path:
         raise MissingDatasetFileError(f"{dataset}: {path} is a file; data_dir is the directory that holds the "
                                       "split files (train, dev, test)")
     if not path.is_dir():
-        raise MissingDatasetFileError(f"{dataset}: no such directory: {path}")
+        raise MissingDatasetFileError(f"{dataset}: no such directory: {path}{places_looked(path)}")
     return path
 
 
