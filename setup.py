@@ -1,9 +1,11 @@
 """biomed-lm: pretrain BERT-style encoders from scratch on biomedical text (PubMedBERT style)
 and compare them with continual pretraining of general-domain models on BLURB."""
 
+import shutil
 from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 
@@ -33,6 +35,17 @@ def with_subpackages(top: dict[str, str]) -> dict[str, str]:
 
 PACKAGE_DIRS = with_subpackages(PACKAGE_DIRS)
 
+
+class FreshBuildPy(build_py):
+    """Copy the packages into an emptied build folder: setuptools keeps what an earlier build put there,
+    so a file deleted from the checkout would still ship in the next wheel (QA: ``git pull && pip install .``
+    installed a removed config)."""
+
+    def run(self) -> None:
+        shutil.rmtree(self.build_lib, ignore_errors=True)
+        super().run()
+
+
 setup(
     name="biomed-lm",
     version="0.1.0",
@@ -49,6 +62,7 @@ setup(
     package_data={"biomed_lm.configs": ["*/*.yaml", "*/*.txt"],
                   "biomed_lm.data": ["README.md", "sample/*", "blurb/*/*"]},
     entry_points={"console_scripts": ["biomed-lm=biomed_lm.launch.cli:main"]},
+    cmdclass={"build_py": FreshBuildPy},
     # Floors: the lowest versions this code is known to work with, each with its reason. The versions
     # of a green run are requirements/cpu.lock (and gpu.lock for the image); tests/test_packaging.py
     # checks that the lock satisfies every specifier here. requirements/check_floors.sh installs

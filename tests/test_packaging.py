@@ -165,6 +165,18 @@ def test_every_python_folder_is_a_shipped_package() -> None:
     assert not missing, f"not in any package of setup.py (no __init__.py?): {sorted(missing)}"
 
 
+def test_a_build_copies_into_an_emptied_build_folder(tmp_path) -> None:
+    """setuptools keeps what an earlier build left in build/lib, so a file deleted from the checkout still
+    shipped in the next wheel (QA: ``git pull && pip install .``)."""
+    build_lib = tmp_path / "lib"
+    stale = build_lib / "biomed_lm" / "configs" / "model" / "zzz-deleted.yaml"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("hidden_size: 1\n")
+    subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(build_lib)], cwd=REPO,
+                   check=True, capture_output=True)
+    assert not stale.exists() and (build_lib / "biomed_lm" / "configs" / "pretrain" / "demo.yaml").is_file()
+
+
 def test_package_data_globs_cover_every_config_and_data_file() -> None:
     """Every file under configs/ and data/ is package data, so a shipped path (configs/..., data/...)
     resolves from an installed wheel as it does in the checkout."""
