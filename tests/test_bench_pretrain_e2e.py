@@ -39,15 +39,11 @@ def quick_result(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def torch_extensions_dir() -> str:
-    """Where torch JIT-builds extensions when TORCH_EXTENSIONS_DIR is unset (its own rule)."""
-    import torch
-    from torch.utils.cpp_extension import get_default_build_root
+    """The folder the suite's DeepSpeed runs build their CPU op in (backend's rule), so the benchmark's runs
+    reuse that build rather than make their own."""
+    from biomed_lm.backend import extensions_dir_of_this_install
 
-    if os.environ.get("TORCH_EXTENSIONS_DIR"):
-        return os.environ["TORCH_EXTENSIONS_DIR"]
-    accelerator = f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
-    python = f"py{sys.version_info.major}{sys.version_info.minor}{sys.abiflags}"
-    return os.path.join(get_default_build_root(), f"{python}_{accelerator}")
+    return os.environ.get("TORCH_EXTENSIONS_DIR") or str(extensions_dir_of_this_install())
 
 
 def test_quick_reports_every_system(quick_result: dict) -> None:

@@ -4,6 +4,7 @@ this install's build is already in torch's extension folder."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,26 @@ def test_ctrl_c_during_the_op_build_is_an_interrupt_not_a_build_error(cpu_jit, m
     monkeypatch.setattr(deepspeed, "init_distributed", failed_build(1, "shm.cpp:12: error: expected ';'"))
     with pytest.raises(RuntimeError, match="expected ';'"):
         backend.start_distributed(program="pretrain")
+
+
+def test_each_install_builds_in_a_folder_of_its_own(monkeypatch):
+    """Two virtualenvs on one host rebuilt the op in turn in torch's one folder, about a minute a launch (QA)."""
+    import importlib.util
+
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    backend.use_extensions_dir_of_this_install()
+    ours = Path(os.environ["TORCH_EXTENSIONS_DIR"])
+    assert ours == backend.extensions_dir_of_this_install() and ours.name.startswith("install-")
+    assert ours.parent == backend._torch_default_extensions_dir()
+    real = importlib.util.find_spec
+
+    def another_install(name, *args):
+        spec = real(name, *args)
+        return importlib.util.spec_from_file_location(name, "/other/venv/deepspeed/__init__.py") \
+            if name == "deepspeed" else spec
+
+    monkeypatch.setattr(importlib.util, "find_spec", another_install)
+    assert backend.extensions_dir_of_this_install() != ours
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/mine")  # the user's choice stands
+    backend.use_extensions_dir_of_this_install()
+    assert os.environ["TORCH_EXTENSIONS_DIR"] == "/mine"
