@@ -186,18 +186,33 @@ def collect_study(sweeps: Sequence[tuple[str, Path]]) -> tuple[list[SweepRun], l
     for label, directory in sweeps:
         if not directory.is_dir():
             raise SweepReportError(f"sweep {label!r}: {directory} is not a directory")
-        records = {p: load_run_record(p) for p in sorted(directory.rglob(RUN_RECORD))}
+        records, unreadable = _readable_records(sorted(directory.rglob(RUN_RECORD)))
+        notes += [f"{label}: {problem}; left out (the same launch/blurb.py command reruns it)"
+                  for problem in unreadable]
         complete = {p: r for p, r in records.items() if r.get("status") == "complete"}
         if len(complete) < len(records):
             notes.append(f"{label}: {len(records) - len(complete)} run record(s) of unfinished runs left out")
         if not complete:
             raise SweepReportError(f"sweep {label!r}: no complete {RUN_RECORD} below {directory} (its "
-                                   f"{SUMMARY_FILE} says which datasets were absent or failed)")
+                                   f"{SUMMARY_FILE} says which datasets were absent or failed)"
+                                   + "".join(f"; {problem}" for problem in unreadable))
         runs += [read_run(p, label, r) for p, r in complete.items()]
         check_one_checkpoint(label, complete)
         settings[label] = check_one_grid_per_dataset(label, complete)
         notes += _unfinished_plan(label, directory, [r for r in runs if r.model == label])
     return runs, notes + _settings_differences(settings)
+
+
+def _readable_records(paths: Sequence[Path]) -> tuple[dict[Path, dict[str, Any]], list[str]]:
+    """The run records that read as JSON objects, and a line for each that does not (a record cut short
+    by a full disk or an edit: one run's loss, not the report's, as in launch/report.py)."""
+    records, unreadable = {}, []
+    for path in paths:
+        try:
+            records[path] = load_run_record(path)
+        except SweepReportError as err:
+            unreadable.append(str(err))
+    return records, unreadable
 
 
 def _refuse_a_directory_twice(sweeps: Sequence[tuple[str, Path]]) -> None:

@@ -270,6 +270,13 @@ def test_unfinished_runs_are_left_out_with_a_note(tmp_path):
     _write(tmp_path / "s", _record(1e-5, 16, 1, 0.5, 0.5) | {"status": "running"})
     runs, notes = collect_study([("m", tmp_path / "s")])
     assert len(runs) == 1 and notes == ["m: 1 run record(s) of unfinished runs left out"]
+    # a record cut short (QA: the whole report was refused over it) is one run left out, said in a note
+    cut = tmp_path / "s" / "ncbi-disease" / "cut" / "run.json"
+    cut.parent.mkdir(parents=True)
+    cut.write_text(json.dumps(_record(1e-5, 32, 1, 0.5, 0.5))[:200], encoding="utf-8")
+    runs, notes = collect_study([("m", tmp_path / "s")])
+    assert len(runs) == 1 and notes[0].startswith(f"m: {cut}: not a readable run record")
+    assert notes[0].endswith("; left out (the same launch/blurb.py command reruns it)")
 
 
 def test_entry_script_exits_2_naming_the_bad_record(tmp_path):
