@@ -625,18 +625,24 @@ class PlotResult:
     notes: tuple[str, ...] = ()
 
 
-def read_pretraining_metrics(path: str | os.PathLike) -> tuple[pd.DataFrame, int]:
+def read_pretraining_metrics(path: str | os.PathLike) -> tuple[pd.DataFrame, list[int]]:
     """A metrics.jsonl as a DataFrame sorted by step, keeping the last entry of a step logged twice (a
-    resumed run appends); also the number of unreadable lines skipped (a killed run's last line)."""
+    resumed run appends); also the numbers of the unreadable lines skipped (a killed run's last line)."""
     from biomed_lm.pretrain.metrics import read_metrics_file
 
-    records, bad_lines = read_metrics_file(Path(path))
-    entries = [entry for entry in records if "step" in entry]
-    bad = len(bad_lines) + len(records) - len(entries)
+    entries, bad_lines = read_metrics_file(Path(path), required_key="step")
     frame = pd.DataFrame(entries)
     if not frame.empty:
         frame = frame.drop_duplicates("step", keep="last").sort_values("step", ignore_index=True)
-    return frame, bad
+    return frame, bad_lines
+
+
+def _line_numbers(numbers: list[int], most: int = 5) -> str:
+    """``line 7``, ``lines 3, 9 and 12``, ``lines 1, 2, 3, 4, 5 and 8 more``."""
+    shown = [str(n) for n in numbers[:most]]
+    if len(numbers) > most:
+        return f"lines {', '.join(shown)} and {len(numbers) - most} more"
+    return f"line {shown[0]}" if len(shown) == 1 else f"lines {', '.join(shown[:-1])} and {shown[-1]}"
 
 
 def _smooth(values: pd.Series) -> pd.Series:
@@ -682,7 +688,7 @@ def plot_pretraining_loss(ablation: Ablation, path: Path) -> PlotResult:
                 continue
             frame, bad = read_pretraining_metrics(mpath)
             if bad:
-                notes.append(f"{label}: {bad} unreadable line(s) of {mpath} skipped")
+                notes.append(f"{label}: {len(bad)} unreadable line(s) of {mpath} skipped ({_line_numbers(bad)})")
             column = _loss_column(frame) if not frame.empty else None
             if column is None:
                 notes.append(f"{label}: {mpath} has no loss values")

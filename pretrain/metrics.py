@@ -112,9 +112,9 @@ def cuda_allocator_counts(device) -> dict[str, float]:
             "peak_memory_gib": stats.get("allocated_bytes.all.peak", 0) / 2 ** 30}
 
 
-def read_metrics_file(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
+def read_metrics_file(path: Path, required_key: str | None = None) -> tuple[list[dict[str, Any]], list[int]]:
     """The records of a metrics file (old keys read as the current ones: :data:`RENAMED_KEYS`) and
-    the numbers of its unreadable lines."""
+    the numbers of its unreadable lines (a record without ``required_key`` counts as one)."""
     records, bad = [], []
     text = path.read_text(encoding="utf-8", errors="replace")
     for number, line in enumerate(text.splitlines(), start=1):
@@ -125,7 +125,7 @@ def read_metrics_file(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
         except ValueError:
             bad.append(number)
             continue
-        if isinstance(record, dict):
+        if isinstance(record, dict) and (required_key is None or required_key in record):
             records.append({RENAMED_KEYS.get(key, key): value for key, value in record.items()})
         else:
             bad.append(number)

@@ -302,12 +302,12 @@ def test_plots_are_pngs_and_the_loss_plot_notes_the_variant_without_metrics(repo
     assert "](plots/pretraining_loss.png)" in text and "](plots/test_scores.png)" in text
     assert "](plots/finetune_cost.png)" in text
     assert f"{IN_DOMAIN}: no pretraining metrics" in text
-    assert "1 unreadable line(s)" in text
+    assert "1 unreadable line(s)" in text and "metrics.jsonl skipped (line 252)" in text
 
 
 def test_metrics_reader_keeps_the_last_entry_of_a_repeated_step(ablation_dir):
     frame, bad = read_pretraining_metrics(ablation_dir / "variants" / GENERAL / "pretrain" / "metrics.jsonl")
-    assert bad == 1 and len(frame) == 200 and frame["step"].is_monotonic_increasing
+    assert bad == [252] and len(frame) == 200 and frame["step"].is_monotonic_increasing  # the line cut off
 
 
 def test_metrics_files_with_the_old_pair_keys_read_as_the_new_ones(ablation_dir, tmp_path):
