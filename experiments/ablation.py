@@ -494,6 +494,54 @@ def _check_batches(budget: PretrainBudget, source: str) -> None:
                               f"({budget.hostfile or f'num_gpus {budget.num_gpus}'}); {hint}")
 
 
+def _check_step_options(config: AblationConfig, variants: Sequence[Variant], phases: Sequence[PretrainPhase],
+                        paths: _Paths) -> None:
+    """The options the instance and pretraining steps will be given (their YAML files, the flags this ablation
+    adds) parse as those steps parse them, and the model preset exists: a misspelled key, a value of the wrong
+    type or an unknown preset stopped the ablation only at its step, after the corpus, the vocabularies and
+    the instances were built (QA: hours at PubMed scale)."""
+    from biomed_lm.pretrain.adversarial import AdversarialConfig
+    from biomed_lm.pretrain.config import (DataArguments, ModelArguments, PretrainConfigError, TrainArguments,
+                                           load_model_preset)
+    from biomed_lm.pretrain.instance_builder import PretrainingDataConfig
+
+    where = config.source or "the ablation config"
+    if any(v.factors["initialization"] == "scratch" for v in variants):
+        try:
+            load_model_preset(config.pretrain.model)
+        except PretrainConfigError as err:
+            raise ConfigError(f"{where}: pretrain.model: {err}") from None
+    placeholder = str(paths.root / "data" / "(checked before it is built)")
+    for number, phase in enumerate(phases, start=1):
+        _parse_step_options([PretrainingDataConfig], [
+            "--config", phase.data_config, "--corpus", placeholder, "--tokenizer", placeholder,
+            "--output-dir", placeholder], f"{where}: pretrain phase {number}: data_config {phase.data_config}")
+        for variant in variants:
+            flags = _pretrain_flags(config, variant, phase, placeholder, Path(placeholder), Path(placeholder),
+                                    Path(placeholder) if number > 1 else None, number=number)
+            _parse_step_options([ModelArguments, DataArguments, TrainArguments, AdversarialConfig], flags,
+                                f"{where}: pretrain phase {number} of {variant.name}: config {phase.config}")
+
+
+def _parse_step_options(classes: list[type], flags: list[str], what: str) -> None:
+    """``flags`` parsed as the step's entry script parses them; a ConfigError naming ``what`` and the option
+    when they do not (argparse's own refusals, which exit, are caught and said the same way)."""
+    import contextlib
+    import io
+
+    from biomed_lm.config import parse_config
+
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            parse_config(classes, flags)
+    except ConfigError as err:
+        raise ConfigError(f"{what}: {err}") from None
+    except SystemExit:
+        errors = [line.split("error: ", 1)[1] for line in said.getvalue().splitlines() if "error: " in line]
+        raise ConfigError(f"{what}: {errors[-1] if errors else 'its options are refused'}") from None
+
+
 class StepFailed(RuntimeError):
     """A step of the ablation (an entry script it runs) exited with an error: not an input the user
     can fix from here, so outside biomed_lm.errors (launch/ablate.py exits 1, not 2); the step's own
@@ -538,7 +586,22 @@ def _python(script: str, *args: str) -> list[str]:
 def _pretrain_command(config: AblationConfig, variant: Variant, phase: PretrainPhase, tokenizer: str,
                       data_dir: Path, out: Path, previous: Path | None, run: int = 1,
                       number: int | None = None) -> list[str]:
-    """launch/pretrain.py for one variant, pretraining run and phase.
+    """launch/pretrain.py for one variant, pretraining run and phase (:func:`_pretrain_flags`), under the
+    deepspeed launcher when the budget has several GPUs or hosts."""
+    flags = _pretrain_flags(config, variant, phase, tokenizer, data_dir, out, previous, run, number)
+    budget = config.pretrain
+    if budget.num_gpus > 1 or budget.hostfile:
+        launcher = ["deepspeed", "--num_gpus", str(budget.num_gpus)]
+        if budget.hostfile:
+            launcher += ["--hostfile", budget.hostfile]
+        return [*launcher, str(entry_script("pretrain.py")), *flags]
+    return _python("pretrain.py", *flags)
+
+
+def _pretrain_flags(config: AblationConfig, variant: Variant, phase: PretrainPhase, tokenizer: str,
+                    data_dir: Path, out: Path, previous: Path | None, run: int = 1,
+                    number: int | None = None) -> list[str]:
+    """launch/pretrain.py's flags for one variant, pretraining run and phase.
 
     The phases are the paper's recipe (section 2.5): one learning-rate schedule across all of
     them. Phase 1 runs its steps of a schedule that spans every phase's; a later phase continues
@@ -575,12 +638,7 @@ def _pretrain_command(config: AblationConfig, variant: Variant, phase: PretrainP
     flags += list(phase.extra_args)
     if run > 1:
         flags += ["--seed", str(_pretrain_seed(phase, run))]
-    if budget.num_gpus > 1 or budget.hostfile:
-        launcher = ["deepspeed", "--num_gpus", str(budget.num_gpus)]
-        if budget.hostfile:
-            launcher += ["--hostfile", budget.hostfile]
-        return [*launcher, str(entry_script("pretrain.py")), *flags]
-    return _python("pretrain.py", *flags)
+    return flags
 
 
 def _sweep_command(config: AblationConfig, model: Path, out: Path) -> list[str]:
@@ -705,6 +763,7 @@ def run_ablation(config: AblationConfig, log: Callable[[str], None] = print, rep
     variants, notes = plan_variants(config.factors)
     phases = config.pretrain.phases()
     paths = _Paths(Path(config.output_dir))
+    _check_step_options(config, variants, phases, paths)  # before anything is written
     paths.root.mkdir(parents=True, exist_ok=True)
     record = _record(config, variants, notes, paths)
     _check_budget_unchanged(record, paths.root)

@@ -5,6 +5,7 @@ multilevel analysis included), resumed without redoing anything."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import os
 from pathlib import Path
@@ -87,6 +88,30 @@ def test_config_values_and_files_are_checked_before_any_step(tmp_path, capsys, c
         load_ablation_config(path)
     assert ablate.main(["--config", str(path)]) == 2  # before any step: nothing written
     assert "Traceback" not in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("step_yaml, changes, message", [
+    (None, dict(pretrain={"config": "configs/pretrain/demo.yaml", "max_steps": 2, "micro_batch_size": 8,
+                          "model": "bert-teeny"}), r"pretrain\.model: model 'bert-teeny': no such preset"),
+    ({"learning_rate": "fast"}, {}, r"pretrain phase 1 of .*: config .*pretrain\.yaml: .*learning_rate"),
+    ({"max_seq_lenght": 64}, {}, r"pretrain phase 1: data_config .*data\.yaml: .*max_seq_lenght"),
+])
+def test_the_steps_options_are_checked_before_any_step(tmp_path, capsys, step_yaml, changes, message):
+    """QA: a misspelled key or a bad value in the pretraining or data YAML, or an unknown model preset,
+    stopped the ablation at its step, after the corpus, vocabularies and instances were built."""
+    from biomed_lm.launch import ablate
+
+    pretrain = {"config": "configs/pretrain/demo.yaml", "max_steps": 2, "micro_batch_size": 8}
+    if step_yaml is not None:
+        kind = "data" if "max_seq_lenght" in step_yaml else "pretrain"
+        base = yaml.safe_load((REPO / "configs" / kind / "demo.yaml").read_text(encoding="utf-8"))
+        (tmp_path / f"{kind}.yaml").write_text(yaml.safe_dump({**base, **step_yaml}), encoding="utf-8")
+        pretrain["data_config" if kind == "data" else "config"] = str(tmp_path / f"{kind}.yaml")
+    path = _config(tmp_path, **{"pretrain": pretrain, **changes})
+    assert ablate.main(["--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err), err
+    assert "Traceback" not in err and not (tmp_path / "out").exists()
 
 
 def test_an_unknown_finetune_key_is_named_with_the_valid_keys(tmp_path):
