@@ -2,7 +2,14 @@
 ``build_vocab``, ``create_pretraining_data``): a rerun of the same command is told so and exits 0, as
 ``pretrain`` and ``finetune`` do, and a command that would build another output is refused, naming what
 differs. The stages' own records say which settings and files decide their output; these helpers compare
-them and word the differences one way."""
+them and word the differences one way.
+
+A finished output is also checked against itself: the stages record the name and size of each file of the dataset
+they saved (:func:`saved_files_record`), and a rerun finding one missing or of another size calls the output
+damaged (:func:`damaged_file_lines`) instead of complete; the same records let a loader name a missing shard.
+Sizes, not digests: the shards are gigabytes at PubMed scale, and a cut-off or deleted shard changes its size.
+The size those shards are cut to, ``max_shard_size``, is checked here too (:func:`shard_size_problem`), when a
+stage's config is built, for both stages that save one."""
 
 from __future__ import annotations
 
@@ -85,3 +92,75 @@ def other_output_message(out: Path, what: str, changes: Sequence[str]) -> str:
     """The refusal of a command that would replace ``out``'s finished output with another one."""
     return (f"{out} already holds {what} built by another command: {'; '.join(changes)}; "
             "pass --overwrite to rebuild it")
+
+
+# ------------------------------------------------------------------ the files of a saved dataset
+
+#: What ``datasets``' ``save_to_disk`` writes beside its Arrow shards: both are read back by ``load_from_disk``.
+DATASET_RECORD_FILES = ("state.json", "dataset_info.json")
+
+
+def saved_dataset_files(folder: Path) -> list[Path]:
+    """The files of the ``datasets`` dataset saved in ``folder``: its two JSON files and the Arrow shards its
+    ``state.json`` lists (a shard a larger earlier save left behind is not the dataset's, so it is not listed);
+    every ``data-*.arrow`` there when ``state.json`` names none."""
+    state = read_record(folder / "state.json") or {}
+    listed = [item.get("filename") for item in state.get("_data_files") or [] if isinstance(item, Mapping)]
+    shards = [folder / name for name in listed if isinstance(name, str)] or sorted(folder.glob("data-*.arrow"))
+    return [folder / name for name in DATASET_RECORD_FILES if (folder / name).is_file()] + shards
+
+
+def saved_files_record(folder: Path) -> list[dict]:
+    """``[{"name", "bytes"}]`` for each file of the dataset saved in ``folder`` (:func:`saved_dataset_files`):
+    what a stage's record keeps so that a rerun or a loader can tell a shard deleted or cut off since."""
+    return [{"name": path.name, "bytes": path.stat().st_size} for path in saved_dataset_files(folder)]
+
+
+def damaged_file_lines(folder: Path, recorded: Any) -> list[str]:
+    """For each file of ``recorded`` (a :func:`saved_files_record`) that is no longer in ``folder`` as it was
+    written: ``<name> is missing`` or ``<name> is N bytes, M when it was written``. None for a record an older
+    version wrote (no sizes: nothing to compare) or an intact dataset."""
+    if not isinstance(recorded, list):
+        return []
+    lines = []
+    for item in recorded:
+        if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
+            continue
+        path = folder / item["name"]
+        if not path.is_file():
+            lines.append(f"{item['name']} is missing")
+        elif path.stat().st_size != item.get("bytes"):
+            lines.append(f"{item['name']} is {path.stat().st_size:,} bytes, {item.get('bytes'):,} when it was "
+                         "written")
+    return lines
+
+
+def damaged_output_message(out: Path, what: str, damage: Sequence[str]) -> str:
+    """The refusal of a rerun whose finished output lost or changed files since it was built (the completion
+    check would otherwise call it complete, and the loader that found it damaged would send the user back)."""
+    most = 5  # a deleted folder of PubMed-scale data would list hundreds of shards
+    listed = "; ".join(damage[:most]) + (f"; and {len(damage) - most} more files" if len(damage) > most else "")
+    return (f"{out} holds {what} that is damaged: its files changed since it was built ({listed}); "
+            "pass --overwrite to rebuild it")
+
+
+# ------------------------------------------------------------------ the size shards are cut to
+
+#: The units ``datasets`` reads in a shard size (a lower-case ``b``, as in ``500Mb``, means bits).
+SHARD_SIZE_FORMS = "a whole number above 0 and a unit: KB, MB, GB, TB, PB (powers of 1000) or KiB, MiB, GiB, TiB, PiB"
+
+
+def shard_size_problem(size: Any) -> str | None:
+    """What is wrong with ``max_shard_size`` as ``save_to_disk`` reads it, or None where it is a size of at least
+    one byte. Checked when a stage's config is built: ``save_to_disk`` refuses a bad one (``abc``) with a
+    ValueError, and divides by a zero one (``0MB``), only once every document or instance is built."""
+    from datasets.utils.py_utils import convert_file_size_to_int
+
+    try:
+        size_bytes = convert_file_size_to_int(size) if isinstance(size, str) else None
+    except ValueError:  # what it raises for every form it does not read ("abc", "1.5GB", "500")
+        size_bytes = None
+    if size_bytes is not None and size_bytes >= 1:
+        return None
+    why = "is not a size" if size_bytes is None else f"is {size_bytes:,} bytes"
+    return f"max_shard_size (--max-shard-size) {size!r} {why}: give {SHARD_SIZE_FORMS}, such as 500MB or 1GiB"

@@ -75,7 +75,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from biomed_lm.config import check_fields, load_yaml_mapping, unknown_keys_message
-from biomed_lm.errors import ConfigError, InputError
+from biomed_lm.errors import BiomedLMError, ConfigError, InputError
 from biomed_lm.experiments.ablation_record import (ABLATION_FILE, AblationRecord, CheckpointRecord, VariantRecord,
                                                   load_ablation_record, run_suffix, write_ablation_record)
 from biomed_lm.experiments.choices import FACTOR_LEVELS, FACTORS, GENERAL, SPECIFICATIONS, Specification
@@ -535,7 +535,7 @@ def _parse_step_options(classes: list[type], flags: list[str], what: str) -> Non
     try:
         with contextlib.redirect_stderr(said):
             parse_config(classes, flags)
-    except ConfigError as err:
+    except BiomedLMError as err:  # a ConfigError, or a stage's own (PretrainingDataError: max_shard_size)
         raise ConfigError(f"{what}: {err}") from None
     except SystemExit:
         errors = [line.split("error: ", 1)[1] for line in said.getvalue().splitlines() if "error: " in line]

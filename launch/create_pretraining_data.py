@@ -21,7 +21,9 @@ is not a prepared corpus, an output folder that already holds other data without
 Run again on a finished output folder, the same command builds nothing: it says the data is already
 complete and prints its summary again (exit status 0); a command that would build other data (another
 corpus or tokenizer, or their files changed since, or other options) is refused with exit status 2, naming
-what differs; --overwrite rebuilds. num_proc, batch_size and tokenized_cache are not differences.
+what differs; --overwrite rebuilds. num_proc, batch_size and tokenized_cache are not differences. Data whose
+saved files were deleted or resized since it was built (pretraining_data.json records each one's size) is not
+complete: the rerun names each such file and exits with status 2; --overwrite rebuilds it.
 """
 
 from __future__ import annotations

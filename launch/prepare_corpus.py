@@ -11,7 +11,9 @@ options or when no document at all could be kept (no dataset is written; the mes
 Run again on a finished output folder, the same command builds nothing: it says the corpus is already
 complete and prints its summary again (exit status as the first time); a command that would build another
 corpus (other input files, or files changed since, or other settings) is refused with exit status 2,
-naming what differs; --overwrite rebuilds. The number of worker processes is not a difference.
+naming what differs; --overwrite rebuilds. The number of worker processes is not a difference. A corpus
+whose saved files were deleted or resized since it was built (summary.json records each one's size) is not
+complete: the rerun names each such file and exits with status 2; --overwrite rebuilds it.
 """
 
 from __future__ import annotations

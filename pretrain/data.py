@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from biomed_lm.errors import BiomedLMError
 from biomed_lm.pretrain.instance_recipe import PAIR_LABELS
-from biomed_lm.pretrain.prepared_corpus import PretrainingDataError
+from biomed_lm.pretrain.prepared_corpus import PretrainingDataError, refuse_recorded_damage
 from biomed_lm.resources import read_json_object
 from biomed_lm.tokenization.sources import damaged_arrow_file, damaged_shard_message
 
@@ -81,6 +81,7 @@ def load_pretraining_data(path: str | os.PathLike, tokenizer=None, max_position_
     """
     p = Path(path)
     metadata = _read_metadata(p)
+    refuse_recorded_damage(p, metadata.get("output_files"), "instance dataset", "launch/create_pretraining_data.py")
     dataset = _open_instances(p, (metadata.get("summary") or {}).get("instances"))
     if tokenizer is not None:
         _check_tokenizer(p, metadata, tokenizer)

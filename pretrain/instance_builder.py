@@ -22,8 +22,9 @@ corpus rows once (:func:`build_link_index`) and memory-mapped by the workers. Bo
 under fingerprints of what they depend on (a killed multi-process run reuses the finished worker
 shards); ``tokenized_cache`` keeps stage 1 for the next run, so phase 2 (512 tokens) reuses the
 tokenization of phase 1 (128). The instances are saved in Arrow shards of ``max_shard_size``, then
-``pretraining_data.json`` is written with the options, the vocabulary and a summary, and the
-caches inside ``output_dir`` are removed. A ``mixture`` of several corpora (:mod:`pretrain.mixture`)
+``pretraining_data.json`` is written with the options, the vocabulary, a summary and the name and
+size of each saved file (a rerun finding one missing or resized calls the data damaged, not complete),
+and the caches inside ``output_dir`` are removed. A ``mixture`` of several corpora (:mod:`pretrain.mixture`)
 may replace ``corpus``; the metadata then records it.
 """
 
@@ -45,8 +46,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from biomed_lm.atomic_files import write_json_atomically
-from biomed_lm.finished_output import (changed_files, dataclass_defaults, file_identity, other_output_message,
-                                       read_record, setting_change_lines)
+from biomed_lm.finished_output import (changed_files, damaged_file_lines, damaged_output_message, dataclass_defaults,
+                                       file_identity, other_output_message, read_record, saved_files_record,
+                                       setting_change_lines, shard_size_problem)
 from biomed_lm.pretrain.data import (DOCUMENT_COLUMN, FORMAT_VERSION, INSTANCE_SCHEMA, METADATA_FILE,
                                      load_tokenizer_or_fail, pair_task_of, vocabulary_fingerprint)
 from biomed_lm.pretrain.instance_recipe import (LINKED_DOCUMENT, NO_PAIR_LABEL, NOT_NEXT, PAIR_LABELS,
@@ -105,8 +107,12 @@ class PretrainingDataConfig:
     tokenized_cache: str = field(default="", metadata={
         "help": "folder that keeps the tokenized corpus for later runs with the same corpus and tokenizer "
                 "(phase 2 reuses phase 1's tokenization); default: inside output_dir, removed when done"})
-    max_shard_size: str = field(default="500MB", metadata={"help": "size of each saved Arrow shard"})
+    max_shard_size: str = field(default="500MB", metadata={
+        "help": "size of each saved Arrow shard: a whole number and a unit (KB, MB, GB or KiB, MiB, GiB, ...)"})
     overwrite: bool = field(default=False, metadata={"help": "replace pretraining data already in output_dir"})
+
+    def __post_init__(self) -> None:
+        _check_shard_size(self.max_shard_size)  # here: save_to_disk reads it only once every instance is built
 
     def workers(self) -> int:
         return self.num_proc if self.num_proc > 0 else (os.cpu_count() or 1)
@@ -134,6 +140,14 @@ class PretrainingDataConfig:
         if self.packing == "cross-document" and self.pair_task != "none":
             raise PretrainingDataError(f"packing 'cross-document' makes one-segment instances: it needs pair_task "
                                        f"none, not {self.pair_task!r}")
+        _check_shard_size(self.max_shard_size)  # again: a caller may have set it after construction
+
+
+def _check_shard_size(size: str) -> None:
+    """Refuse a ``max_shard_size`` that ``save_to_disk`` would refuse (``abc``) or divide by (``0MB``)."""
+    problem = shard_size_problem(size)
+    if problem:
+        raise PretrainingDataError(problem)
 
 
 @dataclass(frozen=True)
@@ -797,6 +811,7 @@ def _create_pretraining_data(config: PretrainingDataConfig, out: Path, progress:
     metadata = _metadata(config, out, info, len(corpus), summary, seconds=time.perf_counter() - started,
                          mixture=mixed.record if mixed else None)
     metadata["inputs_identity"] = identity
+    metadata["output_files"] = saved_files_record(out)  # a shard cut off or deleted since is damage to a rerun
     # Written last and atomically: its presence is what marks the dataset as complete.
     write_json_atomically(out / METADATA_FILE, metadata)
     _remove_cache(instances)  # the saved shards hold everything now
@@ -906,13 +921,17 @@ def data_settings(values: Mapping[str, Any]) -> dict:
 def finished_data(config: PretrainingDataConfig, out: Path, identity: Mapping[str, Any]) -> dict:
     """The metadata of the data in ``out``, with ``already_complete`` set, when this command built it: the
     same corpus files, tokenizer pipeline, data format and options. PretrainingDataError otherwise, naming
-    what differs, or why the metadata cannot tell."""
+    what differs, why the metadata cannot tell, or which saved file is missing or has another size than when it
+    was saved (metadata written before sizes were recorded is not checked so)."""
     metadata = read_record(out / METADATA_FILE)
     if not isinstance(metadata, dict) or not isinstance(metadata.get("inputs_identity"), dict) \
             or not isinstance(metadata.get("config"), dict):
         why = "cannot be read" if not isinstance(metadata, dict) else "predates the record of its inputs and options"
         raise PretrainingDataError(f"{out} already holds pretraining data whose {METADATA_FILE} {why}, so this "
                                    "command cannot tell whether it built it; pass --overwrite to rebuild it")
+    damage = damaged_file_lines(out, metadata.get("output_files"))
+    if damage:
+        raise PretrainingDataError(damaged_output_message(out, "pretraining data", damage))
     changes = setting_change_lines(data_settings(metadata["config"]), data_settings(asdict(config)), "data")
     changes += _changed_inputs(metadata, identity, config)
     if changes:

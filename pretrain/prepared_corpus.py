@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
 from biomed_lm.errors import PretrainError
-from biomed_lm.finished_output import file_identity
+from biomed_lm.finished_output import damaged_file_lines, file_identity, read_record
 from biomed_lm.tokenization.sources import damaged_arrow_file, damaged_shard_message
 
 
@@ -27,6 +28,8 @@ def open_corpus(path: str | os.PathLike):
     if not p.is_dir():  # e.g. the raw text or XML itself, before prepare_corpus made a corpus of it
         raise PretrainingDataError(f"{p} is a file, not a prepared corpus (a folder); build one from it with "
                                    "launch/prepare_corpus.py")
+    refuse_recorded_damage(p, (read_record(p / "summary.json") or {}).get("output_files"), "prepared corpus",
+                           "launch/prepare_corpus.py")
     try:
         corpus = datasets.load_from_disk(str(p))
     except Exception as err:  # datasets raises FileNotFoundError or others for a non-dataset folder
@@ -46,6 +49,16 @@ def open_corpus(path: str | os.PathLike):
             not (pa.types.is_string(arrow_type.value_type) or pa.types.is_large_string(arrow_type.value_type)):
         raise PretrainingDataError(f"{p}: the 'sentences' column must hold lists of strings, not {feature}")
     return corpus
+
+
+def refuse_recorded_damage(folder: Path, recorded_files: Any, what: str, rebuild_with: str) -> None:
+    """Refuse a saved dataset a file of which was deleted or resized since its stage recorded it (a deleted
+    shard read as a bare FileNotFoundError), naming the files and the command that rebuilds it."""
+    damage = damaged_file_lines(folder, recorded_files)
+    if damage:
+        raise PretrainingDataError(f"{folder}: {what} cannot be read: {'; '.join(damage[:5])}"
+                                   f"{f'; and {len(damage) - 5} more files' if len(damage) > 5 else ''}; "
+                                   f"rebuild it with {rebuild_with} --overwrite")
 
 
 def files_identity(dataset) -> list[str]:

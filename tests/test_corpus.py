@@ -198,7 +198,8 @@ def test_cli_exit_codes(tmp_path, capsys):
     assert json.loads((tmp_path / "y" / "summary.json").read_text())["documents_kept"] == 1
     # Unusable options are the package's own errors (exit 2, the message, no traceback), refused before parsing.
     assert prepare_main(["--inputs", str(xml), "--output-dir", str(tmp_path / "z"), "--max-shard-size", "5XB"]) == 2
-    assert "prepare_corpus: error: max_shard_size: `size=5XB` is not in a valid format" in capsys.readouterr().err
+    assert "prepare_corpus: error: max_shard_size (--max-shard-size) '5XB' is not a size: give a whole number" \
+        in capsys.readouterr().err
     assert prepare_main(["--output-dir", str(tmp_path / "z")]) == 2
     assert "prepare_corpus: error: no inputs given" in capsys.readouterr().err
     assert not (tmp_path / "z").exists()

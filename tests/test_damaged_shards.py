@@ -5,6 +5,8 @@ body")."""
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 
 import pytest
@@ -53,7 +55,7 @@ def test_create_pretraining_data_names_the_damaged_corpus_shard(sources, work, c
                  "--num-proc", "1"]) == 2
     err = capsys.readouterr().err
     assert f"{shard.parent}: prepared corpus cannot be read: its shard {shard.name} is damaged or truncated; " \
-           "rebuild it with launch/prepare_corpus.py (" in err
+           "rebuild it with launch/prepare_corpus.py --overwrite (" in err
     assert "not a prepared corpus" not in err
 
 
@@ -63,9 +65,17 @@ def test_pretrain_names_the_damaged_instance_shard(sources, work):
     create_pretraining_data(PretrainingDataConfig(corpus=str(corpus), tokenizer=str(tokenizer),
                                                   output_dir=str(instances), num_proc=1), progress=False)
     shard = truncated_copy(instances, work / "damaged_instances", shard_index=0)
+    with pytest.raises(PretrainingDataError, match=rf"{shard.parent}: instance dataset cannot be read: {shard.name} "
+                                                   r"is [\d,]+ bytes, [\d,]+ when it was written; rebuild it with "
+                                                   r"launch/create_pretraining_data.py --overwrite$"):
+        load_pretraining_data(shard.parent)  # the sizes its metadata records
+    metadata_file = shard.parent / "pretraining_data.json"
+    metadata = json.loads(metadata_file.read_text())
+    del metadata["output_files"]  # as data built before sizes were recorded: pyarrow's error, the shard found
+    metadata_file.write_text(json.dumps(metadata))
     with pytest.raises(PretrainingDataError, match=rf"{shard.parent}: instance dataset cannot be read: its shard "
                                                    rf"{shard.name} is damaged or truncated; rebuild it with "
-                                                   r"launch/create_pretraining_data.py \("):
+                                                   r"launch/create_pretraining_data.py --overwrite \("):
         load_pretraining_data(shard.parent)
 
 
@@ -73,5 +83,5 @@ def test_build_vocab_names_the_damaged_corpus_shard(sources, work):
     shard = truncated_copy(sources[0], work / "damaged_for_vocab", shard_index=1)
     with pytest.raises(InputError, match=rf"{shard.parent}: prepared corpus cannot be read: its shard "
                                          rf"{shard.name} is damaged or truncated; rebuild it with "
-                                         r"launch/prepare_corpus.py \("):
+                                         r"launch/prepare_corpus.py --overwrite \("):
         list(iter_texts([str(shard.parent)]))

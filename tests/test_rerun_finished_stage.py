@@ -250,3 +250,120 @@ def test_create_pretraining_data_changed_options_or_inputs_are_refused_naming_th
     status, _, err = data(capsys, corpus, tokenizer, out)
     assert status == 2 and f"corpus: {corpus}/data-00000-of-00001.arrow changed" in err
     assert snapshot(out) == before
+
+
+# ------------------------------------------------------------ a finished output damaged since it was built
+#
+# QA, 2026-11-29: a shard of finished pretraining data cut off or deleted made pretrain stop ("... rebuild it with
+# launch/create_pretraining_data.py"), and that command answered "already complete" (exit 0) with the old
+# instance count, so the user went round in a loop; prepare_corpus did the same with a truncated corpus shard.
+# Now each stage records the name and size of every file it saved, and a rerun finding one missing or resized
+# refuses (exit 2), naming the file and what differs, and asks for --overwrite.
+
+SMALL_SHARDS = ("--max-shard-size", "8KB")  # several shards from a few dozen documents
+
+
+def cut_in_half(path: Path) -> tuple[int, int]:
+    """Truncate ``path`` to half its bytes; returns its size before and after."""
+    before = path.stat().st_size
+    path.write_bytes(path.read_bytes()[: before // 2])
+    return before, before // 2
+
+
+def shards(folder: Path) -> list[Path]:
+    found = sorted(folder.glob("data-*.arrow"))
+    assert len(found) >= 2, "the test needs a dataset of several shards"
+    return found
+
+
+def test_prepare_corpus_rerun_on_a_truncated_or_deleted_shard_is_refused_naming_it(tmp_path, texts, capsys):
+    out = tmp_path / "corpus"
+    assert prepare(capsys, texts, out, *SMALL_SHARDS)[0] == 0
+    recorded = json.loads((out / "summary.json").read_text())["output_files"]
+    assert {item["name"] for item in recorded} == {"state.json", "dataset_info.json", *(p.name for p in shards(out))}
+    truncated, deleted = shards(out)[-1], shards(out)[0]
+    full, half = cut_in_half(truncated)
+
+    status, printed, err = prepare(capsys, texts, out, *SMALL_SHARDS)
+    assert (status, printed) == (2, "")
+    assert err == (f"prepare_corpus: error: {out} holds a prepared corpus that is damaged: its files changed since "
+                   f"it was built ({truncated.name} is {half:,} bytes, {full:,} when it was written); pass "
+                   "--overwrite to rebuild it\n")
+    deleted.unlink()
+    status, _, err = prepare(capsys, texts, out, *SMALL_SHARDS)
+    assert status == 2 and f"({deleted.name} is missing; {truncated.name} is {half:,} bytes" in err
+    from biomed_lm.pretrain.prepared_corpus import PretrainingDataError, open_corpus
+
+    with pytest.raises(PretrainingDataError) as caught:  # the next stage names the files too (was "not a corpus")
+        open_corpus(out)
+    assert str(caught.value) == (f"{out}: prepared corpus cannot be read: {deleted.name} is missing; {truncated.name} "
+                                 f"is {half:,} bytes, {full:,} when it was written; rebuild it with "
+                                 "launch/prepare_corpus.py --overwrite")
+
+    assert prepare(capsys, texts, out, *SMALL_SHARDS, "--overwrite")[0] == 0
+    status, _, err = prepare(capsys, texts, out, *SMALL_SHARDS)
+    assert status == 0 and "already complete" in err
+
+
+def test_create_pretraining_data_rerun_on_a_truncated_or_deleted_shard_is_refused_naming_it(
+        tmp_path, corpus_and_tokenizer, capsys):
+    corpus, tokenizer = corpus_and_tokenizer
+    out = tmp_path / "data"
+    assert data(capsys, corpus, tokenizer, out, *SMALL_SHARDS)[0] == 0
+    truncated, deleted = shards(out)[1], shards(out)[0]
+    full, half = cut_in_half(truncated)
+    deleted.unlink()
+    from biomed_lm.pretrain.data import PretrainingDataError, load_pretraining_data
+
+    with pytest.raises(PretrainingDataError, match=rf"{deleted.name} is missing; .*; rebuild it with "
+                                                   r"launch/create_pretraining_data\.py --overwrite$"):
+        load_pretraining_data(out)  # pretraining (a bare FileNotFoundError for a deleted shard)
+
+    status, printed, err = data(capsys, corpus, tokenizer, out, *SMALL_SHARDS)
+    assert (status, printed) == (2, "")
+    assert err == (f"create_pretraining_data: error: {out} holds pretraining data that is damaged: its files changed "
+                   f"since it was built ({deleted.name} is missing; {truncated.name} is {half:,} bytes, {full:,} "
+                   "when it was written); pass --overwrite to rebuild it\n")
+
+    status, printed, _ = data(capsys, corpus, tokenizer, out, *SMALL_SHARDS, "--overwrite")
+    assert status == 0
+    status, printed_again, err = data(capsys, corpus, tokenizer, out, *SMALL_SHARDS)
+    assert status == 0 and "already complete" in err and printed_again == printed
+
+
+def test_outputs_recorded_without_file_sizes_keep_the_completion_check_they_had(tmp_path, corpus_and_tokenizer,
+                                                                               texts, capsys):
+    """Records an older version wrote name no file sizes: nothing to compare, so a rerun says complete as it did."""
+    corpus, tokenizer = corpus_and_tokenizer
+    out = tmp_path / "data"
+    assert data(capsys, corpus, tokenizer, out)[0] == 0
+    forget_file_sizes_and_cut_a_shard(out / "pretraining_data.json")
+    status, _, err = data(capsys, corpus, tokenizer, out)
+    assert status == 0 and "create_pretraining_data: already complete" in err
+
+    forget_file_sizes_and_cut_a_shard(corpus / "summary.json")  # after the data: it reads the corpus
+    status, _, err = prepare(capsys, texts, corpus)
+    assert status == 0 and "prepare_corpus: already complete" in err
+
+
+def forget_file_sizes_and_cut_a_shard(record: Path) -> None:
+    """Make ``record`` as an older version wrote it (no ``output_files``), then truncate a shard beside it."""
+    values = json.loads(record.read_text())
+    del values["output_files"]
+    record.write_text(json.dumps(values))
+    cut_in_half(sorted(record.parent.glob("data-*.arrow"))[0])
+
+
+def test_damage_to_many_files_is_listed_five_at_a_time(tmp_path):
+    from biomed_lm.finished_output import damaged_file_lines, damaged_output_message
+
+    recorded = [{"name": f"data-{i:05d}-of-00008.arrow", "bytes": 100} for i in range(8)]
+    (tmp_path / recorded[3]["name"]).write_bytes(b"\0" * 100)  # intact: not listed
+    damage = damaged_file_lines(tmp_path, recorded)
+    assert len(damage) == 7 and damage[0] == "data-00000-of-00008.arrow is missing"
+    assert damaged_output_message(tmp_path, "pretraining data", damage) == (
+        f"{tmp_path} holds pretraining data that is damaged: its files changed since it was built "
+        "(data-00000-of-00008.arrow is missing; data-00001-of-00008.arrow is missing; data-00002-of-00008.arrow is "
+        "missing; data-00004-of-00008.arrow is missing; data-00005-of-00008.arrow is missing; and 2 more files); "
+        "pass --overwrite to rebuild it")
+    assert damaged_file_lines(tmp_path, None) == []  # a record an older version wrote: nothing to compare

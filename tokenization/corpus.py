@@ -17,7 +17,8 @@ The work runs in three stages, each resumable:
 
 ``summary.json`` counts every record read and every record dropped, by reason, and lists each
 problem with file, line and byte offset, and (``duplicate_files``) each input whose bytes equal an
-earlier input's: its records are read again, the later copy wins, none is lost.
+earlier input's: its records are read again, the later copy wins, none is lost. ``output_files`` names each
+file of the saved corpus with its size: a rerun finding one missing or resized refuses to call the corpus complete.
 
 **Citation links** (for LinkBERT's document relation prediction). The dataset's ``links`` column,
 ``list<string>`` (``datasets`` feature ``List(Value("string"))``), holds for each document the PMIDs
@@ -54,8 +55,9 @@ import pyarrow.compute as pc
 
 from biomed_lm.atomic_files import write_json_atomically
 from biomed_lm.errors import TokenizationError
-from biomed_lm.finished_output import (changed_files, dataclass_defaults, file_identity, other_output_message,
-                                       read_record, setting_change_lines)
+from biomed_lm.finished_output import (changed_files, damaged_file_lines, damaged_output_message, dataclass_defaults,
+                                       file_identity, other_output_message, read_record, saved_files_record,
+                                       setting_change_lines, shard_size_problem)
 from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
 from biomed_lm.tokenization.pubmed_xml import CITATION_LINK_TYPES, Deletion, canonical_pmid, iter_pubmed_records
 from biomed_lm.tokenization.sentences import split_sentences, splitter_identity
@@ -114,13 +116,17 @@ class CorpusConfig:
     links_field: str = field(default="", metadata={
         "help": "JSONL field holding the PMIDs a document cites (a list; links of type Cites)"})
     num_proc: int = field(default=0, metadata={"help": "worker processes (0: all CPU cores)", "min": 0})
-    max_shard_size: str = field(default="500MB", metadata={"help": "size of each saved Arrow shard"})
+    max_shard_size: str = field(default="500MB", metadata={
+        "help": "size of each saved Arrow shard: a whole number and a unit (KB, MB, GB or KiB, MiB, GiB, ...)"})
     format: Literal["auto", "xml", "text", "jsonl"] = field(default="auto", metadata={
         "help": "how to read input files whose suffix is not a known one (.xml, .txt, .text, .jsonl, .json, "
                 ".ndjson, each optionally .gz): auto refuses them (reported, exit 1); xml, text or jsonl "
                 "reads them so. Files with a known suffix are always read by their suffix"})
     overwrite: bool = field(default=False, metadata={
         "help": "replace an existing dataset in output_dir (parsed files are still reused)"})
+
+    def __post_init__(self) -> None:
+        _check_shard_size(self.max_shard_size)  # here, not when saving: that comes after every input is parsed
 
     def workers(self) -> int:
         return self.num_proc if self.num_proc > 0 else (os.cpu_count() or 1)
@@ -710,6 +716,8 @@ def _prepare_corpus(config: CorpusConfig, out: Path, log: Callable[[str], None])
     summary["set_aside"] = set_aside
     summary["duplicate_files"] = duplicates
     summary["inputs_identity"] = identity
+    if funnel["kept"]:  # what a rerun checks the corpus against: a shard cut off or deleted since is damage
+        summary["output_files"] = saved_files_record(out)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomically(out / SUMMARY_FILE, summary)  # a killed run never leaves half a summary
     if not funnel["kept"]:
@@ -870,13 +878,11 @@ def _summary(config: CorpusConfig, out: Path, files: list[Path], input_problems:
 
 
 def _check_shard_size(size: str) -> None:
-    """Refuse a ``max_shard_size`` that ``save_to_disk`` would refuse, before any input is parsed."""
-    from datasets.utils.py_utils import convert_file_size_to_int
-
-    try:
-        convert_file_size_to_int(size)
-    except ValueError as err:
-        raise TokenizationError(f"max_shard_size: {err}") from None
+    """Refuse a ``max_shard_size`` that ``save_to_disk`` would refuse or divide by (``0MB``), before any input
+    is parsed: when the config is built, and again when a run starts (a caller may have set it since)."""
+    problem = shard_size_problem(size)
+    if problem:
+        raise TokenizationError(problem)
 
 
 def _why_nothing_kept(config: CorpusConfig, summary: dict) -> str:
@@ -947,12 +953,17 @@ def corpus_settings(values: Mapping[str, Any]) -> dict:
 def finished_corpus(config: CorpusConfig, out: Path) -> dict:
     """The summary of the corpus in ``out``, with ``already_complete`` set, when ``config`` built it: the
     same input files (path, size, modification time), links file, parser and settings. FileExistsError
-    otherwise, naming what differs, or why the corpus's record cannot tell."""
+    otherwise, naming what differs, or why the corpus's record cannot tell; TokenizationError where a file of
+    the saved corpus is missing or has another size than when it was saved (a summary written before sizes
+    were recorded is not checked so)."""
     summary = read_record(out / SUMMARY_FILE)
     unknown = _why_unknown_corpus(summary)
     if unknown:
         raise FileExistsError(f"{out} already holds a prepared corpus {unknown}, so this command cannot tell "
                               "whether it built it; pass --overwrite to rebuild it")
+    damage = damaged_file_lines(out, summary.get("output_files"))
+    if damage:
+        raise TokenizationError(damaged_output_message(out, "a prepared corpus", damage))
     changes = _corpus_changes(summary, config)
     if changes:
         raise FileExistsError(other_output_message(out, "a prepared corpus", changes))

@@ -339,7 +339,8 @@ def damaged_shard_message(folder: str | os.PathLike, what: str, rebuild_with: st
     file), the script that rebuilds it, and the library's own words last."""
     shard = damaged_arrow_file(folder)
     which = f"its shard {shard.name} is damaged or truncated" if shard else "a damaged or truncated shard?"
-    return f"{folder}: {what} cannot be read: {which}; rebuild it with {rebuild_with} ({type(err).__name__}: {err})"
+    return (f"{folder}: {what} cannot be read: {which}; rebuild it with {rebuild_with} --overwrite "
+            f"({type(err).__name__}: {err})")
 
 
 def _prepared_corpus_texts(spec: str, text_field: str, batch_size: int) -> Iterator[str]:
