@@ -40,9 +40,9 @@ from biomed_lm.backend import (DistributedContext, Precision, ZeroStage, decided
                                initialize_engine, lost_rank, rank0_log, start_distributed)
 from biomed_lm.config import check_fields
 from biomed_lm.errors import ConfigError, InputError
-from biomed_lm.finetune.adapters import TaskAdapter, adapter_for
+from biomed_lm.finetune.adapters import ADAPTERS, TaskAdapter, adapter_for
 from biomed_lm.finetune.adapters.tagging import word_windows
-from biomed_lm.finetune.blurb import DEV, QA_MAX_LENGTH, TEST, TRAIN, TaskType, default_max_length
+from biomed_lm.finetune.blurb import DEV, QA_MAX_LENGTH, TEST, TRAIN, TaskType, blurb_entry, default_max_length
 from biomed_lm.finetune.metrics import DEFAULT_NER_F1_MODE, NerF1Mode, compute_metric
 from biomed_lm.finetune.model_check import CheckedModel, check_input_length, check_model, resolve_model_dir
 from biomed_lm.finetune.modeling import Representation, TaggingLayer, load_encoder
@@ -199,6 +199,7 @@ class RunResult:
 
 def load_dataset_for(args: FinetuneArgs) -> BlurbDataset:
     """The dataset of ``args``: a BLURB dataset by name, or a generic one when ``task_type`` is set."""
+    _refuse_a_contradicting_dataset(args)
     if args.task_type is not None:
         if args.allow_missing_train:
             raise InputError("allow_missing_train applies to BLURB NER datasets only (a generic dataset needs train)")
@@ -210,6 +211,43 @@ def load_dataset_for(args: FinetuneArgs) -> BlurbDataset:
         raise InputError(f"--labels applies to generic datasets (--task_type set) only: BLURB dataset "
                          f"{args.dataset!r} has its own fixed labels")
     return load_blurb_dataset(args.dataset, args.data_dir, allow_missing_train=args.allow_missing_train)
+
+
+def _refuse_a_contradicting_dataset(args: FinetuneArgs) -> None:
+    """A BLURB dataset's name with another task family's ``task_type``, or with the folder of another BLURB
+    dataset: each was read as what the reader expected and failed on its first line with a message about the
+    file (QA: "@GENE$ placeholders" for NCBI-disease's train.tsv), not about the contradiction."""
+    named = _blurb_entry_or_none(args.dataset)
+    if args.task_type is not None:
+        if named is not None and named.task_type != args.task_type:
+            raise InputError(f"dataset {args.dataset!r} is BLURB's {named.task_type} dataset {named.title}, and "
+                             f"task_type {args.task_type} reads data_dir as a generic {args.task_type} dataset: drop "
+                             "task_type to read it as BLURB's, or name your generic dataset otherwise")
+        return
+    folder = _blurb_entry_or_none(Path(args.data_dir).name) if args.data_dir else None
+    if named is not None and folder is not None and folder.name != named.name:
+        raise InputError(f"dataset {args.dataset!r}, but data_dir {args.data_dir} is the folder of {folder.name!r} "
+                         f"(a config's data_dir with another --dataset?): pass data_dir {named.name}'s folder "
+                         f"({' or '.join(named.directories)} under the BLURB data root)")
+
+
+def _blurb_entry_or_none(name: str):
+    try:
+        return blurb_entry(name)
+    except InputError:
+        return None
+
+
+def _warn_about_options_of_other_tasks(args: FinetuneArgs, task: TaskAdapter, log) -> None:
+    """An option of another task family set away from its default has no effect on this run: said, not silent
+    (QA: --relation_representation entity_start on an NER dataset)."""
+    defaults = {f.name: f.default for f in fields(FinetuneArgs)}
+    others = {option for adapter in ADAPTERS.values() for option in adapter.options} - set(task.options)
+    for option in sorted(others):
+        if getattr(args, option) != defaults.get(option):
+            log(f"warning: {option} {getattr(args, option)} has no effect on {task.dataset.name} "
+                f"({task.task_type}); it applies to "
+                f"{', '.join(a.family for a in ADAPTERS.values() if option in a.options)} datasets")
 
 
 def _build_task(args: FinetuneArgs, dataset: BlurbDataset, tokenizer) -> TaskAdapter:
@@ -597,6 +635,7 @@ def _prepare_data(args: FinetuneArgs, log) -> _Data:
         log(note)
     generator = _seed_everything(args.seed)
     task = _build_task(args, dataset, checked.tokenizer)
+    _warn_about_options_of_other_tasks(args, task, log)
     examples = {split: task.select(split, dataset.splits[split][:limit]) for split, limit in
                 ((TRAIN, args.max_train_examples), (DEV, args.max_eval_examples), (TEST, args.max_eval_examples))}
     for line in task.summary():

@@ -67,7 +67,7 @@ give identical batches, and the generator always advances.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from itertools import chain
 from typing import Any, Iterable, Mapping, Sequence, get_args
 
@@ -479,6 +479,22 @@ class MaskRateSchedule:
             stage = min(int(fraction * self.stages), self.stages - 1)
             return self.start + (self.end - self.start) * stage / (self.stages - 1)
         return self.start + (self.end - self.start) * min(step / (total_steps - 1), 1.0)
+
+
+def unused_masking_settings(data: DataArguments) -> list[str]:
+    """A line for each masking-schedule setting the schedule in use ignores (QA: ``--mask-schedule constant
+    --mask-rate-end 0.3`` trained at a constant rate without a word). Said rather than refused: an ablation's
+    YAML sets the end rate for its scheduled level and runs its constant level with the same file."""
+    lines = []
+    if data.mask_schedule == "constant" and data.mask_rate_end is not None \
+            and data.mask_rate_end != data.mlm_probability:
+        lines.append(f"mask_rate_end {data.mask_rate_end:g} has no effect with mask_schedule constant: every step "
+                     f"masks mlm_probability {data.mlm_probability:g} (stepwise or linear end at mask_rate_end)")
+    default_stages = next(f.default for f in fields(data) if f.name == "mask_schedule_stages")
+    if data.mask_schedule != "stepwise" and data.mask_schedule_stages != default_stages:
+        lines.append(f"mask_schedule_stages {data.mask_schedule_stages} has no effect with mask_schedule "
+                     f"{data.mask_schedule}: only a stepwise schedule has stages")
+    return lines
 
 
 def mask_rate_schedule(data: DataArguments) -> MaskRateSchedule:

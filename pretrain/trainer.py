@@ -356,7 +356,7 @@ def _prepare_locked_run(model_args: ModelArguments, data_args: DataArguments, tr
     logger = MetricsLogger(run_dir, enabled=rank == 0, wandb_mode=train_args.wandb_mode,
                            wandb_project=train_args.wandb_project, run_name=train_args.run_name,
                            config=run_config, total_steps=train_args.max_steps, initial_step=state.step)
-    _log_objective(logger, lock, family, pair, adversarial, train_args.precision)
+    _log_objective(logger, lock, family, pair, adversarial, train_args.precision, data_args)
     _log_start(logger, selection, state, config_changes, init_report, train_args, run_dir)
     logger.message(execution.describe())
     logger.message(f"{count_parameters(hf_model) / 1e6:.1f}M parameters, {len(dataset):,} instances, global batch "
@@ -583,12 +583,17 @@ def _divergence_guard(train_args: TrainArguments, state: TrainerState, vocab_siz
 
 
 def _log_objective(logger: MetricsLogger, lock: RunLock | None, family: ModelFamily, pair,
-                   adversarial: AdversarialConfig | None, precision: str) -> None:
-    """The run directory's lock note, then what the run trains: the family, the pair objective and ALUM's
-    settings when it is on (else only metrics.jsonl's adv_* columns would say so)."""
+                   adversarial: AdversarialConfig | None, precision: str, data_args: DataArguments) -> None:
+    """The run directory's lock note, then what the run trains: the family, the pair objective, masking
+    settings the schedule ignores, and ALUM's settings when it is on (else only metrics.jsonl's adv_* columns
+    would say so)."""
+    from biomed_lm.pretrain.masking import unused_masking_settings
+
     if lock is not None and lock.note:
         logger.message(lock.note)
     logger.message(f"model family {family.name} ({family.model_class}); {pair.describe()}")
+    for line in unused_masking_settings(data_args):
+        logger.message(f"warning: {line}")
     if adversarial is not None and adversarial.adversarial:
         logger.message(adversarial.describe())
         caveat = adversarial.precision_caveat(precision)

@@ -126,10 +126,26 @@ def test_labels_option_is_refused_where_it_cannot_apply(tmp_path, flags, message
     data = _write(tmp_path / "d" / "train.tsv", ["a\tb\t1.0"]).parent
     if "--labels" not in flags:
         flags = [*flags, "--labels", "yes,no"]
-    done = _launch("--model", str(tmp_path / "m"), "--dataset", "gad", "--data_dir", str(data), "--output_dir",
+    dataset = "gad" if "--task_type" not in flags else "mine"  # a BLURB name with a task_type: another refusal
+    done = _launch("--model", str(tmp_path / "m"), "--dataset", dataset, "--data_dir", str(data), "--output_dir",
                    str(tmp_path / "out"), *flags)
     assert done.returncode == 2 and message in done.stderr, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
+
+
+def test_a_dataset_its_task_type_or_folder_contradicts_is_refused_naming_both(tmp_path):
+    """QA: each was read as the reader expected and failed on NCBI-disease's train.tsv line 1 ("@GENE$
+    placeholders"), a message about the file and not about the options."""
+    ncbi = REPO / "data" / "blurb" / "NCBI-disease"
+    common = ("--model", str(tmp_path / "m"), "--data_dir", str(ncbi), "--output_dir", str(tmp_path / "out"))
+    done = _launch(*common, "--dataset", "ncbi-disease", "--task_type", "relation")
+    assert done.returncode == 2 and "dataset 'ncbi-disease' is BLURB's ner dataset NCBI-disease, and task_type " \
+        "relation reads data_dir as a generic relation dataset: drop task_type" in done.stderr, done.stderr[-2000:]
+    done = _launch(*common, "--dataset", "gad")  # a config's data_dir (ncbi_disease.yaml) with another --dataset
+    assert done.returncode == 2 and f"dataset 'gad', but data_dir {ncbi} is the folder of 'ncbi-disease'" \
+        in done.stderr, done.stderr[-2000:]
+    assert "(re/gad or gad or re/GAD or GAD under the BLURB data root)" in done.stderr
+    assert not (tmp_path / "out").exists()
 
 
 # ---------------------------------------------------------------------------------- the reading rules

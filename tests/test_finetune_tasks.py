@@ -140,6 +140,15 @@ def ner_data(tmp_path) -> Path:
     return data
 
 
+def test_an_option_of_another_task_family_is_warned_about(tiny_bert, ner_data, tmp_path):
+    """QA: --relation_representation entity_start on an NER dataset was ignored without a word."""
+    said = []
+    run_finetune(_args(tiny_bert, ner_data, tmp_path / "run", dataset="ner2", task_type="ner", max_length=16,
+                       relation_representation="entity_start"), log=said.append)
+    assert [line for line in said if "no effect" in line] == [
+        "warning: relation_representation entity_start has no effect on ner2 (ner); it applies to relation datasets"]
+
+
 @pytest.mark.parametrize("scheme, layer", [("bioul", "crf"), ("io", "bilstm"), ("io", "crf")])
 def test_ner_schemes_and_layers(tiny_bert, ner_data, tmp_path, predictions, scheme, layer):
     out = tmp_path / "run"
@@ -149,6 +158,7 @@ def test_ner_schemes_and_layers(tiny_bert, ner_data, tmp_path, predictions, sche
     record = _check_record(result, out, "ner", "entity_f1", {"train": n, "dev": n, "test": n})
     assert record["hyperparameters"]["tagging_scheme"] == scheme
     assert record["hyperparameters"]["tagging_layer"] == layer
+    assert "relation_representation" not in record["hyperparameters"]
     assert record["hyperparameters"]["max_length"] == 16
     assert record["features"]["test"] > n  # the long sentence is windowed
     test = record["test"]

@@ -228,6 +228,21 @@ def test_mask_schedule_from_arguments():
         mask_rate_schedule(DataArguments(mask_schedule="bogus"))
 
 
+def test_masking_settings_the_schedule_ignores_are_said():
+    """QA: --mask-schedule constant --mask-rate-end 0.3 trained at a constant 0.15 without a word."""
+    from biomed_lm.pretrain.config import DataArguments
+    from biomed_lm.pretrain.masking import unused_masking_settings
+
+    assert unused_masking_settings(DataArguments(mask_rate_end=0.3)) == [
+        "mask_rate_end 0.3 has no effect with mask_schedule constant: every step masks mlm_probability 0.15 "
+        "(stepwise or linear end at mask_rate_end)"]
+    assert unused_masking_settings(DataArguments(mask_schedule="linear", mask_schedule_stages=3)) == [
+        "mask_schedule_stages 3 has no effect with mask_schedule linear: only a stepwise schedule has stages"]
+    assert unused_masking_settings(DataArguments(mask_schedule="stepwise", mask_rate_end=0.3,
+                                                 mask_schedule_stages=3)) == []
+    assert unused_masking_settings(DataArguments(mask_rate_end=0.15)) == []  # the constant rate itself
+
+
 def test_the_trainer_clips_the_gradients_to_the_global_norm_it_was_given():
     from types import SimpleNamespace
 
