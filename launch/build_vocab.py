@@ -15,8 +15,14 @@ casing and how it was built (``vocab_card.json``, with what ``--max-distinct-wor
 while counting, if it was given). The logic lives in :mod:`tokenization.vocab`;
 this script only turns command-line options (and an optional YAML file) into a call to it.
 
+Exit status: 0 when every input was read whole; 1 when records or files were skipped (unreadable lines,
+JSON records without the text field, empty files, files of an unknown suffix beside readable ones): the
+vocabulary is still written from everything else, and the summary says how many were skipped and the
+likely cause (vocab_card.json names the first 20 of each reason and counts them all); 2 for unusable
+options or inputs, or when nothing could be learnt (the message says why).
+
 Run again on a finished output directory, the same command learns nothing: it says the vocabulary is
-already complete and prints its summary again (exit status 0); a command that would learn another one
+already complete and prints its summary again (exit status as the first time); a command that would learn another one
 (other input files, or files changed since, or other options) is refused with exit status 2, naming what
 differs; --overwrite rebuilds.
 
@@ -34,7 +40,7 @@ from typing import Sequence
 
 from biomed_lm.config import parse_config
 from biomed_lm.errors import BiomedLMError, bad_input, exits_cleanly_on_interrupt, io_failure
-from biomed_lm.tokenization.vocab import VocabConfig, build_vocab
+from biomed_lm.tokenization.vocab import VocabBuildResult, VocabConfig, build_vocab
 
 
 @dataclass
@@ -76,7 +82,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"build_vocab: already complete: {output_dir} holds the vocabulary this command builds (same inputs "
               "and options); pass --overwrite to rebuild it", file=sys.stderr)
     print(result.summary())
+    if result.has_problems:  # prepare_corpus's rule: the vocabulary is written, but not all the input is in it
+        print(f"build_vocab: warning: {problems_line(result)} (see {output_dir}/vocab_card.json)", file=sys.stderr)
+        return 1
     return 0
+
+
+def problems_line(result: VocabBuildResult) -> str:
+    """What was left out of the vocabulary's input, and the likely cause, in one line."""
+    parts = []
+    if result.skipped.total:
+        parts.append(f"{result.skipped.total:,} record(s) or file(s) skipped")
+    if result.skipped_inputs:
+        parts.append(f"{len(result.skipped_inputs)} input file(s) of an unknown suffix not read")
+    cause = result.skipped.cause(result.text_field)
+    return " and ".join(parts) + (f"; likely cause: {cause}" if cause else "")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,9 @@ tokens mean cased), unless --casing NAME=cased|uncased sets it. Corpora and data
 launch/prepare_corpus.py reads it (.txt/.text, .jsonl/.json/.ndjson, .xml, each optionally .gz; a file
 of another suffix in a folder is skipped and listed, one named alone is refused). A dataset directory
 means all its data files, each file's format detected from its content unless --dataset-format
-[NAME=]FORMAT names it.
+[NAME=]FORMAT names it; a file that looks like data (a split's name such as train.tsv, or the start of the
+other files' layout) but has a bad line is refused naming the line, and only what is clearly not data
+(documentation, an empty file, a ground-truth map) is skipped. Every skipped file is named on stderr.
 
 Progress bars (one per source, while its model inputs are read and while its words are segmented)
 go to stderr; --no-progress turns them off. A report written into a folder that holds an earlier
@@ -156,6 +158,16 @@ def _is_blank(path: Path) -> bool:
     return size == 0 or (size <= 4096 and not path.read_bytes().strip())
 
 
+def say_skipped(sources: list[Source]) -> None:
+    """Name on stderr each file of a source's folder that is not read (documentation, an empty file, a file of
+    another suffix or that fits no dataset format): report.json alone listed them, so a data file skipped for a
+    bad line went unnoticed (QA). A licence or README is not named: every BLURB folder ships one."""
+    for source in sources:
+        for entry in source.skipped:
+            if not entry.endswith("documentation, not data") and ": not_corpus: " not in entry:
+                print(f"vocab_report: {source.name}: skipped {entry}", file=sys.stderr)
+
+
 def check_output_folder(path: str) -> None:
     """Refuse an --output-dir that cannot become the report's folder (a file, or a folder under one, or one
     that may not be written) before any work, rather than after every source was read; it is created when
@@ -186,6 +198,7 @@ def run(args: VocabReportArguments) -> int:
     sources = [corpus(spec, args.text_field) for spec in args.corpus]
     default_format = shared_format[0] if shared_format else None
     sources += [dataset(name, path, formats.get(name, default_format)) for name, path in datasets]
+    say_skipped(sources)
 
     settings = ReportSettings(min_pieces=args.min_pieces, top_words=args.top_words,
                               max_instances=args.max_inputs)

@@ -348,7 +348,9 @@ def test_dataset_directory_uses_its_data_files(tmp_path):
     (tmp_path / "train.tsv").write_text("c\tO\n")
     source = dataset_source("d", tmp_path)
     assert [Path(f.path).name for f in source.files] == ["test.tsv", "train.tsv"]
-    assert source.skipped == (f"{tmp_path / 'truth.json'}: fits no dataset format",)
+    assert source.skipped == (f"{tmp_path / 'LICENSE'}: documentation, not data",
+                              f"{tmp_path / 'README.md'}: documentation, not data",
+                              f"{tmp_path / 'truth.json'}: fits no dataset format and does not look like data")
     assert list(source.inputs()) == [["a"], ["b"], ["c"]]
 
 

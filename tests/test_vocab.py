@@ -385,7 +385,7 @@ def test_an_unreadable_line_or_file_is_left_out_and_named(tmp_path, docs, caplog
     assert [line[:len(prefix)] for line, prefix in zip(skipped, expected)] == expected and len(skipped) == 3
     assert all(f"skipped: {line}" in caplog.text for line in skipped)
     assert result.trained.documents == 3 and result.skipped_records == tuple(skipped)
-    assert "3 unreadable record(s) or file(s) left out" in result.summary()
+    assert "3 record(s) or file(s) left out beside the 3 documents read" in result.summary()
     assert not any("zz" in token for token in result.trained.vocab)
     again = build_vocab([folder], tmp_path / "vocab", VocabConfig(vocab_size=2000))
     assert again.already_complete and again.skipped_records == tuple(skipped)

@@ -77,6 +77,7 @@ class DatasetFormatError(InputError):
         self.path = str(path)
         self.line = line
         self.field = field
+        self.message = message  # without the file and line, for a caller that says more about them
         where = self.path if line is None else f"{self.path}, line {line}"
         super().__init__(f"{where}: {message if field is None else f'field {field!r}: {message}'}")
 

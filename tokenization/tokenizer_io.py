@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,11 @@ _SPM_TEXT_PIECE_TYPES = (1, 4)  # NORMAL, USER_DEFINED
 
 class CasingMismatchError(TokenizationError, ValueError):
     """Raised when a caller asks for a casing the tokenizer was not built with."""
+
+
+class VocabularyFileError(TokenizationError, ValueError):
+    """A ``vocab.txt`` whose line numbers cannot be its ids (a token twice, a blank line), or one that disagrees
+    with the ``tokenizer.json`` beside it; the message names the file(s), the token and the lines."""
 
 
 def bert_normalizer(lowercase: bool):
@@ -256,6 +262,101 @@ def check_vocab_text(vocab_file: str | os.PathLike) -> None:
         raise ValueError(f"{vocab_file}: {binary}; a vocab.txt is UTF-8 text, one token per line")
 
 
+@dataclass(frozen=True)
+class VocabLineProblem:
+    """A line of a ``vocab.txt`` whose number cannot be its token's id: a blank one, or a token seen before
+    (``first_line``)."""
+
+    line: int
+    token: str
+    first_line: int | None = None
+
+    def describe(self) -> str:
+        if self.first_line is None:
+            return f"line {self.line} is blank"
+        return f"the token {self.token!r} is on line {self.first_line} and again on line {self.line}"
+
+
+def vocab_line_problem(tokens: list[str]) -> VocabLineProblem | None:
+    """The first line of a ``vocab.txt`` (its ``tokens``, one a line) whose number cannot be its id, or None.
+    BERT's loaders give each line the id of its number: a token on two lines keeps only its later id (the
+    earlier one no text can produce: "ids not contiguous" much later), and a blank line becomes a token no
+    text can produce. A file with no token at all is the callers' to name (an empty vocabulary)."""
+    if not any(token.strip() for token in tokens):
+        return None
+    first_line: dict[str, int] = {}
+    for number, token in enumerate(tokens, start=1):
+        if not token.strip():
+            return VocabLineProblem(number, token)
+        if token in first_line:
+            return VocabLineProblem(number, token, first_line[token])
+        first_line[token] = number
+    return None
+
+
+def read_vocab_lines(vocab_file: str | os.PathLike) -> list[str]:
+    """The tokens of a ``vocab.txt``, one a line, as BERT's ``load_vocab`` reads them."""
+    with open(vocab_file, encoding="utf-8") as handle:
+        return [line.rstrip("\n") for line in handle]
+
+
+def check_vocab_lines(vocab_file: str | os.PathLike, tokenizer_json: str | os.PathLike | None = None) -> None:
+    """Refuse a ``vocab.txt`` whose line numbers cannot be its ids (:func:`vocab_line_problem`), or that
+    disagrees with the WordPiece ``tokenizer_json`` beside it: the fast tokenizer reads one and the slow one
+    (and Google's BERT code) the other, so a model would be trained and used with other ids."""
+    tokens = read_vocab_lines(vocab_file)
+    problem = vocab_line_problem(tokens)
+    by_id = _wordpiece_tokens_by_id(Path(tokenizer_json)) if tokenizer_json is not None else None
+    if by_id is not None:
+        difference = _in_tokenizer_json(problem, by_id) if problem else _first_difference(tokens, by_id)
+        if difference is not None:
+            raise VocabularyFileError(
+                f"{vocab_file} and {tokenizer_json} disagree: {difference}; the two must hold the same tokens in "
+                "the same order (one line per id), or the ids a model learns through one are other tokens "
+                "through the other: restore the edited file from where the folder came from")
+    elif problem is not None:
+        raise VocabularyFileError(
+            f"{vocab_file}: {problem.describe()}; a vocab.txt holds each token once, one per line, its id the line "
+            "number minus 1, so this file is damaged: restore it from where it came from (a tokenizer.json of the "
+            "same vocabulary lists the tokens by id) or delete the wrong line if you know which it is")
+
+
+def _wordpiece_tokens_by_id(path: Path) -> dict[int, str] | None:
+    """id -> token of a WordPiece ``tokenizer.json`` (its model's vocabulary, then its added tokens), or None
+    where there is no such file or its model is not WordPiece."""
+    if not path.is_file():
+        return None
+    pipeline = json.loads(path.read_text(encoding="utf-8"))
+    model = pipeline.get("model") if isinstance(pipeline, dict) else None
+    if not isinstance(model, dict) or model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
+        return None
+    by_id = {index: token for token, index in model["vocab"].items()}
+    for added in pipeline.get("added_tokens") or ():
+        if isinstance(added, dict) and isinstance(added.get("id"), int):
+            by_id.setdefault(added["id"], added.get("content"))
+    return by_id
+
+
+def _first_difference(tokens: list[str], by_id: dict[int, str]) -> str | None:
+    """Where ``tokens`` (vocab.txt's lines) first differ from ``by_id`` (tokenizer.json's ids), in words."""
+    for index, token in enumerate(tokens):
+        if by_id.get(index) != token:
+            held = f"{by_id[index]!r}" if index in by_id else "no token"
+            return f"vocab.txt's line {index + 1} is {token!r} where tokenizer.json has {held} as id {index}"
+    if len(tokens) < len(by_id):
+        return f"vocab.txt has {len(tokens):,} lines, where tokenizer.json has {len(by_id):,} tokens"
+    return None
+
+
+def _in_tokenizer_json(problem: VocabLineProblem, by_id: dict[int, str]) -> str:
+    """A vocab.txt problem, and what tokenizer.json holds instead (the duplicate's only id, or no blank token)."""
+    if problem.first_line is None:
+        return f"in vocab.txt {problem.describe()}, where tokenizer.json has no blank token"
+    ids = sorted(index for index, token in by_id.items() if token == problem.token)
+    held = f"once, as id {ids[0]}" if len(ids) == 1 else f"as ids {ids}" if ids else "not at all"
+    return f"in vocab.txt {problem.describe()}, where tokenizer.json has it {held}"
+
+
 def infer_lowercase_from_vocab(vocab_file: str | os.PathLike) -> bool:
     """An uncased vocabulary was learnt from lowercased text, so lowercasing changes none of its
     tokens; a cased one has tokens that lowercasing changes ("RecA"). Symbols such as "ϒ" or "ℂ"
@@ -365,7 +466,7 @@ def load_tokenizer(path: str | os.PathLike, lowercase: bool | None = None):
     it: a vocabulary with uppercase tokens is cased). An explicit ``lowercase`` that contradicts the
     recorded casing raises :class:`CasingMismatchError`.
     """
-    from transformers import AutoTokenizer, BertTokenizer
+    from transformers import AutoTokenizer
 
     p = Path(path)
     if p.is_file() and p.name in _DIRECTORY_FILES:
@@ -376,7 +477,10 @@ def load_tokenizer(path: str | os.PathLike, lowercase: bool | None = None):
     vocab_text = p / "vocab.txt" if p.is_dir() else p
     if vocab_text.is_file() and p.suffix != ".model":
         check_vocab_text(vocab_text)
-    if p.is_dir():
+        check_vocab_lines(vocab_text, p / "tokenizer.json" if p.is_dir() else None)
+    if p.is_dir() and holds_only_a_vocab_file(p):
+        tok, effective = _bare_vocab_folder_tokenizer(p, lowercase)
+    elif p.is_dir():
         recorded = directory_casing(p)
         if lowercase is not None and recorded is not None and lowercase != recorded:
             raise CasingMismatchError(
@@ -390,11 +494,42 @@ def load_tokenizer(path: str | os.PathLike, lowercase: bool | None = None):
         tok = albert_tokenizer(model, lowercase=effective)
     elif p.is_file():
         effective = infer_lowercase_from_vocab(p) if lowercase is None else lowercase
-        # BertTokenizer(path) — the positional form; BertTokenizer(vocab_file=...) silently builds
-        # a 5-token vocabulary in transformers 5.
-        tok = BertTokenizer(str(p), do_lower_case=effective)
+        tok = _vocab_file_tokenizer(p, effective)
     else:
         raise FileNotFoundError(f"tokenizer not found: {p} (expected a directory, a vocab.txt file or a "
                                 "SentencePiece .model file)")
     tok.init_kwargs["do_lower_case"] = effective
     return tok
+
+
+#: The files ``AutoTokenizer`` learns a folder's tokenizer class from; a folder with a vocab.txt and none of
+#: them is a bare WordPiece vocabulary (transformers would ask for sentencepiece or tiktoken instead).
+_TOKENIZER_CLASS_FILES = ("tokenizer.json", "tokenizer_config.json", "config.json")
+
+
+def holds_only_a_vocab_file(directory: str | os.PathLike) -> bool:
+    """Whether a folder's tokenizer is its ``vocab.txt`` alone (no file says which tokenizer to build)."""
+    folder = Path(directory)
+    return (folder / "vocab.txt").is_file() and not any((folder / name).is_file() for name in _TOKENIZER_CLASS_FILES)
+
+
+def _bare_vocab_folder_tokenizer(folder: Path, lowercase: bool | None):
+    """A folder holding only a vocab.txt, loaded as that file is: cased or not as the folder records it (a
+    vocab card), else as its tokens show, unless ``lowercase`` says (refused where it contradicts a record)."""
+    recorded = recorded_lowercase(folder)
+    if lowercase is not None and recorded is not None and lowercase != recorded:
+        raise CasingMismatchError(f"{folder} was built {'uncased' if recorded else 'cased'}; refusing to use it "
+                                  f"{'lowercased' if lowercase else 'cased'}")
+    effective = lowercase if lowercase is not None else recorded
+    if effective is None:
+        effective = infer_lowercase_from_vocab(folder / "vocab.txt")
+    return _vocab_file_tokenizer(folder / "vocab.txt", effective), effective
+
+
+def _vocab_file_tokenizer(vocab_file: Path, lowercase: bool):
+    """BERT's WordPiece tokenizer over a vocab.txt."""
+    from transformers import BertTokenizer
+
+    # BertTokenizer(path) — the positional form; BertTokenizer(vocab_file=...) silently builds
+    # a 5-token vocabulary in transformers 5.
+    return BertTokenizer(str(vocab_file), do_lower_case=lowercase)

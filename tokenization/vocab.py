@@ -361,7 +361,20 @@ class VocabBuildResult:
     output_dir: Path
     trained: TrainedVocab
     already_complete: bool = False
-    skipped_records: tuple[str, ...] = ()  # what could not be read and was left out (the card's own list)
+    skipped: SkippedRecords = field(default_factory=lambda: SkippedRecords())  # left out: the card's record
+    skipped_inputs: tuple[str, ...] = ()  # files of an unknown suffix beside readable ones, not read
+    text_field: str = "text"
+
+    @property
+    def skipped_records(self) -> tuple[str, ...]:
+        """The skipped records named (the first of each reason)."""
+        return tuple(self.skipped.listed)
+
+    @property
+    def has_problems(self) -> bool:
+        """Whether anything the inputs hold was left out (a licence beside them is not): prepare_corpus's
+        rule for its exit status 1."""
+        return bool(self.skipped.total or self.skipped_inputs)
 
     def summary(self) -> str:
         t, cfg = self.trained, self.trained.config
@@ -379,12 +392,11 @@ class VocabBuildResult:
         left_out = "" if not t.alphabet_dropped or not t.alphabet_dropped[0] else (
             f"\nlimit_alphabet {cfg.limit_alphabet} left out {t.alphabet_dropped[0]} rarer characters "
             f"({t.alphabet_dropped[1]} occurrences): a word holding one is [UNK] under this vocabulary")
-        skipped = "" if not self.skipped_records else (
-            f"\n{len(self.skipped_records)} unreadable record(s) or file(s) left out (listed in {VOCAB_CARD}'s "
-            f"skipped_records), the first: {self.skipped_records[0]}")
+        skipped = "" if not self.skipped.total else f"\n{self.skipped.sentence(t.documents, self.text_field)}"
+        not_read = "".join(f"\nnot read: {entry}" for entry in self.skipped_inputs)
         return (f"{size}-token {'cased' if cfg.cased else 'uncased'} {kind}{shortfall} written to {self.output_dir}\n"
                 f"learnt from {t.documents} documents ({t.text_bytes / 1e6:.1f} MB of text) in {t.seconds:.1f} s"
-                f"{bound}{left_out}{skipped}")
+                f"{bound}{left_out}{skipped}{not_read}")
 
 
 def vocab_in_id_order(tokenizer) -> list[str]:
@@ -868,30 +880,121 @@ def build_vocab(inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLi
             return finished_vocab(names, out, config, text_field)
         _check_output_dir(out, overwrite)
         identity = inputs_identity(names)  # before reading: a file changed meanwhile differs from it next time
-        unreadable: list[str] = []  # a damaged line costs that line, named, as prepare_corpus does
+        unreadable = SkippedRecords()  # a damaged line costs that line, named, as prepare_corpus does
         counting = _counting(out, config, text_field, identity, word_counts_from, unreadable)
         try:
-            texts = iter_texts(names, text_field=text_field, on_problem=lambda p: _skip(p, unreadable))
+            texts = texts_naming_empty_files(names, text_field, lambda p: _skip(p, unreadable))
             trained = train_vocab(texts, config, progress=progress, counting=counting)
         except EmptyCorpusError as err:
+            cause = unreadable.cause(text_field)
             raise EmptyCorpusError(f"no text to learn from in {', '.join(names)} "
-                                   f"(text field {text_field!r}): {err}") from err
+                                   f"(text field {text_field!r}): {err}{f'; {cause}' if cause else ''}") from err
         for name in OUTPUT_FILES:
             (out / name).unlink(missing_ok=True)
         card = {**trained.card(), "config": asdict(config), "inputs": names, "input_files": identity,
-                "skipped_inputs": [p.describe() for p in skipped], "skipped_records": unreadable,
+                "skipped_inputs": [p.describe() for p in skipped], **unreadable.card(),
                 "text_field": text_field, "word_counts": _counts_card(counting, word_counts_from),
                 "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
         save_trained(trained, out, card)
-    return VocabBuildResult(output_dir=out, trained=trained, skipped_records=tuple(unreadable))
+    return VocabBuildResult(output_dir=out, trained=trained, skipped=unreadable, text_field=text_field,
+                            skipped_inputs=_not_read(skipped))
 
 
-#: The skipped records logged one by one; the rest are counted at the end (the card lists them all).
+#: The skipped records logged one by one; the rest are counted at the end.
 LOGGED_SKIPS = 20
+#: The skipped records the card names for each reason; the rest are counted (QA: a card listing each of 20k
+#: records reached megabytes, and would reach gigabytes on a 36M-record corpus with the wrong text field).
+LISTED_SKIPS_PER_REASON = 20
+_NOT_LISTED = re.compile(r"\.\.\. and (\d+) more (\S+) record\(s\), not listed\Z")
+_REASON = re.compile(r"^.*?: ([a-z][a-z0-9_]*): ")
+_FIELDS_PRESENT = re.compile(r"fields present: ([^)]*)\)")
+
+
+@dataclass
+class SkippedRecords:
+    """What a build could not read and left out: how many of each reason (a Problem's ``reason``), and the
+    first :data:`LISTED_SKIPS_PER_REASON` of each, described (file, line, reason, message)."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    listed: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def add(self, reason: str, description: str, times: int = 1) -> None:
+        """Count ``times`` records of ``reason``; ``description`` (one of them) is listed while there is room."""
+        if self.counts.get(reason, 0) < LISTED_SKIPS_PER_REASON and description:
+            self.listed.append(description)
+        self.counts[reason] = self.counts.get(reason, 0) + times
+
+    def recorded(self) -> tuple[str, ...]:
+        """The listed records, then a line for each reason's records not listed (what the word counts keep)."""
+        shown = Counter(_reason_of(entry) for entry in self.listed)
+        rest = [f"... and {n - shown[reason]} more {reason} record(s), not listed"
+                for reason, n in self.counts.items() if n > shown[reason]]
+        return (*self.listed, *rest)
+
+    def extend_recorded(self, entries: Iterable[str]) -> None:
+        """Add what :meth:`recorded` gave (or an older build's full list of descriptions)."""
+        for entry in entries:
+            more = _NOT_LISTED.match(entry)
+            if more:
+                self.counts[more.group(2)] = self.counts.get(more.group(2), 0) + int(more.group(1))
+            else:
+                self.add(_reason_of(entry), entry)
+
+    def card(self) -> dict[str, Any]:
+        """The vocabulary card's record: the list (bounded), the counts, and whether the list is all of them."""
+        return {"skipped_records": list(self.listed), "skipped_record_counts": dict(self.counts),
+                "skipped_records_truncated": self.total > len(self.listed),
+                "skipped_records_listed": f"the first {LISTED_SKIPS_PER_REASON} of each reason"}
+
+    @classmethod
+    def from_card(cls, card: Mapping[str, Any]) -> SkippedRecords:
+        """A card's record (one that predates the counts: its full list)."""
+        skipped = cls()
+        skipped.extend_recorded(card.get("skipped_records", ()))
+        if isinstance(card.get("skipped_record_counts"), dict):
+            skipped.counts = dict(card["skipped_record_counts"])
+        return skipped
+
+    def sentence(self, documents: int, text_field: str) -> str:
+        """How many records were left out and why, and the likely cause (for the summary)."""
+        by_reason = ", ".join(f"{reason} {n:,}" for reason, n in sorted(self.counts.items(), key=lambda kv: -kv[1]))
+        cause = self.cause(text_field)
+        return (f"{self.total:,} record(s) or file(s) left out beside the {documents:,} documents read ({by_reason}; "
+                f"{VOCAB_CARD}'s skipped_records names the first {LISTED_SKIPS_PER_REASON} of each), the first: "
+                f"{self.listed[0] if self.listed else 'not listed'}" + (f"\nlikely cause: {cause}" if cause else ""))
+
+    def cause(self, text_field: str) -> str | None:
+        """What most likely made the most frequent reason's records unreadable, and what to do, or None."""
+        if not self.counts:
+            return None
+        reason = max(self.counts, key=self.counts.get)
+        n = self.counts[reason]
+        if reason == "missing_field":
+            fields = sorted({name.strip() for entry in self.listed for match in _FIELDS_PRESENT.findall(entry)
+                             for name in match.split(",") if name.strip() and name.strip() != "none"})
+            return (f"{n:,} JSON record(s) have no field {text_field!r}: if their text is in another field, pass "
+                    f"--text-field naming it (their fields: {', '.join(fields) or 'none'})")
+        if reason == "wrong_type":
+            return f"in {n:,} JSON record(s) the field {text_field!r} is not a string: pass --text-field naming " \
+                   "the field that holds the text"
+        if reason == "empty":
+            files = [entry.split(": empty: ")[0] for entry in self.listed if ": empty: " in entry]
+            return f"{n:,} input file(s) are empty: {', '.join(files)}" + (", ..." if n > len(files) else "")
+        return None
+
+
+def _reason_of(description: str) -> str:
+    """The reason in a Problem's description (``path, line N: reason: message``)."""
+    match = _REASON.match(description)
+    return match.group(1) if match else "unreadable"
 
 
 def _counting(out: Path, config: VocabConfig, text_field: str, identity: list[dict[str, Any]],
-              source: str | os.PathLike | None, unreadable: list[str]) -> Counting:
+              source: str | os.PathLike | None, unreadable: SkippedRecords) -> Counting:
     """Where this build's counts come from: ``source`` (refused when it counted other inputs or options), the
     counts an earlier run of this build left in ``out`` (recounted when they differ), or a reading pass whose
     counts are saved in ``out``. Reused counts bring the records their reading skipped into ``unreadable``."""
@@ -904,14 +1007,14 @@ def _counting(out: Path, config: VocabConfig, text_field: str, identity: list[di
                        max_distinct_words=config.max_distinct_words, text_field=text_field, input_files=identity)
     reuse = _counts_from(Path(source), key) if source is not None else _own_counts(out / WORD_COUNTS_FILE, key)
     if reuse is not None:
-        unreadable.extend(reuse.skipped_records)
+        unreadable.extend_recorded(reuse.skipped_records)
         logger.info("reusing the counts of %d distinct words from %d documents (%.1f MB of text): the inputs are "
                     "not read again", len(reuse.counts), reuse.documents, reuse.text_bytes / 1e6)
         return Counting(reuse=reuse)
 
     def save(corpus: CountedCorpus) -> None:  # the reading has ended: unreadable is complete
         try:
-            save_counts(out / WORD_COUNTS_FILE, key, replace(corpus, skipped_records=tuple(unreadable)))
+            save_counts(out / WORD_COUNTS_FILE, key, replace(corpus, skipped_records=unreadable.recorded()))
         except OSError as err:  # a full disk: the counts are a convenience, the hours of reading are not lost
             logger.warning("the word counts were not saved (%s): training goes on; a rerun reads the inputs again", err)
     return Counting(on_counted=save)
@@ -953,11 +1056,43 @@ def _counts_card(counting: Counting, source: str | os.PathLike | None) -> dict[s
     return {"file": WORD_COUNTS_FILE, "reused": counting.reuse is not None}
 
 
-def _skip(problem: Problem, unreadable: list[str]) -> None:
-    unreadable.append(problem.describe())
-    if len(unreadable) <= LOGGED_SKIPS:
-        logger.warning("skipped: %s%s", unreadable[-1],
-                       " (the next are counted, not logged)" if len(unreadable) == LOGGED_SKIPS else "")
+def _skip(problem: Problem, unreadable: SkippedRecords) -> None:
+    unreadable.add(problem.reason, problem.describe())
+    if unreadable.total <= LOGGED_SKIPS:
+        logger.warning("skipped: %s%s", problem.describe(),
+                       " (the next are counted, not logged)" if unreadable.total == LOGGED_SKIPS else "")
+
+
+def _not_read(skipped_inputs: Sequence[Problem]) -> tuple[str, ...]:
+    """The skipped input files that may be data (an unknown suffix), not a licence or README beside them:
+    what prepare_corpus counts as a problem."""
+    return tuple(problem.describe() for problem in skipped_inputs if problem.reason != "not_corpus")
+
+
+def texts_naming_empty_files(names: Sequence[str], text_field: str,
+                             on_problem: Callable[[Problem], None]) -> Iterator[str]:
+    """The documents of the inputs (:func:`tokenization.sources.iter_texts`), and an ``empty`` problem for a
+    file in which nothing could be read and nothing was damaged, as prepare_corpus names it (an empty file
+    was left out without a word)."""
+    for name in names:
+        if is_prepared_corpus(name):
+            yield from iter_texts(name, text_field=text_field, on_problem=on_problem)
+            continue
+        for path in corpus_files([name])[0]:
+            found = damaged = False
+
+            def note(problem: Problem) -> None:
+                nonlocal damaged
+                damaged = True
+                on_problem(problem)
+
+            for text in iter_texts(str(path), text_field=text_field, on_problem=note):
+                if not found and text and not text.isspace():
+                    found = True
+                yield text
+            if not found and not damaged:
+                on_problem(Problem(str(path), "empty", "the file is empty (0 bytes)" if path.stat().st_size == 0
+                                   else "no document in it (blank lines or empty texts only)"))
 
 
 def inputs_identity(names: Sequence[str]) -> list[dict[str, Any]]:
@@ -996,7 +1131,9 @@ def finished_vocab(names: Sequence[str], out: Path, config: VocabConfig, text_fi
     if changes:
         raise OutputExistsError(other_output_message(out, "a vocabulary", changes))
     return VocabBuildResult(output_dir=out, trained=_trained_from_card(out, card, config), already_complete=True,
-                            skipped_records=tuple(card.get("skipped_records", ())))
+                            skipped=SkippedRecords.from_card(card), text_field=text_field,
+                            skipped_inputs=tuple(entry for entry in card.get("skipped_inputs", ())
+                                                 if ": not_corpus: " not in entry))
 
 
 def _trained_from_card(out: Path, card: Mapping[str, Any], config: VocabConfig) -> TrainedVocab:
