@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import re
 import sys
 from typing import Sequence
 
@@ -54,7 +55,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     module = importlib.import_module(f"biomed_lm.launch.{COMMANDS[command][0]}")
     sys.argv = [f"biomed-lm {command}", *rest]  # so argparse's usage line names the command
+    module.__doc__ = as_console_commands(module.__doc__)  # its --help text: the examples an installed user can run
     return module.main(rest)
+
+
+_SCRIPT = re.compile(r"(?:\S*python3?\s+)?launch/(\w+)\.py")
+
+
+def as_console_commands(text: str | None) -> str | None:
+    """An entry script's text with its checkout commands as the console command runs them: ``python
+    launch/pretrain.py`` → ``biomed-lm pretrain``, ``deepspeed ... launch/pretrain.py`` → ``deepspeed ...
+    --module biomed_lm.launch.pretrain``, ``torchrun ... launch/pretrain.py`` → ``torchrun ... -m ...`` (QA: an
+    installed user's --help showed commands naming a launch/ folder they do not have)."""
+    if not text:
+        return text
+    command_of = {module: name for name, (module, _) in COMMANDS.items()}
+    return "\n".join(_SCRIPT.sub(lambda found: _console_form(found, line, command_of), line)
+                     for line in text.split("\n"))
+
+
+def _console_form(found: re.Match, line: str, command_of: dict[str, str]) -> str:
+    module = found.group(1)
+    before = line[:found.start()].split()
+    if "deepspeed" in before:
+        return f"--module biomed_lm.launch.{module}"
+    if "torchrun" in before:
+        return f"-m biomed_lm.launch.{module}"
+    return f"biomed-lm {command_of[module]}" if module in command_of else found.group(0)
 
 
 if __name__ == "__main__":

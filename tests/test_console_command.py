@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from biomed_lm.launch.cli import COMMANDS, main
+from biomed_lm.launch.cli import COMMANDS, as_console_commands, main
 from biomed_lm.resources import entry_script
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,3 +48,23 @@ def test_a_command_runs_its_entry_script(capsys):
         main(["vocab-report", "--help"])
     assert exit_.value.code == 0
     assert "biomed-lm vocab-report" in capsys.readouterr().out
+
+
+def test_a_commands_help_shows_the_console_forms_of_its_examples(capsys):
+    """QA: an installed user's `biomed-lm pretrain --help` showed `python launch/pretrain.py ...`, and they have no
+    launch/ folder."""
+    from biomed_lm.launch import pretrain
+
+    original = pretrain.__doc__
+    try:
+        with pytest.raises(SystemExit):
+            main(["pretrain", "--help"])
+    finally:
+        pretrain.__doc__ = original
+    out = capsys.readouterr().out
+    assert "launch/pretrain.py" not in out
+    assert "deepspeed --num_gpus 2 --module biomed_lm.launch.pretrain --config configs/pretrain/demo.yaml" in out
+    assert "torchrun --nproc_per_node 2 -m biomed_lm.launch.pretrain --config" in out
+    assert "    biomed-lm pretrain --config configs/pretrain/demo.yaml" in out
+    assert as_console_commands("python launch/report.py --x; .venv/bin/python launch/nothing.py") == \
+        "biomed-lm report --x; .venv/bin/python launch/nothing.py"  # a script that is no command stays as written
