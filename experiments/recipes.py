@@ -32,6 +32,8 @@ from biomed_lm.experiments.ablation import AblationConfig, ablation_config_from
 from biomed_lm.resources import resolve_path, shipped_dir
 
 SYSTEM_KEYS = ("name", "paper", "reproduces", "leaves_out", "shape")
+#: ``checkpoint_casing``: the casing of the general checkpoint a continual recipe starts from (BioBERT: cased)
+OPTIONAL_SYSTEM_KEYS = ("checkpoint_casing",)
 TINY_CORPUS = "configs/corpus/demo.yaml"  # the embedded sample
 TINY_FINETUNE = "configs/blurb/recipe_tiny.yaml"  # 32 examples of the committed NER dataset
 
@@ -94,11 +96,32 @@ def load_recipe(name_or_path: str, *, tiny: bool = False, scale: float = 1.0, ou
 def _check_system(system: Any, path: Path) -> None:
     if not isinstance(system, dict):
         raise ConfigError(f"{path}: 'system' is required: a mapping with {', '.join(SYSTEM_KEYS)}")
-    missing, extra = set(SYSTEM_KEYS) - set(system), set(system) - set(SYSTEM_KEYS)
+    missing, extra = set(SYSTEM_KEYS) - set(system), set(system) - set(SYSTEM_KEYS) - set(OPTIONAL_SYSTEM_KEYS)
+    if system.get("checkpoint_casing", "cased") not in ("cased", "uncased"):
+        raise ConfigError(f"{path}: system.checkpoint_casing: {system['checkpoint_casing']!r} is not cased or uncased")
     if missing or extra:
         raise ConfigError(f"{path}: system: " + "; ".join(
             part for part in (f"missing {', '.join(sorted(missing))}" if missing else "",
                               f"unknown {', '.join(sorted(extra))}" if extra else "") if part))
+
+
+def checkpoint_casing_mismatch(recipe: Recipe) -> str | None:
+    """Why the general checkpoint (``continual_from``) is not the one the recipe's system started from, by
+    casing: BioBERT continued BERT-base-cased, and an uncased checkpoint makes another system (its tokens
+    lowercased) without a word (QA). None where the recipe declares no casing or the checkpoint's vocabulary
+    does not tell (a SentencePiece one, or no checkpoint there yet: the ablation refuses that itself)."""
+    from biomed_lm.tokenization.tokenizer_io import directory_casing
+
+    declared = recipe.system.get("checkpoint_casing")
+    folder = Path(recipe.ablation.continual_from)
+    if declared is None or not folder.is_dir():
+        return None
+    lowercase = directory_casing(folder)
+    if lowercase is None or lowercase == (declared == "uncased"):
+        return None
+    found = "uncased" if lowercase else "cased"
+    return (f"{recipe.system['name']} starts from a {declared} checkpoint, and {folder}'s vocabulary is {found}: "
+            f"the run is another system than the paper's (point --continual_from at a {declared} one)")
 
 
 def _tiny(values: Mapping[str, Any], own: Mapping[str, Any]) -> dict[str, Any]:

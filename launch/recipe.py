@@ -26,7 +26,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from biomed_lm.config import parse_config
 from biomed_lm.errors import BiomedLMError, bad_input, exits_cleanly_on_interrupt
 from biomed_lm.experiments.ablation import StepFailed, run_ablation
-from biomed_lm.experiments.recipes import load_recipe, recipe_names, recipe_table
+from biomed_lm.experiments.recipes import checkpoint_casing_mismatch, load_recipe, recipe_names, recipe_table
 
 
 @dataclass
@@ -63,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
                              continual_from=args.continual_from, data_root=args.data_root)
         print(f"recipe {recipe.name}: {recipe.system['name']} ({recipe.system['paper']})"
               + (" -- tiny run" if args.tiny else f" at scale {args.scale:g}"), flush=True)
+        mismatch = None if args.tiny else checkpoint_casing_mismatch(recipe)  # tiny: the packaged MiniLM
+        if mismatch:
+            print(f"recipe: warning: {mismatch}", file=sys.stderr, flush=True)
         record = run_ablation(recipe.ablation, report=False)
     except (BiomedLMError, FileNotFoundError) as err:
         return bad_input("recipe", err)

