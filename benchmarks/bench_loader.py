@@ -84,8 +84,11 @@ def replicate(instances: Path, replicas: int, out: Path) -> Path:
     base = datasets.load_from_disk(str(instances))
     data = datasets.concatenate_datasets([base] * replicas) if replicas > 1 else base
     data.save_to_disk(str(out))
+    from biomed_lm.finished_output import saved_files_record
+
     meta = json.loads((instances / METADATA_FILE).read_text(encoding="utf-8"))
     meta.setdefault("summary", {})["instances"] = len(data)
+    meta["output_files"] = saved_files_record(out)  # the replicated shards' own sizes, which loading checks
     (out / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return out
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 import os
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -150,11 +151,25 @@ def _side_by_side(runs: Sequence, fingerprints: Mapping[str, Mapping[str, str]],
     except KeyboardInterrupt:
         raise  # every worker had the interrupt too, and ends its run as one at a time does (its folder cleaned)
     except BaseException:  # the sweep stops on an error (stop_on_error): the runs under way end now, not hours later
-        for process in list((getattr(pool, "_processes", None) or {}).values()):
-            process.terminate()
+        _end_workers(list((getattr(pool, "_processes", None) or {}).values()))
         raise
     finally:  # queued runs are dropped
         pool.shutdown(wait=not running, cancel_futures=True)
+
+
+def _end_workers(processes: list, grace: float = 30.0) -> None:
+    """Stop the workers' runs (SIGTERM: a run ends as one stopped by hand, its folder and lock released) and wait
+    for them, then kill any left: the sweep exits once its workers are gone (CI: a worker still running when the
+    stopped sweep had exited, under load)."""
+    for process in processes:
+        process.terminate()
+    deadline = time.monotonic() + grace
+    for process in processes:
+        process.join(timeout=max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=5)
 
 
 def _start_worker(slots, threads: int, sweep_pid: int) -> None:

@@ -72,7 +72,8 @@ def test_a_single_file_with_a_bad_line_names_it(tmp_path):
     """Given alone, the file was 'cannot tell the format' though token_tags read it up to line 3."""
     path = tmp_path / "mine.tsv"
     path.write_text("a\tO\nb\tO\nc\tO\tX\n", encoding="utf-8")
-    with pytest.raises(DatasetFormatError, match=r"mine\.tsv, line 3: .*its lines before this one fit token_tags, so its format"):
+    with pytest.raises(DatasetFormatError,
+                       match=r"mine\.tsv, line 3: .*its lines before this one fit token_tags, so its format"):
         dataset_source("d", path)
 
 
