@@ -32,17 +32,22 @@ def file_identity(path: str | os.PathLike) -> dict:
     path = Path(path)
     stat = path.stat()
     shipped = shipped_name(path)
-    if shipped is not None:  # a few MB in all
-        return {"path": f"shipped:{shipped}", "bytes": stat.st_size,
-                "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    if shipped is not None:  # the sample and BLURB slice: a few MB in all
+        with open(path, "rb") as handle:
+            digest = hashlib.file_digest(handle, "sha256").hexdigest()
+        return {"path": f"{SHIPPED_PREFIX}{shipped}", "bytes": stat.st_size, "sha256": digest}
     return {"path": str(path.resolve()), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+#: How :func:`file_identity` names a shipped file: ``shipped:data/sample/x.txt``.
+SHIPPED_PREFIX = "shipped:"
 
 
 def changed_files(recorded: Sequence[Mapping], current: Sequence[Mapping], name: str) -> list[str]:
     """At most one line, ``<name>: ...``, saying which files (:func:`file_identity` records) changed, were
     added or were removed since an output was built from ``recorded``; none when they are the same."""
-    before = {item["path"]: item for item in recorded}
     now = {item["path"]: item for item in current}
+    before = {_as_shipped(item, now)["path"]: _as_shipped(item, now) for item in recorded}
     parts = [_listed([p for p in now if p in before and before[p] != now[p]],
                      "changed (another size, modification time or content)"),
              _listed([p for p in now if p not in before], "added"),
@@ -51,6 +56,20 @@ def changed_files(recorded: Sequence[Mapping], current: Sequence[Mapping], name:
     if not parts and list(before) != list(now):
         parts = ["the same files in another order"]
     return [f"{name}: {'; '.join(parts)}"] if parts else []
+
+
+def _as_shipped(recorded: Mapping, now: Mapping[str, Mapping]) -> Mapping:
+    """A record written before shipped files were named so (by their install path, size and time), as the shipped
+    file it was when one of the same name and size is an input now: its bytes are taken as the same (an upgrade
+    of the toolkit refused every rerun of an output built from the sample: "added" / "removed")."""
+    path = str(recorded.get("path", ""))
+    if path.startswith(SHIPPED_PREFIX):
+        return recorded
+    for name, item in now.items():
+        relative = name[len(SHIPPED_PREFIX):]
+        if name.startswith(SHIPPED_PREFIX) and path.endswith("/" + relative) and item["bytes"] == recorded.get("bytes"):
+            return item
+    return recorded
 
 
 def _listed(paths: list[str], what: str, most: int = 3) -> str:
@@ -129,7 +148,7 @@ def damaged_file_lines(folder: Path, recorded: Any) -> list[str]:
         path = folder / item["name"]
         if not path.is_file():
             lines.append(f"{item['name']} is missing")
-        elif path.stat().st_size != item.get("bytes"):
+        elif isinstance(item.get("bytes"), int) and path.stat().st_size != item["bytes"]:
             lines.append(f"{item['name']} is {path.stat().st_size:,} bytes, {item.get('bytes'):,} when it was "
                          "written")
     return lines
@@ -138,10 +157,14 @@ def damaged_file_lines(folder: Path, recorded: Any) -> list[str]:
 def damaged_output_message(out: Path, what: str, damage: Sequence[str]) -> str:
     """The refusal of a rerun whose finished output lost or changed files since it was built (the completion
     check would otherwise call it complete, and the loader that found it damaged would send the user back)."""
-    most = 5  # a deleted folder of PubMed-scale data would list hundreds of shards
-    listed = "; ".join(damage[:most]) + (f"; and {len(damage) - most} more files" if len(damage) > most else "")
-    return (f"{out} holds {what} that is damaged: its files changed since it was built ({listed}); "
+    return (f"{out} holds {what} that is damaged: its files changed since it was built ({damage_listed(damage)}); "
             "pass --overwrite to rebuild it")
+
+
+def damage_listed(damage: Sequence[str], most: int = 5) -> str:
+    """:func:`damaged_file_lines`' lines, the first ``most`` of them (a deleted folder of PubMed-scale data would
+    list hundreds of shards)."""
+    return "; ".join(damage[:most]) + (f"; and {len(damage) - most} more files" if len(damage) > most else "")
 
 
 # ------------------------------------------------------------------ the size shards are cut to

@@ -9,12 +9,16 @@ same configs work from a checkout and from ``pip install biomed-lm`` anywhere.
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 from importlib.resources import files
 from pathlib import Path
 
 #: The first component of a shipped path → the package that holds those files.
 SHIPPED_PACKAGES = {"configs": "biomed_lm.configs", "data": "biomed_lm.data"}
+#: The files each shipped folder ships (setup.py's package_data, tests/test_packaging.py checks they agree): in a
+#: checkout, anything else below data/ is the user's own (a corpus, an output folder), not the toolkit's.
+SHIPPED_FILES = {"configs": ("*/*.yaml", "*/*.txt"), "data": ("README.md", "sample/*", "blurb/*/*")}
 
 
 def shipped_dir(kind: str) -> Path:
@@ -37,13 +41,12 @@ def resolve_path(path: str | Path) -> Path:
 
 def resolve_pattern(pattern: str) -> str:
     """A glob pattern as given when it matches a file from the working directory; else the same pattern
-    under the shipped folder (``data/sample/*.xml.gz``) when that matches; else as given."""
-    if glob.glob(pattern, recursive=True):
-        return pattern
+    under the shipped folder (``data/sample/*.xml.gz``) when that matches; else as given. Only a relative
+    ``configs/`` or ``data/`` pattern is looked at (a corpus's pattern is globbed once, by its reader)."""
     shipped = _shipped_counterpart(Path(pattern))
-    if shipped is not None and glob.glob(str(shipped), recursive=True):
-        return str(shipped)
-    return pattern
+    if shipped is None or glob.glob(pattern, recursive=True):
+        return pattern
+    return str(shipped) if glob.glob(str(shipped), recursive=True) else pattern
 
 
 def places_looked(path: str | Path) -> str:
@@ -57,14 +60,24 @@ def places_looked(path: str | Path) -> str:
 
 
 def shipped_name(path: str | Path) -> str | None:
-    """``data/sample/x.txt`` for a file among the shipped ones, wherever the toolkit is installed (a
-    checkout's ``data/``, a wheel's ``biomed_lm/data``); None for any other file."""
+    """``data/sample/x.txt`` for a file among the shipped ones (:data:`SHIPPED_FILES`), wherever the toolkit is
+    installed (a checkout's ``data/``, a wheel's ``biomed_lm/data``); None for any other file, a user's corpus
+    in a checkout's ``data/`` included."""
     resolved = Path(path).resolve()
     for kind in SHIPPED_PACKAGES:
         root = shipped_dir(kind).resolve()
-        if resolved.is_relative_to(root):
+        if resolved.is_relative_to(root) and _shipped_file(kind, resolved.relative_to(root)):
             return (Path(kind) / resolved.relative_to(root)).as_posix()
     return None
+
+
+def _shipped_file(kind: str, relative: Path) -> bool:
+    """Whether ``relative`` (below the shipped folder ``kind``) matches one of its package-data globs part for
+    part (a ``*`` never spans folders, as in setup.py's package_data)."""
+    return any(len(relative.parts) == len(Path(pattern).parts)
+               and all(fnmatch.fnmatchcase(part, glob_part) for part, glob_part in zip(relative.parts,
+                                                                                    Path(pattern).parts))
+               for pattern in SHIPPED_FILES[kind])
 
 
 def _shipped_counterpart(given: Path) -> Path | None:

@@ -116,7 +116,10 @@ def checkpoint_casing_mismatch(recipe: Recipe) -> str | None:
     folder = Path(recipe.ablation.continual_from)
     if declared is None or not folder.is_dir():
         return None
-    lowercase = directory_casing(folder)
+    try:
+        lowercase = directory_casing(folder)
+    except (OSError, ValueError):  # a damaged record in the folder: the run's own loading names it
+        return None
     if lowercase is None or lowercase == (declared == "uncased"):
         return None
     found = "uncased" if lowercase else "cased"

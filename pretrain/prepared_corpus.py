@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 
 from biomed_lm.errors import PretrainError
-from biomed_lm.finished_output import damaged_file_lines, file_identity, read_record
+from biomed_lm.finished_output import damage_listed, damaged_file_lines, file_identity, read_record
 from biomed_lm.tokenization.sources import damaged_arrow_file, damaged_shard_message
 
 
@@ -56,9 +56,8 @@ def refuse_recorded_damage(folder: Path, recorded_files: Any, what: str, rebuild
     shard read as a bare FileNotFoundError), naming the files and the command that rebuilds it."""
     damage = damaged_file_lines(folder, recorded_files)
     if damage:
-        raise PretrainingDataError(f"{folder}: {what} cannot be read: {'; '.join(damage[:5])}"
-                                   f"{f'; and {len(damage) - 5} more files' if len(damage) > 5 else ''}; "
-                                   f"rebuild it with {rebuild_with} --overwrite")
+        raise PretrainingDataError(f"{folder}: {what} cannot be read: {damage_listed(damage)}; rebuild it with "
+                                   f"{rebuild_with} --overwrite")
 
 
 def files_identity(dataset) -> list[str]:

@@ -177,6 +177,15 @@ def test_a_build_copies_into_an_emptied_build_folder(tmp_path) -> None:
     assert not stale.exists() and (build_lib / "biomed_lm" / "configs" / "pretrain" / "demo.yaml").is_file()
 
 
+def test_the_shipped_files_the_code_knows_are_the_package_data() -> None:
+    """biomed_lm.resources tells a shipped input (identified by its bytes) from a user's file in a checkout's
+    data/ by these globs."""
+    from biomed_lm.resources import SHIPPED_FILES, SHIPPED_PACKAGES
+
+    data = setup_keywords()["package_data"]
+    assert {SHIPPED_PACKAGES[kind]: list(globs) for kind, globs in SHIPPED_FILES.items()} == data
+
+
 def test_package_data_globs_cover_every_config_and_data_file() -> None:
     """Every file under configs/ and data/ is package data, so a shipped path (configs/..., data/...)
     resolves from an installed wheel as it does in the checkout."""

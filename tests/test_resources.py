@@ -52,3 +52,27 @@ def test_a_shipped_input_is_identified_by_its_bytes_wherever_it_is_installed(els
     copy = elsewhere / "mine.txt"  # a user's file: path, size and time, not a digest of 30 GB
     shutil.copy(sample, copy)
     assert shipped_name(copy) is None and set(file_identity(copy)) == {"path", "bytes", "mtime_ns"}
+
+
+def test_only_the_package_data_counts_as_shipped():
+    """Review: in a checkout every file below data/ counted as shipped, a user's 30 GB corpus there included, and
+    was hashed whole on every rerun."""
+    from pathlib import Path
+
+    from biomed_lm.resources import _shipped_file
+
+    assert _shipped_file("data", Path("sample/medline16n0902_sample.xml.gz"))
+    assert _shipped_file("data", Path("blurb/NCBI-disease/train.tsv")) and _shipped_file("data", Path("README.md"))
+    assert not _shipped_file("data", Path("pubmed/pubmed26n0001.xml.gz"))
+    assert not _shipped_file("data", Path("sample/mine/big.txt")) and not _shipped_file("data", Path("corpus.txt"))
+    assert _shipped_file("configs", Path("pretrain/demo.yaml")) and not _shipped_file("configs", Path("mine.yaml"))
+
+
+def test_a_record_from_before_shipped_names_reads_as_the_same_file():
+    """Review: records written before this change name the sample by its install path; an upgrade refused every
+    rerun of an output built from it ("added" / "removed")."""
+    sample = resolve_path("data/sample/sywada_PubMedAbstract_1MB.txt")
+    old = {"path": "/old/venv/lib/python3.11/site-packages/biomed_lm/data/sample/sywada_PubMedAbstract_1MB.txt",
+           "bytes": sample.stat().st_size, "mtime_ns": 1}
+    assert changed_files([old], [file_identity(sample)], "inputs") == []
+    assert changed_files([{**old, "bytes": 1}], [file_identity(sample)], "inputs") != []  # another file

@@ -111,3 +111,16 @@ def test_a_vocab_txt_edited_apart_from_its_tokenizer_json_is_refused(tmp_path):
         load_tokenizer(folder)
     shutil.copy(folder / "vocab.txt", tmp_path / "alone.txt")  # the file alone holds no duplicate: it loads
     assert load_tokenizer(tmp_path / "alone.txt").get_vocab()["zebrafish"] == 6
+
+
+def test_tokens_added_above_the_vocabulary_and_what_shifts_no_id_are_accepted(tmp_path):
+    """Review: transformers saves added tokens (relation markers) in tokenizer.json and added_tokens.json, above
+    the vocab.txt it writes; a whitespace token is a token; blank lines at the end shift no id."""
+    folder = _tokenizer_folder(tmp_path / "tok", WORDS)
+    tokenizer = load_tokenizer(folder)
+    tokenizer.add_tokens(["[E1]", "[/E1]"], special_tokens=True)
+    tokenizer.save_pretrained(folder)
+    assert (folder / "vocab.txt").read_text(encoding="utf-8").splitlines() == _vocab_lines(WORDS)
+    assert load_tokenizer(folder).convert_tokens_to_ids("[E1]") == len(_vocab_lines(WORDS))
+    spaced = _write(tmp_path / "spaced.txt", [*_vocab_lines(WORDS), "\u3000", "", ""])
+    assert load_tokenizer(spaced).convert_tokens_to_ids("insulin") == 6  # loads (was refused as a blank line)

@@ -282,11 +282,13 @@ def vocab_line_problem(tokens: list[str]) -> VocabLineProblem | None:
     BERT's loaders give each line the id of its number: a token on two lines keeps only its later id (the
     earlier one no text can produce: "ids not contiguous" much later), and a blank line becomes a token no
     text can produce. A file with no token at all is the callers' to name (an empty vocabulary)."""
-    if not any(token.strip() for token in tokens):
+    while tokens and tokens[-1] == "":  # blank lines at the end shift no id
+        tokens = tokens[:-1]
+    if not tokens:
         return None
     first_line: dict[str, int] = {}
     for number, token in enumerate(tokens, start=1):
-        if not token.strip():
+        if token == "":  # a whitespace token ("\u3000") is a token; an empty line is none
             return VocabLineProblem(number, token)
         if token in first_line:
             return VocabLineProblem(number, token, first_line[token])
@@ -305,6 +307,8 @@ def check_vocab_lines(vocab_file: str | os.PathLike, tokenizer_json: str | os.Pa
     disagrees with the WordPiece ``tokenizer_json`` beside it: the fast tokenizer reads one and the slow one
     (and Google's BERT code) the other, so a model would be trained and used with other ids."""
     tokens = read_vocab_lines(vocab_file)
+    while tokens and tokens[-1] == "":  # blank lines at the end shift no id
+        tokens.pop()
     problem = vocab_line_problem(tokens)
     by_id = _wordpiece_tokens_by_id(Path(tokenizer_json)) if tokenizer_json is not None else None
     if by_id is not None:
@@ -322,19 +326,17 @@ def check_vocab_lines(vocab_file: str | os.PathLike, tokenizer_json: str | os.Pa
 
 
 def _wordpiece_tokens_by_id(path: Path) -> dict[int, str] | None:
-    """id -> token of a WordPiece ``tokenizer.json`` (its model's vocabulary, then its added tokens), or None
-    where there is no such file or its model is not WordPiece."""
+    """id -> token of a WordPiece ``tokenizer.json``'s model vocabulary, or None where there is no such file or
+    its model is not WordPiece."""
     if not path.is_file():
         return None
     pipeline = json.loads(path.read_text(encoding="utf-8"))
     model = pipeline.get("model") if isinstance(pipeline, dict) else None
     if not isinstance(model, dict) or model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
         return None
-    by_id = {index: token for token, index in model["vocab"].items()}
-    for added in pipeline.get("added_tokens") or ():
-        if isinstance(added, dict) and isinstance(added.get("id"), int):
-            by_id.setdefault(added["id"], added.get("content"))
-    return by_id
+    # The model's vocabulary only: tokens added later (relation markers) sit above it, in tokenizer.json's
+    # added_tokens and added_tokens.json, never in vocab.txt (transformers' save_pretrained).
+    return {index: token for token, index in model["vocab"].items()}
 
 
 def _first_difference(tokens: list[str], by_id: dict[int, str]) -> str | None:

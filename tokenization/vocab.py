@@ -104,7 +104,8 @@ from biomed_lm.errors import TokenizationError
 from biomed_lm.run_lock import ARTIFACT_LOCK_FILE, acquire_run_lock
 from biomed_lm.finished_output import (changed_files, dataclass_defaults, file_identity, other_output_message,
                                        read_record, setting_change_lines)
-from biomed_lm.tokenization.sources import SET_ASIDE, Problem, corpus_files, is_prepared_corpus, iter_texts
+from biomed_lm.tokenization.sources import (SET_ASIDE, XML, Problem, corpus_files, detect_format,
+                                            is_prepared_corpus, iter_texts)
 from biomed_lm.tokenization.tokenizer_io import (ALBERT_SPECIAL_TOKENS, ROBERTA_SPECIAL_TOKENS,
                                                  SENTENCEPIECE_MODEL_FILE, SPECIAL_TOKENS, VOCAB_CARD,
                                                  albert_preprocessor, albert_tokenizer, bert_normalizer, bert_pipeline,
@@ -1090,7 +1091,8 @@ def texts_naming_empty_files(names: Sequence[str], text_field: str,
                 if not found and text and not text.isspace():
                     found = True
                 yield text
-            if not found and not damaged:
+            # PubMed XML without an abstract (an update file of deletions only) is not empty: prepare_corpus agrees
+            if not found and not damaged and (path.stat().st_size == 0 or detect_format(path) != XML):
                 on_problem(Problem(str(path), "empty", "the file is empty (0 bytes)" if path.stat().st_size == 0
                                    else "no document in it (blank lines or empty texts only)"))
 
