@@ -80,6 +80,11 @@ def test_an_empty_input_file_is_reported_and_only_empty_files_are_said_to_be_emp
     with pytest.raises(EmptyCorpusError, match=rf"2 input file\(s\) are empty: {empty}, {blank}"):
         build_vocab([empty, blank], tmp_path / "none", VocabConfig(vocab_size=200))
     assert _build([empty, blank], tmp_path / "none") == 2
+    # Review: a PubMed update file of deletions only holds no abstract and is not empty (prepare_corpus agrees)
+    deletions = tmp_path / "pubmed26n1400.xml"
+    deletions.write_text('<?xml version="1.0"?>\n<PubmedArticleSet><DeleteCitation><PMID Version="1">123</PMID>'
+                         "</DeleteCitation></PubmedArticleSet>\n", encoding="utf-8")
+    assert _build([inputs[1], deletions], tmp_path / "with_deletions") == 0
 
 
 def test_a_file_of_unknown_suffix_beside_readable_ones_exits_1(inputs, tmp_path, capsys):
