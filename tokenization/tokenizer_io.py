@@ -284,7 +284,7 @@ def vocab_line_problem(tokens: list[str]) -> VocabLineProblem | None:
     text can produce. A file with no token at all is the callers' to name (an empty vocabulary)."""
     while tokens and tokens[-1] == "":  # blank lines at the end shift no id
         tokens = tokens[:-1]
-    if not tokens:
+    if not any(token.strip() for token in tokens):  # nothing but whitespace: the callers' "empty"
         return None
     first_line: dict[str, int] = {}
     for number, token in enumerate(tokens, start=1):
