@@ -577,7 +577,8 @@ def _unpadded_positions(bucket: int):
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", default="cuda", help="cuda (the benchmark's purpose), or cpu to try its path "
+                                                          "with --quick (BERT-base on a CPU takes all its memory)")
     parser.add_argument("--model", default=None, help="a model preset (default: the family's base size)")
     parser.add_argument("--architecture", default="bert", help="the model family: bert, albert or roberta")
     parser.add_argument("--vocab-size", type=int, default=None,
@@ -649,6 +650,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.convergence_only and args.convergence_steps <= 0:
         parser.error("--convergence-only needs --convergence-steps N (N > 0)")
     args.precision = args.precision or ("bf16" if torch.device(args.device).type == "cuda" else "fp32")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():  # it fell back to BERT-base on the CPU
+        parser.error("no CUDA device: this benchmark measures a GPU; --device cpu --quick runs its path on a CPU")
     if "half" in args.residual_stream and args.precision not in ("bf16", "fp8"):
         parser.error("--residual-stream half keeps the hidden states in bf16: it needs --precision bf16 or fp8 "
                      "(the default on cuda)")

@@ -286,8 +286,9 @@ def run_size(data: Path, tokenizer: Path, args, work: Path) -> dict:
     log_dir = Path(tempfile.mkdtemp(dir=work, prefix="reads_"))
     procs = []
     for rank in range(args.ranks):
+        python_path = os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))  # the caller's kept
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(args.ranks), "LOCAL_RANK": str(rank),
-               "LOCAL_WORLD_SIZE": str(args.ranks), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+               "LOCAL_WORLD_SIZE": str(args.ranks), "OMP_NUM_THREADS": "1", "PYTHONPATH": python_path}
         command = [sys.executable, __file__, "--rank-worker", "--data", str(data), "--tokenizer", str(tokenizer),
                    "--workers", str(args.workers), "--micro-batch", str(args.micro_batch),
                    "--bucket-tokens", str(args.bucket_tokens), "--warmup", str(args.warmup),

@@ -219,8 +219,9 @@ def base_env(threads: int) -> dict[str, str]:
     op on the CPU; a benchmark-owned build folder keeps other virtualenvs' rebuilds out of start-up."""
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
     env.setdefault("TORCH_EXTENSIONS_DIR", str(REPO / "runs" / "bench" / "torch_extensions"))
+    python_path = os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))  # the caller's kept
     return {**env, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
-            "CUDA_VISIBLE_DEVICES": "", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO)}
+            "CUDA_VISIBLE_DEVICES": "", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": python_path}
 
 
 def free_port() -> int:

@@ -64,9 +64,20 @@
 # system. Where the toolkit is not installed it is made importable as biomed_lm for the run: links in
 # biomed_lm/ to tokenization/, pretrain/, ... mirror setup.py's package_dir, removed on exit.
 set -uo pipefail
+case "${1:-}" in  # settings come from the environment; --help started every stage on the CPU (QA)
+  "") ;;
+  -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "gpu_check: takes no arguments: STAGES, BUDGET, SMOKE, PYTHON, ... come from the environment (--help)" >&2
+     exit 2 ;;
+esac
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 RESULTS="${RESULTS:-/tmp/gpu_check}"; mkdir -p "$RESULTS"
 PY="${PYTHON:-python3}"
+if [ -z "${SMOKE:-}" ] && ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null
+then  # without it the stages ran BERT-base on the CPU and failed on arguments that said nothing of a GPU
+  echo "gpu_check: no CUDA device for $PY: this script measures a GPU; SMOKE=1 runs its stages on this CPU" >&2
+  exit 2
+fi
 ALL="bert launch tests expandable fp8 families finetune bert512 autotune graphs blocks batch512 whole fp8large"
 STAGES="${STAGES:-$ALL}"
 INPUTS="$REPO/.gpu_inputs"

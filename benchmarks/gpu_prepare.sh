@@ -15,6 +15,11 @@
 # and seqeval ship no wheel and are built here (pure Python). .whl/ is emptied first: two versions of one
 # package there make pip refuse the whole install on the GPU machine.
 set -euo pipefail
+case "${1:-}" in  # it takes no arguments: --help printed nothing and went on to empty .whl/ and download
+  "") ;;
+  -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "gpu_prepare: takes no arguments (--help says what it makes)" >&2; exit 2 ;;
+esac
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$REPO"
 PY="${PYTHON:-.venv/bin/python}"

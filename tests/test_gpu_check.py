@@ -136,3 +136,28 @@ def test_a_budget_in_other_than_whole_seconds_is_rounded_or_refused(tmp_path, bu
         assert done.returncode == 0 and "(budget 183 s)" in (tmp_path / "environment.txt").read_text()
     else:
         assert done.returncode == 2 and f"BUDGET must be seconds, not {budget}" in done.stderr
+
+
+def test_the_gpu_scripts_refuse_arguments_and_a_machine_without_cuda(tmp_path):
+    """QA: `gpu_check.sh --help` started every stage on the CPU (BERT-base, failing on an argument error that said
+    nothing of a GPU); `gpu_prepare.sh --help` would empty .whl/ and download; bench_gpu.py fell back to BERT-base
+    on the CPU and took the machine's memory."""
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine runs them")
+    env = {**os.environ, "PYTHON": sys.executable, "RESULTS": str(tmp_path)}
+    for script in ("gpu_check.sh", "gpu_prepare.sh"):
+        helped = subprocess.run(["bash", str(REPO / "benchmarks" / script), "--help"], cwd=REPO, env=env,
+                                capture_output=True, text=True, timeout=60)
+        assert helped.returncode == 0 and "benchmarks/gpu_check.sh" in helped.stdout
+        refused = subprocess.run(["bash", str(REPO / "benchmarks" / script), "--stages"], cwd=REPO, env=env,
+                                 capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2 and "takes no arguments" in refused.stderr
+    done = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_check.sh")], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "no CUDA device" in done.stderr and not list(tmp_path.iterdir())
+    bench = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_gpu.py")], cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+    assert bench.returncode == 2 and "no CUDA device: this benchmark measures a GPU" in bench.stderr
