@@ -483,11 +483,7 @@ def load_tokenizer(path: str | os.PathLike, lowercase: bool | None = None):
     if p.is_dir() and holds_only_a_vocab_file(p):
         tok, effective = _bare_vocab_folder_tokenizer(p, lowercase)
     elif p.is_dir():
-        recorded = directory_casing(p)
-        if lowercase is not None and recorded is not None and lowercase != recorded:
-            raise CasingMismatchError(
-                f"{p} was built {'uncased' if recorded else 'cased'}; refusing to use it "
-                f"{'lowercased' if lowercase else 'cased'}")
+        recorded = _refuse_another_casing(p, directory_casing(p), lowercase)
         tok = AutoTokenizer.from_pretrained(str(p))
         effective = align_wordpiece_casing(tok, p, recorded if recorded is not None else lowercase)
     elif p.is_file() and p.suffix == ".model":
@@ -518,14 +514,19 @@ def holds_only_a_vocab_file(directory: str | os.PathLike) -> bool:
 def _bare_vocab_folder_tokenizer(folder: Path, lowercase: bool | None):
     """A folder holding only a vocab.txt, loaded as that file is: cased or not as the folder records it (a
     vocab card), else as its tokens show, unless ``lowercase`` says (refused where it contradicts a record)."""
-    recorded = recorded_lowercase(folder)
-    if lowercase is not None and recorded is not None and lowercase != recorded:
-        raise CasingMismatchError(f"{folder} was built {'uncased' if recorded else 'cased'}; refusing to use it "
-                                  f"{'lowercased' if lowercase else 'cased'}")
+    recorded = _refuse_another_casing(folder, recorded_lowercase(folder), lowercase)
     effective = lowercase if lowercase is not None else recorded
     if effective is None:
         effective = infer_lowercase_from_vocab(folder / "vocab.txt")
     return _vocab_file_tokenizer(folder / "vocab.txt", effective), effective
+
+
+def _refuse_another_casing(folder: Path, recorded: bool | None, lowercase: bool | None) -> bool | None:
+    """``recorded`` (the folder's casing), after refusing an explicit ``lowercase`` that contradicts it."""
+    if lowercase is not None and recorded is not None and lowercase != recorded:
+        raise CasingMismatchError(f"{folder} was built {'uncased' if recorded else 'cased'}; refusing to use it "
+                                  f"{'lowercased' if lowercase else 'cased'}")
+    return recorded
 
 
 def _vocab_file_tokenizer(vocab_file: Path, lowercase: bool):
